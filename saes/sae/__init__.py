@@ -1,0 +1,1 @@
+"""SAE architectures behind one config and interface (see `saes.sae.base`)."""
