@@ -1,0 +1,402 @@
+"""The activation cache of one hook: safetensors shards plus a manifest.
+
+Each shard holds whole blocks: `acts [n, T, D]` (float32 / float16 / bfloat16),
+`token_ids [n, T]`, `positions [n, T]`, `doc_ids [n, T]` and `block_index [n]`. The
+manifest lists the shards in order with their sha256 and carries a `complete` flag.
+A writer re-opened on an unfinished cache keeps the verified prefix of shards and
+continues from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from store.layout import AtlasLayout, created_with
+from store.safetensors_mmap import MappedSafetensors
+
+MANIFEST_FORMAT = "sae-atlas-activations"
+MANIFEST_VERSION = 1
+HELDOUT_FRACTION = 0.1
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+Split = Literal["train", "heldout", "all"]
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """The torch dtype for a cache dtype name, or InvalidInputError listing the valid ones."""
+    if name not in DTYPES:
+        raise InvalidInputError(f"unknown activation dtype {name!r}; valid: {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def _repair(root: Path) -> str:
+    return f"re-run `sae-atlas cache --atlas {root}` (it resumes from the last good shard)"
+
+
+def heldout_start(n_blocks: int) -> int:
+    """Index of the first held-out block: the last 10% of blocks, at least one."""
+    if n_blocks < 2:
+        return n_blocks
+    return n_blocks - max(1, round(n_blocks * HELDOUT_FRACTION))
+
+
+@dataclass
+class Blocks:
+    """Whole blocks read from one shard."""
+
+    acts: torch.Tensor  # [n, T, D] float32
+    token_ids: torch.Tensor  # [n, T] int64
+    positions: torch.Tensor  # [n, T] int64
+    doc_ids: torch.Tensor  # [n, T] int64
+    block_index: torch.Tensor  # [n] int64, global block numbers
+    is_bos: torch.Tensor  # [n, T] bool
+
+
+class ActivationWriter:
+    """Streams blocks of activations for one hook into shards, resuming an unfinished cache."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        hook: str,
+        *,
+        d: int,
+        dtype: str = "float32",
+        model: str = "",
+        context_size: int,
+        bos_token_id: int | None = None,
+        prepend_bos: bool = True,
+        shard_blocks: int = 64,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.layout = AtlasLayout(root)
+        self.dir = self.layout.activation_dir(hook)
+        self.torch_dtype = parse_dtype(dtype)
+        if shard_blocks <= 0 or context_size <= 0 or d <= 0:
+            raise InvalidInputError("d, context_size and shard_blocks must be positive")
+        self.manifest_path = self.dir / "manifest.json"
+        fresh = {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "model": model,
+            "hook": hook,
+            "d": d,
+            "dtype": dtype,
+            "context_size": context_size,
+            "bos_token_id": bos_token_id,
+            "prepend_bos": prepend_bos,
+            "shard_blocks": shard_blocks,
+            "heldout_fraction": HELDOUT_FRACTION,
+            "extra": extra or {},
+            "shards": [],
+            "n_blocks": 0,
+            "n_tokens": 0,
+            "complete": False,
+        }
+        self.manifest = self._resume_or_start(fresh)
+        self._pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self._pending_blocks = 0
+
+    # resume ----------------------------------------------------------------------------
+    def _resume_or_start(self, fresh: dict[str, Any]) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._remove_strays(set())
+            return fresh
+        old = read_json(self.manifest_path, _repair(self.layout.root))
+        keys = ("model", "hook", "d", "dtype", "context_size", "bos_token_id", "prepend_bos", "shard_blocks")
+        changed = [k for k in keys if old.get(k) != fresh[k]]
+        if changed:
+            details = ", ".join(f"{k}: cached {old.get(k)!r} vs requested {fresh[k]!r}" for k in changed)
+            raise InvalidInputError(
+                f"{self.manifest_path} was written with different settings ({details}); "
+                "use another atlas directory or delete this hook's activations"
+            )
+        good = []
+        for shard in old["shards"]:
+            path = self.dir / shard["file"]
+            if not path.exists() or sha256_file(path) != shard["sha256"]:
+                break
+            good.append(shard)
+        old["shards"] = good
+        old["extra"] = fresh["extra"] or old.get("extra", {})
+        self._recount(old)
+        self._remove_strays({s["file"] for s in good})
+        return old
+
+    def _remove_strays(self, keep: set[str]) -> None:
+        for path in self.dir.glob("*shard-*"):
+            if path.name not in keep:
+                path.unlink()
+
+    @staticmethod
+    def _recount(manifest: dict[str, Any]) -> None:
+        manifest["n_blocks"] = sum(s["n_blocks"] for s in manifest["shards"])
+        manifest["n_tokens"] = manifest["n_blocks"] * manifest["context_size"]
+
+    @property
+    def n_blocks_done(self) -> int:
+        """Blocks durably written (and verified) so far."""
+        return self.manifest["n_blocks"]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.manifest["complete"])
+
+    def truncate_to(self, n_blocks: int) -> None:
+        """Drop whole shards beyond `n_blocks` (used to bring several hooks into step)."""
+        kept, total = [], 0
+        for shard in self.manifest["shards"]:
+            if total + shard["n_blocks"] > n_blocks:
+                break
+            kept.append(shard)
+            total += shard["n_blocks"]
+        if total != n_blocks:
+            raise InvalidInputError(f"cannot truncate to {n_blocks} blocks: not a shard boundary")
+        self.manifest["shards"] = kept
+        self.manifest["complete"] = False
+        self._recount(self.manifest)
+        self._write_manifest()
+        self._remove_strays({s["file"] for s in kept})
+
+    # writing ---------------------------------------------------------------------------
+    def append(self, acts_NTD: torch.Tensor, token_ids_NT: torch.Tensor, doc_ids: torch.Tensor) -> None:
+        """Add whole blocks; full shards are written to disk as they fill."""
+        if self.complete:
+            raise InvalidInputError(f"{self.manifest_path}: cache is already complete")
+        m = self.manifest
+        n, t = token_ids_NT.shape
+        if acts_NTD.shape != (n, t, m["d"]) or t != m["context_size"]:
+            raise InvalidInputError(
+                f"expected activations [n, {m['context_size']}, {m['d']}] and token ids "
+                f"[n, {m['context_size']}], got {tuple(acts_NTD.shape)} and {tuple(token_ids_NT.shape)}"
+            )
+        if doc_ids.dim() == 1:
+            doc_ids = doc_ids[:, None].expand(n, t)
+        self._pending.append(
+            (acts_NTD.detach().to("cpu", self.torch_dtype), token_ids_NT.cpu().long(), doc_ids.cpu().long())
+        )
+        self._pending_blocks += n
+        while self._pending_blocks >= m["shard_blocks"]:
+            self._flush(m["shard_blocks"])
+
+    def _flush(self, n_blocks: int) -> None:
+        acts = torch.cat([p[0] for p in self._pending])
+        toks = torch.cat([p[1] for p in self._pending])
+        docs = torch.cat([p[2] for p in self._pending])
+        rest = (acts[n_blocks:], toks[n_blocks:], docs[n_blocks:])
+        self._pending = [rest] if len(rest[1]) else []
+        self._pending_blocks = len(rest[1])
+        self._write_shard(acts[:n_blocks], toks[:n_blocks], docs[:n_blocks])
+
+    def _write_shard(self, acts: torch.Tensor, toks: torch.Tensor, docs: torch.Tensor) -> None:
+        m = self.manifest
+        first = m["n_blocks"]
+        n, t = toks.shape
+        name = f"shard-{len(m['shards']):05d}.safetensors"
+        tensors = {
+            "acts": acts.contiguous(),
+            "token_ids": toks.to(torch.int32).contiguous(),
+            "positions": torch.arange(t, dtype=torch.int32).expand(n, t).contiguous(),
+            "doc_ids": docs.contiguous(),
+            "block_index": torch.arange(first, first + n, dtype=torch.int64),
+        }
+        path = self.dir / name
+        with atomic_path(path) as tmp:
+            save_file(tensors, str(tmp), metadata={"hook": m["hook"], "first_block": str(first)})
+        m["shards"].append(
+            {"file": name, "first_block": first, "n_blocks": n, "sha256": sha256_file(path)}
+        )
+        self._recount(m)
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        self.manifest["created_with"] = created_with()
+        atomic_write_json(self.manifest_path, self.manifest)
+
+    def finish(self) -> None:
+        """Write the last partial shard and mark the cache complete."""
+        if self._pending_blocks:
+            self._flush(self._pending_blocks)
+        if self.manifest["n_blocks"] == 0:
+            raise InvalidInputError(f"no blocks were written for hook {self.manifest['hook']!r}")
+        self.manifest["complete"] = True
+        self._write_manifest()
+
+
+class ActivationReader:
+    """Memory-mapped access to a hook's cache: whole blocks in order, or shuffled token batches."""
+
+    def __init__(self, root: str | Path, hook: str, *, allow_incomplete: bool = False) -> None:
+        self.layout = AtlasLayout(root)
+        self.dir = self.layout.activation_dir(hook)
+        path = self.dir / "manifest.json"
+        if not path.exists():
+            cached = ", ".join(self.layout.cached_hooks()) or "(none)"
+            raise NotFoundError(f"hook {hook!r} is not cached in {self.layout.root}; cached: {cached}")
+        self.repair = _repair(self.layout.root)
+        self.manifest: dict[str, Any] = read_json(path, self.repair)
+        if self.manifest.get("format") != MANIFEST_FORMAT:
+            raise IntegrityError(path, "not an activation manifest", self.repair)
+        if not self.manifest["complete"] and not allow_incomplete:
+            raise IntegrityError(path, "the cache is incomplete (interrupted run)", self.repair)
+        for shard in self.manifest["shards"]:
+            MappedSafetensors(self.dir / shard["file"], self.repair)  # existence + truncation
+        self._verified: set[str] = set()
+
+    hook = property(lambda self: self.manifest["hook"])
+    model = property(lambda self: self.manifest["model"])
+    d = property(lambda self: self.manifest["d"])
+    dtype = property(lambda self: self.manifest["dtype"])
+    context_size = property(lambda self: self.manifest["context_size"])
+    n_blocks = property(lambda self: self.manifest["n_blocks"])
+    n_tokens = property(lambda self: self.manifest["n_tokens"])
+
+    def split_range(self, split: Split) -> tuple[int, int]:
+        """Global block range [start, stop) of a split."""
+        cut = heldout_start(self.n_blocks)
+        ranges = {"all": (0, self.n_blocks), "train": (0, cut), "heldout": (cut, self.n_blocks)}
+        if split not in ranges:
+            raise InvalidInputError(f"unknown split {split!r}; valid: train, heldout, all")
+        start, stop = ranges[split]
+        if stop <= start:
+            raise InvalidInputError(
+                f"split {split!r} of hook {self.hook!r} is empty ({self.n_blocks} blocks cached; "
+                "cache more tokens)"
+            )
+        return start, stop
+
+    def verify(self) -> None:
+        """Check every shard's sha256 against the manifest (IntegrityError on mismatch)."""
+        for shard in self.manifest["shards"]:
+            self._open(shard)
+
+    def _open(self, shard: dict[str, Any]) -> MappedSafetensors:
+        path = self.dir / shard["file"]
+        if shard["file"] not in self._verified:
+            if sha256_file(path) != shard["sha256"]:
+                raise IntegrityError(path, "sha256 does not match the manifest (corrupt shard)", self.repair)
+            self._verified.add(shard["file"])
+        return MappedSafetensors(path, self.repair)
+
+    def _shards_in(self, start: int, stop: int) -> list[tuple[dict[str, Any], np.ndarray]]:
+        """Shards overlapping [start, stop) with the local row indices inside the range."""
+        out = []
+        for shard in self.manifest["shards"]:
+            lo = max(start, shard["first_block"])
+            hi = min(stop, shard["first_block"] + shard["n_blocks"])
+            if lo < hi:
+                out.append((shard, np.arange(lo - shard["first_block"], hi - shard["first_block"])))
+        return out
+
+    def _bos_mask(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros_like(token_ids, dtype=torch.bool)
+        if self.manifest["prepend_bos"]:
+            mask |= positions == 0
+        bos = self.manifest["bos_token_id"]
+        if bos is not None:
+            mask |= token_ids == bos
+        return mask
+
+    def blocks(self, split: Split = "all") -> Iterator[Blocks]:
+        """Whole blocks of a split, in order, one shard at a time."""
+        start, stop = self.split_range(split)
+        for shard, rows in self._shards_in(start, stop):
+            st = self._open(shard)
+            sl = slice(int(rows[0]), int(rows[-1]) + 1)
+            toks = st.torch("token_ids", sl).long()
+            pos = st.torch("positions", sl).long()
+            yield Blocks(
+                acts=st.torch("acts", sl).float(),
+                token_ids=toks,
+                positions=pos,
+                doc_ids=st.torch("doc_ids", sl).long(),
+                block_index=st.torch("block_index", sl).long(),
+                is_bos=self._bos_mask(toks, pos),
+            )
+
+    def count_tokens(self, split: Split = "all", exclude_bos: bool = True) -> int:
+        """Number of token rows `batches` would draw from a split in one pass."""
+        start, stop = self.split_range(split)
+        total = 0
+        for shard, rows in self._shards_in(start, stop):
+            st = MappedSafetensors(self.dir / shard["file"], self.repair)
+            sl = slice(int(rows[0]), int(rows[-1]) + 1)
+            toks = torch.from_numpy(np.array(st.numpy("token_ids")[sl])).long()
+            pos = torch.from_numpy(np.array(st.numpy("positions")[sl])).long()
+            keep = ~self._bos_mask(toks, pos) if exclude_bos else torch.ones_like(toks, dtype=torch.bool)
+            total += int(keep.sum())
+        return total
+
+    def _token_rows(self, shard: dict[str, Any], rows: np.ndarray, exclude_bos: bool) -> torch.Tensor:
+        st = self._open(shard)
+        sl = slice(int(rows[0]), int(rows[-1]) + 1)
+        acts = st.torch("acts", sl).float().reshape(-1, self.d)
+        if not exclude_bos:
+            return acts
+        toks = st.torch("token_ids", sl).long()
+        pos = st.torch("positions", sl).long()
+        return acts[~self._bos_mask(toks, pos).reshape(-1)]
+
+    def batches(
+        self,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        split: Split = "train",
+        exclude_bos: bool = True,
+        buffer_tokens: int = 262144,
+        skip_batches: int = 0,
+        repeat: bool = False,
+    ) -> Iterator[torch.Tensor]:
+        """Seeded shuffled token batches `[batch_size, d]` through a bounded mixing buffer.
+
+        Shards are visited in a seeded order; token rows fill a buffer of at most
+        `buffer_tokens + shard size` rows, which is permuted and half emitted before
+        refilling. One pass over the split (a final partial batch is dropped); with
+        `repeat=True` passes continue forever, pass `e` seeded with `seed + e`.
+        `skip_batches` discards that many batches first, so a resumed consumer sees the
+        same stream as an uninterrupted one.
+        """
+        if batch_size <= 0 or buffer_tokens < batch_size:
+            raise InvalidInputError("need 0 < batch_size <= buffer_tokens")
+        start, stop = self.split_range(split)
+        emitted = 0
+        epoch = 0
+        while True:
+            for batch in self._one_pass(start, stop, batch_size, seed + epoch, exclude_bos, buffer_tokens):
+                if emitted >= skip_batches:
+                    yield batch
+                emitted += 1
+            epoch += 1
+            if not repeat:
+                return
+
+    def _one_pass(
+        self, start: int, stop: int, batch_size: int, seed: int, exclude_bos: bool, buffer_tokens: int
+    ) -> Iterator[torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        pieces = self._shards_in(start, stop)
+        order = torch.randperm(len(pieces), generator=gen).tolist()
+        buffer = torch.empty(0, self.d)
+        for i in order:
+            shard, rows = pieces[i]
+            buffer = torch.cat([buffer, self._token_rows(shard, rows, exclude_bos)])
+            if len(buffer) < buffer_tokens:
+                continue
+            buffer = buffer[torch.randperm(len(buffer), generator=gen)]
+            n_out = (len(buffer) // 2 // batch_size) * batch_size
+            yield from buffer[:n_out].split(batch_size)
+            buffer = buffer[n_out:]
+        buffer = buffer[torch.randperm(len(buffer), generator=gen)]
+        n_out = (len(buffer) // batch_size) * batch_size
+        yield from buffer[:n_out].split(batch_size)
+
