@@ -1,0 +1,97 @@
+"""Training-loss pieces shared by the SAE architectures: step info, FVU, AuxK.
+
+Every architecture's `training_loss(x, info)` returns a `TrainStep`: the scalar loss to
+back-propagate, named scalar metrics (`mse`, `fvu`, `l0` and the auxiliaries), and how
+often each latent fired in the batch (for the trainer's dead-latent counters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class StepInfo:
+    """What a loss needs to know about the training run at this step."""
+
+    step: int = 0
+    total_steps: int = 1
+    dead_mask: torch.Tensor | None = None  # [d_sae] bool: latents that count as dead
+    k_aux: int = 0  # AuxK: how many dead latents reconstruct the residual
+    aux_coefficient: float = 1.0 / 32.0
+
+
+@dataclass
+class TrainStep:
+    """Result of one training forward pass."""
+
+    loss: torch.Tensor  # scalar, to back-propagate
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # detached scalars
+    fired: torch.Tensor | None = None  # [d_sae] int64: tokens on which each latent fired
+
+
+def total_variance(x_BD: torch.Tensor) -> torch.Tensor:
+    """`sum_d Var(x_d)` over the batch (the FVU denominator), floored away from zero."""
+    return (x_BD - x_BD.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
+
+
+def reconstruction_metrics(
+    x_BD: torch.Tensor, x_hat_BD: torch.Tensor, n_active_B: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """`mse` = E_t||x - x_hat||^2, `fvu` = mse / sum_d Var(x_d), `l0` = mean active latents."""
+    mse = (x_BD - x_hat_BD).pow(2).sum(-1).mean()
+    return {"mse": mse, "fvu": mse / total_variance(x_BD), "l0": n_active_B.float().mean()}
+
+
+def sparse_decode(vals_BK: torch.Tensor, idx_BK: torch.Tensor, W_dec_FD: torch.Tensor) -> torch.Tensor:
+    """`sum_j vals[b, j] * W_dec[idx[b, j]]` touching only the selected rows (no bias)."""
+    return F.embedding_bag(idx_BK, W_dec_FD, per_sample_weights=vals_BK, mode="sum")
+
+
+def auxk_select(
+    pre_BF: torch.Tensor, dead_mask_F: torch.Tensor, k_aux: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Pre-activations and indices `(vals, idx)` of the top `k_aux` dead latents per token.
+
+    Returns None when no latent is dead or `k_aux` is 0.
+    """
+    n_dead = int(dead_mask_F.sum())
+    k = min(k_aux, n_dead)
+    if k == 0:
+        return None
+    with torch.no_grad():
+        masked = pre_BF.masked_fill(~dead_mask_F, float("-inf"))
+        idx = masked.topk(k, dim=-1, sorted=False).indices
+    return pre_BF.gather(-1, idx), idx
+
+
+def auxk_loss(
+    residual_BD: torch.Tensor, aux_vals_BK: torch.Tensor, aux_idx_BK: torch.Tensor, W_dec_FD: torch.Tensor
+) -> torch.Tensor:
+    """AuxK loss (Gao et al. 2024, "Scaling and evaluating sparse autoencoders").
+
+    The dead latents' top-k_aux activations reconstruct the main model's residual
+    `x - x_hat` (detached); the squared error is normalised by the residual's variance.
+    """
+    e_hat = sparse_decode(aux_vals_BK.relu(), aux_idx_BK, W_dec_FD)
+    e = residual_BD.detach()
+    return (e_hat - e).pow(2).sum(-1).mean() / total_variance(e)
+
+
+def fired_counts(acts_BF: torch.Tensor) -> torch.Tensor:
+    """`[d_sae]` int64: on how many tokens of the batch each latent was non-zero."""
+    return (acts_BF != 0).sum(0)
+
+
+def init_sae_weights(sae: torch.nn.Module, generator: torch.Generator) -> None:
+    """Random unit-norm decoder rows, encoder = decoder transpose, zero biases."""
+    with torch.no_grad():
+        W_dec = torch.randn(sae.W_dec.shape, generator=generator, dtype=sae.W_dec.dtype)
+        W_dec /= W_dec.norm(dim=-1, keepdim=True)
+        sae.W_dec.copy_(W_dec)
+        sae.W_enc.copy_(W_dec.T)
+        sae.b_enc.zero_()
+        sae.b_dec.zero_()

@@ -1,0 +1,53 @@
+"""Matryoshka BatchTopK SAE (Bussmann et al. 2025, "Learning Multi-Level Features with
+Matryoshka Sparse Autoencoders"; Nabeshima 2024, "Matryoshka Sparse Autoencoders").
+
+The code is a batch top-k code over the whole dictionary, but the loss averages the FVU
+of reconstructions from nested prefixes of the dictionary (latents `[0, m)` for each
+prefix size m), so early latents must reconstruct well on their own and learn general
+features while later ones refine. Inference is the BatchTopK JumpReLU threshold.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from saes.sae.base import SAEConfig
+from saes.sae.batchtopk import BatchTopKSAE
+from saes.sae.losses import total_variance
+from store.errors import InvalidInputError
+
+
+def matryoshka_prefixes(cfg: SAEConfig) -> list[int]:
+    """The prefix sizes: `cfg.matryoshka_prefixes`, or d_sae/16, /8, /4, /2, d_sae."""
+    prefixes = list(cfg.matryoshka_prefixes) or [
+        m for m in (cfg.d_sae // 16, cfg.d_sae // 8, cfg.d_sae // 4, cfg.d_sae // 2) if m > 0
+    ] + [cfg.d_sae]
+    ordered = sorted(set(prefixes))
+    if ordered != prefixes or ordered[0] <= 0 or ordered[-1] != cfg.d_sae:
+        raise InvalidInputError(
+            f"matryoshka_prefixes must be strictly increasing positive sizes ending at "
+            f"d_sae={cfg.d_sae}, got {prefixes}"
+        )
+    return prefixes
+
+
+class MatryoshkaSAE(BatchTopKSAE):
+    """BatchTopK SAE trained with nested-prefix reconstruction losses."""
+
+    def __init__(self, cfg: SAEConfig) -> None:
+        super().__init__(cfg)
+        self.prefixes = matryoshka_prefixes(cfg)
+
+    def _reconstruction_loss(
+        self, x: torch.Tensor, f: torch.Tensor, metrics: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        denom = total_variance(x)
+        x_hat = self.b_dec.expand_as(x)
+        start = 0
+        fvus = []
+        for end in self.prefixes:
+            x_hat = x_hat + f[:, start:end] @ self.W_dec[start:end]
+            fvus.append((x - x_hat).pow(2).sum(-1).mean() / denom)
+            start = end
+        metrics["fvu_first_prefix"] = fvus[0]
+        return torch.stack(fvus).mean()

@@ -1,0 +1,36 @@
+"""Build an SAE of any architecture from its `SAEConfig`, with seeded initial weights."""
+
+from __future__ import annotations
+
+import torch
+
+from saes.sae.base import SAE, SAEConfig
+from saes.sae.batchtopk import BatchTopKSAE
+from saes.sae.jumprelu import JumpReLUSAE
+from saes.sae.losses import init_sae_weights
+from saes.sae.matryoshka import MatryoshkaSAE
+from saes.sae.standard import StandardSAE
+from saes.sae.topk import TopKSAE
+
+SAE_CLASSES: dict[str, type[SAE]] = {
+    "standard": StandardSAE,
+    "topk": TopKSAE,
+    "batchtopk": BatchTopKSAE,
+    "jumprelu": JumpReLUSAE,
+    "matryoshka": MatryoshkaSAE,
+}
+
+
+def sae_class(architecture: str) -> type[SAE]:
+    """The `SAE` subclass for an architecture name (config validation names the valid ones)."""
+    return SAE_CLASSES[architecture]
+
+
+def build_sae(cfg: SAEConfig) -> SAE:
+    """A new SAE for `cfg`: unit-norm random decoder rows (seeded by `cfg.seed`), encoder
+    initialised to the decoder transpose, zero biases, architecture-specific extras
+    (JumpReLU `log_threshold = log(jumprelu_init_threshold)`, BatchTopK threshold 0)."""
+    sae = sae_class(cfg.architecture)(cfg)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    init_sae_weights(sae, generator)
+    return sae.to(getattr(torch, cfg.dtype.removeprefix("torch.")))
