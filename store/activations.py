@@ -16,12 +16,11 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.layout import AtlasLayout, created_with
-from store.safetensors_mmap import MappedSafetensors
+from store.safetensors_io import MappedSafetensors, save_deterministic
 
 MANIFEST_FORMAT = "sae-atlas-activations"
 MANIFEST_VERSION = 1
@@ -211,7 +210,7 @@ class ActivationWriter:
         }
         path = self.dir / name
         with atomic_path(path) as tmp:
-            save_file(tensors, str(tmp), metadata={"hook": m["hook"], "first_block": str(first)})
+            save_deterministic(tensors, tmp, {"hook": m["hook"], "first_block": str(first)})
         m["shards"].append(
             {"file": name, "first_block": first, "n_blocks": n, "sha256": sha256_file(path)}
         )

@@ -1,4 +1,9 @@
-"""Memory-mapped reading of safetensors files, including bfloat16, without loading them."""
+"""Safetensors files: deterministic writing, and memory-mapped reading (bfloat16 included).
+
+The official writer orders its header through a hash map, so two writes of the same
+tensors can differ in their bytes; `save_deterministic` always writes the same bytes for
+the same tensors and metadata, which makes shard checksums reproducible.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,42 @@ _NUMPY_DTYPES = {
     "U8": np.uint8,
     "BOOL": np.bool_,
 }
+
+
+_TORCH_CODES = {
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+def save_deterministic(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str]) -> None:
+    """Write `tensors` (in sorted name order) as a standard safetensors file at `path`."""
+    header: dict[str, object] = {"__metadata__": dict(sorted(metadata.items()))}
+    blobs = []
+    offset = 0
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        raw = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        header[name] = {
+            "dtype": _TORCH_CODES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
+        blobs.append(raw)
+        offset += len(raw)
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(encoded)))
+        handle.write(encoded)
+        for raw in blobs:
+            handle.write(raw)
 
 
 class MappedSafetensors:

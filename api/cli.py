@@ -1,0 +1,20 @@
+"""The `sae-atlas` command line: one verb per job, `--help` on each."""
+
+from __future__ import annotations
+
+import typer
+
+from api.commands import cache, demo
+
+app = typer.Typer(
+    name="sae-atlas",
+    help="Sparse autoencoders, feature search and feature geometry over transformer residual streams.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+analyze_app = typer.Typer(help="Geometry analyses over an atlas.", no_args_is_help=True)
+app.add_typer(analyze_app, name="analyze")
+
+for module in (cache, demo):
+    module.register(app)
+

@@ -1,0 +1,70 @@
+"""`sae-atlas cache`: cache residual-stream activations of a model over a corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from api.commands.common import handle_errors, print_json, print_table
+from saes.cache import CacheSummary, cache_activations
+from saes.corpus import CorpusSpec
+from saes.models import DEFAULT_MODEL, load_model
+
+
+def print_cache_summary(summary: CacheSummary) -> None:
+    """The cache summary as a table: tokens, hooks, shards, throughput, location."""
+    status = "already complete" if summary.already_complete else (
+        f"resumed from block {summary.resumed_from_blocks}" if summary.resumed_from_blocks else "fresh"
+    )
+    print_table(
+        "activation cache",
+        ["field", "value"],
+        [
+            ("atlas", summary.atlas),
+            ("model", summary.model),
+            ("hooks", ", ".join(summary.hooks)),
+            ("tokens per hook", summary.n_tokens),
+            ("blocks per hook", summary.n_blocks),
+            ("shards (all hooks)", summary.n_shards),
+            ("run", status),
+            ("seconds", round(summary.seconds, 1)),
+            ("tokens/s", round(summary.tokens_per_second, 1)),
+        ],
+    )
+
+
+@handle_errors
+def cache_command(
+    atlas: Path = typer.Option(Path("atlas-demo"), help="Atlas directory (created if missing)."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Model: smollm2-135m, a HF id, a local folder or .gguf."),
+    hook: list[str] = typer.Option([], help="Hook to cache (repeatable); default: resid_post at --layers spread layers."),
+    layers: int = typer.Option(3, min=1, help="Number of layers spread over the depth when no --hook is given."),
+    corpus: str = typer.Option("builtin", help="builtin, a .txt/.jsonl/.parquet file or folder, or hf:<dataset>."),
+    text_field: str = typer.Option("text", help="Text field of .jsonl / .parquet / HF records."),
+    tokens: int = typer.Option(131072, min=1, help="Tokens to cache per hook."),
+    context: int = typer.Option(128, min=2, help="Block length in tokens."),
+    no_bos: bool = typer.Option(False, "--no-bos", help="Do not start blocks with BOS."),
+    dtype: str = typer.Option("float32", help="Stored dtype: float32, float16 or bfloat16."),
+    batch_blocks: int = typer.Option(8, min=1, help="Blocks per forward pass."),
+    shard_blocks: int = typer.Option(64, min=1, help="Blocks per shard file."),
+    seed: int = typer.Option(0, help="Seed of the document order."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Cache activations of several hooks in one pass; re-running resumes an interrupted run."""
+    handle = load_model(model)
+    hooks = list(hook) or handle.default_hooks(layers)
+    spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context,
+                      prepend_bos=not no_bos, seed=seed)
+    summary = cache_activations(handle, atlas, hooks, corpus=spec, n_tokens=tokens, dtype=dtype,
+                                batch_blocks=batch_blocks, shard_blocks=shard_blocks,
+                                progress=not json_out)
+    if json_out:
+        print_json(summary)
+    else:
+        print_cache_summary(summary)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `cache` verb."""
+    app.command("cache")(cache_command)

@@ -1,0 +1,60 @@
+"""Shared CLI helpers: printing results as rich tables or JSON, and error handling."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable
+from functools import wraps
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from store.errors import AtlasError
+
+console = Console()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(fn: F) -> F:
+    """Print an AtlasError as one red line and exit with status 2 instead of a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AtlasError as exc:
+            typer.secho(f"error: {exc}", fg="red", err=True)
+            raise typer.Exit(2) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, tensors and numpy values as plain JSON types."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return obj
+
+
+def print_json(obj: Any) -> None:
+    """Print `obj` as JSON on stdout."""
+    typer.echo(json.dumps(to_jsonable(obj), indent=2))
+
+
+def print_table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> None:
+    """Print rows as a rich table."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+    console.print(table)

@@ -1,0 +1,188 @@
+"""Caching residual-stream activations: one forward pass per batch for all hooks.
+
+The model runs only up to the deepest hooked layer. Every hook's writer flushes shards
+at the same block counts, and shard boundaries fall on batch boundaries, so a run that
+was killed resumes from the last shard all hooks have verified and produces exactly the
+bytes an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from saes.corpus import CorpusSpec, iter_blocks
+from saes.models import ModelHandle
+from store.activations import ActivationWriter, parse_dtype
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+
+
+@dataclass
+class CacheSummary:
+    """What a cache run produced (printed by the CLI)."""
+
+    atlas: str
+    model: str
+    hooks: list[str]
+    n_blocks: int
+    n_tokens: int
+    n_shards: int
+    resumed_from_blocks: int
+    seconds: float
+    tokens_per_second: float
+    already_complete: bool
+
+
+def _check_model_matches(layout: AtlasLayout, spec: Any) -> None:
+    if layout.atlas_json.exists():
+        cached = layout.read_meta().get("model")
+        if cached is not None and cached != spec:
+            raise InvalidInputError(
+                f"{layout.atlas_json} belongs to model {cached!r}, not {spec!r}; "
+                "use another --atlas directory"
+            )
+
+
+def _capture_hooks(hooks: list[str], store: dict[str, torch.Tensor]) -> list[tuple[str, Any]]:
+    def make(name: str) -> Any:
+        def capture(tensor: torch.Tensor, hook: Any) -> torch.Tensor:
+            store[name] = tensor.detach()
+            return tensor
+
+        return capture
+
+    return [(name, make(name)) for name in hooks]
+
+
+def run_hooks(handle: ModelHandle, tokens: torch.Tensor, hooks: list[str]) -> dict[str, torch.Tensor]:
+    """Activations `[batch, pos, d]` of `hooks` from one forward pass stopped after the deepest."""
+    stop = max(handle.hook_layer(h) for h in hooks) + 1
+    captured: dict[str, torch.Tensor] = {}
+    with torch.inference_mode():
+        handle.bridge.run_with_hooks(
+            tokens, fwd_hooks=_capture_hooks(hooks, captured), stop_at_layer=max(stop, 1)
+        )
+    missing = [h for h in hooks if h not in captured]
+    if missing:
+        raise InvalidInputError(f"hooks {missing} did not fire before layer {stop}")
+    return captured
+
+
+def cache_activations(
+    handle: ModelHandle,
+    atlas: str | Path,
+    hooks: list[str],
+    *,
+    corpus: CorpusSpec,
+    n_tokens: int,
+    dtype: str = "float32",
+    batch_blocks: int = 8,
+    shard_blocks: int = 64,
+    progress: bool = True,
+) -> CacheSummary:
+    """Cache `hooks` of `handle` over `n_tokens` tokens of `corpus` into the atlas at `atlas`.
+
+    Re-running after an interruption resumes; re-running a finished cache does nothing.
+    """
+    if not hooks:
+        raise InvalidInputError("no hooks requested")
+    for hook in hooks:
+        handle.check_hook(hook)
+    parse_dtype(dtype)
+    target_blocks = n_tokens // corpus.context_size
+    if target_blocks < 1:
+        raise InvalidInputError(f"n_tokens={n_tokens} is less than one block of {corpus.context_size}")
+    shard_blocks = -(-shard_blocks // batch_blocks) * batch_blocks  # shards end on batch ends
+    layout = AtlasLayout(atlas)
+    _check_model_matches(layout, handle.spec)
+    writers = {
+        hook: ActivationWriter(
+            atlas,
+            hook,
+            d=handle.d_model,
+            dtype=dtype,
+            model=handle.name,
+            context_size=corpus.context_size,
+            bos_token_id=handle.bos_token_id,
+            prepend_bos=corpus.prepend_bos,
+            shard_blocks=shard_blocks,
+            extra={"corpus": dataclasses.asdict(corpus), "target_blocks": target_blocks},
+        )
+        for hook in hooks
+    }
+    layout.update_meta(
+        model=handle.spec,
+        model_name=handle.name,
+        n_layers=handle.n_layers,
+        d_model=handle.d_model,
+        corpus=dataclasses.asdict(corpus),
+        hooks=sorted(set(layout.read_meta().get("hooks", []) if layout.atlas_json.exists() else []) | set(hooks)),
+    )
+    start = time.perf_counter()
+    if all(w.complete for w in writers.values()):
+        done = {w.n_blocks_done for w in writers.values()}
+        if done != {target_blocks}:
+            raise InvalidInputError(
+                f"hooks are already cached with {sorted(done)} blocks, not {target_blocks}; "
+                "use another --atlas directory to cache a different amount"
+            )
+        return _summary(layout, handle, writers, 0, 0.0, 0, already_complete=True)
+    resume = min(w.n_blocks_done for w in writers.values())
+    for writer in writers.values():
+        if writer.n_blocks_done != resume or writer.complete:
+            writer.truncate_to(resume)
+    seen = 0
+    computed = 0
+    bar = tqdm(total=target_blocks * corpus.context_size, initial=resume * corpus.context_size,
+               unit="tok", unit_scale=True, desc="caching", disable=not progress)
+    for batch in iter_blocks(handle.tokenizer, corpus, max_blocks=target_blocks, batch_blocks=batch_blocks):
+        n = len(batch.token_ids)
+        seen += n
+        if seen <= resume:
+            continue
+        acts = run_hooks(handle, batch.token_ids, hooks)
+        for hook, writer in writers.items():
+            writer.append(acts[hook], batch.token_ids, batch.doc_ids)
+        computed += n
+        bar.update(n * corpus.context_size)
+    bar.close()
+    if seen < target_blocks:
+        raise InvalidInputError(
+            f"corpus {corpus.source!r} gave only {seen} blocks of {corpus.context_size} tokens; "
+            f"{target_blocks} were requested (ask for at most {seen * corpus.context_size} tokens)"
+        )
+    for writer in writers.values():
+        writer.finish()
+    seconds = time.perf_counter() - start
+    return _summary(layout, handle, writers, resume, seconds, computed * corpus.context_size)
+
+
+def _summary(
+    layout: AtlasLayout,
+    handle: ModelHandle,
+    writers: dict[str, ActivationWriter],
+    resumed: int,
+    seconds: float,
+    computed_tokens: int,
+    already_complete: bool = False,
+) -> CacheSummary:
+    first = next(iter(writers.values())).manifest
+    return CacheSummary(
+        atlas=str(layout.root),
+        model=handle.name,
+        hooks=list(writers),
+        n_blocks=first["n_blocks"],
+        n_tokens=first["n_tokens"],
+        n_shards=sum(len(w.manifest["shards"]) for w in writers.values()),
+        resumed_from_blocks=resumed,
+        seconds=seconds,
+        tokens_per_second=computed_tokens / seconds if seconds > 0 else 0.0,
+        already_complete=already_complete,
+    )
