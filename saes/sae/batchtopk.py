@@ -20,6 +20,7 @@ from saes.sae.losses import (
     auxk_loss,
     auxk_select,
     fired_counts,
+    normalised_error,
     reconstruction_metrics,
 )
 
@@ -61,9 +62,14 @@ class BatchTopKSAE(SAE):
         self.threshold.mul_(1.0 - rate).add_(rate * kept.min())
 
     def _reconstruction_loss(
-        self, x: torch.Tensor, f: torch.Tensor, metrics: dict[str, torch.Tensor]
+        self,
+        x: torch.Tensor,
+        x_hat: torch.Tensor,
+        f: torch.Tensor,
+        info: StepInfo,
+        metrics: dict[str, torch.Tensor],
     ) -> torch.Tensor:
-        return metrics["fvu"]
+        return normalised_error(x, x_hat, info)
 
     def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
         """FVU (+ AuxK) loss with the batch top-k code; updates the inference threshold."""
@@ -72,7 +78,7 @@ class BatchTopKSAE(SAE):
         self._update_threshold(f, info)
         x_hat = self.decode(f)
         metrics = reconstruction_metrics(x, x_hat, (f > 0).sum(-1))
-        loss = self._reconstruction_loss(x, f, metrics)
+        loss = self._reconstruction_loss(x, x_hat, f, info, metrics)
         if info.dead_mask is not None:
             aux = auxk_select(pre, info.dead_mask, info.k_aux)
             if aux is not None:

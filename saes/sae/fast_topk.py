@@ -37,7 +37,9 @@ class _GatheredPre(torch.autograd.Function):
         grad_W_enc = grad_b_enc = grad_b_dec = None
         if ctx.needs_input_grad[0]:
             rows = torch.arange(B, device=idx.device).repeat_interleave(M)
-            S_FB = torch.sparse_coo_tensor(torch.stack([flat_idx, rows]), flat_grad, (d_sae, B))
+            S_FB = torch.sparse_coo_tensor(
+                torch.stack([flat_idx, rows]), flat_grad, (d_sae, B), check_invariants=False
+            )
             grad_W_enc = torch.sparse.mm(S_FB, x_c).t()
         colsum = torch.zeros(d_sae, dtype=W_enc.dtype, device=W_enc.device)
         colsum.index_add_(0, flat_idx, flat_grad)

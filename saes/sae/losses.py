@@ -22,6 +22,10 @@ class StepInfo:
     dead_mask: torch.Tensor | None = None  # [d_sae] bool: latents that count as dead
     k_aux: int = 0  # AuxK: how many dead latents reconstruct the residual
     aux_coefficient: float = 1.0 / 32.0
+    # sum_d Var(x_d) of the training data, estimated once by the trainer. Losses divide the
+    # squared error by it (a constant), so the loss stays a plain per-token mean and
+    # data-parallel training equals single-process training; None: use the batch's.
+    data_variance: float | None = None
 
 
 @dataclass
@@ -36,6 +40,12 @@ class TrainStep:
 def total_variance(x_BD: torch.Tensor) -> torch.Tensor:
     """`sum_d Var(x_d)` over the batch (the FVU denominator), floored away from zero."""
     return (x_BD - x_BD.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
+
+
+def normalised_error(x_BD: torch.Tensor, x_hat_BD: torch.Tensor, info: StepInfo) -> torch.Tensor:
+    """`E_t||x - x_hat||^2 / sum_d Var(x_d)` with the run's variance (`info.data_variance`)."""
+    denom = info.data_variance if info.data_variance is not None else total_variance(x_BD)
+    return (x_BD - x_hat_BD).pow(2).sum(-1).mean() / denom
 
 
 def reconstruction_metrics(

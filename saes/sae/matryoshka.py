@@ -13,7 +13,7 @@ import torch
 
 from saes.sae.base import SAEConfig
 from saes.sae.batchtopk import BatchTopKSAE
-from saes.sae.losses import total_variance
+from saes.sae.losses import StepInfo, normalised_error
 from store.errors import InvalidInputError
 
 
@@ -39,15 +39,20 @@ class MatryoshkaSAE(BatchTopKSAE):
         self.prefixes = matryoshka_prefixes(cfg)
 
     def _reconstruction_loss(
-        self, x: torch.Tensor, f: torch.Tensor, metrics: dict[str, torch.Tensor]
+        self,
+        x: torch.Tensor,
+        x_hat: torch.Tensor,
+        f: torch.Tensor,
+        info: StepInfo,
+        metrics: dict[str, torch.Tensor],
     ) -> torch.Tensor:
-        denom = total_variance(x)
-        x_hat = self.b_dec.expand_as(x)
+        partial = self.b_dec.expand_as(x)
         start = 0
         fvus = []
-        for end in self.prefixes:
-            x_hat = x_hat + f[:, start:end] @ self.W_dec[start:end]
-            fvus.append((x - x_hat).pow(2).sum(-1).mean() / denom)
+        for end in self.prefixes[:-1]:
+            partial = partial + f[:, start:end] @ self.W_dec[start:end]
+            fvus.append(normalised_error(x, partial, info))
             start = end
-        metrics["fvu_first_prefix"] = fvus[0]
+        fvus.append(normalised_error(x, x_hat, info))
+        metrics["loss_first_prefix"] = fvus[0]
         return torch.stack(fvus).mean()

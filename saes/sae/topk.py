@@ -11,7 +11,14 @@ import torch
 
 from saes.sae.base import SAE
 from saes.sae.fast_topk import topk_sparse_forward
-from saes.sae.losses import StepInfo, TrainStep, auxk_loss, auxk_select, reconstruction_metrics
+from saes.sae.losses import (
+    StepInfo,
+    TrainStep,
+    auxk_loss,
+    auxk_select,
+    normalised_error,
+    reconstruction_metrics,
+)
 
 
 def topk_code(pre: torch.Tensor, k: int) -> torch.Tensor:
@@ -39,7 +46,7 @@ class TopKSAE(SAE):
             n_active, fired = (f > 0).sum(-1), (f > 0).sum(0)
             aux = None if info.dead_mask is None else auxk_select(pre, info.dead_mask, info.k_aux)
         metrics = reconstruction_metrics(x, x_hat, n_active)
-        loss = metrics["fvu"]
+        loss = normalised_error(x, x_hat, info)
         if aux is not None:
             metrics["auxk"] = auxk_loss(x - x_hat, aux[0], aux[1], self.W_dec)
             loss = loss + info.aux_coefficient * metrics["auxk"]

@@ -1,0 +1,1 @@
+"""SAE training: config, schedule, trainer with checkpoints and resume, distributed runs."""

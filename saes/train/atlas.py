@@ -1,0 +1,179 @@
+"""Train one SAE per cached hook of an atlas and record them in `atlas.json`.
+
+Each SAE gets the id `<hook>-<architecture>-<d_sae>` and its own directory
+`saes/<sae_id>/` (SAELens weights, `training.json`, checkpoints while running). Under
+torchrun, several hooks are dealt to the ranks (per-layer distribution) and a single hook
+is trained data-parallel (DDP) by all ranks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from saes.sae.base import SAEConfig
+from saes.train.checkpoint import remove_checkpoints
+from saes.train.config import TrainConfig
+from saes.train.distributed import DistContext, assign_hooks, barrier, init_distributed
+from saes.train.trainer import train_sae
+from store.activations import ActivationReader
+from store.atomic import read_json
+from store.errors import InvalidInputError, UnknownHookError
+from store.layout import AtlasLayout, check_id
+
+DISTRIBUTE_MODES = ("auto", "ddp", "per_layer")
+DEFAULT_EXPANSION = 8
+HELDOUT_EVAL_TOKENS = 262_144
+
+
+def sae_id_for(hook: str, architecture: str, d_sae: int) -> str:
+    """The SAE id `<hook>-<architecture>-<d_sae>` (a safe path component)."""
+    return check_id(f"{hook}-{architecture}-{d_sae}", "SAE id")
+
+
+def _sae_config(
+    reader: ActivationReader, architecture: str, d_sae: int | None, expansion: int | None,
+    k: int | None, options: dict[str, Any], seed: int,
+) -> SAEConfig:
+    width = d_sae if d_sae is not None else (expansion or DEFAULT_EXPANSION) * reader.d
+    corpus = reader.manifest.get("extra", {}).get("corpus", {})
+    return SAEConfig(
+        architecture=architecture,
+        d_in=reader.d,
+        d_sae=width,
+        k=k if architecture in ("topk", "batchtopk", "matryoshka") else None,
+        model_name=reader.model,
+        hook_name=reader.hook,
+        context_size=reader.context_size,
+        prepend_bos=reader.manifest.get("prepend_bos", True),
+        dataset_path=str(corpus.get("source", "")),
+        seed=seed,
+        **options,
+    )
+
+
+def _completed(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig) -> dict[str, Any] | None:
+    """The training record if this exact SAE and run already finished, else None."""
+    path = sae_dir / "training.json"
+    if not (path.exists() and (sae_dir / "cfg.json").exists()):
+        return None
+    record = read_json(path, f"delete {sae_dir} and train again")
+    resolved = train_cfg.resolve(sae_cfg.d_in, sae_cfg.d_sae).to_dict()
+    same = record.get("sae_config") == sae_cfg.to_dict() and all(
+        record.get("train_config", {}).get(key) == value
+        for key, value in resolved.items()
+        if key not in ("progress", "device", "log_every_steps")
+    )
+    return record if record.get("status") == "complete" and same else None
+
+
+def _summary(sae_id: str, sae_cfg: SAEConfig, record: dict[str, Any]) -> dict[str, Any]:
+    heldout = record.get("heldout_metrics") or {}
+    final = record.get("final_metrics") or {}
+    return {
+        "sae_id": sae_id,
+        "hook": sae_cfg.hook_name,
+        "architecture": sae_cfg.architecture,
+        "d_in": sae_cfg.d_in,
+        "d_sae": sae_cfg.d_sae,
+        "k": sae_cfg.k,
+        "tokens": record["train_config"]["total_tokens"],
+        "input_scale": record.get("input_scale"),
+        "train_fvu": final.get("fvu"),
+        "train_l0": final.get("l0"),
+        "fvu": heldout.get("fvu"),
+        "l0": heldout.get("l0"),
+        "dead_fraction": heldout.get("dead_fraction"),
+    }
+
+
+def _train_one(
+    root: Path, hook: str, architecture: str, d_sae: int | None, expansion: int | None,
+    k: int | None, options: dict[str, Any], train_cfg: TrainConfig, overwrite: bool,
+    ctx: DistContext | None,
+) -> None:
+    layout = AtlasLayout(root)
+    reader = ActivationReader(root, hook)
+    sae_cfg = _sae_config(reader, architecture, d_sae, expansion, k, options, train_cfg.seed)
+    sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae)
+    sae_dir = layout.sae_dir(sae_id)
+    if overwrite and (ctx is None or ctx.is_main):
+        for name in ("training.json", "cfg.json"):
+            (sae_dir / name).unlink(missing_ok=True)
+        remove_checkpoints(sae_dir)
+    barrier(ctx)
+    if _completed(sae_dir, sae_cfg, train_cfg) is None:
+        B, seed = train_cfg.batch_size, train_cfg.seed
+
+        def stream(skip: int):
+            return reader.batches(B, seed=seed, split="train", repeat=True, skip_batches=skip)
+
+        heldout = itertools.islice(
+            reader.batches(B, seed=seed, split="heldout"), max(1, HELDOUT_EVAL_TOKENS // B)
+        )
+        train_sae(sae_cfg, stream, train_cfg, out_dir=sae_dir, eval_batches=heldout, ctx=ctx)
+
+
+def train_saes(
+    atlas_root: str | Path,
+    hooks: Sequence[str] | None = None,
+    *,
+    architecture: str = "topk",
+    d_sae: int | None = None,
+    expansion: int | None = None,
+    k: int | None = 32,
+    sae_options: dict[str, Any] | None = None,
+    train_cfg: TrainConfig | None = None,
+    distribute: str = "auto",
+    overwrite: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Train one SAE per hook (default: every cached hook) and record them in atlas.json.
+
+    `d_sae` (or `expansion * d_in`, default 8x) sets the width; `sae_options` holds other
+    `SAEConfig` fields (e.g. `l1_coefficient`). A finished SAE with the same configuration
+    is not retrained unless `overwrite`; an interrupted one resumes from its checkpoint.
+    Under torchrun (`distribute="auto"`) several hooks are split over the ranks and one
+    hook is trained with DDP. Returns `{hook: summary}` with the SAE id and its metrics.
+    """
+    root = Path(atlas_root)
+    layout = AtlasLayout(root)
+    cached = layout.cached_hooks()
+    chosen = list(hooks) if hooks else cached
+    if not chosen:
+        raise InvalidInputError(f"no cached activations in {root}; run `sae-atlas cache` first")
+    unknown = [h for h in chosen if h not in cached]
+    if unknown:
+        raise UnknownHookError(
+            f"hooks {unknown} are not cached in {root}; cached: {', '.join(cached) or '(none)'}"
+        )
+    if distribute not in DISTRIBUTE_MODES:
+        raise InvalidInputError(f"distribute must be one of {', '.join(DISTRIBUTE_MODES)}, got {distribute!r}")
+    train_cfg = train_cfg or TrainConfig()
+    options = dict(sae_options or {})
+    ctx = init_distributed()
+    if distribute == "auto":
+        distribute = "per_layer" if len(chosen) > 1 else "ddp"
+    per_layer = ctx is not None and distribute == "per_layer"
+    mine = assign_hooks(chosen, ctx) if per_layer else chosen
+    args = (architecture, d_sae, expansion, k, options, train_cfg, overwrite)
+    for hook in mine:
+        _train_one(root, hook, *args, None if per_layer else ctx)
+    barrier(ctx)
+    results = {}
+    for hook in chosen:  # every rank reads the finished records; rank 0 writes atlas.json
+        reader = ActivationReader(root, hook)
+        sae_cfg = _sae_config(reader, architecture, d_sae, expansion, k, options, train_cfg.seed)
+        sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae)
+        record = _completed(layout.sae_dir(sae_id), sae_cfg, train_cfg)
+        if record is None:
+            raise InvalidInputError(f"training of {sae_id} did not complete")
+        results[hook] = _summary(sae_id, sae_cfg, record)
+    if ctx is None or ctx.is_main:
+        meta = layout.read_meta() if layout.atlas_json.exists() else {}
+        saes = dict(meta.get("saes", {}))
+        saes.update({r["sae_id"]: r for r in results.values()})
+        layout.update_meta(saes=saes)
+    barrier(ctx)
+    return results
