@@ -174,6 +174,20 @@ def _initialise_from_data(run: _Run, first: list[torch.Tensor]) -> None:
         run.sae.b_dec.copy_(first_batch.mean(0))
 
 
+def _checked(batch: torch.Tensor | None, step: int, cfg: TrainConfig, d_in: int) -> torch.Tensor:
+    """The batch, or InvalidInputError when the stream ended early or the shape is wrong."""
+    if batch is None:
+        raise InvalidInputError(
+            f"the batch source ran out after {step} batches; the run needs "
+            f"{cfg.total_steps} batches of {cfg.batch_size} tokens"
+        )
+    if tuple(batch.shape) != (cfg.batch_size, d_in):
+        raise InvalidInputError(
+            f"expected batches of shape ({cfg.batch_size}, {d_in}), got {tuple(batch.shape)}"
+        )
+    return batch
+
+
 def _summarise(window: list[dict[str, float]]) -> dict[str, float]:
     """Mean of each metric over the rows of a logging window that have it (sorted keys)."""
     keys = sorted({k for row in window for k in row})
@@ -220,9 +234,8 @@ def train_sae(
         resumed = run.step
     stream = _open_stream(batches, run.step)
     if resumed is None:
-        first = list(itertools.islice(stream, min(cfg.scale_batches, cfg.total_steps)))
-        if not first:
-            raise InvalidInputError("the batch source yielded no batches")
+        n_first = min(cfg.scale_batches, cfg.total_steps)
+        first = [_checked(next(stream, None), i, cfg, sae_cfg.d_in) for i in range(n_first)]
         _initialise_from_data(run, first)
         stream = itertools.chain(first, stream)
 
@@ -240,16 +253,7 @@ def train_sae(
     last = cfg.total_steps if stop_after_steps is None else min(cfg.total_steps, stop_after_steps)
     run.sae.train()
     while run.step < last:
-        batch = next(stream, None)
-        if batch is None:
-            raise InvalidInputError(
-                f"the batch source ran out after {run.step} batches; the run needs "
-                f"{cfg.total_steps} batches of {cfg.batch_size} tokens"
-            )
-        if batch.shape != (cfg.batch_size, sae_cfg.d_in):
-            raise InvalidInputError(
-                f"expected batches of shape ({cfg.batch_size}, {sae_cfg.d_in}), got {tuple(batch.shape)}"
-            )
+        batch = _checked(next(stream, None), run.step, cfg, sae_cfg.d_in)
         x = rank_slice(batch, ctx).to(device, torch.float32) * run.scale
         info = StepInfo(
             step=run.step,

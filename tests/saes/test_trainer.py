@@ -1,0 +1,166 @@
+"""Trainer: every architecture recovers a planted dictionary; scaling fold; config errors."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from saes.sae.base import ARCHITECTURES, SAEConfig
+from saes.sae.registry import build_sae
+from saes.train.config import TrainConfig, default_lr
+from saes.train.evaluate import evaluate_sae
+from saes.train.geometric_median import geometric_median
+from saes.train.scaling import fold_input_scale
+from saes.train.schedule import lr_factor
+from saes.train.trainer import TrainResult, train_sae
+from store.errors import InvalidInputError
+from tests.saes.planted import planted_atoms, planted_batches, recovery
+
+D_IN, N_ATOMS, D_SAE, ACTIVE, BATCH, STEPS = 32, 128, 256, 3, 256, 120
+ARCH_OPTIONS = {
+    "standard": {"l1_coefficient": 1.0, "l1_warmup_steps": 50},
+    "topk": {"k": ACTIVE},
+    "batchtopk": {"k": ACTIVE},
+    "jumprelu": {"l0_coefficient": 0.1, "jumprelu_init_threshold": 0.5},
+    "matryoshka": {"k": ACTIVE},
+}
+
+
+@pytest.fixture(scope="module")
+def atoms() -> torch.Tensor:
+    return planted_atoms(D_IN, N_ATOMS)
+
+
+@pytest.fixture(scope="module")
+def trained(atoms: torch.Tensor) -> dict[str, TrainResult]:
+    """One short run per architecture on the same planted stream (scaled raw inputs x 7)."""
+    data = [7.0 * b for b in planted_batches(atoms, BATCH, STEPS, active=ACTIVE)]
+    heldout = [7.0 * b for b in planted_batches(atoms, BATCH, 8, active=ACTIVE, seed=99)]
+    cfg = TrainConfig(total_tokens=BATCH * STEPS, batch_size=BATCH, lr=6e-3, progress=False)
+    return {
+        arch: train_sae(SAEConfig(arch, D_IN, D_SAE, **ARCH_OPTIONS[arch]), data, cfg, eval_batches=heldout)
+        for arch in ARCHITECTURES
+    }
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_every_architecture_recovers_the_planted_dictionary(
+    arch: str, trained: dict[str, TrainResult], atoms: torch.Tensor
+) -> None:
+    result = trained[arch]
+    assert recovery(result.sae.W_dec, atoms) >= 0.9
+    assert result.heldout_metrics["fvu"] < 0.25
+    assert torch.allclose(result.sae.W_dec.norm(dim=-1), torch.ones(D_SAE), atol=1e-5)
+    assert 1.0 <= result.heldout_metrics["l0"] <= 20.0
+    assert [h["step"] for h in result.history][-1] == STEPS
+
+
+def test_topk_and_batchtopk_inference_sparsity(trained: dict[str, TrainResult]) -> None:
+    assert trained["topk"].heldout_metrics["l0"] <= ACTIVE
+    for arch in ("batchtopk", "matryoshka"):  # the learned threshold gives L0 close to k
+        assert abs(trained[arch].heldout_metrics["l0"] - ACTIVE) < 0.25 * ACTIVE
+
+
+def test_inputs_are_normalised_and_folded(trained: dict[str, TrainResult], atoms: torch.Tensor) -> None:
+    result = trained["topk"]
+    raw = torch.cat(list(planted_batches(atoms, BATCH, 8, active=ACTIVE)))[: BATCH * 8] * 7.0
+    scale = result.input_scale
+    assert math.isclose(float((raw * scale).pow(2).sum(-1).mean()), D_IN, rel_tol=0.05)
+    assert result.sae.training is False
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_folded_sae_on_raw_inputs_equals_scaled_unfolded(arch: str) -> None:
+    torch.manual_seed(0)
+    sae = build_sae(SAEConfig(arch, 16, 64, **({"k": 4} if "k" in ARCH_OPTIONS[arch] else {})))
+    with torch.no_grad():
+        sae.b_dec.normal_()
+        sae.b_enc.normal_(0, 0.3)
+        if arch == "jumprelu":
+            sae.log_threshold.uniform_(-2, 0)
+        if arch in ("batchtopk", "matryoshka"):
+            sae.threshold.fill_(0.4)
+    sae.eval()
+    scale = 0.137
+    folded = fold_input_scale(sae, scale)
+    x = torch.randn(50, 16) * 9
+    with torch.no_grad():
+        expected = sae(scale * x).x_hat / scale
+        got = folded(x).x_hat
+    assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4)
+    assert torch.equal(folded.W_dec, sae.W_dec)
+
+
+def test_geometric_median_is_robust_and_optimal() -> None:
+    pts = torch.tensor([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])
+    assert torch.allclose(geometric_median(pts), torch.tensor([1.0, 0.0]), atol=1e-4)
+    gen = torch.Generator().manual_seed(0)
+    cloud = torch.cat([torch.randn(200, 5, generator=gen), torch.full((20, 5), 100.0)])
+    gm = geometric_median(cloud)
+    assert gm.norm() < 1.0 < cloud.mean(0).norm()  # the outliers pull the mean, not the median
+    cost = lambda p: float((cloud - p).norm(dim=1).sum())  # noqa: E731
+    for _ in range(5):
+        assert cost(gm) <= cost(gm + 0.05 * torch.randn(5, generator=gen))
+
+
+def test_lr_schedule_and_default_lr() -> None:
+    assert math.isclose(default_lr(2**14), 2e-4) and math.isclose(default_lr(2**16), 1e-4)
+    factors = [lr_factor(s, 100, 10, 0.2) for s in range(100)]
+    assert factors[0] == 0.1 and factors[9] == 1.0 and factors[50] == 1.0
+    assert factors[80] == 1.0 and math.isclose(factors[90], 0.5) and factors[99] == 0.05
+
+
+def test_resolved_defaults_scale_with_the_run() -> None:
+    cfg = TrainConfig(total_tokens=262_144, batch_size=4096).resolve(d_in=576, d_sae=4608)
+    assert cfg.lr_warmup_steps == 3 and cfg.k_aux == 288
+    assert cfg.dead_window_tokens == 26_214 and cfg.checkpoint_every_tokens == 26_214
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"total_tokens": 0}, "total_tokens"),
+        ({"total_tokens": 10, "batch_size": 64}, "at least one batch"),
+        ({"lr": -1.0}, "lr must be"),
+        ({"b_dec_init": "median"}, "b_dec_init"),
+        ({"lr_decay_fraction": 1.5}, "lr_decay_fraction"),
+        ({"k_aux": -3}, "k_aux"),
+    ],
+)
+def test_bad_train_config_is_rejected(kwargs: dict, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        TrainConfig(**kwargs)
+
+
+def test_unknown_config_keys_and_bad_batches_are_rejected(atoms: torch.Tensor) -> None:
+    with pytest.raises(InvalidInputError, match="unknown training config keys"):
+        TrainConfig.from_dict({"total_tokenz": 5})
+    cfg = TrainConfig(total_tokens=64 * 4, batch_size=64, progress=False)
+    sae_cfg = SAEConfig("topk", D_IN, 64, k=2)
+    with pytest.raises(InvalidInputError, match="ran out after 2 batches"):
+        train_sae(sae_cfg, list(planted_batches(atoms, 64, 2)), cfg)
+    with pytest.raises(InvalidInputError, match="expected batches of shape"):
+        train_sae(sae_cfg, [torch.randn(64, D_IN + 1)] * 4, cfg)
+
+
+def test_dead_latents_get_auxk_after_the_window(atoms: torch.Tensor) -> None:
+    data = list(itertools.islice(planted_batches(atoms, 128, 40), 40))
+    cfg = TrainConfig(total_tokens=128 * 40, batch_size=128, dead_window_tokens=128 * 5,
+                      lr=3e-3, progress=False, log_every_steps=5)
+    result = train_sae(SAEConfig("topk", D_IN, 512, k=2), data, cfg)
+    assert "auxk" not in result.history[0] and "auxk" in result.history[-1]
+    assert result.history[-1]["dead_fraction"] > 0
+
+
+def test_evaluate_uses_variance_not_mean_square() -> None:
+    sae = build_sae(SAEConfig("topk", 4, 8, k=1))
+    with torch.no_grad():  # an SAE that outputs only b_dec: FVU is 1 when b_dec is the mean
+        sae.W_dec.zero_()
+        sae.b_dec.fill_(10.0)
+    x = 10.0 + torch.randn(4000, 4, generator=torch.Generator().manual_seed(0))
+    metrics, density = evaluate_sae(sae, [x])
+    assert math.isclose(metrics["fvu"], 1.0, rel_tol=0.05)
+    assert density.shape == (8,)
