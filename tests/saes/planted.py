@@ -33,3 +33,18 @@ def recovery(W_dec: torch.Tensor, atoms: torch.Tensor) -> float:
     """Mean over true atoms of the best cosine with any learned decoder row."""
     W = W_dec / W_dec.norm(dim=-1, keepdim=True)
     return float((atoms @ W.detach().T).max(dim=1).values.mean())
+
+
+def write_planted_atlas(root, hooks: list[str], *, d_in: int = 32, n_atoms: int = 96,
+                        n_blocks: int = 40, context: int = 32, seed: int = 0) -> None:
+    """An atlas whose hooks hold planted activations (one dictionary per hook), no BOS."""
+    from store.activations import ActivationWriter
+
+    for h, hook in enumerate(hooks):
+        atoms = planted_atoms(d_in, n_atoms, seed=seed + h)
+        acts = next(planted_batches(atoms, n_blocks * context, 1, seed=seed + h))
+        writer = ActivationWriter(root, hook, d=d_in, model="planted", context_size=context,
+                                  bos_token_id=None, prepend_bos=False, shard_blocks=8)
+        writer.append(acts.reshape(n_blocks, context, d_in),
+                      torch.zeros(n_blocks, context, dtype=torch.int64), torch.arange(n_blocks))
+        writer.finish()
