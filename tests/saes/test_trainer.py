@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +19,8 @@ from saes.train.scaling import fold_input_scale
 from saes.train.schedule import lr_factor
 from saes.train.trainer import TrainResult, train_sae
 from store.errors import InvalidInputError
-from tests.saes.planted import planted_atoms, planted_batches, recovery
+from store.layout import AtlasLayout
+from tests.saes.planted import planted_atoms, planted_batches, recovery, write_planted_atlas
 
 D_IN, N_ATOMS, D_SAE, ACTIVE, BATCH, STEPS = 32, 128, 256, 3, 256, 120
 ARCH_OPTIONS = {
@@ -164,3 +167,41 @@ def test_evaluate_uses_variance_not_mean_square() -> None:
     metrics, density = evaluate_sae(sae, [x])
     assert math.isclose(metrics["fvu"], 1.0, rel_tol=0.05)
     assert density.shape == (8,)
+
+
+def test_cli_trains_every_cached_hook_and_records_the_saes(tmp_path: Path) -> None:
+    pytest.importorskip("saes.formats.saelens")
+    import typer
+    from typer.testing import CliRunner
+
+    from api.commands.train import register
+
+    hooks = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+    write_planted_atlas(tmp_path, hooks)
+    config = tmp_path / "train.toml"
+    config.write_text('arch = "batchtopk"\nk = 3\nbatch-size = 64\nlr = 0.003\nscale_batches = 2\n')
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # keep `train` a subcommand
+    runner = CliRunner()
+    args = ["train", "--atlas", str(tmp_path), "--config", str(config), "--d-sae", "64",
+            "--tokens", "640", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    results = json.loads(res.output)
+    assert sorted(results) == hooks
+    ids = {results[h]["sae_id"] for h in hooks}
+    assert ids == {f"{h}-batchtopk-64" for h in hooks}
+    meta = AtlasLayout(tmp_path).read_meta()
+    assert set(meta["saes"]) == ids and meta["saes"][f"{hooks[0]}-batchtopk-64"]["k"] == 3
+    record = json.loads((AtlasLayout(tmp_path).sae_dir(f"{hooks[1]}-batchtopk-64") / "training.json").read_text())
+    assert record["train_config"]["scale_batches"] == 2 and record["heldout_metrics"]["fvu"] < 1.0
+    assert "torch" in record["created_with"]
+    again = runner.invoke(app, args)  # finished SAEs with the same config are not retrained
+    assert again.exit_code == 0 and json.loads(again.output) == results
+
+    config.write_text("learning_rate = 1\n")
+    bad = runner.invoke(app, ["train", "--atlas", str(tmp_path), "--config", str(config)])
+    assert bad.exit_code == 2 and "unknown key 'learning_rate'" in bad.output
+    bad = runner.invoke(app, ["train", "--atlas", str(tmp_path), "--hook", "blocks.9.hook_resid_post"])
+    assert bad.exit_code == 2 and "not cached" in bad.output

@@ -1,0 +1,116 @@
+"""`sae-atlas train`: train one SAE per cached hook of an atlas."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from api.commands.common import handle_errors, print_json, print_table
+from saes.sae.base import SAEConfig
+from saes.train.atlas import train_saes
+from saes.train.config import TrainConfig
+from store.activations import ActivationReader
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+
+# config-file keys that mirror the command-line options (file spelling -> our name)
+_CLI_KEYS = {
+    "hook": "hooks", "hooks": "hooks", "arch": "architecture", "architecture": "architecture",
+    "d_sae": "d_sae", "expansion": "expansion", "k": "k", "tokens": "total_tokens",
+    "total_tokens": "total_tokens", "batch_size": "batch_size", "lr": "lr", "seed": "seed",
+}
+_TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
+_SAE_KEYS = {f.name for f in dataclasses.fields(SAEConfig)} - {
+    "architecture", "d_in", "d_sae", "k", "model_name", "hook_name", "context_size",
+    "prepend_bos", "dataset_path", "seed",
+}
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Options from a TOML or JSON file, keys spelled like the options (`-` or `_`)."""
+    if not path.exists():
+        raise InvalidInputError(f"config file {path} does not exist")
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            raw = tomllib.loads(path.read_text())
+        else:
+            raw = json.loads(path.read_text())
+    except (ValueError, ImportError) as exc:
+        raise InvalidInputError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise InvalidInputError(f"config file {path} must hold a table/object of options")
+    options = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        name = _CLI_KEYS.get(name, name)
+        if name not in _CLI_KEYS.values() and name not in _TRAIN_KEYS | _SAE_KEYS:
+            valid = sorted(set(_CLI_KEYS) | _TRAIN_KEYS | _SAE_KEYS)
+            raise InvalidInputError(f"unknown key {key!r} in {path}; valid: {', '.join(valid)}")
+        options[name] = [value] if name == "hooks" and isinstance(value, str) else value
+    return options
+
+
+def _one_pass_tokens(atlas: Path, hooks: list[str]) -> int:
+    """Tokens in the smallest cached training split (the default run length)."""
+    return min(ActivationReader(atlas, h).count_tokens("train") for h in hooks)
+
+
+@handle_errors
+def train_command(
+    atlas: Path = typer.Option(Path("atlas-demo"), help="Atlas directory with cached activations."),
+    hook: list[str] = typer.Option([], help="Hook to train on (repeatable); default: every cached hook."),
+    arch: str = typer.Option(None, help="standard, topk, batchtopk, jumprelu or matryoshka (default topk)."),
+    d_sae: int = typer.Option(None, min=1, help="Dictionary size (default: --expansion x d_in)."),
+    expansion: int = typer.Option(None, min=1, help="d_sae as a multiple of d_in (default 8)."),
+    k: int = typer.Option(None, min=1, help="Active latents per token for topk/batchtopk/matryoshka (default 32)."),
+    tokens: int = typer.Option(None, min=1, help="Training tokens (default: one pass over the cached train split, at most 2M)."),
+    batch_size: int = typer.Option(None, min=1, help="Tokens per step (default 4096)."),
+    lr: float = typer.Option(None, help="Adam learning rate (default 2e-4 / sqrt(d_sae / 2**14))."),
+    seed: int = typer.Option(None, help="Seed of initialisation and data order (default 0)."),
+    config: Path = typer.Option(None, help="TOML/JSON file with the same keys (and any TrainConfig/SAEConfig field); flags win."),
+    overwrite: bool = typer.Option(False, help="Retrain SAEs that already finished with this configuration."),
+    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Train SAEs on cached activations; an interrupted run resumes from its checkpoints.
+
+    Under `torchrun --nproc_per_node=N`, several hooks are split over the processes and
+    a single hook is trained data-parallel.
+    """
+    options = read_config_file(config) if config is not None else {}
+    flags = {"hooks": list(hook) or None, "architecture": arch, "d_sae": d_sae,
+             "expansion": expansion, "k": k, "total_tokens": tokens, "batch_size": batch_size,
+             "lr": lr, "seed": seed}
+    options.update({key: value for key, value in flags.items() if value is not None})
+    hooks = options.pop("hooks", None) or AtlasLayout(atlas).cached_hooks()
+    if not hooks:
+        raise InvalidInputError(f"no cached activations in {atlas}; run `sae-atlas cache` first")
+    architecture = options.pop("architecture", "topk")
+    width, expand, k_value = options.pop("d_sae", None), options.pop("expansion", None), options.pop("k", 32)
+    train_opts = {key: options.pop(key) for key in list(options) if key in _TRAIN_KEYS}
+    train_opts.setdefault("progress", not json_out)
+    if "total_tokens" not in train_opts:
+        train_opts["total_tokens"] = min(TrainConfig.total_tokens, _one_pass_tokens(atlas, hooks))
+    results = train_saes(
+        atlas, hooks, architecture=architecture, d_sae=width, expansion=expand, k=k_value,
+        sae_options=options, train_cfg=TrainConfig(**train_opts), overwrite=overwrite,
+    )
+    if json_out:
+        print_json(results)
+        return
+    print_table(
+        "trained SAEs (held-out metrics)",
+        ["hook", "sae_id", "d_sae", "k", "FVU", "L0", "dead", "train FVU"],
+        [(h, r["sae_id"], r["d_sae"], r["k"], r["fvu"], r["l0"], r["dead_fraction"], r["train_fvu"])
+         for h, r in results.items()],
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `train` verb."""
+    app.command("train")(train_command)
