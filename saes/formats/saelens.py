@@ -1,0 +1,319 @@
+"""The SAELens on-disk layout: `cfg.json` + `sae_weights.safetensors` (+ `sparsity.safetensors`).
+
+We write the SAELens 6 layout (top-level `d_in`, `d_sae`, `dtype`, `architecture`, ...,
+provenance under `metadata`) so SAELens' `SAE.load_from_disk` reads our SAEs, and we
+read folders written by SAELens, including pre-6 configs (provenance at the top level,
+`hook_point`, `activation_fn_str="topk"` with `activation_fn_kwargs.k`, no
+`architecture`). BatchTopK and Matryoshka SAEs are exported as `jumprelu` with their
+constant inference threshold; our own `SAEConfig`, the sha256 of every file we wrote and
+the versions that wrote them live under the `sae_atlas` key, so our loader rebuilds the
+original architecture exactly. Parameters SAELens has no slot for (JumpReLU's trained
+`log_threshold`) go to `sae_atlas_extra.safetensors`, which SAELens ignores.
+`metadata.sae_lens_version` is written as "6.0.0" (the layout version, needed by SAELens
+to read nested metadata); `sae_lens_training_version` is null because SAELens did not
+train the SAE.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from saes.formats.common import (
+    DTYPES,
+    assemble_sae,
+    check_d_in,
+    dtype_name,
+    fold_decoder_norms,
+    make_config,
+    read_config,
+    read_safetensors,
+    reject_unknown,
+    take,
+)
+from saes.sae.base import SAE, SAEConfig
+from store.atomic import atomic_path, atomic_write_json, sha256_file
+from store.errors import IntegrityError, InvalidInputError
+from store.layout import created_with
+from store.safetensors_io import save_deterministic
+
+CFG_FILE = "cfg.json"
+WEIGHTS_FILE = "sae_weights.safetensors"
+SPARSITY_FILE = "sparsity.safetensors"
+EXTRA_FILE = "sae_atlas_extra.safetensors"
+OUR_KEY = "sae_atlas"
+FORMAT_VERSION = 1
+SAELENS_LAYOUT_VERSION = "6.0.0"
+_CORE = ("W_enc", "b_enc", "W_dec", "b_dec")
+_EXPORTED_AS = {"standard": "standard", "topk": "topk", "jumprelu": "jumprelu",
+                "batchtopk": "jumprelu", "matryoshka": "jumprelu"}
+_OURS_REPAIR = "retrain the SAE, or re-export it with saes.formats.saelens.save_saelens"
+_FOREIGN_REPAIR = "re-download or re-export the SAE folder"
+
+
+def _package_version() -> str | None:
+    try:
+        return importlib.metadata.version("sae-atlas")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def exported_tensors(sae: SAE) -> dict[str, torch.Tensor]:
+    """The SAELens tensors of `sae`: the four weights, plus `threshold` for a jumprelu export."""
+    tensors = {name: getattr(sae, name).detach() for name in _CORE}
+    if _EXPORTED_AS[sae.cfg.architecture] == "jumprelu":
+        tensors["threshold"] = sae.threshold.detach()
+    return tensors
+
+
+def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
+    with atomic_path(path) as tmp:
+        save_deterministic(tensors, tmp, {"format": "pt"})
+    return sha256_file(path)
+
+
+def _saelens_cfg(sae: SAE, dtype: str) -> dict[str, Any]:
+    cfg = sae.cfg
+    architecture = _EXPORTED_AS[cfg.architecture]
+    out: dict[str, Any] = {
+        "architecture": architecture,
+        "d_in": cfg.d_in,
+        "d_sae": cfg.d_sae,
+        "dtype": dtype,
+        "device": "cpu",
+        "apply_b_dec_to_input": cfg.apply_b_dec_to_input,
+        "normalize_activations": "none",
+        "reshape_activations": "none",
+    }
+    if architecture == "topk":
+        out.update(k=cfg.k, rescale_acts_by_decoder_norm=False)
+    out["metadata"] = {
+        "model_name": cfg.model_name or None,
+        "hook_name": cfg.hook_name or None,
+        "hook_head_index": None,
+        "context_size": cfg.context_size or None,
+        "prepend_bos": cfg.prepend_bos,
+        "dataset_path": cfg.dataset_path or None,
+        "exclude_special_tokens": True,
+        "sae_lens_version": SAELENS_LAYOUT_VERSION,
+        "sae_lens_training_version": None,
+    }
+    return out
+
+
+def save_saelens(sae: SAE, folder: Path, *, sparsity: torch.Tensor | None = None) -> None:
+    """Write `sae` to `folder` in the SAELens layout (every file atomic, `cfg.json` last).
+
+    `sparsity` is the per-latent firing density `[d_sae]` in [0, 1]; it is stored as
+    SAELens' `sparsity = log10(density + 1e-10)`. Optional files a previous save left
+    behind are removed, so the folder always describes exactly this SAE.
+    """
+    folder = Path(folder)
+    cfg = sae.cfg
+    dtype = str(sae.W_enc.dtype).removeprefix("torch.")
+    exported = exported_tensors(sae)
+    extra = {k: v.detach() for k, v in sae.state_dict().items() if k not in exported}
+    optional: dict[str, dict[str, torch.Tensor] | None] = {EXTRA_FILE: extra or None, SPARSITY_FILE: None}
+    if sparsity is not None:
+        density = sparsity.detach().to("cpu", torch.float32)
+        if tuple(density.shape) != (cfg.d_sae,) or density.min() < 0 or density.max() > 1:
+            raise InvalidInputError(
+                f"sparsity must be the per-latent firing density [d_sae={cfg.d_sae}] in [0, 1], "
+                f"got shape {tuple(density.shape)}"
+            )
+        optional[SPARSITY_FILE] = {"sparsity": torch.log10(density + 1e-10)}
+    sha = {WEIGHTS_FILE: _write_tensors(folder / WEIGHTS_FILE, exported)}
+    for name, tensors in optional.items():
+        if tensors is not None:
+            sha[name] = _write_tensors(folder / name, tensors)
+        elif (folder / name).exists():
+            (folder / name).unlink()
+    body = _saelens_cfg(sae, dtype)
+    body[OUR_KEY] = {
+        "format_version": FORMAT_VERSION,
+        "sae_atlas_version": _package_version(),
+        "sae_config": {**cfg.to_dict(), "dtype": dtype},
+        "sha256": sha,
+        "created_with": created_with(),
+    }
+    atomic_write_json(folder / CFG_FILE, body)
+
+
+def _verify(folder: Path, sha: dict[str, str], name: str) -> None:
+    path = folder / name
+    if not path.is_file():
+        raise IntegrityError(path, "file is missing", _OURS_REPAIR)
+    if sha256_file(path) != sha[name]:
+        raise IntegrityError(path, f"sha256 does not match the one recorded in {CFG_FILE} "
+                             "(the file is corrupt or was changed)", _OURS_REPAIR)
+
+
+def _ours(raw: dict[str, Any], cfg_path: Path) -> tuple[SAEConfig, dict[str, str]]:
+    ours = raw[OUR_KEY]
+    try:
+        cfg = SAEConfig.from_dict(ours["sae_config"])
+        sha = {str(k): str(v) for k, v in ours["sha256"].items()}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise IntegrityError(cfg_path, f"malformed {OUR_KEY!r} section ({exc!r})", _OURS_REPAIR) from exc
+    if WEIGHTS_FILE not in sha:
+        raise IntegrityError(cfg_path, f"no sha256 recorded for {WEIGHTS_FILE}", _OURS_REPAIR)
+    return cfg, sha
+
+
+def _load_ours(folder: Path, raw: dict[str, Any]) -> tuple[SAEConfig, dict[str, torch.Tensor], Path]:
+    cfg_path = folder / CFG_FILE
+    cfg, sha = _ours(raw, cfg_path)
+    _verify(folder, sha, WEIGHTS_FILE)
+    weights_path = folder / WEIGHTS_FILE
+    tensors = read_safetensors(weights_path, _OURS_REPAIR)
+    shapes = {"W_enc": (cfg.d_in, cfg.d_sae), "b_enc": (cfg.d_sae,), "W_dec": (cfg.d_sae, cfg.d_in),
+              "b_dec": (cfg.d_in,), "threshold": (cfg.d_sae,)}
+    state = {n: take(tensors, [n], shapes[n], weights_path, _OURS_REPAIR) for n in _CORE}
+    if cfg.architecture in ("batchtopk", "matryoshka"):
+        state["threshold"] = take(tensors, ["threshold"], shapes["threshold"], weights_path, _OURS_REPAIR)
+    if EXTRA_FILE in sha:
+        _verify(folder, sha, EXTRA_FILE)
+        state.update(read_safetensors(folder / EXTRA_FILE, _OURS_REPAIR))
+    return cfg, state, weights_path
+
+
+def _meta_field(raw: dict[str, Any], *names: str, default: Any = None) -> Any:
+    """A provenance field from `metadata` (SAELens 6), `meta`, or the top level (older)."""
+    for section in (raw.get("metadata"), raw.get("meta"), raw):
+        if isinstance(section, dict):
+            for name in names:
+                if section.get(name) is not None:
+                    return section[name]
+    return default
+
+
+def _foreign_architecture(raw: dict[str, Any], cfg_path: Path) -> tuple[str, int | None]:
+    activation = raw.get("activation_fn_str") or raw.get("activation_fn") or "relu"
+    architecture = raw.get("architecture") or "standard"
+    if architecture == "standard" and activation == "topk":
+        architecture = "topk"
+    if architecture not in ("standard", "topk", "jumprelu"):
+        raise InvalidInputError(
+            f"{cfg_path}: SAELens architecture {architecture!r} is not supported; "
+            "supported: standard, topk, jumprelu"
+        )
+    if architecture == "standard" and activation != "relu":
+        raise InvalidInputError(f"{cfg_path}: activation function {activation!r} is not supported")
+    k = raw.get("k") or (raw.get("activation_fn_kwargs") or {}).get("k")
+    if architecture == "topk" and k is None:
+        raise IntegrityError(cfg_path, "a topk SAE without 'k'", _FOREIGN_REPAIR)
+    return architecture, None if k is None else int(k)
+
+
+def _check_supported(raw: dict[str, Any], cfg_path: Path) -> None:
+    normalize = raw.get("normalize_activations", "none")
+    if normalize not in (None, False, "none"):
+        raise InvalidInputError(
+            f"{cfg_path}: normalize_activations={normalize!r} needs a run-time input scale that "
+            "is not stored in the folder; fold it into the weights first (supported: 'none')"
+        )
+    if raw.get("reshape_activations", "none") not in (None, "none"):
+        raise InvalidInputError(
+            f"{cfg_path}: reshape_activations={raw['reshape_activations']!r} is not supported "
+            "(only SAEs on flat hooks, 'none')"
+        )
+    if _meta_field(raw, "hook_head_index", "hook_point_head_index") is not None:
+        raise InvalidInputError(f"{cfg_path}: per-head SAEs (hook_head_index set) are not supported")
+
+
+def _load_foreign(folder: Path, raw: dict[str, Any]) -> tuple[SAEConfig, dict[str, torch.Tensor], Path]:
+    cfg_path = folder / CFG_FILE
+    _check_supported(raw, cfg_path)
+    architecture, k = _foreign_architecture(raw, cfg_path)
+    try:
+        d_in, d_sae = int(raw["d_in"]), int(raw["d_sae"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IntegrityError(cfg_path, f"needs integer 'd_in' and 'd_sae' ({exc!r})", _FOREIGN_REPAIR) from exc
+    cfg = make_config(
+        cfg_path,
+        architecture=architecture,
+        d_in=d_in,
+        d_sae=d_sae,
+        k=k,
+        apply_b_dec_to_input=bool(raw.get("apply_b_dec_to_input", True)),
+        dtype=dtype_name(raw.get("dtype", "float32"), cfg_path),
+        model_name=str(_meta_field(raw, "model_name", default="")),
+        hook_name=str(_meta_field(raw, "hook_name", "hook_point", default="")),
+        context_size=int(_meta_field(raw, "context_size", default=0)),
+        prepend_bos=bool(_meta_field(raw, "prepend_bos", default=True)),
+        dataset_path=str(_meta_field(raw, "dataset_path", default="")),
+    )
+    weights_path = folder / WEIGHTS_FILE
+    tensors = read_safetensors(weights_path, _FOREIGN_REPAIR)
+    known = {*_CORE, "scaling_factor", "finetuning_scaling_factor"}
+    if architecture == "jumprelu":
+        known |= {"threshold", "log_threshold"}
+    reject_unknown(tensors, known, weights_path)
+    shapes = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
+    state = {n: take(tensors, [n], shapes[n], weights_path, _FOREIGN_REPAIR).float() for n in _CORE}
+    scale_names = [n for n in ("scaling_factor", "finetuning_scaling_factor") if n in tensors]
+    if scale_names:  # old SAELens: decode(f * scale) -> fold the scale into W_dec rows
+        scale = take(tensors, scale_names, (d_sae,), weights_path, _FOREIGN_REPAIR).float()
+        state["W_dec"] = state["W_dec"] * scale[:, None]
+    if architecture == "jumprelu":
+        if "log_threshold" in tensors:
+            state["log_threshold"] = take(tensors, ["log_threshold"], (d_sae,), weights_path, _FOREIGN_REPAIR)
+        else:
+            threshold = take(tensors, ["threshold"], (d_sae,), weights_path, _FOREIGN_REPAIR).float()
+            state["log_threshold"] = threshold.clamp_min(0).log()  # a threshold <= 0 acts as 0 after relu
+    if architecture == "topk" and raw.get("rescale_acts_by_decoder_norm"):
+        state = fold_decoder_norms(state, ["W_enc", "b_enc"])
+    return cfg, state, weights_path
+
+
+def load_saelens(
+    folder: str | Path,
+    *,
+    expected_d_in: int | None = None,
+    device: str | torch.device = "cpu",
+    native: bool = True,
+) -> SAE:
+    """Load an SAE folder in the SAELens layout (ours or SAELens'), in eval mode.
+
+    A folder we wrote is checked against its recorded sha256s and rebuilt as its original
+    architecture; `native=False` ignores our section and reads it the way SAELens would
+    (BatchTopK / Matryoshka then load as the exported JumpReLU). `expected_d_in` is the
+    target hook's d_model (InvalidInputError on mismatch). Missing, truncated or
+    inconsistent files raise IntegrityError naming the file.
+    """
+    folder = Path(folder)
+    raw = read_config(folder / CFG_FILE, _FOREIGN_REPAIR)
+    if native and OUR_KEY in raw:
+        cfg, state, weights_path = _load_ours(folder, raw)
+        repair = _OURS_REPAIR
+    else:
+        cfg, state, weights_path = _load_foreign(folder, raw)
+        repair = _FOREIGN_REPAIR
+    if cfg.dtype not in DTYPES:
+        raise InvalidInputError(f"{folder / CFG_FILE}: unsupported dtype {cfg.dtype!r}")
+    sae = assemble_sae(cfg, state, weights_path, repair, device)
+    return check_d_in(sae, expected_d_in, folder / CFG_FILE)
+
+
+def load_sparsity(folder: str | Path) -> torch.Tensor | None:
+    """The stored `log10(density + 1e-10)` `[d_sae]`, or None when the folder has none.
+
+    For folders we wrote the file is checked against its recorded sha256.
+    """
+    folder = Path(folder)
+    path = folder / SPARSITY_FILE
+    if not path.exists():
+        return None
+    raw = read_config(folder / CFG_FILE, _FOREIGN_REPAIR)
+    if OUR_KEY in raw:
+        _, sha = _ours(raw, folder / CFG_FILE)
+        if SPARSITY_FILE not in sha:
+            return None
+        _verify(folder, sha, SPARSITY_FILE)
+    tensors = read_safetensors(path, _FOREIGN_REPAIR)
+    if "sparsity" not in tensors:
+        raise IntegrityError(path, "tensor 'sparsity' is missing", _FOREIGN_REPAIR)
+    return tensors["sparsity"]
