@@ -1,0 +1,86 @@
+"""`sae-atlas summarize`: per-latent feature summaries of SAEs over held-out cached tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from api.commands.common import console, handle_errors, print_json, print_table
+from saes.summarize import SummaryReport, summarize_sae
+from store.errors import AtlasError, InvalidInputError
+from store.layout import AtlasLayout
+
+
+def _model_tensors(layout: AtlasLayout) -> dict[str, Any]:
+    """Unembedding, final norm and tokenizer of the atlas' model, or {} (with a warning)."""
+    from saes.models import load_model
+
+    spec = layout.read_meta().get("model") if layout.atlas_json.exists() else None
+    if spec is None:
+        typer.secho("no model recorded in atlas.json: summarizing without logit effects", fg="yellow", err=True)
+        return {}
+    try:
+        handle = load_model(spec)
+    except AtlasError as exc:
+        typer.secho(f"cannot load model {spec!r} ({exc}): summarizing without logit effects",
+                    fg="yellow", err=True)
+        return {}
+    return {
+        "W_U": handle.W_U.detach(),
+        "final_norm_weight": handle.final_norm_weight,
+        "norm_kind": handle.final_norm_kind,
+        "tokenizer": handle.tokenizer,
+    }
+
+
+def print_reports(reports: list[SummaryReport]) -> None:
+    """One table row per summarized SAE."""
+    print_table(
+        "feature summaries",
+        ["sae", "hook", "tokens", "latents", "dead", "examples", "logit effects", "status", "tokens/s"],
+        [
+            (r.sae_id, r.hook, r.n_tokens, r.n_latents, r.n_dead, r.n_examples, "yes" if r.logit_effects else "no",
+             "unchanged (skipped)" if r.skipped else "written", "-" if r.skipped else round(r.tokens_per_second, 1))
+            for r in reports
+        ],
+    )
+
+
+@handle_errors
+def summarize_command(
+    atlas: Path = typer.Option(..., help="Atlas directory."),
+    sae: list[str] = typer.Option([], help="SAE id to summarize (repeatable); default: every SAE."),
+    tokens: int = typer.Option(None, min=1, help="Held-out tokens to use per SAE (default: all)."),
+    top_k: int = typer.Option(20, min=1, help="Top activating examples kept per latent."),
+    before: int = typer.Option(16, min=0, help="Context tokens before each example's centre."),
+    after: int = typer.Option(4, min=0, help="Context tokens after each example's centre."),
+    seed: int = typer.Option(0, help="Seed of the activation-band sampling."),
+    force: bool = typer.Option(False, "--force", help="Recompute even when matching tables exist."),
+    no_model: bool = typer.Option(False, "--no-model", help="Skip logit effects (do not load the model)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
+) -> None:
+    """Summarize SAEs: density, quantiles, histograms, top and band examples, logit effects."""
+    layout = AtlasLayout(atlas)
+    ids = list(sae) or layout.sae_ids()
+    if not ids:
+        raise InvalidInputError(f"{atlas} has no SAEs yet; train one with `sae-atlas train --atlas {atlas}`")
+    for sae_id in ids:
+        layout.require_sae(sae_id)
+    model = {} if no_model else _model_tensors(layout)
+    reports = []
+    for sae_id in ids:
+        if not json_out:
+            console.print(f"summarizing {sae_id}")
+        reports.append(summarize_sae(atlas, sae_id, n_tokens=tokens, top_k=top_k, window=(before, after),
+                                     seed=seed, force=force, progress=not json_out, **model))
+    if json_out:
+        print_json(reports)
+    else:
+        print_reports(reports)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `summarize` verb."""
+    app.command("summarize")(summarize_command)

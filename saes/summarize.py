@@ -1,0 +1,221 @@
+"""Summarize an SAE over its hook's held-out cached tokens and write the feature tables.
+
+One streaming pass over the held-out blocks encodes each batch with the SAE and feeds a
+`SummaryAccumulator` (bounded state) and the on-disk occurrence spool; logit effects
+come from the decoder and an unembedding passed in as tensors. Restart policy: a
+summary is one pass over the held-out split (cheap next to caching and training), so an
+interrupted run starts again; a completed one whose tables verify and whose parameters
+match is skipped unless `force=True`, so re-running over many SAEs resumes per SAE.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from saes.sae.base import SAE
+from saes.summary.accumulator import SummaryAccumulator, SummaryParams
+from saes.summary.batch import BatchInfo
+from saes.summary.logits import logit_effects, vocab_strings
+from store.activations import ActivationReader, Blocks
+from store.atomic import read_json
+from store.errors import AtlasError, InvalidInputError
+from store.layout import AtlasLayout
+from store.tables import OccurrenceWriter, read_sidecar, read_table, write_tables
+
+SPLIT = "heldout"
+
+
+@dataclass
+class SummaryReport:
+    """What one `summarize_sae` call did (printed by the CLI)."""
+
+    sae_id: str
+    hook: str
+    n_tokens: int
+    n_latents: int
+    n_dead: int
+    n_examples: int
+    logit_effects: bool
+    seconds: float
+    tokens_per_second: float
+    skipped: bool
+
+
+def _chunks(blocks: Iterable[Blocks], batch_blocks: int) -> Iterator[Blocks]:
+    for shard in blocks:
+        for start in range(0, len(shard.block_index), batch_blocks):
+            sl = slice(start, start + batch_blocks)
+            yield Blocks(shard.acts[sl], shard.token_ids[sl], shard.positions[sl], shard.doc_ids[sl],
+                         shard.block_index[sl], shard.is_bos[sl])
+
+
+def _take_tokens(chunk: Blocks, needed: int | None) -> Blocks:
+    """The leading blocks of `chunk` that reach `needed` non-BOS tokens (all if None)."""
+    if needed is None:
+        return chunk
+    cum = (~chunk.is_bos).sum(1).cumsum(0)
+    n = min(int(torch.searchsorted(cum, torch.tensor(needed))) + 1, len(cum))
+    return Blocks(chunk.acts[:n], chunk.token_ids[:n], chunk.positions[:n], chunk.doc_ids[:n],
+                  chunk.block_index[:n], chunk.is_bos[:n])
+
+
+def summarize_blocks(
+    sae: SAE,
+    blocks: Iterable[Blocks],
+    params: SummaryParams,
+    *,
+    n_tokens: int | None = None,
+    batch_tokens: int = 4096,
+    occurrence: OccurrenceWriter | None = None,
+    progress: bool = False,
+    total_tokens: int | None = None,
+) -> SummaryAccumulator:
+    """Stream whole blocks through `sae` into a new accumulator (and `occurrence`), stopping
+    after `n_tokens` non-BOS tokens (rounded up to whole blocks)."""
+    param = next(sae.parameters())
+    acc = SummaryAccumulator(sae.cfg.d_sae, params, param.device)
+    bar = tqdm(total=n_tokens or total_tokens, unit="tok", desc="summarize", disable=not progress)
+    with torch.no_grad():
+        for raw in blocks:
+            n, T, D = raw.acts.shape
+            for chunk in _chunks([raw], max(1, batch_tokens // T)):
+                chunk = _take_tokens(chunk, None if n_tokens is None else n_tokens - acc.n_tokens)
+                n = len(chunk.block_index)
+                x = chunk.acts.reshape(n * T, D).to(param.device, param.dtype)
+                f = sae.encode(x).float()
+                info = BatchInfo(
+                    token_ids=chunk.token_ids.reshape(-1).to(param.device),
+                    block=chunk.block_index[:, None].expand(n, T).reshape(-1).to(param.device),
+                    pos=chunk.positions.reshape(-1).to(param.device),
+                    doc=chunk.doc_ids.reshape(-1).to(param.device),
+                    valid=~chunk.is_bos.reshape(-1).to(param.device),
+                    context=T,
+                )
+                before = acc.n_tokens
+                acc.update(f, info)
+                if occurrence is not None:
+                    fired = ((f > 0) & info.valid[:, None]).reshape(n, T, -1).sum(1)
+                    occurrence.append(chunk.block_index.numpy(), fired.cpu().numpy())
+                bar.update(acc.n_tokens - before)
+                if n_tokens is not None and acc.n_tokens >= n_tokens:
+                    bar.close()
+                    return acc
+    bar.close()
+    return acc
+
+
+def sae_hook(root: str | Path, sae_id: str, sae: SAE | None = None) -> str:
+    """The hook an SAE reads: `sae.cfg.hook_name`, else its cfg.json `metadata.hook_name`."""
+    if sae is not None and sae.cfg.hook_name:
+        return sae.cfg.hook_name
+    folder = AtlasLayout(root).require_sae(sae_id)
+    cfg = read_json(folder / "cfg.json", f"re-train or re-import SAE {sae_id!r}")
+    hook = (cfg.get("metadata") or {}).get("hook_name") or cfg.get("hook_name")
+    if not hook:
+        raise InvalidInputError(f"{folder / 'cfg.json'} names no hook (metadata.hook_name)")
+    return str(hook)
+
+
+def _existing(root: str | Path, sae_id: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The sidecar of a completed summary with these parameters whose files verify, else None."""
+    try:
+        sidecar = read_sidecar(root, sae_id)
+        if {key: sidecar["params"].get(key) for key in params} != params:
+            return None
+        for name in ("features.parquet", "examples.parquet"):
+            read_table(root, sae_id, name, sidecar)
+    except AtlasError:
+        return None
+    return sidecar
+
+
+def summarize_sae(
+    atlas_root: str | Path,
+    sae_id: str,
+    *,
+    sae: SAE | None = None,
+    W_U: torch.Tensor | None = None,  # noqa: N803 (TransformerLens name)
+    final_norm_weight: torch.Tensor | None = None,
+    norm_kind: str = "rms",
+    tokenizer: Any = None,
+    n_tokens: int | None = None,
+    top_k: int = 20,
+    window: tuple[int, int] = (16, 4),
+    n_bands: int = 6,
+    per_band: int = 4,
+    seed: int = 0,
+    batch_tokens: int = 4096,
+    progress: bool = True,
+    force: bool = False,
+) -> SummaryReport:
+    """Summarize SAE `sae_id` of an atlas over its hook's held-out tokens and write
+    `features.parquet`, `examples.parquet`, `occurrence.npz` and `tables.json`.
+
+    The SAE is loaded from the atlas unless given. `W_U [d_in, d_vocab]` (with the final
+    norm's weight and kind 'rms' / 'layer' / 'none') adds logit effects; `tokenizer` adds
+    token strings. `n_tokens` caps the held-out tokens used (default: all); `window` is
+    (tokens before, tokens after) the centre of each example.
+    """
+    started = time.perf_counter()
+    root = Path(atlas_root)
+    folder = AtlasLayout(root).require_sae(sae_id)
+    hook = sae_hook(root, sae_id, sae)
+    if sae is None:
+        from saes.formats.saelens import load_saelens
+
+        sae = load_saelens(folder)
+    sae.eval()
+    reader = ActivationReader(root, hook)
+    if reader.d != sae.cfg.d_in:
+        raise InvalidInputError(f"SAE {sae_id!r} has d_in={sae.cfg.d_in} but hook {hook!r} has d={reader.d}")
+    if n_tokens is not None and n_tokens <= 0:
+        raise InvalidInputError(f"n_tokens must be positive, got {n_tokens}")
+    summary = SummaryParams(top_k=top_k, window_before=window[0], window_after=window[1],
+                            n_bands=n_bands, per_band=per_band, seed=seed)
+    use_logits = W_U is not None and W_U.shape[0] == sae.cfg.d_in
+    record = {
+        **summary.to_dict(),
+        "hook": hook,
+        "split": SPLIT,
+        "requested_tokens": n_tokens,
+        "logit_effects": {"norm_kind": norm_kind, "d_vocab": int(W_U.shape[1])} if use_logits else None,
+    }
+    done = None if force else _existing(root, sae_id, record)
+    if done is not None:
+        files = done["files"]
+        return SummaryReport(sae_id, hook, done["params"]["n_tokens"], files["features.parquet"]["rows"],
+                             done["params"]["n_dead"], files["examples.parquet"]["rows"], use_logits,
+                             time.perf_counter() - started, 0.0, True)
+    occurrence = OccurrenceWriter(root, sae_id, sae.cfg.d_sae)
+    try:
+        acc = summarize_blocks(sae, reader.blocks(SPLIT), summary, n_tokens=n_tokens,
+                               batch_tokens=batch_tokens, occurrence=occurrence, progress=progress,
+                               total_tokens=reader.count_tokens(SPLIT))
+        occurrence.finish()
+    finally:
+        occurrence.close()
+    if acc.n_tokens == 0:
+        raise InvalidInputError(f"the held-out split of hook {hook!r} has no non-BOS tokens")
+    vocab = None
+    if tokenizer is not None:
+        vocab = np.array(vocab_strings(tokenizer, int(W_U.shape[1]) if use_logits else len(tokenizer)), dtype=object)
+    effects = None
+    if use_logits:
+        effects = logit_effects(sae.W_dec, W_U, final_norm_weight=final_norm_weight, norm_kind=norm_kind,
+                                n=summary.n_logits)
+    features = acc.features_frame(sae.W_dec.norm(dim=1), effects, vocab)
+    examples = acc.examples_frame(vocab)
+    n_dead = int((features["n_active"] == 0).sum())
+    record.update(n_tokens=acc.n_tokens, n_dead=n_dead)
+    write_tables(root, sae_id, features, examples, record)
+    seconds = time.perf_counter() - started
+    return SummaryReport(sae_id, hook, acc.n_tokens, features.height, n_dead, examples.height, use_logits,
+                         seconds, acc.n_tokens / max(seconds, 1e-9), False)

@@ -1,0 +1,81 @@
+"""One batch of whole blocks as the accumulators see it, and the example payload gather.
+
+Activations are flattened to `f_NF [N = n_blocks * T, d_sae]` with BOS positions zeroed.
+A token is addressed inside the batch by its flat row `t`; its global id is
+`block * T + pos`. Every activation `v > 0` is placed on a log grid by
+`sub = floor(log2(v) * bins_per_octave)`, the integer shared by the histogram and the
+activation bands so both agree exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class BatchInfo:
+    """Token metadata of a batch, each `[N]` (flat over blocks x positions)."""
+
+    token_ids: torch.Tensor  # int64
+    block: torch.Tensor  # int64 global block index
+    pos: torch.Tensor  # int64 position in block
+    doc: torch.Tensor  # int64 document id
+    valid: torch.Tensor  # bool, False at BOS positions
+    context: int  # T
+
+    @property
+    def global_id(self) -> torch.Tensor:
+        return self.block * self.context + self.pos
+
+
+@dataclass
+class ActiveEntries:
+    """The non-zero activations of a batch: flat token row, latent, value and grid index."""
+
+    t: torch.Tensor  # [E] int64
+    latent: torch.Tensor  # [E] int64
+    value: torch.Tensor  # [E] float32
+    sub: torch.Tensor  # [E] int64 = floor(log2(value) * bins_per_octave)
+
+    @classmethod
+    def of(cls, f_NF: torch.Tensor, bins_per_octave: int) -> ActiveEntries:
+        t, latent = (f_NF > 0).nonzero(as_tuple=True)
+        value = f_NF[t, latent]
+        sub = torch.floor(torch.log2(value) * bins_per_octave).long()
+        return cls(t, latent, value, sub)
+
+
+def example_payload(
+    f_NF: torch.Tensor, info: BatchInfo, t: torch.Tensor, latent: torch.Tensor, before: int, after: int
+) -> dict[str, torch.Tensor]:
+    """Payload of examples `(t, latent)`: block, pos, doc and the window of token ids and this
+    latent's activations from `before` tokens before to `after` after (within the block;
+    positions outside it are token -1, activation 0)."""
+    T = info.context
+    offsets = torch.arange(-before, after + 1, device=t.device)
+    pos = info.pos[t]
+    q = pos[:, None] + offsets[None, :]
+    inside = (q >= 0) & (q < T)
+    src = (t - pos)[:, None] + q.clamp(0, T - 1)
+    win_acts = torch.where(inside, f_NF[src, latent[:, None]], torch.zeros((), device=t.device))
+    win_tokens = torch.where(inside, info.token_ids[src], torch.full((), -1, device=t.device))
+    return {
+        "block": info.block[t],
+        "pos": pos,
+        "doc": info.doc[t],
+        "win_acts": win_acts.float(),
+        "win_tokens": win_tokens.to(torch.int32),
+    }
+
+
+def empty_payload(shape: tuple[int, ...], width: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Placeholder payload tensors of leading shape `shape` for windows of `width` tokens."""
+    return {
+        "block": torch.full(shape, -1, dtype=torch.long, device=device),
+        "pos": torch.zeros(shape, dtype=torch.long, device=device),
+        "doc": torch.zeros(shape, dtype=torch.long, device=device),
+        "win_acts": torch.zeros(*shape, width, device=device),
+        "win_tokens": torch.full((*shape, width), -1, dtype=torch.int32, device=device),
+    }

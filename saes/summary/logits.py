@@ -1,0 +1,101 @@
+"""Logit effects of decoder directions: what each latent's decoder row does to the logits.
+
+Convention (documented in store/SCHEMAS.md): the decoder row `d = W_dec[i]` is passed
+through the final norm linearly, with the norm's data-dependent scale left out: for an
+RMSNorm model `d' = w * d`; for a LayerNorm model `d' = w * (d - mean(d))` (the bias is
+a constant shift of every logit and is dropped); with no norm `d' = d`. The effect on
+the logits is `d' @ W_U`, one value per vocabulary token, in logit units per unit of
+the decoder row as stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from store.errors import InvalidInputError
+
+NORM_KINDS = ("rms", "layer", "none")
+
+
+@dataclass
+class LogitEffects:
+    """Top and bottom `n` tokens of every latent's logit effect, each `[d_sae, n]`."""
+
+    top_ids: torch.Tensor
+    top_values: torch.Tensor
+    bottom_ids: torch.Tensor
+    bottom_values: torch.Tensor
+
+
+def logit_directions(
+    W_dec_FD: torch.Tensor, final_norm_weight: torch.Tensor | None = None, norm_kind: str = "rms"
+) -> torch.Tensor:
+    """Decoder rows `[F, D]` mapped through the final norm convention (see module docstring)."""
+    if norm_kind not in NORM_KINDS:
+        raise InvalidInputError(f"unknown final norm kind {norm_kind!r}; valid: {', '.join(NORM_KINDS)}")
+    d = W_dec_FD.detach().float()
+    if norm_kind == "layer":
+        d = d - d.mean(dim=-1, keepdim=True)
+    if final_norm_weight is not None and norm_kind != "none":
+        d = d * final_norm_weight.detach().float().to(d.device)
+    return d
+
+
+def _check_shapes(W_dec_FD: torch.Tensor, W_U_DV: torch.Tensor) -> None:
+    if W_U_DV.dim() != 2 or W_U_DV.shape[0] != W_dec_FD.shape[1]:
+        raise InvalidInputError(
+            f"unembedding must be [d_in={W_dec_FD.shape[1]}, d_vocab], got {tuple(W_U_DV.shape)}"
+        )
+
+
+def logit_effects(
+    W_dec_FD: torch.Tensor,
+    W_U_DV: torch.Tensor,
+    *,
+    final_norm_weight: torch.Tensor | None = None,
+    norm_kind: str = "rms",
+    n: int = 10,
+    chunk: int = 512,
+) -> LogitEffects:
+    """The `n` most promoted and most suppressed tokens per latent, in chunks of latents."""
+    _check_shapes(W_dec_FD, W_U_DV)
+    W_U = W_U_DV.detach().float()
+    n = min(n, W_U.shape[1])
+    parts: list[tuple[torch.Tensor, ...]] = []
+    with torch.no_grad():
+        for start in range(0, W_dec_FD.shape[0], chunk):
+            d = logit_directions(W_dec_FD[start : start + chunk], final_norm_weight, norm_kind).to(W_U.device)
+            logits = d @ W_U
+            top, bottom = logits.topk(n, dim=1), logits.topk(n, dim=1, largest=False)
+            parts.append((top.indices, top.values, bottom.indices, bottom.values))
+    return LogitEffects(*(torch.cat([p[i] for p in parts]).cpu() for i in range(4)))
+
+
+def promoting_latents(
+    W_dec_FD: torch.Tensor,
+    W_U_DV: torch.Tensor,
+    token_id: int,
+    *,
+    final_norm_weight: torch.Tensor | None = None,
+    norm_kind: str = "rms",
+    limit: int = 20,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Latents whose logit effect on `token_id` is largest: (latent ids, logit values), exact
+    over all latents (one matrix-vector product with that token's unembedding column)."""
+    _check_shapes(W_dec_FD, W_U_DV)
+    if not 0 <= token_id < W_U_DV.shape[1]:
+        raise InvalidInputError(f"token id {token_id} out of range: valid 0..{W_U_DV.shape[1] - 1}")
+    with torch.no_grad():
+        d = logit_directions(W_dec_FD, final_norm_weight, norm_kind)
+        effect = d @ W_U_DV[:, token_id].detach().float().to(d.device)
+        best = effect.topk(min(limit, len(effect)))
+    return best.indices.cpu(), best.values.cpu()
+
+
+def vocab_strings(tokenizer: object, d_vocab: int) -> list[str]:
+    """The decoded text of every token id `0..d_vocab-1` (ids beyond the tokenizer give '')."""
+    n = min(d_vocab, len(tokenizer))  # type: ignore[arg-type]
+    decoded = tokenizer.batch_decode([[i] for i in range(n)])  # type: ignore[attr-defined]
+    return list(decoded) + [""] * (d_vocab - n)
