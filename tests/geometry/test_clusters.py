@@ -31,12 +31,12 @@ def planted_circle_decoder(seed: int, n_random: int = 500, d: int = 64, n_circle
     W = np.vstack([rng.normal(size=(n_random, d)), circle * rng.uniform(0.5, 3.0, (n_circle, 1))])
     perm = rng.permutation(len(W))
     where = np.sort(np.flatnonzero(perm >= n_random))  # positions of the circle rows
-    return W[perm], where
+    return W[perm], where, t[perm[where] - n_random]  # rows, their positions, their angles
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_graph_clustering_returns_exactly_the_planted_circle(seed):
-    W, circle = planted_circle_decoder(seed)
+    W, circle, _ = planted_circle_decoder(seed)
     clusters = graph_clusters(W, k=2, threshold=0.5)
     containing = [c for c in clusters if np.isin(circle, c).any()]
     assert len(containing) == 1
@@ -46,11 +46,11 @@ def test_graph_clustering_returns_exactly_the_planted_circle(seed):
 def test_mutual_edges_keep_a_stray_row_out():
     # seed 0 hides a random row at cosine 0.503 to one circle row: the paper's
     # either-direction rule lets it chain on, the mutual rule does not.
-    W, circle = planted_circle_decoder(0)
+    W, circle, _ = planted_circle_decoder(0)
     union = [c for c in graph_clusters(W) if np.isin(circle, c).any()]
     assert len(union) == 1 and len(union[0]) == 8
     for seed in (0, 5, 8):
-        W, circle = planted_circle_decoder(seed)
+        W, circle, _ = planted_circle_decoder(seed)
         mutual = [c for c in graph_clusters(W, mutual=True) if np.isin(circle, c).any()]
         assert len(mutual) == 1
         np.testing.assert_array_equal(mutual[0], circle)
@@ -142,3 +142,50 @@ def test_discovery_checks_shapes():
         discover_circular(W[:-1], acts, token_ids)
     with pytest.raises(InvalidInputError, match="token_ids"):
         discover_circular(W, acts, token_ids[:-1])
+
+
+def test_discover_from_an_atlas_through_the_cli(tmp_path):
+    """Cache planted residuals, save an SAE that encodes them exactly, run the CLI verb."""
+    import torch
+    import typer
+    from typer.testing import CliRunner
+
+    from api.commands.analyze_circular import register_analyze
+    from saes.formats import save_saelens
+    from saes.sae.base import SAEConfig
+    from saes.sae.registry import build_sae
+    from store.activations import ActivationWriter
+
+    rng = np.random.default_rng(0)
+    d, T, n_blocks = 64, 64, 60
+    W, circle, t_of = planted_circle_decoder(0, n_random=20, d=d)  # 27 independent rows
+    F = len(W)
+    phi = rng.uniform(0, 2 * np.pi, (n_blocks, T))
+    A = np.zeros((n_blocks, T, F))
+    A[..., circle] = np.maximum(np.cos(phi[..., None] - t_of), 0) ** 2
+    others = np.setdiff1d(np.arange(F), circle)
+    A[..., others] = (rng.random((n_blocks, T, len(others))) < 0.05) * rng.exponential(1.0, (n_blocks, T, len(others)))
+    x = torch.tensor(A @ W, dtype=torch.float32)
+    hook = "blocks.0.hook_resid_post"
+    writer = ActivationWriter(tmp_path, hook, d=d, model="planted", context_size=T, prepend_bos=False)
+    writer.append(x, torch.randint(0, 50, (n_blocks, T)), torch.arange(n_blocks))
+    writer.finish()
+    sae = build_sae(SAEConfig("standard", d_in=d, d_sae=F, hook_name=hook))
+    with torch.no_grad():
+        sae.W_dec.copy_(torch.tensor(W, dtype=torch.float32))
+        sae.W_enc.copy_(torch.linalg.pinv(sae.W_dec))
+    save_saelens(sae, tmp_path / "saes" / "planted")
+
+    app = typer.Typer()
+    analyze = typer.Typer()
+    app.add_typer(analyze, name="analyze")
+    register_analyze(analyze)
+    out = CliRunner().invoke(app, ["analyze", "circular", "discover", "--atlas", str(tmp_path),
+                                   "--sae", "planted", "--split", "all", "--json"])
+    assert out.exit_code == 0, out.output
+    table, meta = read_circular_run(tmp_path, "planted-graph")
+    assert table.row(0, named=True)["features"] == circle.tolist()
+    assert meta["hook"] == hook and meta["figures"]
+    assert (tmp_path / "analyses" / "circular" / meta["figures"][0]).stat().st_size > 1000
+    bad = CliRunner().invoke(app, ["analyze", "circular", "discover", "--atlas", str(tmp_path), "--sae", "nope"])
+    assert bad.exit_code == 2 and "unknown SAE id" in bad.output
