@@ -1,0 +1,68 @@
+"""`sae-atlas eval`: evaluate trained SAEs on held-out tokens and write their eval.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from api.commands.common import handle_errors, print_json, print_table
+from saes.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, evaluate_atlas_sae
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+
+COLUMNS = [
+    ("l0", "L0"),
+    ("explained_variance", "EV"),
+    ("fvu", "FVU"),
+    ("cossim", "cos"),
+    ("relative_reconstruction_bias", "rel. bias"),
+    ("dead_fraction", "dead"),
+    ("dense_fraction", "dense"),
+    ("ce_loss_score", "CE recovered"),
+    ("kl_div_score", "KL score"),
+]
+
+
+def _cell(value: object) -> object:
+    return "-" if value is None else value
+
+
+@handle_errors
+def eval_command(
+    atlas: Path = typer.Option(Path("atlas-demo"), help="Atlas directory."),
+    sae: list[str] = typer.Option([], help="SAE id to evaluate (repeatable); default: every trained SAE."),
+    tokens: int = typer.Option(DEFAULT_TOKENS, min=1, help="Held-out tokens for the activation metrics."),
+    ce_blocks: int = typer.Option(DEFAULT_CE_BLOCKS, min=1, help="Held-out blocks the model runs on for CE / KL."),
+    no_model: bool = typer.Option(False, "--no-model", help="Skip the CE / KL metrics (no model forward passes)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Evaluate SAEs (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score), BOS excluded."""
+    layout = AtlasLayout(atlas)
+    ids = list(sae) or layout.sae_ids()
+    if not ids:
+        raise InvalidInputError(f"no trained SAEs in {atlas}; run `sae-atlas train --atlas {atlas}` first")
+    handle = None
+    if not no_model:
+        from saes.models import load_model
+
+        handle = load_model(layout.read_meta()["model"])
+    results = {
+        sae_id: evaluate_atlas_sae(atlas, sae_id, n_tokens=tokens, ce_blocks=ce_blocks,
+                                   with_model=not no_model, model_handle=handle)
+        for sae_id in ids
+    }
+    if json_out:
+        print_json(results)
+        return
+    rows = []
+    for sae_id, record in results.items():
+        metrics = record["metrics"]
+        rows.append([sae_id, record["parameters"]["hook"], metrics["n_tokens"],
+                     *(_cell(metrics.get(key)) for key, _ in COLUMNS)])
+    print_table(f"SAE evaluation ({atlas})", ["SAE", "hook", "tokens", *(label for _, label in COLUMNS)], rows)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `eval` verb."""
+    app.command("eval")(eval_command)

@@ -1,0 +1,168 @@
+"""Evaluate SAEs on held-out tokens (SAEBench-named metrics) and record `eval.json`.
+
+`evaluate_sae` computes the reconstruction and sparsity metrics of
+`saes.eval.reconstruction` over held-out activations, BOS positions excluded, and, given
+a model, the spliced-in CE / KL metrics of `saes.eval.downstream` on held-out token
+blocks. `evaluate_atlas_sae` does this for one SAE of an atlas and writes
+`saes/<sae_id>/eval.json` with the metrics, the parameters and the versions used.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from saes.eval.downstream import downstream_metrics
+from saes.eval.reconstruction import ReconstructionStats
+from saes.formats.saelens import load_saelens
+from saes.sae.base import SAE
+from store.activations import ActivationReader
+from store.atomic import atomic_write_json
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout, created_with
+
+EVAL_FILE = "eval.json"
+DEFAULT_TOKENS = 65536
+DEFAULT_CE_BLOCKS = 8
+CE_BATCH_BLOCKS = 4
+
+
+def _heldout_tokens(reader: ActivationReader, n_tokens: int) -> Iterator[torch.Tensor]:
+    """Non-BOS activation rows of the held-out split, in order, at most `n_tokens`."""
+    left = n_tokens
+    for blocks in reader.blocks(split="heldout"):
+        rows = blocks.acts[~blocks.is_bos]
+        yield rows[:left]
+        left -= min(left, rows.shape[0])
+        if left == 0:
+            return
+
+
+def _limited(batches: Iterable[torch.Tensor], n_tokens: int) -> Iterator[torch.Tensor]:
+    left = n_tokens
+    for batch in batches:
+        yield batch[:left]
+        left -= min(left, batch.shape[0])
+        if left == 0:
+            return
+
+
+def _token_batches(reader: ActivationReader, n_blocks: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """`(token_ids, is_bos)` of the first `n_blocks` held-out blocks, a few blocks at a time."""
+    left = n_blocks
+    for blocks in reader.blocks(split="heldout"):
+        for start in range(0, min(left, blocks.token_ids.shape[0]), CE_BATCH_BLOCKS):
+            stop = min(start + CE_BATCH_BLOCKS, left)
+            yield blocks.token_ids[start:stop], blocks.is_bos[start:stop]
+        left -= min(left, blocks.token_ids.shape[0])
+        if left == 0:
+            return
+
+
+@torch.no_grad()
+def reconstruction_metrics(sae: SAE, rows: Iterable[torch.Tensor], batch_size: int = 4096) -> dict[str, Any]:
+    """Reconstruction / sparsity metrics of `sae` (in eval mode) over activation rows `[n, d_in]`."""
+    stats = ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae)
+    param = sae.W_enc
+    for chunk_rows in rows:
+        for x in chunk_rows.split(batch_size):
+            out = sae(x.to(param.device, param.dtype))
+            stats.update(x, out.x_hat.float(), out.feature_acts)
+    return stats.result()
+
+
+def evaluate_sae(
+    sae: SAE,
+    reader_or_batches: ActivationReader | Iterable[torch.Tensor],
+    *,
+    model_handle: Any = None,
+    hook: str | None = None,
+    n_tokens: int = DEFAULT_TOKENS,
+    ce_blocks: int = DEFAULT_CE_BLOCKS,
+) -> dict[str, Any]:
+    """Metrics of `sae` over held-out data: reconstruction and sparsity on up to `n_tokens`
+    non-BOS tokens, and with `model_handle` (needs an `ActivationReader`, whose token ids the
+    model runs on) CE / KL with the SAE spliced in at `hook` (default: the reader's hook)
+    over `ce_blocks` held-out blocks. Batches passed directly must already exclude BOS
+    (`reader.batches(..., exclude_bos=True)` does). The SAE is evaluated in eval mode."""
+    if n_tokens <= 0 or ce_blocks <= 0:
+        raise InvalidInputError(f"n_tokens and ce_blocks must be positive, got {n_tokens}, {ce_blocks}")
+    reader = reader_or_batches if isinstance(reader_or_batches, ActivationReader) else None
+    if reader is not None and reader.d != sae.cfg.d_in:
+        raise InvalidInputError(
+            f"SAE has d_in={sae.cfg.d_in} but hook {reader.hook!r} has d={reader.d}; "
+            "evaluate it on the hook it was trained on"
+        )
+    if model_handle is not None and reader is None:
+        raise InvalidInputError("CE / KL metrics need token ids: pass an ActivationReader, not batches")
+    was_training = sae.training
+    sae.eval()
+    try:
+        rows = _heldout_tokens(reader, n_tokens) if reader is not None else _limited(reader_or_batches, n_tokens)
+        metrics = reconstruction_metrics(sae, rows)
+        if model_handle is not None:
+            target = model_handle.check_hook(hook or reader.hook)
+            if model_handle.d_model != sae.cfg.d_in:
+                raise InvalidInputError(
+                    f"SAE has d_in={sae.cfg.d_in} but model {model_handle.name} has d_model={model_handle.d_model}"
+                )
+            metrics.update(downstream_metrics(sae, model_handle.bridge, target, _token_batches(reader, ce_blocks)))
+    finally:
+        sae.train(was_training)
+    return metrics
+
+
+def write_eval(sae_dir: str | Path, metrics: dict[str, Any], parameters: dict[str, Any]) -> Path:
+    """Write `<sae_dir>/eval.json` atomically (metrics, parameters, created_with) and return its path."""
+    path = Path(sae_dir) / EVAL_FILE
+    atomic_write_json(path, {"metrics": metrics, "parameters": parameters, "created_with": created_with()})
+    return path
+
+
+def evaluate_atlas_sae(
+    atlas: str | Path,
+    sae_id: str,
+    *,
+    n_tokens: int = DEFAULT_TOKENS,
+    ce_blocks: int = DEFAULT_CE_BLOCKS,
+    with_model: bool = True,
+    model_handle: Any = None,
+) -> dict[str, Any]:
+    """Evaluate one SAE of an atlas on its hook's held-out split and write its `eval.json`.
+
+    The model (for CE / KL) is `model_handle` or the one recorded in atlas.json; with
+    `with_model=False` only the activation metrics are computed. Returns the eval record.
+    """
+    layout = AtlasLayout(atlas)
+    sae_dir = layout.require_sae(sae_id)
+    sae = load_saelens(sae_dir)
+    hook = sae.cfg.hook_name
+    if not hook:
+        raise InvalidInputError(f"SAE {sae_id!r} records no hook name in {sae_dir / 'cfg.json'}")
+    reader = ActivationReader(atlas, hook)
+    if reader.d != sae.cfg.d_in:
+        raise InvalidInputError(f"SAE {sae_id!r} has d_in={sae.cfg.d_in} but hook {hook!r} has d={reader.d}")
+    if with_model and model_handle is None:
+        from saes.models import load_model
+
+        model_handle = load_model(layout.read_meta()["model"])
+    started = time.perf_counter()
+    metrics = evaluate_sae(sae, reader, model_handle=model_handle if with_model else None,
+                           hook=hook, n_tokens=n_tokens, ce_blocks=ce_blocks)
+    parameters = {
+        "sae_id": sae_id,
+        "hook": hook,
+        "architecture": sae.cfg.architecture,
+        "split": "heldout",
+        "n_tokens_requested": n_tokens,
+        "ce_blocks_requested": ce_blocks if with_model else 0,
+        "exclude_bos": True,
+        "model": getattr(model_handle, "name", None) if with_model else None,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    write_eval(sae_dir, metrics, parameters)
+    return {"metrics": metrics, "parameters": parameters}
