@@ -116,10 +116,10 @@ def evaluate_sae(
     return metrics
 
 
-def write_eval(sae_dir: str | Path, metrics: dict[str, Any], parameters: dict[str, Any]) -> Path:
-    """Write `<sae_dir>/eval.json` atomically (metrics, parameters, created_with) and return its path."""
+def write_eval(sae_dir: str | Path, record: dict[str, Any]) -> Path:
+    """Write `record` plus `created_with` versions to `<sae_dir>/eval.json` atomically."""
     path = Path(sae_dir) / EVAL_FILE
-    atomic_write_json(path, {"metrics": metrics, "parameters": parameters, "created_with": created_with()})
+    atomic_write_json(path, {**record, "created_with": created_with()})
     return path
 
 
@@ -132,7 +132,8 @@ def evaluate_atlas_sae(
     with_model: bool = True,
     model_handle: Any = None,
 ) -> dict[str, Any]:
-    """Evaluate one SAE of an atlas on its hook's held-out split and write its `eval.json`.
+    """Evaluate one SAE of an atlas on its hook's held-out split and write its `eval.json`
+    (`{"metrics", "parameters", "seconds", "created_with"}`).
 
     The model (for CE / KL) is `model_handle` or the one recorded in atlas.json; with
     `with_model=False` only the activation metrics are computed. Returns the eval record.
@@ -162,7 +163,7 @@ def evaluate_atlas_sae(
         "ce_blocks_requested": ce_blocks if with_model else 0,
         "exclude_bos": True,
         "model": getattr(model_handle, "name", None) if with_model else None,
-        "seconds": round(time.perf_counter() - started, 3),
     }
-    write_eval(sae_dir, metrics, parameters)
-    return {"metrics": metrics, "parameters": parameters}
+    record = {"metrics": metrics, "parameters": parameters, "seconds": round(time.perf_counter() - started, 3)}
+    write_eval(sae_dir, record)
+    return record

@@ -6,8 +6,8 @@ number of token batches: squared errors, per-dimension sums and sums of squares 
 with a large mean), norms, inner products, cosines and per-latent firing counts.
 
 - `explained_variance = 1 - E_t||x_t - x_hat_t||^2 / sum_d Var(x_d)`; `fvu` is 1 minus that.
-  (Dividing by `E||x||^2` instead, as SAEBench's "legacy" variant effectively does, counts
-  the mean as explained and inflates the score on residual streams with a large mean.)
+  (SAEBench's code squares before averaging and so divides by roughly `E||x||^2`, which
+  counts the mean as explained and inflates the score on residual streams with a large mean.)
 - `mse` = mean squared error per element; `cossim` = mean cos(x, x_hat);
   `l2_norm_in` / `l2_norm_out` = mean norms; `l2_ratio` = mean ||x_hat|| / ||x||;
   `relative_reconstruction_bias` = E||x_hat||^2 / E<x, x_hat> (Wright & Sharkey 2024).

@@ -23,8 +23,7 @@ from saes.sae.registry import sae_class
 from store.atomic import read_json
 from store.errors import IntegrityError, InvalidInputError
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BLOCK_MODULE = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)(\.mlp)?$")
 _RESID_SUBMODULE = re.compile(r"^resid_post_layer_(\d+)$")
 

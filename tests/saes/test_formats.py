@@ -304,3 +304,27 @@ def test_folders_written_by_real_saelens_give_saelens_outputs(name):
     out = sae(io["x"])
     assert torch.allclose(out.feature_acts, io[f"{name}_f"], atol=1e-5)
     assert torch.allclose(out.x_hat, io[f"{name}_x_hat"], atol=1e-5)
+
+
+def test_legacy_topk_config_and_log_threshold_variants(tmp_path):
+    shutil.copytree(FIXTURES / "saelens_legacy", tmp_path / "topk")
+    cfg = json.loads((tmp_path / "topk" / "cfg.json").read_text())
+    cfg.update(activation_fn_str="topk", activation_fn_kwargs={"k": 2})
+    (tmp_path / "topk" / "cfg.json").write_text(json.dumps(cfg))
+    sae = load_saelens(tmp_path / "topk")
+    assert sae.cfg.architecture == "topk" and sae.cfg.k == 2
+    assert torch.allclose(sae(torch.tensor([[1.0, -2.0, 0.0, 0.5]])).x_hat, torch.tensor([[1.0, 0.0, -0.5, 0.5]]))
+    shutil.copytree(FIXTURES / "saelens_jumprelu", tmp_path / "log")
+    weights = load_file(FIXTURES / "saelens_jumprelu" / "sae_weights.safetensors")
+    weights["log_threshold"] = weights.pop("threshold").log()
+    save_file(weights, tmp_path / "log" / "sae_weights.safetensors")
+    sae = load_saelens(tmp_path / "log")
+    assert torch.allclose(sae(torch.tensor([[1.0, 0.3, 2.0, -1.0]])).x_hat, torch.tensor([[2.0, 2.3, 1.0, -0.3]]))
+
+
+def test_corrupt_sparsity_file_is_detected(tmp_path):
+    save_saelens(trained_like("topk"), tmp_path, sparsity=torch.full((32,), 0.5))
+    (tmp_path / "sparsity.safetensors").write_bytes(b"\x00" * 10)
+    with pytest.raises(IntegrityError, match="sparsity.safetensors: sha256 does not match"):
+        load_sparsity(tmp_path)
+    assert load_sparsity(FIXTURES / "saelens_topk") is None
