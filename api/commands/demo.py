@@ -1,23 +1,56 @@
-"""`sae-atlas demo`: the whole pipeline on the embedded default model and text."""
+"""`sae-atlas demo`: the whole pipeline on the embedded default model and text.
+
+Each step reuses what a previous run finished (cache, SAEs, evaluations, ...), so the
+command can be re-run after an interruption or to add steps.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
 
 from api.commands.cache import print_cache_summary
-from api.commands.common import console, handle_errors
+from api.commands.common import console, handle_errors, print_table
 from saes.cache import cache_activations
 from saes.corpus import CorpusSpec
-from saes.models import DEFAULT_MODEL, load_model
+from saes.evaluate import evaluate_atlas_sae
+from saes.models import DEFAULT_MODEL, ModelHandle, load_model
+from saes.train.atlas import train_saes
+from saes.train.config import TrainConfig
+from store.layout import AtlasLayout
+
+DEMO_TOKENS = 65536
+DEMO_TRAIN_TOKENS = 500_000
+
+
+def _train_and_evaluate(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int, seed: int) -> list[str]:
+    results = train_saes(atlas, hooks, architecture="topk", expansion=8, k=32,
+                         train_cfg=TrainConfig(total_tokens=train_tokens, seed=seed))
+    layout = AtlasLayout(atlas)
+    rows = []
+    for hook, summary in results.items():
+        sae_id = summary["sae_id"]
+        eval_path = layout.sae_dir(sae_id) / "eval.json"
+        if eval_path.exists():
+            record = json.loads(eval_path.read_text())
+        else:
+            record = evaluate_atlas_sae(atlas, sae_id, model_handle=handle)
+        m = record["metrics"]
+        rows.append((sae_id, hook, m["explained_variance"], m["l0"], m["dead_fraction"],
+                     m.get("ce_loss_recovered", float("nan"))))
+    print_table("SAEs (held-out tokens, BOS excluded)",
+                ["sae", "hook", "explained var", "L0", "dead", "CE recovered"], rows)
+    return [r[0] for r in rows]
 
 
 @handle_errors
 def demo_command(
     atlas: Path = typer.Option(Path("atlas-demo"), help="Atlas directory."),
     model: str = typer.Option(DEFAULT_MODEL, help="Model spec (default: the embedded SmolLM2-135M)."),
-    tokens: int = typer.Option(131072, min=1024, help="Tokens to cache per hook."),
+    tokens: int = typer.Option(DEMO_TOKENS, min=1024, help="Tokens to cache per hook."),
+    train_tokens: int = typer.Option(DEMO_TRAIN_TOKENS, min=4096, help="Training tokens per SAE."),
     layers: int = typer.Option(3, min=1, help="Layers spread over the depth."),
     seed: int = typer.Option(0, help="Seed for every random choice."),
 ) -> None:
@@ -29,6 +62,8 @@ def demo_command(
     console.rule("[bold]2. activation cache")
     summary = cache_activations(handle, atlas, hooks, corpus=CorpusSpec(seed=seed), n_tokens=tokens)
     print_cache_summary(summary)
+    console.rule("[bold]3. one TopK SAE per layer, evaluated")
+    _train_and_evaluate(handle, atlas, hooks, train_tokens, seed)
 
 
 def register(app: typer.Typer) -> None:
