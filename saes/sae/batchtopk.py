@@ -20,7 +20,6 @@ from saes.sae.losses import (
     auxk_loss,
     auxk_select,
     fired_counts,
-    normalised_error,
     reconstruction_metrics,
 )
 
@@ -69,7 +68,7 @@ class BatchTopKSAE(SAE):
         info: StepInfo,
         metrics: dict[str, torch.Tensor],
     ) -> torch.Tensor:
-        return normalised_error(x, x_hat, info)
+        return metrics["fvu"]
 
     def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
         """FVU (+ AuxK) loss with the batch top-k code; updates the inference threshold."""
@@ -77,7 +76,7 @@ class BatchTopKSAE(SAE):
         f = batch_topk_code(pre, self.cfg.k)
         self._update_threshold(f, info)
         x_hat = self.decode(f)
-        metrics = reconstruction_metrics(x, x_hat, (f > 0).sum(-1))
+        metrics = reconstruction_metrics(x, x_hat, (f > 0).sum(-1), info)
         loss = self._reconstruction_loss(x, x_hat, f, info, metrics)
         if info.dead_mask is not None:
             aux = auxk_select(pre, info.dead_mask, info.k_aux)

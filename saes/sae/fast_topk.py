@@ -4,8 +4,9 @@ The dense pre-activations `pre [B, d_sae]` are computed once without autograd an
 used to choose indices. The chosen entries re-enter autograd through `_GatheredPre`,
 whose backward builds the encoder gradients from the `[B, m]` sparse gradient alone:
 `grad W_enc = x_c^T S` (a sparse-dense product), `grad b_enc = colsum(S)` and, when
-`b_dec` is subtracted from the input, `grad b_dec -= W_enc colsum(S)`. The decoder is an
-`embedding_bag` over the selected rows, so its forward and backward are sparse as well.
+`b_dec` is subtracted from the input, `grad b_dec -= W_enc colsum(S)`. The decoder
+(`losses.sparse_decode`) is an `embedding_bag` over the selected rows with a sparse
+decoder gradient, so its forward and backward are sparse as well.
 No dense `[B, d_sae]` tensor is ever part of the autograd graph.
 """
 
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from saes.sae.losses import sparse_decode
+from saes.sae.losses import sparse_decode, sparse_rows_product
 
 
 class _GatheredPre(torch.autograd.Function):
@@ -30,24 +31,33 @@ class _GatheredPre(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_BM):  # type: ignore[override]
         W_enc, x_c, idx = ctx.saved_tensors
-        B, M = idx.shape
         d_sae = W_enc.shape[1]
-        flat_idx = idx.reshape(-1)
-        flat_grad = grad_BM.reshape(-1).to(W_enc.dtype)
         grad_W_enc = grad_b_enc = grad_b_dec = None
         if ctx.needs_input_grad[0]:
-            rows = torch.arange(B, device=idx.device).repeat_interleave(M)
-            S_FB = torch.sparse_coo_tensor(
-                torch.stack([flat_idx, rows]), flat_grad, (d_sae, B), check_invariants=False
-            )
-            grad_W_enc = torch.sparse.mm(S_FB, x_c).t()
+            grad_W_enc = sparse_rows_product(idx, grad_BM, x_c, d_sae).t()
         colsum = torch.zeros(d_sae, dtype=W_enc.dtype, device=W_enc.device)
-        colsum.index_add_(0, flat_idx, flat_grad)
+        colsum.index_add_(0, idx.reshape(-1), grad_BM.reshape(-1).to(W_enc.dtype))
         if ctx.needs_input_grad[1]:
             grad_b_enc = colsum
         if ctx.needs_input_grad[2] and ctx.sub_b_dec:
             grad_b_dec = -(W_enc @ colsum)
         return grad_W_enc, grad_b_enc, grad_b_dec, None, None, None, None
+
+
+_WORKSPACE: dict[tuple, torch.Tensor] = {}
+
+
+def _pre_buffer(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
+    """A reused `[rows, cols]` scratch tensor for the dense pre-activations.
+
+    Allocating ~75 MB afresh each step costs page faults (system time) on CPU; the buffer
+    is only written and read inside `topk_sparse_forward`, never kept.
+    """
+    key = (rows, cols, like.dtype, like.device)
+    if key not in _WORKSPACE:
+        _WORKSPACE.clear()
+        _WORKSPACE[key] = torch.empty(rows, cols, dtype=like.dtype, device=like.device)
+    return _WORKSPACE[key]
 
 
 class FastTopKOutput(NamedTuple):
@@ -86,7 +96,8 @@ def topk_sparse_forward(
     sub = sae.cfg.apply_b_dec_to_input
     with torch.no_grad():
         x_c = x - sae.b_dec if sub else x
-        pre = torch.addmm(sae.b_enc, x_c, sae.W_enc)
+        pre = _pre_buffer(x.shape[0], sae.cfg.d_sae, sae.W_enc)
+        torch.addmm(sae.b_enc, x_c, sae.W_enc, out=pre)
         idx = pre.topk(k, dim=1, sorted=False).indices
         aux_idx = _dead_topk(pre, dead_mask, k_aux)
         all_idx = idx if aux_idx is None else torch.cat([idx, aux_idx], dim=1)

@@ -42,23 +42,69 @@ def total_variance(x_BD: torch.Tensor) -> torch.Tensor:
     return (x_BD - x_BD.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
 
 
+def variance_of(x_BD: torch.Tensor, info: StepInfo) -> torch.Tensor | float:
+    """The FVU denominator: the run's `info.data_variance`, else the batch's."""
+    return info.data_variance if info.data_variance is not None else total_variance(x_BD)
+
+
 def normalised_error(x_BD: torch.Tensor, x_hat_BD: torch.Tensor, info: StepInfo) -> torch.Tensor:
-    """`E_t||x - x_hat||^2 / sum_d Var(x_d)` with the run's variance (`info.data_variance`)."""
-    denom = info.data_variance if info.data_variance is not None else total_variance(x_BD)
-    return (x_BD - x_hat_BD).pow(2).sum(-1).mean() / denom
+    """`E_t||x - x_hat||^2 / sum_d Var(x_d)` (denominator from `variance_of`)."""
+    return (x_BD - x_hat_BD).pow(2).sum(-1).mean() / variance_of(x_BD, info)
 
 
 def reconstruction_metrics(
-    x_BD: torch.Tensor, x_hat_BD: torch.Tensor, n_active_B: torch.Tensor
+    x_BD: torch.Tensor, x_hat_BD: torch.Tensor, n_active_B: torch.Tensor, info: StepInfo
 ) -> dict[str, torch.Tensor]:
-    """`mse` = E_t||x - x_hat||^2, `fvu` = mse / sum_d Var(x_d), `l0` = mean active latents."""
+    """`mse` = E_t||x - x_hat||^2, `fvu` = mse / sum_d Var(x_d), `l0` = mean active latents.
+
+    `fvu` is differentiable and is the loss of the TopK-family architectures.
+    """
     mse = (x_BD - x_hat_BD).pow(2).sum(-1).mean()
-    return {"mse": mse, "fvu": mse / total_variance(x_BD), "l0": n_active_B.float().mean()}
+    return {"mse": mse, "fvu": mse / variance_of(x_BD, info), "l0": n_active_B.float().mean()}
+
+
+def sparse_rows_product(idx_BK: torch.Tensor, vals_BK: torch.Tensor, dense_BD: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """`S^T @ dense` for the sparse `S [B, n_rows]` with `S[b, idx[b, j]] = vals[b, j]`.
+
+    The `[n_rows, D]` result costs `B * K * D` multiply-adds (a sparse-dense product);
+    repeated (b, latent) pairs add up.
+    """
+    B, K = idx_BK.shape
+    rows = torch.arange(B, device=idx_BK.device).repeat_interleave(K)
+    S_FB = torch.sparse_coo_tensor(
+        torch.stack([idx_BK.reshape(-1), rows]), vals_BK.reshape(-1).to(dense_BD.dtype),
+        (n_rows, B), check_invariants=False,
+    )
+    return torch.sparse.mm(S_FB, dense_BD)
+
+
+class _DecoderRowGrad(torch.autograd.Function):
+    """Zero in the forward pass; in the backward pass the decoder gradient of a sparse
+    decode, `grad W_dec = S^T @ grad_x_hat`, from the k selected rows per token only."""
+
+    @staticmethod
+    def forward(ctx, W_dec, vals, idx):  # type: ignore[override]
+        ctx.save_for_backward(vals, idx)
+        ctx.n_rows = W_dec.shape[0]
+        return W_dec.new_zeros(idx.shape[0], W_dec.shape[1])
+
+    @staticmethod
+    def backward(ctx, grad_BD):  # type: ignore[override]
+        vals, idx = ctx.saved_tensors
+        return sparse_rows_product(idx, vals, grad_BD, ctx.n_rows), None, None
 
 
 def sparse_decode(vals_BK: torch.Tensor, idx_BK: torch.Tensor, W_dec_FD: torch.Tensor) -> torch.Tensor:
-    """`sum_j vals[b, j] * W_dec[idx[b, j]]` touching only the selected rows (no bias)."""
-    return F.embedding_bag(idx_BK, W_dec_FD, per_sample_weights=vals_BK, mode="sum")
+    """`sum_j vals[b, j] * W_dec[idx[b, j]]` (no bias), forward and backward sparse.
+
+    `embedding_bag` over a detached decoder gives the output and the gradient of `vals`;
+    `_DecoderRowGrad` adds the decoder gradient as a sparse-dense product, which is much
+    cheaper on CPU than `embedding_bag`'s dense weight backward (zero fill + sort).
+    """
+    out = F.embedding_bag(idx_BK, W_dec_FD.detach(), per_sample_weights=vals_BK, mode="sum")
+    if W_dec_FD.requires_grad and torch.is_grad_enabled():
+        out = out + _DecoderRowGrad.apply(W_dec_FD, vals_BK.detach(), idx_BK)
+    return out
 
 
 def auxk_select(

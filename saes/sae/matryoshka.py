@@ -53,6 +53,6 @@ class MatryoshkaSAE(BatchTopKSAE):
             partial = partial + f[:, start:end] @ self.W_dec[start:end]
             fvus.append(normalised_error(x, partial, info))
             start = end
-        fvus.append(normalised_error(x, x_hat, info))
+        fvus.append(metrics["fvu"])
         metrics["loss_first_prefix"] = fvus[0]
         return torch.stack(fvus).mean()

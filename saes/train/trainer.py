@@ -94,6 +94,36 @@ def normalise_decoder(sae: SAE) -> None:
     sae.W_dec.div_(sae.W_dec.norm(dim=-1, keepdim=True).clamp_min(1e-12))
 
 
+def optimizer_step(
+    model: nn.Module, sae: SAE, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+    info: StepInfo, grad_clip: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """One training step: loss, backward, decoder-gradient projection, clip, Adam, renorm.
+
+    `model` is the loss module (`loss_module(sae)`, possibly DDP-wrapped). Returns the
+    loss, the detached metrics and the per-latent firing counts of this rank's batch.
+    """
+    loss, metrics, fired = model(x, info)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    project_decoder_grad(sae)
+    if grad_clip > 0:
+        nn.utils.clip_grad_norm_(sae.parameters(), grad_clip)
+    optimizer.step()
+    normalise_decoder(sae)
+    return loss, metrics, fired
+
+
+def make_optimizer(sae: SAE, cfg: TrainConfig) -> torch.optim.Adam:
+    """Adam (the fused kernel) over all SAE parameters with the config's lr, betas and eps."""
+    return torch.optim.Adam(sae.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, fused=True)
+
+
+def loss_module(sae: SAE) -> nn.Module:
+    """`sae.training_loss` as a module whose forward returns (loss, metrics, fired)."""
+    return _LossModule(sae)
+
+
 class _Run:
     """The mutable state of one training run (everything a checkpoint holds)."""
 
@@ -101,9 +131,7 @@ class _Run:
         self.sae_cfg, self.cfg, self.device, self.ctx = sae_cfg, cfg, device, ctx
         self.sae = build_sae(sae_cfg).to(device)
         normalise_decoder(self.sae)
-        self.optimizer = torch.optim.Adam(
-            self.sae.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, foreach=True
-        )
+        self.optimizer = make_optimizer(self.sae, cfg)
         self.scheduler = make_scheduler(
             self.optimizer, cfg.total_steps, cfg.lr_warmup_steps, cfg.lr_decay_fraction
         )
@@ -239,7 +267,7 @@ def train_sae(
         _initialise_from_data(run, first)
         stream = itertools.chain(first, stream)
 
-    model: nn.Module = _LossModule(run.sae)
+    model = loss_module(run.sae)
     if ctx is not None and world > 1:
         model = nn.parallel.DistributedDataParallel(model)
     is_main = ctx is None or ctx.is_main
@@ -263,15 +291,8 @@ def train_sae(
             aux_coefficient=cfg.aux_coefficient,
             data_variance=run.data_variance,
         )
-        loss, metrics, fired = model(x, info)
-        run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        project_decoder_grad(run.sae)
-        if cfg.grad_clip > 0:
-            nn.utils.clip_grad_norm_(run.sae.parameters(), cfg.grad_clip)
-        run.optimizer.step()
+        loss, metrics, fired = optimizer_step(model, run.sae, run.optimizer, x, info, cfg.grad_clip)
         run.scheduler.step()
-        normalise_decoder(run.sae)
         with torch.no_grad():
             all_reduce_(fired, ctx)
             run.since_fired.add_(cfg.batch_size).masked_fill_(fired > 0, 0)
