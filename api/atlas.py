@@ -1,0 +1,311 @@
+"""`Atlas(path)`: the whole atlas from Python and notebooks.
+
+```python
+from api import Atlas
+atlas = Atlas("atlas-demo")
+atlas.saes()                          # polars frame, one row per SAE
+f = atlas.feature(sae_id, 12)         # stats, histogram, top examples, logits, neighbours, map
+atlas.similar(sae_id, 12, k=10)       # decoder-direction neighbours (FAISS)
+atlas.search_vector(v, k=10)          # features nearest to a direction
+atlas.search_text("the cat sat")      # which features fire on each token (runs the model)
+atlas.search_token("monday")          # features whose examples centre on / promote a token
+atlas.flow(sae_id, 12)                # best matches of the feature in the other layers' SAEs
+atlas.map(sae_id); atlas.analyses(); atlas.analysis(kind, run)
+```
+
+Everything is read lazily and kept: the model is loaded only by `search_text`. Results
+are dataclasses with `to_dict()` (what the HTTP service returns), `_repr_html_()` for
+Jupyter and, where a picture helps, `.plot()`.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from api import atlas_search, atlas_sources
+from api.display import AnalysisResult, Feature, TextSearch, TokenFeatures
+from store.errors import InvalidInputError, NotFoundError
+from store.layout import AtlasLayout
+
+MAX_K = 100
+MAX_TEXT_CHARS = 2000
+MAX_EXAMPLES = 50
+
+
+def check_k(k: int, what: str = "k", maximum: int = MAX_K) -> int:
+    """`k` if it is an integer in 1..maximum, else InvalidInputError."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= maximum:
+        raise InvalidInputError(f"{what} must be an integer in 1..{maximum}, got {k!r}")
+    return int(k)
+
+
+class Atlas:
+    """Read-only view of one atlas directory (SAEs, summaries, indexes, maps, analyses)."""
+
+    def __init__(self, root: str | Path, *, model: Any = None) -> None:
+        """Open the atlas at `root`; `model` (a ModelHandle or spec) overrides atlas.json's."""
+        self.layout = AtlasLayout(root)
+        self.root = self.layout.root
+        if not self.layout.atlas_json.exists():
+            raise NotFoundError(f"{self.root} is not an atlas (no atlas.json); create one with `sae-atlas cache`")
+        self.meta = self.layout.read_meta()
+        self._model_override = model
+        self._cache = atlas_sources.ResourceCache()
+        self._model_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Atlas({str(self.root)!r}, saes={self.sae_ids})"
+
+    # SAEs ---------------------------------------------------------------------------------
+    @property
+    def sae_ids(self) -> list[str]:
+        """Ids of the SAEs with saved weights."""
+        return self.layout.sae_ids()
+
+    def saes(self) -> pl.DataFrame:
+        """One row per SAE: id, hook, architecture, widths and held-out metrics."""
+        rows = [self.sae_info(sae_id) for sae_id in self.sae_ids]
+        return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"sae_id": pl.String})
+
+    def sae_info(self, sae_id: str) -> dict[str, Any]:
+        """Facts about one SAE (from atlas.json and its cfg.json); NotFoundError if unknown."""
+        cfg = self._cache.get(("cfg", sae_id), lambda: atlas_sources.sae_config(self.root, sae_id))
+        recorded = self.meta.get("saes", {}).get(sae_id, {})
+        info = {
+            "sae_id": sae_id,
+            "hook": atlas_sources.sae_hook(self.root, sae_id),
+            "architecture": cfg.get("architecture"),
+            "d_in": cfg.get("d_in"),
+            "d_sae": cfg.get("d_sae"),
+        }
+        for key in ("k", "fvu", "l0", "dead_fraction"):
+            info[key] = recorded.get(key)
+        return info
+
+    def _tables(self, sae_id: str) -> Any:
+        self.layout.require_sae(sae_id)
+        return self._cache.get(("tables", sae_id), lambda: atlas_sources.feature_tables(self.root, sae_id))
+
+    def _sae(self, sae_id: str) -> Any:
+        self.layout.require_sae(sae_id)
+        return self._cache.get(("sae", sae_id), lambda: atlas_sources.load_sae(self.root, sae_id))
+
+    def _check_latent(self, sae_id: str, index: int) -> int:
+        d_sae = int(self.sae_info(sae_id)["d_sae"])
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < d_sae:
+            raise InvalidInputError(f"feature index {index!r} out of range for SAE {sae_id!r}: valid 0..{d_sae - 1}")
+        return int(index)
+
+    # features -----------------------------------------------------------------------------
+    def feature(self, sae_id: str, index: int, *, examples: int = 10, neighbours: int = 8) -> Feature:
+        """Everything about one feature: stats, histogram, top examples, logit effects,
+        nearest decoder neighbours in its SAE, best cross-layer matches and map position."""
+        index = self._check_latent(sae_id, index)
+        examples = check_k(examples, "examples", MAX_EXAMPLES)
+        neighbours = check_k(neighbours, "neighbours")
+        tables = self._tables(sae_id)
+        row = tables.feature(index)
+        stats = {key: row[key] for key in ("n_active", "density", "mean_act", "mean_active_act",
+                                           "max_act", "decoder_norm")}
+        stats["quantiles"] = dict(zip(map(str, tables.params.get("quantile_levels", [])), row["quantiles"], strict=False))
+        top = tables.examples_for(index, "top").head(examples)
+        return Feature(
+            sae_id=sae_id,
+            index=index,
+            hook=self.sae_info(sae_id)["hook"],
+            stats=stats,
+            histogram=atlas_sources.histogram(tables, row),
+            examples=top.select("act", "block", "pos", "centre", "tokens", "acts").to_dicts(),
+            top_logits=_logits(row, "top"),
+            bottom_logits=_logits(row, "bottom"),
+            neighbours=self._optional_search(lambda: self.similar(sae_id, index, k=neighbours)),
+            cross_layer=self._optional_search(lambda: self.flow(sae_id, index, k=min(neighbours, 5))),
+            map_position=self._map_position(sae_id, index),
+        )
+
+    def examples(self, sae_id: str, index: int, kind: str | None = None) -> pl.DataFrame:
+        """All stored example contexts of a feature (top-k and activation bands)."""
+        return self._tables(sae_id).examples_for(self._check_latent(sae_id, index), kind)
+
+    def features(self, sae_id: str) -> pl.DataFrame:
+        """The SAE's per-latent summary table (features.parquet)."""
+        return self._tables(sae_id).features
+
+    def _optional_search(self, run: Any) -> list[dict[str, Any]] | None:
+        """A neighbour list for a feature card, or None when the SAE has no index yet."""
+        try:
+            return run().to_dicts()
+        except NotFoundError:
+            return None
+
+    def _map_position(self, sae_id: str, index: int) -> dict[str, Any] | None:
+        try:
+            frame = self.map(sae_id)
+        except NotFoundError:
+            return None
+        hit = frame.filter(pl.col("latent") == index)
+        return hit.row(0, named=True) if hit.height else None
+
+    # searches -----------------------------------------------------------------------------
+    def similar(self, sae_id: str, index: int, k: int = 10) -> pl.DataFrame:
+        """The `k` latents of the same SAE whose decoder directions are nearest (cosine)."""
+        index = self._check_latent(sae_id, index)
+        return atlas_search.similar(self._cache, self.root, sae_id, index, check_k(k))
+
+    def search_vector(self, vector: Any, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
+        """Latents whose decoder directions are nearest to `vector` (length d_in), in one SAE
+        or, by default, in every SAE of that width; columns sae_id, latent, cosine."""
+        k = check_k(k)
+        ids = [sae_id] if sae_id is not None else self.sae_ids
+        widths = {i: int(self.sae_info(i)["d_in"]) for i in ids}
+        v = _vector(vector, set(widths.values()))
+        matching = [i for i, d in widths.items() if d == v.shape[0]]
+        return atlas_search.by_vector(self._cache, self.root, matching, v, k)
+
+    def flow(self, sae_id: str, index: int, k: int = 5) -> pl.DataFrame:
+        """Cross-layer flow: the best-matching latents of this feature in the other SAEs of the
+        model (by decoder cosine); columns sae_id, hook, latent, cosine."""
+        index = self._check_latent(sae_id, index)
+        return atlas_search.cross_layer(self._cache, self.root, sae_id, index, check_k(k))
+
+    def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> TokenFeatures:
+        """Features whose top examples centre on `token` and features whose logit effects
+        promote it (a token id, or a string looked up in the model's vocabulary)."""
+        k = check_k(k)
+        token_id, token_str = self._token_id(token)
+        centred, promoting = [], []
+        for sid in [sae_id] if sae_id is not None else self.sae_ids:
+            tables = self._tables(sid)
+            centred.append(tables.latents_centred_on(token_id, limit=k).with_columns(pl.lit(sid).alias("sae_id")))
+            promoting.append(tables.latents_promoting(token_id, limit=k).with_columns(pl.lit(sid).alias("sae_id")))
+        return TokenFeatures(
+            token=token_str, token_id=token_id,
+            centred=pl.concat(centred).sort("n_examples", "max_act", descending=True).head(k),
+            promoting=pl.concat(promoting).sort("logit", descending=True).head(k),
+        )
+
+    def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5) -> TextSearch:
+        """Run the model on `text` and encode each token with each SAE: per token, the `k`
+        most active features. Loads the model (atlas.json "model") on first use."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("text must be a non-empty string")
+        if len(text) > MAX_TEXT_CHARS:
+            raise InvalidInputError(f"text is {len(text)} characters; the maximum is {MAX_TEXT_CHARS}")
+        k = check_k(k)
+        ids = list(sae_ids) if sae_ids else self.sae_ids
+        if not ids:
+            raise NotFoundError(f"the atlas {self.root} has no SAEs yet")
+        hooks = {sid: self.sae_info(sid)["hook"] for sid in ids}
+        handle = self.model()
+        with self._model_lock, torch.inference_mode():
+            tokens = handle.to_tokens(text)
+            acts = atlas_sources.run_hooks(handle, tokens, sorted(set(hooks.values())))
+            per_sae = {}
+            for sid in ids:
+                f_TF = self._sae(sid).encode(acts[hooks[sid]][0].float())
+                values, latents = f_TF.topk(min(k, f_TF.shape[1]), dim=1)
+                per_sae[sid] = [
+                    [{"latent": int(i), "act": float(a)} for a, i in zip(v, ix, strict=False) if a > 0]
+                    for v, ix in zip(values.tolist(), latents.tolist(), strict=False)
+                ]
+        ids_T = tokens[0].tolist()
+        return TextSearch(text=text, token_ids=ids_T,
+                          tokens=handle.tokenizer.convert_ids_to_tokens(ids_T), features=per_sae)
+
+    def model(self) -> Any:
+        """The atlas's model handle (loaded on first call, then kept)."""
+        def load() -> Any:
+            spec = self._model_override if self._model_override is not None else self.meta.get("model")
+            if spec is None:
+                raise NotFoundError(f"{self.layout.atlas_json} records no model spec (key 'model')")
+            return spec if hasattr(spec, "bridge") else atlas_sources.load_model(spec)
+
+        return self._cache.get(("model",), load)
+
+    def _token_id(self, token: str | int) -> tuple[int, str | None]:
+        if isinstance(token, (int, np.integer)) and not isinstance(token, bool):
+            if token < 0:
+                raise InvalidInputError(f"token id must be non-negative, got {token}")
+            return int(token), None
+        if not isinstance(token, str) or not token:
+            raise InvalidInputError("token must be a token id or a non-empty string")
+        vocab = self._vocab()
+        if token not in vocab:  # not seen in any summary: ask the tokenizer (loads the model)
+            ids = self.model().tokenizer.convert_tokens_to_ids([token])
+            unk = self.model().tokenizer.unk_token_id
+            if not ids or ids[0] is None or (ids[0] == unk and token != self.model().tokenizer.unk_token):
+                raise NotFoundError(f"token {token!r} is not in the model's vocabulary")
+            return int(ids[0]), token
+        return vocab[token], token
+
+    def _vocab(self) -> dict[str, int]:
+        """Token string -> id, from the token strings of the summaries (examples and logit
+        effects), so common lookups need no model."""
+        def load() -> dict[str, int]:
+            vocab: dict[str, int] = {}
+            for sid in self.sae_ids:
+                tables = self._tables(sid)
+                pairs = [tables.examples.select("token_ids", "tokens").explode("token_ids", "tokens")]
+                for side in ("top", "bottom"):
+                    pairs.append(tables.features.select(
+                        pl.col(f"{side}_logit_ids").alias("token_ids"), pl.col(f"{side}_logit_tokens").alias("tokens")
+                    ).explode("token_ids", "tokens"))
+                for tid, tok in pl.concat(pairs).drop_nulls().unique().iter_rows():
+                    vocab.setdefault(tok, int(tid))
+            return vocab
+
+        return self._cache.get(("vocab",), load)
+
+    # maps and geometry --------------------------------------------------------------------
+    def map(self, sae_id: str) -> pl.DataFrame:
+        """The SAE's 2-D feature map (latent, x, y, and cluster when present)."""
+        self.layout.require_sae(sae_id)
+        return self._cache.get(("map", sae_id), lambda: atlas_sources.read_map(self.root, sae_id))
+
+    def analyses(self) -> pl.DataFrame:
+        """Stored geometry results: kind, run, table file, figure files."""
+        runs = atlas_sources.analysis_runs(self.root)
+        schema = {"kind": pl.String, "run": pl.String, "table": pl.String, "figures": pl.List(pl.String)}
+        return pl.DataFrame(runs, schema=schema)
+
+    def analysis(self, kind: str, run: str) -> AnalysisResult:
+        """One geometry result: its parameters/summary (json), table and figure paths."""
+        files, meta, table = atlas_sources.analysis_run(self.root, kind, run)
+        folder = self.layout.analysis_dir(kind)
+        return AnalysisResult(kind=kind, run=run, meta=meta, table=table,
+                              figures=[folder / name for name in files["figures"]])
+
+    def figure_path(self, kind: str, name: str) -> Path:
+        """Path of a stored analysis figure (PNG)."""
+        return atlas_sources.figure_path(self.root, kind, name)
+
+    def run_circular(self, sae_id: str, *, max_tokens: int = 20_000) -> AnalysisResult:
+        """Run circular-feature discovery on one SAE and return the new result."""
+        self.layout.require_sae(sae_id)
+        files = atlas_sources.run_circular_discovery(self.root, sae_id, max_tokens)
+        return self.analysis(files["kind"], files["run"])
+
+
+def _logits(row: dict[str, Any], side: str) -> list[dict[str, Any]]:
+    ids, values = row[f"{side}_logit_ids"] or [], row[f"{side}_logit_values"] or []
+    tokens = row[f"{side}_logit_tokens"] or [None] * len(ids)
+    return [{"token_id": i, "token": t, "value": v} for i, t, v in zip(ids, tokens, values, strict=False)]
+
+
+def _vector(values: Any, widths: set[int]) -> np.ndarray:
+    try:
+        array = np.asarray(values, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"vector must be a list of numbers ({exc})") from exc
+    valid = " or ".join(map(str, sorted(widths))) or "(no SAEs)"
+    if array.shape[0] not in widths:
+        raise InvalidInputError(f"vector has {array.shape[0]} entries; the SAEs' d_in is {valid}")
+    if not np.all(np.isfinite(array)) or not np.any(array):
+        raise InvalidInputError("vector must be finite and not all zero")
+    return array

@@ -1,0 +1,69 @@
+"""A small but complete atlas for the API tests and the HTTP benchmark.
+
+Tiny random Llama (2 layers, d_model 32), ~200 cached blocks of 32 builtin-corpus tokens
+at both residual streams, one short TopK SAE per hook, feature summaries, and whatever
+indexes / maps / analyses the installed helpers can build. One planted analysis (a table,
+its parameters and a PNG figure) lets the geometry endpoints be tested independently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from store.atomic import atomic_path, atomic_write_json
+from store.layout import AtlasLayout
+
+HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+CONTEXT = 32
+N_BLOCKS = 200
+D_SAE = 64
+PLANTED_KIND = "planted"
+PLANTED_RUN = "demo-run"
+
+
+def _planted_analysis(root: Path) -> None:
+    """A result in the analyses layout: `<run>.parquet`, `<run>.json` and `<run>.png`."""
+    folder = AtlasLayout(root).analysis_dir(PLANTED_KIND)
+    folder.mkdir(parents=True, exist_ok=True)
+    frame = pl.DataFrame({"cluster": [0, 1], "size": [3, 2], "score": [0.9, 0.4]})
+    with atomic_path(folder / f"{PLANTED_RUN}.parquet") as tmp:
+        frame.write_parquet(tmp)
+    atomic_write_json(folder / f"{PLANTED_RUN}.json", {"params": {"seed": 0}, "n_clusters": 2})
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.plot(np.cos(np.linspace(0, 6.3, 50)), np.sin(np.linspace(0, 6.3, 50)))
+    with atomic_path(folder / f"{PLANTED_RUN}.png") as tmp:
+        fig.savefig(tmp, format="png", dpi=50)
+    plt.close(fig)
+
+
+def build_small_atlas(root: str | Path) -> dict[str, Any]:
+    """Build the small atlas at `root`; returns facts the tests check against."""
+    from saes.cache import cache_activations
+    from saes.corpus import CorpusSpec
+    from saes.models import tiny_model
+    from saes.summarize import summarize_sae
+    from saes.train.atlas import train_saes
+    from saes.train.config import TrainConfig
+
+    root = Path(root)
+    handle = tiny_model(n_layers=2, d_model=32)
+    cache_activations(handle, root, HOOKS, corpus=CorpusSpec(context_size=CONTEXT),
+                      n_tokens=N_BLOCKS * CONTEXT, progress=False)
+    trained = train_saes(root, HOOKS, architecture="topk", d_sae=D_SAE, k=4,
+                         train_cfg=TrainConfig(total_tokens=256 * 20, batch_size=256, progress=False))
+    sae_ids = [trained[h]["sae_id"] for h in HOOKS]
+    for sae_id in sae_ids:
+        summarize_sae(root, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
+                      norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, top_k=8,
+                      window=(6, 2), progress=False)
+    _planted_analysis(root)
+    return {"root": root, "sae_ids": sae_ids, "hooks": HOOKS, "d_sae": D_SAE, "d_in": 32}
