@@ -56,7 +56,7 @@ class Blocks:
     positions: torch.Tensor  # [n, T] int64
     doc_ids: torch.Tensor  # [n, T] int64
     block_index: torch.Tensor  # [n] int64, global block numbers
-    is_bos: torch.Tensor  # [n, T] bool
+    is_bos: torch.Tensor  # [n, T] bool: BOS and special (separator) positions
 
 
 class ActivationWriter:
@@ -74,6 +74,7 @@ class ActivationWriter:
         bos_token_id: int | None = None,
         prepend_bos: bool = True,
         shard_blocks: int = 64,
+        special_token_ids: list[int] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         self.layout = AtlasLayout(root)
@@ -92,6 +93,7 @@ class ActivationWriter:
             "context_size": context_size,
             "bos_token_id": bos_token_id,
             "prepend_bos": prepend_bos,
+            "special_token_ids": sorted(set(special_token_ids or [])),
             "shard_blocks": shard_blocks,
             "heldout_fraction": HELDOUT_FRACTION,
             "extra": extra or {},
@@ -297,12 +299,19 @@ class ActivationReader:
         return out
 
     def _bos_mask(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Positions to leave out: BOS (position 0 when prepended) and special tokens.
+
+        Special tokens such as the EOS separators between documents carry activations as
+        outsized as BOS's, so they are excluded with it (as SAELens' exclude_special_tokens).
+        """
         mask = torch.zeros_like(token_ids, dtype=torch.bool)
         if self.manifest["prepend_bos"]:
             mask |= positions == 0
-        bos = self.manifest["bos_token_id"]
-        if bos is not None:
-            mask |= token_ids == bos
+        special = set(self.manifest.get("special_token_ids", []))
+        if self.manifest["bos_token_id"] is not None:
+            special.add(self.manifest["bos_token_id"])
+        if special:
+            mask |= torch.isin(token_ids, torch.tensor(sorted(special)))
         return mask
 
     def blocks(self, split: Split = "all") -> Iterator[Blocks]:

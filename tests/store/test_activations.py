@@ -140,3 +140,17 @@ def test_incomplete_cache_is_refused_by_default(tmp_path):
     with pytest.raises(IntegrityError, match="incomplete"):
         ActivationReader(tmp_path, HOOK)
     assert ActivationReader(tmp_path, HOOK, allow_incomplete=True).n_blocks == 4
+
+
+def test_special_token_positions_are_excluded(tmp_path):
+    toks = torch.tensor([[1, 5, 2, 6], [1, 7, 8, 2]])
+    acts = torch.arange(32, dtype=torch.float32).reshape(2, 4, 4)
+    writer = ActivationWriter(tmp_path, HOOK, d=4, context_size=4, bos_token_id=1,
+                              special_token_ids=[2], shard_blocks=2)
+    writer.append(acts, toks, torch.arange(2))
+    writer.finish()
+    reader = ActivationReader(tmp_path, HOOK)
+    rows = torch.cat(list(reader.batches(1, split="all", buffer_tokens=8)))
+    kept = acts.reshape(-1, 4)[torch.tensor([1, 3, 5, 6])]
+    assert sorted(rows[:, 0].tolist()) == sorted(kept[:, 0].tolist())
+    assert next(reader.blocks()).is_bos.tolist() == [[True, False, True, False], [True, False, False, True]]
