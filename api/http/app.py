@@ -1,0 +1,87 @@
+"""The FastAPI application: `create_app(settings)`, the `app_from_env` factory that
+`uvicorn --workers N` calls in each worker process, and `serve(...)`.
+
+Each worker opens one `Atlas`, so tables, SAE weights and search indexes are loaded once
+per worker and shared by its requests. The explorer (`api/static/`) is served at `/`;
+`/health` and `/openapi.json` need no token, every data endpoint does when one is set.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from api.atlas import Atlas
+from api.http.errors import install_error_handlers
+from api.http.guards import BodyLimit, bearer_guard
+from api.http.routes import build_router
+from api.http.settings import ServerSettings
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+log = logging.getLogger("sae_atlas.http")
+
+
+def create_app(settings: ServerSettings) -> FastAPI:
+    """The application over the atlas at `settings.root` (NotFoundError if not an atlas)."""
+    atlas = Atlas(settings.root)
+    app = FastAPI(
+        title="sae-atlas",
+        version="1",
+        description="Feature search and geometry over sparse autoencoders of a transformer's residual stream.",
+        docs_url=None,  # Swagger UI loads from a CDN; the explorer and /openapi.json are local
+        redoc_url=None,
+    )
+    app.state.atlas = atlas
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    @app.get("/health", tags=["service"], summary="Liveness and what is served")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "atlas": atlas.root.name, "saes": len(atlas.sae_ids),
+                "auth": bool(settings.token), "analyses_allowed": settings.allow_analyses}
+
+    @app.get("/", include_in_schema=False)
+    def explorer() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.include_router(build_router(atlas, allow_analyses=settings.allow_analyses,
+                                    guard=bearer_guard(settings.token)))
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """Application factory for uvicorn workers (settings from `SAE_ATLAS_*` variables)."""
+    return create_app(ServerSettings.from_env())
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` only accepts local connections."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
+          log_level: str = "info") -> None:
+    """Run the service with uvicorn (blocks). Several workers share the port, each with its
+    own Atlas; settings reach them through the environment."""
+    import uvicorn
+
+    Atlas(settings.root)  # fail early, in the parent, if the directory is not an atlas
+    if not is_loopback(host) and not settings.token:
+        log.warning("serving %s on %s without a token: anyone who can reach it can read the atlas",
+                    settings.root, host)
+    os.environ.update(settings.to_env())
+    uvicorn.run("api.http.app:app_from_env", factory=True, host=host, port=port, workers=workers,
+                log_level=log_level)

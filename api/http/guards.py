@@ -1,0 +1,90 @@
+"""Request guards: the optional bearer token and the request-body size limit."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from fastapi import HTTPException, Request
+
+Scope = dict[str, Any]
+
+
+def bearer_guard(token: str | None) -> Any:
+    """A FastAPI dependency that requires `Authorization: Bearer <token>` when `token` is set."""
+
+    def check(request: Request) -> None:
+        if not token:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            raise HTTPException(
+                status_code=401,
+                detail="missing or wrong bearer token: send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return check
+
+
+class BodyLimit:
+    """ASGI middleware answering 413 (JSON) to a request body over `max_bytes`, whether it
+    declares its length or streams it in chunks."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > self.max_bytes
+            except ValueError:
+                await self._reply(send, 400, "invalid Content-Length header")
+                return
+            if too_big:
+                await self._reply(send, 413, self._message())
+                return
+        received = 0
+        started = False
+
+        async def limited_receive() -> dict[str, Any]:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._reply(send, 413, self._message())
+
+    def _message(self) -> str:
+        return f"request body is larger than the limit of {self.max_bytes} bytes"
+
+    @staticmethod
+    async def _reply(send: Any, status: int, detail: str) -> None:
+        body = json.dumps({"error": "http", "detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    """Raised inside the app when a streamed body passes the limit."""

@@ -1,0 +1,45 @@
+"""Settings of the HTTP service, passed to worker processes through environment variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_ROOT = "SAE_ATLAS_ROOT"
+ENV_TOKEN = "SAE_ATLAS_TOKEN"
+ENV_ALLOW_ANALYSES = "SAE_ATLAS_ALLOW_ANALYSES"
+ENV_MAX_BODY = "SAE_ATLAS_MAX_BODY_BYTES"
+DEFAULT_MAX_BODY = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What one server process needs: the atlas, the optional bearer token, whether
+    analyses may be started, and the largest request body accepted (bytes)."""
+
+    root: Path
+    token: str | None = None
+    allow_analyses: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY
+
+    def to_env(self) -> dict[str, str]:
+        """The settings as environment variables (for `uvicorn --workers` processes)."""
+        env = {ENV_ROOT: str(self.root), ENV_ALLOW_ANALYSES: "1" if self.allow_analyses else "0",
+               ENV_MAX_BODY: str(self.max_body_bytes)}
+        if self.token:
+            env[ENV_TOKEN] = self.token
+        return env
+
+    @classmethod
+    def from_env(cls) -> ServerSettings:
+        """Settings from the environment (`SAE_ATLAS_ROOT` is required)."""
+        root = os.environ.get(ENV_ROOT)
+        if not root:
+            raise RuntimeError(f"{ENV_ROOT} is not set; start the server with `sae-atlas serve ATLAS`")
+        return cls(
+            root=Path(root),
+            token=os.environ.get(ENV_TOKEN) or None,
+            allow_analyses=os.environ.get(ENV_ALLOW_ANALYSES) == "1",
+            max_body_bytes=int(os.environ.get(ENV_MAX_BODY, DEFAULT_MAX_BODY)),
+        )
