@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import polars as pl
 import torch
 from tqdm.auto import tqdm
 
@@ -49,7 +49,8 @@ class SummaryReport:
     skipped: bool
 
 
-def _chunks(blocks: Iterable[Blocks], batch_blocks: int) -> Iterator[Blocks]:
+def block_batches(blocks: Iterable[Blocks], batch_blocks: int) -> Iterator[Blocks]:
+    """Split each shard's blocks into batches of at most `batch_blocks` whole blocks."""
     for shard in blocks:
         for start in range(0, len(shard.block_index), batch_blocks):
             sl = slice(start, start + batch_blocks)
@@ -86,7 +87,7 @@ def summarize_blocks(
     with torch.no_grad():
         for raw in blocks:
             n, T, D = raw.acts.shape
-            for chunk in _chunks([raw], max(1, batch_tokens // T)):
+            for chunk in block_batches([raw], max(1, batch_tokens // T)):
                 chunk = _take_tokens(chunk, None if n_tokens is None else n_tokens - acc.n_tokens)
                 n = len(chunk.block_index)
                 x = chunk.acts.reshape(n * T, D).to(param.device, param.dtype)
@@ -100,9 +101,10 @@ def summarize_blocks(
                     context=T,
                 )
                 before = acc.n_tokens
-                acc.update(f, info)
+                entries = acc.update(f, info)
                 if occurrence is not None:
-                    fired = ((f > 0) & info.valid[:, None]).reshape(n, T, -1).sum(1)
+                    cell = torch.div(entries.t, T, rounding_mode="floor") * f.shape[1] + entries.latent
+                    fired = torch.bincount(cell, minlength=n * f.shape[1]).reshape(n, -1)
                     occurrence.append(chunk.block_index.numpy(), fired.cpu().numpy())
                 bar.update(acc.n_tokens - before)
                 if n_tokens is not None and acc.n_tokens >= n_tokens:
@@ -206,7 +208,7 @@ def summarize_sae(
         raise InvalidInputError(f"the held-out split of hook {hook!r} has no non-BOS tokens")
     vocab = None
     if tokenizer is not None:
-        vocab = np.array(vocab_strings(tokenizer, int(W_U.shape[1]) if use_logits else len(tokenizer)), dtype=object)
+        vocab = pl.Series(vocab_strings(tokenizer, int(W_U.shape[1]) if use_logits else len(tokenizer)), dtype=pl.String)
     effects = None
     if use_logits:
         effects = logit_effects(sae.W_dec, W_U, final_norm_weight=final_norm_weight, norm_kind=norm_kind,

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 import scipy.sparse as sp
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
@@ -86,10 +85,22 @@ def histogram_edges(hist_top: float, n_bins: int, bins_per_octave: int) -> np.nd
     return hist_top * np.exp2((j - n_bins) / bins_per_octave)
 
 
-def ragged_series(name: str, values: np.ndarray, offsets: np.ndarray, inner: pl.DataType) -> pl.Series:
-    """A polars list column whose row i is `values[offsets[i]:offsets[i+1]]` (no Python loop)."""
-    arrow = pa.ListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int32)), pa.array(values))
-    return pl.Series(name, pl.from_arrow(arrow)).cast(pl.List(inner))
+def padded_list(
+    name: str,
+    flat: np.ndarray | pl.Series,
+    width: int,
+    inner: pl.DataType,
+    start: np.ndarray | None = None,
+    length: np.ndarray | None = None,
+) -> pl.Series:
+    """A list column from row-major padded values `[n * width]`: row i holds its `width`
+    values, or `length[i]` of them from `start[i]` when given (vectorised, no Python loop)."""
+    series = flat if isinstance(flat, pl.Series) else pl.Series(name, flat)
+    lists = series.reshape((len(series) // width, width)).cast(pl.List(inner)).alias(name)
+    if start is None or length is None:
+        return lists
+    frame = pl.DataFrame({name: lists, "_start": np.asarray(start, np.int64), "_length": np.asarray(length, np.int64)})
+    return frame.select(pl.col(name).list.slice(pl.col("_start"), pl.col("_length"))).to_series()
 
 
 def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:

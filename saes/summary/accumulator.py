@@ -15,7 +15,7 @@ from saes.summary.logits import LogitEffects
 from saes.summary.stats import LatentStats, OctaveScale, histogram_quantiles
 from saes.summary.top import TopExamples
 from store.errors import InvalidInputError
-from store.tables import EXAMPLES_SCHEMA, FEATURES_SCHEMA, ragged_series
+from store.tables import EXAMPLES_SCHEMA, FEATURES_SCHEMA, padded_list
 
 QUANTILE_LEVELS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999)
 
@@ -52,13 +52,14 @@ class SummaryParams:
 
 
 def _list_column(name: str, array_2d: np.ndarray, inner: pl.DataType) -> pl.Series:
-    rows, width = array_2d.shape
-    return ragged_series(name, array_2d.reshape(-1), np.arange(0, rows * width + 1, width), inner)
+    return padded_list(name, np.ascontiguousarray(array_2d).reshape(-1), array_2d.shape[1], inner)
 
 
-def _strings(vocab: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    safe = np.clip(ids, 0, len(vocab) - 1)
-    return np.where((ids >= 0) & (ids < len(vocab)), vocab[safe], "")
+def _strings(vocab: pl.Series, ids: np.ndarray) -> pl.Series:
+    """Token strings of `ids` (flattened); ids outside the vocabulary give ''."""
+    flat = ids.reshape(-1)
+    inside = (flat >= 0) & (flat < len(vocab))
+    return pl.concat([vocab, pl.Series([""])]).gather(np.where(inside, flat, len(vocab)))
 
 
 class SummaryAccumulator:
@@ -81,14 +82,17 @@ class SummaryAccumulator:
     def n_tokens(self) -> int:
         return self.stats.n_tokens
 
-    def update(self, f_NF: torch.Tensor, info: BatchInfo) -> None:
-        """Add a batch of feature activations `[N, d_sae]` (BOS rows are zeroed here)."""
-        f = f_NF.float().masked_fill(~info.valid[:, None], 0.0)
-        entries = ActiveEntries.of(f, self.params.bins_per_octave)
+    def update(self, f_NF: torch.Tensor, info: BatchInfo) -> ActiveEntries:
+        """Add a batch of feature activations `[N, d_sae]` (BOS rows are skipped); return
+        its non-zero entries."""
+        f = f_NF.float()
+        entries = ActiveEntries.of(f, info.valid, self.params.bins_per_octave)
         shift = self.scale.update(entries)
-        self.stats.update(f, int(info.valid.sum()), entries, self.scale.exponent, shift)
-        self.top.update(f, info)
+        self.stats.update(int(info.valid.sum()), entries, self.scale.exponent, shift)
+        self.bands.shift(shift)
+        self.top.update(f, info, entries)
         self.bands.update(f, info, entries, self.scale.exponent)
+        return entries
 
     def state_nbytes(self) -> int:
         """Bytes of accumulator state (bounded; see the class docstring)."""
@@ -103,7 +107,7 @@ class SummaryAccumulator:
         return torch.where(self.scale.seen, top, torch.zeros_like(top)).float()
 
     def features_frame(
-        self, decoder_norm: torch.Tensor, logits: LogitEffects | None, vocab: np.ndarray | None
+        self, decoder_norm: torch.Tensor, logits: LogitEffects | None, vocab: pl.Series | None
     ) -> pl.DataFrame:
         """One row per latent in the `features.parquet` schema."""
         s, p = self.stats, self.params
@@ -129,13 +133,18 @@ class SummaryAccumulator:
             ids = getattr(logits, f"{side}_ids").numpy().astype(np.int32) if logits else None
             names = {f"{side}_logit_ids": ids}
             names[f"{side}_logit_values"] = getattr(logits, f"{side}_values").numpy() if logits else None
-            names[f"{side}_logit_tokens"] = _strings(vocab, ids) if logits and vocab is not None else None
             for name, value in names.items():
                 columns[name] = (
                     _list_column(name, value, FEATURES_SCHEMA[name].inner)
                     if value is not None
                     else pl.Series(name, [None] * self.d_sae, dtype=FEATURES_SCHEMA[name])
                 )
+            tokens = f"{side}_logit_tokens"
+            columns[tokens] = (
+                padded_list(tokens, _strings(vocab, ids), ids.shape[1], pl.String())
+                if logits and vocab is not None
+                else pl.Series(tokens, [None] * self.d_sae, dtype=FEATURES_SCHEMA[tokens])
+            )
         frame = pl.DataFrame(columns)
         return frame.with_columns(
             pl.when(~pl.Series(dead)).then(pl.col(c)).otherwise(None).alias(c)
@@ -143,65 +152,50 @@ class SummaryAccumulator:
         ).with_columns(pl.col("mean_active_act").fill_nan(None))
 
     def _example_arrays(self) -> dict[str, np.ndarray]:
-        """Top and band examples as flat numpy columns plus `[E, W]` window arrays."""
-        top, bands, p = self.top, self.bands, self.params
-        latent_t, slot = (top.values > 0).nonzero(as_tuple=True)
-        band = bands.bands(self.scale.exponent)
-        exp = self.scale.exponent[bands.latent].double()
-        parts = {
-            "latent": (latent_t, bands.latent),
-            "is_top": (torch.ones_like(latent_t, dtype=torch.bool), torch.zeros_like(bands.latent, dtype=torch.bool)),
-            "band": (torch.full_like(latent_t, -1), band),
-            "band_lo": (torch.full_like(latent_t, torch.nan, dtype=torch.float64), torch.exp2(exp - band - 1)),
-            "band_hi": (torch.full_like(latent_t, torch.nan, dtype=torch.float64), torch.exp2(exp - band)),
-            "rank": (slot, torch.zeros_like(bands.latent)),
-            "act": (top.values[latent_t, slot], bands.value),
-        }
-        for name in top.payload:
-            parts[name] = (top.payload[name][latent_t, slot], bands.payload[name])
-        out = {name: torch.cat([a.cpu(), b.cpu()]).numpy() for name, (a, b) in parts.items()}
-        n_top = len(latent_t)
-        band_part = slice(n_top, None)
-        order = np.lexsort((-out["act"][band_part], out["band"][band_part], out["latent"][band_part]))
-        group = out["latent"][band_part][order] * p.n_bands + out["band"][band_part][order]
-        starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
-        ranks = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-        for name in out:
-            out[name][band_part] = out[name][band_part][order]
-        out["rank"][band_part] = ranks
+        """Top then band examples as flat numpy columns (windows as `[E, W]` arrays)."""
+        top = self.top.entries()
+        bands = self.bands.entries(self.scale.exponent)
+        n_top = len(top["latent"])
+        top["band"] = torch.full((n_top,), -1, dtype=torch.long)
+        top["band_lo"] = top["band_hi"] = torch.full((n_top,), torch.nan, dtype=torch.float64)
+        out = {name: torch.cat([top[name].cpu(), bands[name].cpu()]).numpy() for name in bands}
+        out["is_top"] = np.arange(len(out["latent"])) < n_top
         return out
 
-    def examples_frame(self, vocab: np.ndarray | None) -> pl.DataFrame:
+    def examples_frame(self, vocab: pl.Series | None) -> pl.DataFrame:
         """One row per example (top-k, then band samples) in the `examples.parquet` schema."""
         a = self._example_arrays()
+        width = a["win_tokens"].shape[1]
         inside = a["win_tokens"] >= 0
-        offsets = np.r_[0, np.cumsum(inside.sum(1))]
-        tokens = a["win_tokens"][inside]
+        start, length = inside.argmax(1), inside.sum(1)
         before = self.params.window_before
         is_top = a["is_top"]
+
+        def window(name: str, flat: np.ndarray | pl.Series, inner: pl.DataType) -> pl.Series:
+            return padded_list(name, flat, width, inner, start, length)
+
         columns = {
             "latent": a["latent"],
             "kind": np.where(is_top, "top", "band"),
-            "band": pl.Series(np.where(is_top, 0, a["band"])).cast(pl.Int16),
+            "band": a["band"],
             "band_lo": a["band_lo"],
             "band_hi": a["band_hi"],
             "rank": a["rank"],
             "act": a["act"],
-            "token_id": a["win_tokens"][:, before] if len(is_top) else np.zeros(0, np.int32),
+            "token_id": a["win_tokens"][:, before],
             "block": a["block"],
             "pos": a["pos"],
             "doc_id": a["doc"],
-            "centre": np.minimum(a["pos"], before),
-            "token_ids": ragged_series("token_ids", tokens, offsets, pl.Int32()),
-            "acts": ragged_series("acts", a["win_acts"][inside], offsets, pl.Float32()),
+            "centre": before - start,
+            "token_ids": window("token_ids", a["win_tokens"].reshape(-1), pl.Int32()),
+            "acts": window("acts", a["win_acts"].reshape(-1), pl.Float32()),
             "tokens": (
-                ragged_series("tokens", _strings(vocab, tokens), offsets, pl.String())
+                window("tokens", _strings(vocab, a["win_tokens"]), pl.String())
                 if vocab is not None
                 else pl.Series("tokens", [None] * len(is_top), dtype=EXAMPLES_SCHEMA["tokens"])
             ),
         }
-        frame = pl.DataFrame(columns)
         top_rows = pl.Series(is_top)
-        return frame.with_columns(
+        return pl.DataFrame(columns).with_columns(
             pl.when(top_rows).then(None).otherwise(pl.col(c)).alias(c) for c in ("band", "band_lo", "band_hi")
         )

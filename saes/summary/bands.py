@@ -1,13 +1,12 @@
 """Seeded samples of each latent's activations in octave bands below its maximum.
 
-Band b of a latent holds its activations in `[2**(e-b-1), 2**e-b)`, where `2**e` is the
-latent's histogram scale (`hist_top`). Within each band the sampler keeps the
+Band b of a latent holds its activations in `[2**(e-b-1), 2**(e-b))`, where `2**e` is
+the latent's histogram scale (`hist_top`). Within each band the sampler keeps the
 `per_band` activations whose priority key `hash(seed, token, latent)` is smallest
 (bottom-k / priority sampling): a uniform sample without replacement of that band's
 tokens. The keys do not depend on batch order, so the result is the same for any batch
-size; the union of the kept samples of two streams contains the kept samples of their
-concatenation, which is what makes the merge exact. Entries remember the octave of their
-value, so when `e` grows they move to a lower band (and drop out past the last).
+size: the bottom-k of a union is the bottom-k of the parts' bottom-ks. When `e` grows by
+s octaves, a latent's bands move s places down (and drop out past the last).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from saes.summary.batch import ActiveEntries, BatchInfo, empty_payload, example_payload
+from saes.summary.slots import SlotTable
 
 _MASK32 = 0xFFFFFFFF
 
@@ -37,58 +37,69 @@ def priority_keys(global_token: torch.Tensor, latent: torch.Tensor, seed: int) -
 
 
 class BandSampler:
-    """`per_band` uniformly sampled examples in each of `n_bands` octave bands per latent."""
+    """`per_band` uniformly sampled examples in each of `n_bands` octave bands per latent
+    (a `SlotTable` with one row per (latent, band); smaller priority keys score higher)."""
 
     def __init__(self, d_sae: int, n_bands: int, per_band: int, before: int, after: int,
                  bins_per_octave: int, seed: int, device: torch.device | str = "cpu") -> None:
-        self.n_bands, self.per_band = n_bands, per_band
+        self.d_sae, self.n_bands, self.per_band = d_sae, n_bands, per_band
         self.before, self.after = before, after
         self.bins_per_octave, self.seed = bins_per_octave, seed
-        self.latent = torch.zeros(0, dtype=torch.long, device=device)
-        self.key = torch.zeros(0, dtype=torch.long, device=device)
-        self.octave = torch.zeros(0, dtype=torch.long, device=device)  # floor(log2(value))
-        self.value = torch.zeros(0, device=device)
-        self.payload = empty_payload((0,), before + after + 1, device)
+        payload = empty_payload((d_sae * n_bands, per_band), before + after + 1, device)
+        payload["value"] = torch.zeros(d_sae * n_bands, per_band, device=device)
+        self.table = SlotTable(d_sae * n_bands, per_band, payload)
 
-    def bands(self, exponent: torch.Tensor) -> torch.Tensor:
-        """Current band of each kept entry under the latents' exponents."""
-        return exponent[self.latent] - self.octave - 1
-
-    def _state(self) -> dict[str, torch.Tensor]:
-        return {"latent": self.latent, "key": self.key, "octave": self.octave, "value": self.value,
-                **self.payload}
+    def shift(self, shift_octaves: torch.Tensor) -> None:
+        """Move the bands of latents whose scale rose by `shift_octaves` octaves."""
+        latents = shift_octaves.nonzero(as_tuple=True)[0]
+        if len(latents) == 0:
+            return
+        band = torch.arange(self.n_bands, device=latents.device)[None, :]
+        source = band - shift_octaves[latents][:, None]  # [m, n_bands]
+        inside = source >= 0
+        tensors = {"score": self.table.score, **self.table.payload}
+        for name, tensor in tensors.items():
+            view = tensor.view(self.d_sae, self.n_bands, *tensor.shape[1:])
+            old = view[latents]
+            index = source.clamp(min=0).view(*source.shape, *[1] * (old.dim() - 2)).expand_as(old)
+            moved = old.gather(1, index)
+            empty = self.table.empty if name == "score" else (-1 if name in ("block", "win_tokens") else 0)
+            mask = inside.view(*inside.shape, *[1] * (old.dim() - 2))
+            view[latents] = torch.where(mask, moved, torch.full_like(moved, empty))
 
     def update(self, f_NF: torch.Tensor, info: BatchInfo, entries: ActiveEntries, exponent: torch.Tensor) -> None:
-        """Offer a batch's active entries (`exponent` already covers the batch)."""
-        state = self._state()
-        alive = (self.bands(exponent) < self.n_bands).nonzero(as_tuple=True)[0]
-        state = {name: tensor[alive] for name, tensor in state.items()}
+        """Offer a batch's active entries (`exponent` already covers the batch, `shift` done)."""
         octave = torch.div(entries.sub, self.bins_per_octave, rounding_mode="floor")
         band = exponent[entries.latent] - octave - 1
         offer = (band < self.n_bands).nonzero(as_tuple=True)[0]
-        offer_latent = entries.latent[offer]
-        offer_key = priority_keys(info.global_id[entries.t[offer]], offer_latent, self.seed)
-        n_state = len(state["latent"])
-        latent = torch.cat([state["latent"], offer_latent])
-        group = latent * self.n_bands + torch.cat([exponent[state["latent"]] - state["octave"] - 1, band[offer]])
-        order = torch.sort(group * (1 << 32) + torch.cat([state["key"], offer_key]), stable=True).indices
-        _, counts = torch.unique_consecutive(group[order], return_counts=True)
-        rank = torch.arange(len(order), device=order.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-        kept = order[rank < self.per_band]
-        old = kept[kept < n_state]
-        new = offer[kept[kept >= n_state] - n_state]
-        fresh = {
-            "latent": entries.latent[new],
-            "key": offer_key[kept[kept >= n_state] - n_state],
-            "octave": octave[new],
-            "value": entries.value[new],
-            **example_payload(f_NF, info, entries.t[new], entries.latent[new], self.before, self.after),
-        }
-        merged = {name: torch.cat([tensor[old], fresh[name].to(tensor.dtype)]) for name, tensor in state.items()}
-        self.latent, self.key = merged.pop("latent"), merged.pop("key")
-        self.octave, self.value = merged.pop("octave"), merged.pop("value")
-        self.payload = merged
+        latent = entries.latent[offer]
+        key = priority_keys(info.global_id[entries.t[offer]], latent, self.seed)
+
+        def build(i: torch.Tensor) -> dict[str, torch.Tensor]:
+            j = offer[i]
+            payload = example_payload(f_NF, info, entries.t[j], entries.latent[j], self.before, self.after)
+            return {**payload, "value": entries.value[j]}
+
+        self.table.offer(latent * self.n_bands + band[offer], _MASK32 - key, build)
+
+    def entries(self, exponent: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Filled slots as flat tensors `latent`, `band`, `band_lo`, `band_hi`, `rank`,
+        `act` and payload, sorted by latent, band, then activation (highest first)."""
+        row, slot = self.table.filled()
+        act = self.table.payload["value"][row, slot]
+        by_act = torch.sort(act, descending=True, stable=True).indices
+        order = by_act[torch.sort(row[by_act], stable=True).indices]
+        row, slot, act = row[order], slot[order], act[order]
+        _, counts = torch.unique_consecutive(row, return_counts=True)
+        rank = torch.arange(len(row), device=row.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        latent = torch.div(row, self.n_bands, rounding_mode="floor")
+        band = row - latent * self.n_bands
+        top = exponent[latent].double()
+        out = {"latent": latent, "band": band, "band_lo": torch.exp2(top - band - 1),
+               "band_hi": torch.exp2(top - band), "rank": rank, "act": act}
+        out.update({name: t[row, slot] for name, t in self.table.payload.items() if name != "value"})
+        return out
 
     def state_nbytes(self) -> int:
-        """Bytes of state held (at most d_sae * n_bands * per_band entries)."""
-        return sum(t.numel() * t.element_size() for t in self._state().values())
+        """Bytes of state held (fixed: d_sae * n_bands * per_band slots)."""
+        return self.table.nbytes()

@@ -1,6 +1,7 @@
 """One batch of whole blocks as the accumulators see it, and the example payload gather.
 
-Activations are flattened to `f_NF [N = n_blocks * T, d_sae]` with BOS positions zeroed.
+Activations are flattened to `f_NF [N = n_blocks * T, d_sae]`; BOS positions are
+excluded (`valid` False) from every statistic and show activation 0 in windows.
 A token is addressed inside the batch by its flat row `t`; its global id is
 `block * T + pos`. Every activation `v > 0` is placed on a log grid by
 `sub = floor(log2(v) * bins_per_octave)`, the integer shared by the histogram and the
@@ -40,8 +41,12 @@ class ActiveEntries:
     sub: torch.Tensor  # [E] int64 = floor(log2(value) * bins_per_octave)
 
     @classmethod
-    def of(cls, f_NF: torch.Tensor, bins_per_octave: int) -> ActiveEntries:
+    def of(cls, f_NF: torch.Tensor, valid: torch.Tensor, bins_per_octave: int) -> ActiveEntries:
+        """The entries `f > 0` of the rows where `valid` (BOS rows dropped)."""
         t, latent = (f_NF > 0).nonzero(as_tuple=True)
+        keep = valid[t]
+        if not bool(keep.all()):
+            t, latent = t[keep], latent[keep]
         value = f_NF[t, latent]
         sub = torch.floor(torch.log2(value) * bins_per_octave).long()
         return cls(t, latent, value, sub)
@@ -52,14 +57,16 @@ def example_payload(
 ) -> dict[str, torch.Tensor]:
     """Payload of examples `(t, latent)`: block, pos, doc and the window of token ids and this
     latent's activations from `before` tokens before to `after` after (within the block;
-    positions outside it are token -1, activation 0)."""
+    positions outside it are token -1, activation 0; BOS positions show activation 0)."""
     T = info.context
     offsets = torch.arange(-before, after + 1, device=t.device)
     pos = info.pos[t]
     q = pos[:, None] + offsets[None, :]
     inside = (q >= 0) & (q < T)
     src = (t - pos)[:, None] + q.clamp(0, T - 1)
-    win_acts = torch.where(inside, f_NF[src, latent[:, None]], torch.zeros((), device=t.device))
+    shown = inside & info.valid[src]
+    cells = src * f_NF.shape[1] + latent[:, None]
+    win_acts = torch.where(shown, f_NF.reshape(-1).take(cells), torch.zeros((), device=t.device))
     win_tokens = torch.where(inside, info.token_ids[src], torch.full((), -1, device=t.device))
     return {
         "block": info.block[t],

@@ -66,13 +66,14 @@ class LatentStats:
         moved[:, 0] = old.cumsum(1).gather(1, bins)[:, 0]
         self.counts[rows] = moved
 
-    def update(self, f_NF: torch.Tensor, n_valid: int, entries: ActiveEntries, exponent: torch.Tensor,
+    def update(self, n_valid: int, entries: ActiveEntries, exponent: torch.Tensor,
                shift_octaves: torch.Tensor) -> None:
-        """Add a batch (`exponent` already covers it; `shift_octaves` from `OctaveScale.update`)."""
+        """Add a batch of `n_valid` tokens with non-zero `entries` (`exponent` already covers
+        it; `shift_octaves` from `OctaveScale.update`)."""
         self.n_tokens += n_valid
         self.n_active += torch.bincount(entries.latent, minlength=len(self.n_active))
-        self.sum += f_NF.sum(0, dtype=torch.float64)
-        self.max = torch.maximum(self.max, f_NF.max(0).values)
+        self.sum.index_add_(0, entries.latent, entries.value.double())
+        self.max.scatter_reduce_(0, entries.latent, entries.value, reduce="amax")
         self._shift(shift_octaves)
         top_sub = exponent[entries.latent] * self.bins_per_octave
         bins = (entries.sub - top_sub + self.n_bins + 1).clamp(min=0)

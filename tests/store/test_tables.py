@@ -22,7 +22,7 @@ from store.tables import (
     conform,
     histogram_edges,
     load_occurrence,
-    ragged_series,
+    padded_list,
     read_table,
     write_tables,
 )
@@ -220,5 +220,7 @@ def test_writer_rejects_bad_frames(tmp_path):
 def test_histogram_edges_and_ragged_lists():
     edges = histogram_edges(8.0, n_bins=6, bins_per_octave=2)
     assert np.allclose(edges, [1.0, 2**0.5, 2.0, 2**1.5, 4.0, 2**2.5, 8.0])
-    series = ragged_series("x", np.array([1, 2, 3, 4]), np.array([0, 1, 1, 4]), pl.Int32())
-    assert series.to_list() == [[1], [], [2, 3, 4]] and series.dtype == pl.List(pl.Int32)
+    flat = np.arange(9)
+    series = padded_list("x", flat, 3, pl.Int32(), start=np.array([0, 1, 2]), length=np.array([3, 0, 1]))
+    assert series.to_list() == [[0, 1, 2], [], [8]] and series.dtype == pl.List(pl.Int32)
+    assert padded_list("y", flat, 3, pl.Int64()).to_list() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]

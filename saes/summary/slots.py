@@ -1,0 +1,71 @@
+"""A fixed table of `slots` best-scoring entries per row, updated in place batch by batch.
+
+Used for the exact top-k examples (row = latent, score = the activation's float32 bit
+pattern, which orders positive floats) and for the band samples (row = latent x band,
+score = 2**32 - 1 - priority key). Scores are integers in [0, 2**32). An update keeps
+only offers that beat their row's worst slot, ranks them per row with one sort of
+`row * 2**32 + (2**32 - 1 - score)`, merges
+each touched row with one `topk` over `[touched, 2 * slots]`, and writes the entering
+offers into the slots they evict, so untouched rows and surviving slots are never
+copied and payload (context windows) is built only for entering offers. Ties at the
+boundary are broken arbitrarily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+_TOP = (1 << 32) - 1
+
+
+class SlotTable:
+    """Per row, the `slots` highest-scoring entries offered so far, with their payload."""
+
+    empty = -1
+
+    def __init__(self, n_rows: int, slots: int, payload: dict[str, torch.Tensor]) -> None:
+        self.slots = slots
+        device = next(iter(payload.values())).device
+        self.score = torch.full((n_rows, slots), self.empty, dtype=torch.long, device=device)
+        self.payload = payload  # each [n_rows, slots, ...]
+
+    def offer(self, row: torch.Tensor, score: torch.Tensor,
+              build: Callable[[torch.Tensor], dict[str, torch.Tensor]]) -> None:
+        """Offer entries (`row[i]`, integer `score[i]` in [0, 2**32)); `build(indices)` returns
+        the payload of the offered entries at those indices (called once, for entries that enter)."""
+        index = (score > self.score.min(dim=1).values[row]).nonzero(as_tuple=True)[0]
+        if len(index) == 0:
+            return
+        index = index[torch.sort(row[index] * (1 << 32) + (_TOP - score[index])).indices]
+        rows, counts = torch.unique_consecutive(row[index], return_counts=True)
+        starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        rank = torch.arange(len(index), device=index.device) - starts
+        touched = torch.repeat_interleave(torch.arange(len(rows), device=index.device), counts)
+        keep = rank < self.slots
+        index, rank, touched = index[keep], rank[keep], touched[keep]
+        cand_score = torch.full((len(rows), self.slots), self.empty, dtype=self.score.dtype, device=index.device)
+        cand_index = torch.zeros((len(rows), self.slots), dtype=torch.long, device=index.device)
+        cand_score[touched, rank] = score[index]
+        cand_index[touched, rank] = index
+        merged = torch.cat([self.score[rows], cand_score], dim=1).topk(self.slots, dim=1).indices
+        survives = torch.zeros((len(rows), 2 * self.slots), dtype=torch.bool, device=index.device)
+        survives.scatter_(1, merged, True)
+        # per touched row, evicted state slots and entering offers are equally many; both
+        # lists are row-major, so they pair up in order
+        out_row, out_slot = (~survives[:, : self.slots]).nonzero(as_tuple=True)
+        in_row, in_col = survives[:, self.slots :].nonzero(as_tuple=True)
+        target_row = rows[out_row]
+        self.score[target_row, out_slot] = cand_score[in_row, in_col]
+        fresh = build(cand_index[in_row, in_col])
+        for name, tensor in self.payload.items():
+            tensor[target_row, out_slot] = fresh[name].to(tensor.dtype)
+
+    def filled(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, slot) of every non-empty slot."""
+        return (self.score != self.empty).nonzero(as_tuple=True)
+
+    def nbytes(self) -> int:
+        """Bytes of state (fixed at construction)."""
+        return sum(t.numel() * t.element_size() for t in (self.score, *self.payload.values()))
