@@ -73,6 +73,7 @@ def train_command(
     batch_size: int = typer.Option(None, min=1, help="Tokens per step (default 4096)."),
     lr: float = typer.Option(None, help="Adam learning rate (default 2e-4 / sqrt(d_sae / 2**14))."),
     seed: int = typer.Option(None, help="Seed of initialisation and data order (default 0)."),
+    device: str = typer.Option(None, help="Torch device, e.g. cpu or cuda (default cpu)."),
     config: Path = typer.Option(None, help="TOML/JSON file with the same keys (and any TrainConfig/SAEConfig field); flags win."),
     overwrite: bool = typer.Option(False, help="Retrain SAEs that already finished with this configuration."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
@@ -85,7 +86,7 @@ def train_command(
     options = read_config_file(config) if config is not None else {}
     flags = {"hooks": list(hook) or None, "architecture": arch, "d_sae": d_sae,
              "expansion": expansion, "k": k, "total_tokens": tokens, "batch_size": batch_size,
-             "lr": lr, "seed": seed}
+             "lr": lr, "seed": seed, "device": device}
     options.update({key: value for key, value in flags.items() if value is not None})
     hooks = options.pop("hooks", None) or AtlasLayout(atlas).cached_hooks()
     if not hooks:

@@ -105,6 +105,11 @@ def _train_one(
         remove_checkpoints(sae_dir)
     barrier(ctx)
     if _completed(sae_dir, sae_cfg, train_cfg) is None:
+        if (sae_dir / "cfg.json").exists():
+            raise InvalidInputError(
+                f"SAE {sae_id!r} already exists with a different configuration; pass "
+                "overwrite=True (`--overwrite`) to replace it"
+            )
         B, seed = train_cfg.batch_size, train_cfg.seed
 
         def stream(skip: int):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pytest
 import torch
 
 
@@ -48,3 +49,16 @@ def write_planted_atlas(root, hooks: list[str], *, d_in: int = 32, n_atoms: int 
         writer.append(acts.reshape(n_blocks, context, d_in),
                       torch.zeros(n_blocks, context, dtype=torch.int64), torch.arange(n_blocks))
         writer.finish()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Run a test module's tiny-shape training single-threaded (import it to use it).
+
+    On a loaded 2-core machine every multi-threaded op on small tensors waits a scheduler
+    slice for the second thread, which makes these steps 10-50x slower.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -14,6 +14,7 @@ from saes.sae.losses import StepInfo
 from saes.sae.matryoshka import matryoshka_prefixes
 from saes.sae.registry import build_sae
 from store.errors import InvalidInputError
+from tests.saes.planted import one_thread  # noqa: F401
 
 
 def _cfg(arch: str, d_in: int = 16, d_sae: int = 64, **kw) -> SAEConfig:

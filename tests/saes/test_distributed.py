@@ -15,7 +15,7 @@ from saes.train.atlas import train_saes
 from saes.train.trainer import train_sae
 from store.layout import AtlasLayout
 from tests.saes import dist_worker as w
-from tests.saes.planted import write_planted_atlas
+from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post", "blocks.2.hook_resid_post"]

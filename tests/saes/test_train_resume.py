@@ -17,6 +17,7 @@ from saes.train.checkpoint import load_latest_checkpoint
 from saes.train.trainer import train_sae
 from store.errors import InvalidInputError
 from tests.saes import resume_worker as w
+from tests.saes.planted import one_thread  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 

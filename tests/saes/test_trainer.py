@@ -20,7 +20,13 @@ from saes.train.schedule import lr_factor
 from saes.train.trainer import TrainResult, train_sae
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
-from tests.saes.planted import planted_atoms, planted_batches, recovery, write_planted_atlas
+from tests.saes.planted import (  # noqa: F401
+    one_thread,
+    planted_atoms,
+    planted_batches,
+    recovery,
+    write_planted_atlas,
+)
 
 D_IN, N_ATOMS, D_SAE, ACTIVE, BATCH, STEPS = 32, 128, 256, 3, 256, 120
 ARCH_OPTIONS = {
@@ -205,3 +211,18 @@ def test_cli_trains_every_cached_hook_and_records_the_saes(tmp_path: Path) -> No
     assert bad.exit_code == 2 and "unknown key 'learning_rate'" in bad.output
     bad = runner.invoke(app, ["train", "--atlas", str(tmp_path), "--hook", "blocks.9.hook_resid_post"])
     assert bad.exit_code == 2 and "not cached" in bad.output
+
+
+def test_existing_sae_with_other_config_is_not_silently_replaced(tmp_path: Path) -> None:
+    pytest.importorskip("saes.formats.saelens")
+    from saes.train.atlas import train_saes
+
+    hook = "blocks.0.hook_resid_post"
+    write_planted_atlas(tmp_path, [hook], n_blocks=20)
+    cfg = TrainConfig(total_tokens=64 * 4, batch_size=64, progress=False, scale_batches=2)
+    first = train_saes(tmp_path, architecture="topk", d_sae=64, k=3, train_cfg=cfg)
+    with pytest.raises(InvalidInputError, match="different configuration"):
+        train_saes(tmp_path, architecture="topk", d_sae=64, k=5, train_cfg=cfg)
+    again = train_saes(tmp_path, architecture="topk", d_sae=64, k=5, train_cfg=cfg, overwrite=True)
+    assert first[hook]["k"] == 3 and again[hook]["k"] == 5
+    assert AtlasLayout(tmp_path).read_meta()["saes"][first[hook]["sae_id"]]["k"] == 5
