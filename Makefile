@@ -7,7 +7,10 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 ATLAS ?= atlas-demo
 
-.PHONY: setup demo test lint
+# Browser tests drive Debian's Chromium (never a downloaded browser).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup demo test lint chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,7 +25,11 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/sae-atlas demo --atlas $(ATLAS)
 
-test: $(STAMP)
+chromium:
+	@[ -x /usr/bin/chromium ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; } \
+	  || echo "warning: chromium could not be installed; the browser test will be skipped"
+
+test: $(STAMP) chromium
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

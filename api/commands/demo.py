@@ -13,10 +13,12 @@ import typer
 
 from api.commands.cache import print_cache_summary
 from api.commands.common import console, handle_errors, print_table
+from api.commands.summarize import print_reports
 from saes.cache import cache_activations
 from saes.corpus import CorpusSpec
 from saes.evaluate import evaluate_atlas_sae
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
+from saes.summarize import summarize_sae
 from saes.train.atlas import train_saes
 from saes.train.config import TrainConfig
 from store.layout import AtlasLayout
@@ -30,7 +32,7 @@ def _train_and_evaluate(handle: ModelHandle, atlas: Path, hooks: list[str], trai
                          train_cfg=TrainConfig(total_tokens=train_tokens, seed=seed))
     layout = AtlasLayout(atlas)
     rows = []
-    for hook, summary in results.items():
+    for summary in results.values():
         sae_id = summary["sae_id"]
         eval_path = layout.sae_dir(sae_id) / "eval.json"
         if eval_path.exists():
@@ -38,10 +40,10 @@ def _train_and_evaluate(handle: ModelHandle, atlas: Path, hooks: list[str], trai
         else:
             record = evaluate_atlas_sae(atlas, sae_id, model_handle=handle)
         m = record["metrics"]
-        rows.append((sae_id, hook, m["explained_variance"], m["l0"], m["dead_fraction"],
+        rows.append((sae_id, m["explained_variance"], m["l0"], m["dead_fraction"],
                      m.get("ce_loss_recovered", float("nan"))))
     print_table("SAEs (held-out tokens, BOS excluded)",
-                ["sae", "hook", "explained var", "L0", "dead", "CE recovered"], rows)
+                ["sae", "explained var", "L0", "dead", "CE recovered"], rows)
     return [r[0] for r in rows]
 
 
@@ -63,7 +65,13 @@ def demo_command(
     summary = cache_activations(handle, atlas, hooks, corpus=CorpusSpec(seed=seed), n_tokens=tokens)
     print_cache_summary(summary)
     console.rule("[bold]3. one TopK SAE per layer, evaluated")
-    _train_and_evaluate(handle, atlas, hooks, train_tokens, seed)
+    sae_ids = _train_and_evaluate(handle, atlas, hooks, train_tokens, seed)
+    console.rule("[bold]4. feature summaries (held-out tokens)")
+    print_reports([
+        summarize_sae(atlas, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
+                      norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, seed=seed)
+        for sae_id in sae_ids
+    ])
 
 
 def register(app: typer.Typer) -> None:
