@@ -1,0 +1,52 @@
+"""Galaxy: planted power-law spectra and planted manifolds of known dimension."""
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from geometry.galaxy import covariance_spectrum, galaxy_table, power_law_fit, twonn_dimension
+from store.errors import InvalidInputError
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    """OpenBLAS threads spin on the shared 2-core CI machine; one thread is much faster here."""
+    with threadpool_limits(1):
+        yield
+
+
+def planted_spectrum(alpha, n=20000, d=256, seed=0):
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    scale = np.arange(1, d + 1) ** (-alpha / 2)
+    return (rng.normal(size=(n, d)) * scale) @ Q.T
+
+
+@pytest.mark.parametrize("alpha", [0.25, 0.5, 1.0])
+def test_power_law_slope_recovered(alpha):
+    fit = power_law_fit(covariance_spectrum(planted_spectrum(alpha)))
+    assert fit.alpha == pytest.approx(alpha, abs=0.05)
+    assert fit.slope == pytest.approx(-fit.alpha) and fit.r2 > 0.98 and (fit.lo, fit.hi) == (10, 150)
+
+
+def test_galaxy_table_orders_layers():
+    table = galaxy_table({"blocks.1": planted_spectrum(0.25, n=4000), "blocks.5": planted_spectrum(0.5, n=4000)},
+                         unit=False)
+    assert table["alpha"][1] > table["alpha"][0]
+    with pytest.raises(InvalidInputError):
+        power_law_fit(np.ones(11))
+
+
+def test_twonn_on_planted_manifolds():
+    rng = np.random.default_rng(0)
+    n = 4000
+    plane = rng.normal(size=(n, 2)) @ rng.normal(size=(2, 20))
+    gauss5 = rng.normal(size=(n, 5)) @ np.linalg.qr(rng.normal(size=(30, 5)))[0].T
+    t = rng.uniform(1.5 * np.pi, 4.5 * np.pi, n)
+    roll = np.stack([t * np.cos(t), rng.uniform(0, 20, n), t * np.sin(t)], 1)
+    sphere = rng.normal(size=(n, 9))
+    sphere /= np.linalg.norm(sphere, axis=1, keepdims=True)  # an 8-dimensional sphere in R^9
+    for X, true in ((plane, 2), (gauss5, 5), (roll, 2), (sphere, 8)):
+        assert twonn_dimension(X).dimension == pytest.approx(true, rel=0.15)
+    dup = np.concatenate([plane, plane[:100]])  # duplicates are dropped, not fatal
+    assert twonn_dimension(dup).dimension == pytest.approx(2, rel=0.15)
