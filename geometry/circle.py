@@ -3,8 +3,13 @@
 `fit_circle_probe` takes activations `X [N, d]` at a concept token with integer concept
 values `a in [0, p)`, projects them on their top principal components `Z`, and fits
 `P = argmin ||[Z, 1] P - [cos 2 pi a / p, sin 2 pi a / p]||` by least squares. It reports
-the in-sample and leave-one-out R^2, whether the per-value decoded angles come in cyclic
-order, and the period under which the values fit a circle best.
+the in-sample and leave-one-out R^2 and a label-permutation null (with few values, e.g. 7
+days, 5 PCs + intercept fit almost any assignment of angles, so R^2 alone proves little).
+
+The circular order is read without supervision: the per-value mean activations are
+projected on their own top-2 principal components, and the values sorted by angle there
+must form a rotation of 0..p-1 (or its reverse). The fitted period is the one whose
+linear phase `2 pi a / period` best explains those angles (a periodogram over frequency).
 
 For interventions the probe also carries the circle plane `U [d, 2]` (an orthonormal basis
 of the directions the probe reads) and a generative fit of the plane coordinates,
@@ -38,11 +43,14 @@ class CircleProbe:
     circle_c0_2: np.ndarray
     r2: float  # in-sample R^2 of the (cos, sin) targets
     r2_loo: float  # leave-one-out R^2
-    value_angles_P: np.ndarray  # circular mean decoded angle per concept value (nan if absent)
-    order: list[int]  # concept values sorted by decoded angle
+    r2_null: float  # mean in-sample R^2 with the values relabelled by random permutations
+    value_angles_P: np.ndarray  # angle of each value's mean in the class-mean PC plane
+    order: list[int]  # concept values sorted by that angle
     cyclic_order: bool  # order is a rotation of 0..p-1 or of its reverse
     adjacent_fraction: float  # share of angular neighbours that are concept neighbours
-    fitted_period: int  # period (from the candidates) with the best leave-one-out R^2
+    fitted_period: float  # period whose linear phase best explains the angles
+    period_fit: float  # resultant length in [0, 1] of that phase fit (1: exact)
+    mean_plane_variance: float  # share of class-mean variance in their top-2 PCs
 
     def scores(self, X_ND: np.ndarray) -> np.ndarray:
         """PCA scores `Z [N, K]` of activations in this probe's centred frame."""
@@ -68,10 +76,13 @@ class CircleProbe:
             "period": self.period,
             "r2": self.r2,
             "r2_loo": self.r2_loo,
+            "r2_null": self.r2_null,
             "cyclic_order": self.cyclic_order,
             "adjacent_fraction": self.adjacent_fraction,
             "order": self.order,
             "fitted_period": self.fitted_period,
+            "period_fit": self.period_fit,
+            "mean_plane_variance": self.mean_plane_variance,
             "explained_variance_ratio": self.explained_variance_ratio_K.tolist(),
         }
 
@@ -116,19 +127,44 @@ def _circular_order(angles_P: np.ndarray) -> tuple[list[int], bool, float]:
     return order, cyclic, adjacent
 
 
+def class_mean_angles(X_ND: np.ndarray, values_N: np.ndarray, period: int) -> tuple[np.ndarray, float]:
+    """Angle of each value's mean activation in the top-2 PCs of the (centred) value means,
+    nan for absent values; and the share of the means' variance in those 2 PCs."""
+    present = np.unique(values_N)
+    M = np.stack([X_ND[values_N == v].mean(0) for v in present])
+    M = M - M.mean(0)
+    _, s, Vt = np.linalg.svd(M, full_matrices=False)
+    Z = M @ Vt[:2].T
+    angles = np.full(period, np.nan)
+    angles[present] = np.mod(np.arctan2(Z[:, 1], Z[:, 0]), TWO_PI)
+    return angles, float((s[:2] ** 2).sum() / max((s**2).sum(), 1e-300))
+
+
+def fit_period(angles_P: np.ndarray, n_grid: int = 2000) -> tuple[float, float]:
+    """Period `q` maximising the resultant length `|mean_a exp(i (theta_a -/+ 2 pi a / q))|`
+    over frequencies `1/q` in (0, 1/2] (both directions); returns `(q, resultant)`."""
+    a = np.flatnonzero(~np.isnan(angles_P))
+    th = angles_P[a]
+    freqs = np.linspace(0.5 / n_grid, 0.5, n_grid)
+    phase = TWO_PI * np.outer(freqs, a)
+    res = np.maximum(
+        np.abs(np.exp(1j * (th - phase)).mean(1)), np.abs(np.exp(1j * (th + phase)).mean(1))
+    )
+    best = int(np.argmax(res))
+    return float(1.0 / freqs[best]), float(res[best])
+
+
 def fit_circle_probe(
     X_ND: np.ndarray,
     values_N: np.ndarray,
     period: int,
     *,
     n_components: int = 5,
-    candidate_periods: list[int] | None = None,
+    n_null: int = 20,
+    seed: int = 0,
 ) -> CircleProbe:
-    """Fit a circle probe (see the module docstring) on the top `n_components` PCs.
-
-    `candidate_periods` (default 2..2p) are scored by leave-one-out R^2 to give
-    `fitted_period`; the probe itself uses `period`.
-    """
+    """Fit a circle probe (see the module docstring) on the top `n_components` PCs; the
+    null R^2 averages `n_null` seeded permutations of the value labels."""
     X, a = _check_inputs(X_ND, values_N, period)
     mean = X.mean(0)
     Xc = X - mean
@@ -142,6 +178,11 @@ def fit_circle_probe(
     F = np.c_[Z, np.ones(len(Z))]
     theta = value_angle(a, period)
     coef, r2, r2_loo = _lstsq_r2(F, np.c_[np.cos(theta), np.sin(theta)])
+    rng = np.random.default_rng(seed)
+    null = []
+    for _ in range(n_null):
+        t = value_angle(rng.permutation(period)[a], period)
+        null.append(_lstsq_r2(F, np.c_[np.cos(t), np.sin(t)])[1])
 
     W_D2 = comps.T @ coef[:k]  # directions the probe reads
     plane, _ = np.linalg.qr(W_D2)
@@ -149,19 +190,9 @@ def fit_circle_probe(
     G = np.c_[np.cos(theta), np.sin(theta), np.ones(len(a))]
     gen, *_ = np.linalg.lstsq(G, coords, rcond=None)
 
-    out = F @ coef
-    dec = np.arctan2(out[:, 1], out[:, 0])
-    angles = np.full(period, np.nan)
-    for v in np.unique(a):
-        sel = a == v
-        angles[v] = np.mod(np.arctan2(np.sin(dec[sel]).mean(), np.cos(dec[sel]).mean()), TWO_PI)
+    angles, plane_var = class_mean_angles(X, a, period)
     order, cyclic, adjacent = _circular_order(angles)
-
-    cands = candidate_periods or list(range(2, 2 * period + 1))
-    loo = []
-    for q in cands:
-        t = value_angle(a, q)
-        loo.append(_lstsq_r2(F, np.c_[np.cos(t), np.sin(t)])[2])
+    fitted, resultant = fit_period(angles)
     return CircleProbe(
         period=period,
         mean_D=mean,
@@ -173,11 +204,14 @@ def fit_circle_probe(
         circle_c0_2=gen[2],
         r2=r2,
         r2_loo=r2_loo,
+        r2_null=float(np.mean(null)) if null else float("nan"),
         value_angles_P=angles,
         order=order,
         cyclic_order=cyclic,
         adjacent_fraction=adjacent,
-        fitted_period=int(cands[int(np.argmax(loo))]),
+        fitted_period=fitted,
+        period_fit=resultant,
+        mean_plane_variance=plane_var,
     )
 
 

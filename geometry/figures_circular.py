@@ -70,8 +70,8 @@ def circle_probe_figure(
     value_names: Sequence[str],
     best_layer: int,
 ) -> Figure:
-    """Left: R^2 (in-sample and leave-one-out) per layer, filled markers where the decoded
-    order is cyclic. Right: the best layer's activations in the circle plane coloured by
+    """Left: R^2 (in-sample, leave-one-out, permuted-label null) per layer, filled markers
+    where the unsupervised order is cyclic. Right: the best layer's activations in the circle plane coloured by
     concept value, with the per-value means labelled."""
     fig, (ax, ax2) = _figure(11, 4.8, 2)
     layers = np.asarray(table["layer"])
@@ -79,6 +79,8 @@ def circle_probe_figure(
     cyclic = np.asarray(table["cyclic_order"], dtype=bool)
     ax.plot(layers, r2, "-", color="C0", label="R$^2$")
     ax.plot(layers, loo, "--", color="C1", label="leave-one-out R$^2$")
+    if "r2_null" in table.columns:
+        ax.plot(layers, np.asarray(table["r2_null"]), ":", color="0.5", label="permuted-label null")
     ax.scatter(layers[cyclic], loo[cyclic], color="C1", zorder=3, label="cyclic order")
     ax.scatter(layers[~cyclic], loo[~cyclic], facecolors="none", edgecolors="C1", zorder=3)
     ax.set_xlabel("layer")

@@ -153,18 +153,22 @@ class CircleAnalysis:
 
     @property
     def best_layer(self) -> int:
-        """Layer with the highest leave-one-out R^2 among cyclic ones (any layer if none)."""
+        """Among layers in cyclic order (all layers if none), the one with the largest margin
+        of leave-one-out R^2 over the permutation null."""
         cyc = [ly for ly, p in self.probes.items() if p.cyclic_order] or list(self.probes)
-        return max(cyc, key=lambda ly: self.probes[ly].r2_loo)
+        return max(cyc, key=lambda ly: self.probes[ly].r2_loo - self.probes[ly].r2_null)
 
     def table(self) -> pl.DataFrame:
-        """One row per layer: R^2, leave-one-out R^2, cyclic order, fitted period."""
+        """One row per layer: R^2 (in-sample, leave-one-out, permutation null), the
+        unsupervised cyclic order and fitted period."""
         rows = []
         for ly in sorted(self.probes):
             p = self.probes[ly]
             rows.append({"layer": ly, "hook": self.hooks[ly], "r2": p.r2, "r2_loo": p.r2_loo,
-                         "cyclic_order": p.cyclic_order, "adjacent_fraction": p.adjacent_fraction,
-                         "fitted_period": p.fitted_period, "order": p.order,
+                         "r2_null": p.r2_null, "cyclic_order": p.cyclic_order,
+                         "adjacent_fraction": p.adjacent_fraction, "fitted_period": p.fitted_period,
+                         "period_fit": p.period_fit, "mean_plane_variance": p.mean_plane_variance,
+                         "order": p.order,
                          "explained_variance_ratio": p.explained_variance_ratio_K.tolist()})
         return pl.DataFrame(rows)
 

@@ -102,8 +102,8 @@ def concept_command(
                     "stored": None if stored is None else str(stored)})
         return
     table = analysis.table()
-    print_table(f"circle probe: {c.name} on {handle.name}", ["layer", "r2", "r2_loo", "cyclic", "period"],
-                table.select("layer", "r2", "r2_loo", "cyclic_order", "fitted_period").iter_rows())
+    print_table(f"circle probe: {c.name} on {handle.name}", ["layer", "r2", "r2_loo", "r2_null", "cyclic", "period"],
+                table.select("layer", "r2", "r2_loo", "r2_null", "cyclic_order", "fitted_period").iter_rows())
     if result is not None:
         agg = result.by_method()
         cols = [k for k in next(iter(agg.values()))]
