@@ -54,7 +54,7 @@ def print_table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -
     """Print rows as a rich table."""
     table = Table(title=title)
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
     console.print(table)
