@@ -165,3 +165,26 @@ def test_patched_logits_change_only_with_a_patch(handle):
     torch.testing.assert_close(caps["blocks.0.hook_resid_post"], zeros)
     with pytest.raises(InvalidInputError, match="shape"):
         patched_logits(handle, batch, "blocks.0.hook_resid_post", torch.zeros(5, 32))
+
+
+def test_concept_cli_on_a_tiny_model(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from api.commands.analyze_circular import register_analyze
+
+    app, analyze = typer.Typer(), typer.Typer()
+    app.add_typer(analyze, name="analyze")
+    register_analyze(analyze)
+    out = CliRunner().invoke(app, ["analyze", "circular", "concept", "--model", '{"kind": "tiny"}',
+                                   "--layers", "1,2", "--intervene-layer", "1", "--shifts", "2",
+                                   "--atlas", str(tmp_path), "--run", "t", "--json"])
+    assert out.exit_code == 0, out.output
+    body = json.loads(out.output[out.output.index("{"):])
+    assert [r["layer"] for r in body["layers"]] == [1, 2]
+    assert set(body["intervention"]["by_method"]) == {"circle", "patch_layer", "random_subspace", "mean_ablation"}
+    assert (tmp_path / "analyses" / "circular" / "t.json").exists()
+    assert (tmp_path / "analyses" / "circular" / "t.probe.png").exists()
+    bad = CliRunner().invoke(app, ["analyze", "circular", "concept", "--model", '{"kind": "tiny"}',
+                                   "--layers", "99"])
+    assert bad.exit_code == 2 and "unknown hook" in bad.output
