@@ -1,0 +1,37 @@
+"""`sae-atlas index`: build or repair the FAISS indexes of an atlas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from api.commands.common import handle_errors, print_json, print_table
+from store.index import APPROX_THRESHOLD, build_atlas_indexes
+
+
+@handle_errors
+def index_command(
+    atlas: Path = typer.Option(..., help="Atlas directory."),
+    sae: list[str] = typer.Option([], help="SAE id (repeatable); default: every SAE."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild even indexes that verify."),
+    approx_threshold: int = typer.Option(APPROX_THRESHOLD, min=1, help="Rows from which the index is approximate (IVF)."),
+    seed: int = typer.Option(0, help="Seed of IVF training and the recall sample."),
+    json_out: bool = typer.Option(False, "--json", help="Print the index descriptions as JSON."),
+) -> None:
+    """Index unit decoder rows per SAE and model-wide; keeps indexes that are current."""
+    infos = build_atlas_indexes(atlas, list(sae) or None, rebuild=rebuild,
+                                approx_threshold=approx_threshold, seed=seed)
+    if json_out:
+        print_json(infos)
+        return
+    print_table("FAISS indexes", ["index", "type", "rows", "recall@10", "build s", "status"], [
+        (info.get("sae_id", "model-wide"), info["type"], info["n"], info["recall_at_10"],
+         info["build_seconds"], "built" if info["rebuilt"] else "current")
+        for info in infos
+    ])
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `index` verb."""
+    app.command("index")(index_command)

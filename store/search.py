@@ -1,0 +1,200 @@
+"""Feature search over the atlas' FAISS indexes: similar features, nearest to a vector,
+cross-layer flow, with density / dead / SAE filters.
+
+`FeatureSearch(root)` loads each index once (memory-mapped where FAISS allows) and keeps
+it for the life of the object, so one query costs one FAISS search.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from store.errors import InvalidInputError, NotFoundError
+from store.index import (
+    combined_weights_sha256,
+    load_index,
+    model_index_path,
+    read_decoder,
+    sae_index_path,
+    unit_rows,
+)
+from store.layout import AtlasLayout
+
+MAX_K = 1000
+_OVERFETCH = 4
+
+
+@dataclass(frozen=True)
+class Match:
+    """One search hit."""
+
+    sae_id: str
+    latent: int
+    cosine: float
+    rank: int
+    layer: int
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which features may be returned."""
+
+    min_density: float | None = None
+    max_density: float | None = None
+    exclude_dead: bool = False
+    sae_ids: tuple[str, ...] | None = None
+    layers: tuple[int, ...] | None = None
+
+    @property
+    def needs_density(self) -> bool:
+        return self.exclude_dead or self.min_density is not None or self.max_density is not None
+
+
+class FeatureSearch:
+    """Searches over one atlas; thread-safe lazy loading of indexes and densities."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.layout = AtlasLayout(root)
+        self._lock = threading.Lock()
+        self._sae: dict[str, tuple[faiss.Index, dict[str, Any]]] = {}
+        self._model: tuple[faiss.Index, dict[str, Any]] | None = None
+        self._densities: dict[str, np.ndarray] = {}
+        self._rows: dict[str, np.ndarray] = {}
+
+    # loading ---------------------------------------------------------------------------
+    def sae_index(self, sae_id: str) -> tuple[faiss.Index, dict[str, Any]]:
+        """The SAE's index and sidecar (checked against its current weights)."""
+        with self._lock:
+            if sae_id not in self._sae:
+                dec = read_decoder(self.root, sae_id)
+                self._rows[sae_id] = dec.rows
+                self._sae[sae_id] = load_index(sae_index_path(self.root, sae_id), self.root,
+                                               {"weights_sha256": dec.weights_sha256})
+            return self._sae[sae_id]
+
+    def model_index(self) -> tuple[faiss.Index, dict[str, Any]]:
+        """The model-wide index over every SAE, with its id map."""
+        with self._lock:
+            if self._model is None:
+                offsets = []
+                for sae_id in self.layout.sae_ids():
+                    dec = read_decoder(self.root, sae_id)
+                    offsets.append({"sae_id": sae_id, "weights_sha256": dec.weights_sha256})
+                self._model = load_index(model_index_path(self.root), self.root,
+                                         {"weights_sha256": combined_weights_sha256(offsets)})
+            return self._model
+
+    def decoder_row(self, sae_id: str, latent: int) -> np.ndarray:
+        """Unit decoder row of a feature (NotFoundError for an out-of-range latent)."""
+        self.sae_index(sae_id)
+        rows = self._rows[sae_id]
+        if not 0 <= latent < len(rows):
+            raise NotFoundError(f"SAE {sae_id!r} has latents 0..{len(rows) - 1}, not {latent}")
+        return rows[latent]
+
+    def density(self, sae_id: str) -> np.ndarray:
+        """Per-latent firing density from features.parquet (needs `sae-atlas summarize`)."""
+        if sae_id not in self._densities:
+            from store.tables import read_table
+
+            frame = read_table(self.root, sae_id, "features")
+            self._densities[sae_id] = frame.sort("latent")["density"].to_numpy()
+        return self._densities[sae_id]
+
+    # filtering -------------------------------------------------------------------------
+    def _allowed(self, sae_id: str, layer: int, latent: int, filters: Filters) -> bool:
+        if filters.sae_ids is not None and sae_id not in filters.sae_ids:
+            return False
+        if filters.layers is not None and layer not in filters.layers:
+            return False
+        if not filters.needs_density:
+            return True
+        dens = float(self.density(sae_id)[latent])
+        if filters.exclude_dead and dens == 0:
+            return False
+        if filters.min_density is not None and dens < filters.min_density:
+            return False
+        return filters.max_density is None or dens <= filters.max_density
+
+    def _hits(self, index: faiss.Index, resolve: Any, query: np.ndarray, k: int, filters: Filters,
+              skip: tuple[str, int] | None) -> list[Match]:
+        fetch = min(index.ntotal, (k + 1) * _OVERFETCH if (filters.needs_density or filters.sae_ids
+                                                          or filters.layers) else k + 1)
+        while True:
+            scores, ids = index.search(query[None, :], fetch)
+            out = []
+            for score, idx in zip(scores[0].tolist(), ids[0].tolist(), strict=True):
+                if idx < 0:
+                    continue
+                sae_id, latent, layer = resolve(idx)
+                if (sae_id, latent) == skip or not self._allowed(sae_id, layer, latent, filters):
+                    continue
+                out.append(Match(sae_id, latent, float(score), len(out), layer))
+                if len(out) == k:
+                    return out
+            if fetch >= index.ntotal:
+                return out
+            fetch = min(index.ntotal, fetch * 4)
+
+    # queries ---------------------------------------------------------------------------
+    def _check_k(self, k: int) -> None:
+        if not 1 <= k <= MAX_K:
+            raise InvalidInputError(f"k must be between 1 and {MAX_K}, got {k}")
+
+    def _resolver_sae(self, sae_id: str) -> Any:
+        layer = self.sae_index(sae_id)[1]["layer"]
+        return lambda idx: (sae_id, idx, layer)
+
+    def _resolver_model(self) -> Any:
+        saes = self.model_index()[1]["saes"]
+        starts = np.array([s["start"] for s in saes])
+
+        def resolve(idx: int) -> tuple[str, int, int]:
+            entry = saes[int(np.searchsorted(starts, idx, side="right") - 1)]
+            return entry["sae_id"], idx - entry["start"], entry["layer"]
+
+        return resolve
+
+    def similar(self, sae_id: str, latent: int, k: int = 10, *, across_saes: bool = False,
+                filters: Filters = Filters()) -> list[Match]:
+        """Features whose decoder rows are nearest (cosine) to this feature's, itself excluded."""
+        self._check_k(k)
+        query = self.decoder_row(sae_id, latent)
+        if across_saes:
+            index, _ = self.model_index()
+            return self._hits(index, self._resolver_model(), query, k, filters, (sae_id, latent))
+        index, _ = self.sae_index(sae_id)
+        return self._hits(index, self._resolver_sae(sae_id), query, k, filters, (sae_id, latent))
+
+    def by_vector(self, vector: np.ndarray, k: int = 10, *, sae_id: str | None = None,
+                  filters: Filters = Filters()) -> list[Match]:
+        """Features nearest (cosine) to a residual-space vector, in one SAE or across all."""
+        self._check_k(k)
+        vec = np.asarray(vector, dtype=np.float32).reshape(-1)
+        index, info = self.sae_index(sae_id) if sae_id else self.model_index()
+        if vec.shape[0] != info["d"]:
+            raise InvalidInputError(f"vector has dimension {vec.shape[0]}; the SAEs' residual space has d={info['d']}")
+        if not np.isfinite(vec).all() or not np.linalg.norm(vec) > 0:
+            raise InvalidInputError("vector must be finite and non-zero")
+        query = unit_rows(vec[None, :])[0]
+        resolve = self._resolver_sae(sae_id) if sae_id else self._resolver_model()
+        return self._hits(index, resolve, query, k, filters, None)
+
+    def flow(self, sae_id: str, latent: int) -> list[Match]:
+        """Cross-layer feature flow: this feature's best match in every other SAE, by layer."""
+        query = self.decoder_row(sae_id, latent)
+        matches = []
+        for other in self.layout.sae_ids():
+            if other == sae_id:
+                continue
+            index, _ = self.sae_index(other)
+            hit = self._hits(index, self._resolver_sae(other), query, 1, Filters(), None)
+            matches.extend(hit)
+        return sorted(matches, key=lambda m: (m.layer, m.sae_id))
