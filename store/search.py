@@ -8,12 +8,14 @@ it for the life of the object, so one query costs one FAISS search.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
+import polars as pl
 
 from store.errors import InvalidInputError, NotFoundError
 from store.index import (
@@ -28,6 +30,8 @@ from store.layout import AtlasLayout
 
 MAX_K = 1000
 _OVERFETCH = 4
+Densities = Mapping[str, np.ndarray] | Callable[[str], np.ndarray | None]
+MATCH_SCHEMA = {"sae_id": pl.String, "latent": pl.Int64, "cosine": pl.Float64, "rank": pl.Int64, "layer": pl.Int64}
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,23 @@ class Filters:
         return self.exclude_dead or self.min_density is not None or self.max_density is not None
 
 
-class FeatureSearch:
-    """Searches over one atlas; thread-safe lazy loading of indexes and densities."""
+def matches_frame(matches: list[Match]) -> pl.DataFrame:
+    """Matches as a polars frame with columns sae_id, latent, cosine, rank, layer."""
+    return pl.DataFrame([asdict(m) for m in matches], schema=MATCH_SCHEMA)
 
-    def __init__(self, root: str | Path) -> None:
+
+class FeatureSearch:
+    """Searches over one atlas; thread-safe lazy loading of indexes and densities.
+
+    `densities` supplies per-latent firing densities `[d_sae]` for the density and dead
+    filters: a mapping from SAE id, or a callable returning the array (or None); SAEs it
+    does not cover fall back to their `features.parquet` (written by `sae-atlas summarize`).
+    """
+
+    def __init__(self, root: str | Path, *, densities: Densities | None = None) -> None:
         self.root = Path(root)
         self.layout = AtlasLayout(root)
+        self._provider = densities
         self._lock = threading.Lock()
         self._sae: dict[str, tuple[faiss.Index, dict[str, Any]]] = {}
         self._model: tuple[faiss.Index, dict[str, Any]] | None = None
@@ -100,13 +115,26 @@ class FeatureSearch:
         return rows[latent]
 
     def density(self, sae_id: str) -> np.ndarray:
-        """Per-latent firing density from features.parquet (needs `sae-atlas summarize`)."""
+        """Per-latent firing density: from the `densities` given, else features.parquet."""
         if sae_id not in self._densities:
-            from store.tables import read_table
+            values = self._provided_density(sae_id)
+            if values is None:
+                from store.tables import read_table
 
-            frame = read_table(self.root, sae_id, "features")
-            self._densities[sae_id] = frame.sort("latent")["density"].to_numpy()
+                values = read_table(self.root, sae_id, "features").sort("latent")["density"].to_numpy()
+            n = self.sae_index(sae_id)[0].ntotal
+            values = np.asarray(values, dtype=np.float64).reshape(-1)
+            if values.shape != (n,):
+                raise InvalidInputError(f"densities for SAE {sae_id!r} have {values.size} entries; it has {n} latents")
+            self._densities[sae_id] = values
         return self._densities[sae_id]
+
+    def _provided_density(self, sae_id: str) -> np.ndarray | None:
+        if self._provider is None:
+            return None
+        if callable(self._provider):
+            return self._provider(sae_id)
+        return self._provider.get(sae_id)
 
     # filtering -------------------------------------------------------------------------
     def _allowed(self, sae_id: str, layer: int, latent: int, filters: Filters) -> bool:
@@ -187,14 +215,17 @@ class FeatureSearch:
         resolve = self._resolver_sae(sae_id) if sae_id else self._resolver_model()
         return self._hits(index, resolve, query, k, filters, None)
 
-    def flow(self, sae_id: str, latent: int) -> list[Match]:
-        """Cross-layer feature flow: this feature's best match in every other SAE, by layer."""
+    def flow(self, sae_id: str, latent: int, *, k: int = 1, filters: Filters = Filters()) -> list[Match]:
+        """Cross-layer feature flow: this feature's `k` best matches in every other SAE of the
+        same residual width (the SAE / layer / density filters apply), ordered by layer."""
+        self._check_k(k)
         query = self.decoder_row(sae_id, latent)
         matches = []
         for other in self.layout.sae_ids():
-            if other == sae_id:
+            if other == sae_id or (filters.sae_ids is not None and other not in filters.sae_ids):
                 continue
-            index, _ = self.sae_index(other)
-            hit = self._hits(index, self._resolver_sae(other), query, 1, Filters(), None)
-            matches.extend(hit)
-        return sorted(matches, key=lambda m: (m.layer, m.sae_id))
+            index, info = self.sae_index(other)
+            if info["d"] != query.shape[0] or (filters.layers is not None and info["layer"] not in filters.layers):
+                continue
+            matches.extend(self._hits(index, self._resolver_sae(other), query, k, filters, None))
+        return sorted(matches, key=lambda m: (m.layer, m.sae_id, m.rank))

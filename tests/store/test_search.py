@@ -1,0 +1,100 @@
+"""Feature search: density providers, cross-layer flow across widths, memory-mapped loading,
+and the approximate path through the atlas (forced by a small threshold)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from store.errors import InvalidInputError
+from store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path, unit_rows
+from store.search import FeatureSearch, Filters, matches_frame
+
+
+def write_sae(root, sae_id, W_dec, hook):
+    folder = root / "saes" / sae_id
+    folder.mkdir(parents=True, exist_ok=True)
+    d_sae, d_in = W_dec.shape
+    save_file({"W_enc": torch.zeros(d_in, d_sae), "b_enc": torch.zeros(d_sae),
+               "W_dec": torch.as_tensor(W_dec, dtype=torch.float32).contiguous(), "b_dec": torch.zeros(d_in)},
+              str(folder / "sae_weights.safetensors"))
+    (folder / "cfg.json").write_text(json.dumps({"d_in": d_in, "d_sae": d_sae, "architecture": "standard",
+                                                 "metadata": {"hook_name": hook}}))
+
+
+@pytest.fixture
+def layered(tmp_path):
+    """Three SAEs at layers 0, 2, 5 sharing one planted direction, plus an SAE of other width."""
+    rng = np.random.default_rng(3)
+    direction = rng.standard_normal(16).astype(np.float32)
+    planted = {"l0": 11, "l2": 4, "l5": 60}
+    for layer, (sae_id, latent) in enumerate(planted.items()):
+        rows = rng.standard_normal((80, 16)).astype(np.float32)
+        rows[latent] = direction * (layer + 1) + 0.05 * rng.standard_normal(16)
+        write_sae(tmp_path, sae_id, rows, f"blocks.{[0, 2, 5][layer]}.hook_resid_post")
+    write_sae(tmp_path, "attn", rng.standard_normal((40, 8)).astype(np.float32), "blocks.1.attn.hook_z")
+    build_atlas_indexes(tmp_path)
+    return tmp_path, planted
+
+
+def test_flow_follows_a_direction_through_layers_and_skips_other_widths(layered):
+    root, planted = layered
+    search = FeatureSearch(root)
+    flow = search.flow("l0", planted["l0"])
+    assert [(m.sae_id, m.latent, m.layer) for m in flow] == [("l2", 4, 2), ("l5", 60, 5)]
+    assert all(m.cosine > 0.95 for m in flow)
+    assert [m.sae_id for m in search.flow("l0", planted["l0"], filters=Filters(layers=(5,)))] == ["l5"]
+    two = search.flow("l2", 4, k=2)
+    assert [(m.sae_id, m.rank) for m in two] == [("l0", 0), ("l0", 1), ("l5", 0), ("l5", 1)]
+    assert two[0].latent == 11 and two[2].latent == 60
+    frame = matches_frame(flow)
+    assert frame.columns == ["sae_id", "latent", "cosine", "rank", "layer"]
+    assert frame["latent"].to_list() == [4, 60]
+
+
+def test_density_provider_mapping_and_callable(layered):
+    root, planted = layered
+    density = np.full(80, 0.02)
+    density[planted["l0"]] = 0.0  # dead: must vanish from every filtered result
+    density[:40] = 0.3
+    density[planted["l0"]] = 0.0
+    for provider in ({"l0": density}, lambda sae_id: density if sae_id == "l0" else None):
+        search = FeatureSearch(root, densities=provider)
+        vector = search.decoder_row("l0", planted["l0"])
+        hits = search.by_vector(vector, k=10, sae_id="l0", filters=Filters(exclude_dead=True, min_density=0.1))
+        assert len(hits) == 10 and all(m.latent < 40 and m.latent != planted["l0"] for m in hits)
+        assert search.by_vector(vector, k=1, sae_id="l0")[0].latent == planted["l0"]  # unfiltered
+    with pytest.raises(InvalidInputError, match="have 3 entries; it has 80 latents"):
+        FeatureSearch(root, densities={"l0": np.zeros(3)}).similar("l0", 0, filters=Filters(exclude_dead=True))
+
+
+def test_indexes_load_memory_mapped(layered):
+    root, _ = layered
+    index, sidecar = load_index(sae_index_path(root, "l0"), root, {})
+    assert sidecar["type"] == "IndexFlatIP" and sidecar["mmap"] is True and index.ntotal == 80
+
+
+def test_approximate_path_through_the_atlas(tmp_path):
+    rng = np.random.default_rng(5)
+    centres = unit_rows(rng.standard_normal((40, 32)))
+    rows = unit_rows(centres[rng.integers(0, 40, 6000)] + 0.25 * rng.standard_normal((6000, 32)))
+    rows[123] = rows[4000] * 2.0 + 0.003 * rng.standard_normal(32)  # planted near-duplicate
+    write_sae(tmp_path, "big", rows * rng.uniform(0.5, 3.0, (6000, 1)), "blocks.3.hook_resid_post")
+    infos = build_atlas_indexes(tmp_path, approx_threshold=1000)
+    assert {i["type"] for i in infos} == {"IndexIVFFlat"} and len(infos) == 2
+    sidecar = json.loads(sae_index_path(tmp_path, "big").with_suffix(".json").read_text())
+    assert sidecar["recall_at_10"] >= 0.95 and sidecar["params"]["nprobe"] < sidecar["params"]["nlist"]
+    assert model_index_path(tmp_path).exists()
+    search = FeatureSearch(tmp_path)
+    assert search.sae_index("big")[1]["mmap"] is True
+    assert search.similar("big", 123, k=1)[0].latent == 4000
+    unit = unit_rows(rows)
+    queries = unit_rows(unit[:100] + 0.01 * rng.standard_normal((100, 32)))
+    truth = np.argsort(-queries @ unit.T, axis=1)[:, :10]
+    found = [[m.latent for m in search.by_vector(q, k=10, sae_id="big")] for q in queries]
+    recall = np.mean([len(set(t) & set(f)) / 10 for t, f in zip(truth.tolist(), found, strict=True)])
+    assert recall >= sidecar["recall_at_10"] - 0.05
+    hit = search.by_vector(rows[77] * 9.0, k=1, sae_id="big")[0]
+    assert hit.latent == 77 and hit.cosine == pytest.approx(1.0, abs=1e-5)
