@@ -10,12 +10,18 @@ one at a time. Prints p50/p99 latency per query, the speed-up ratios and recall@
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
 import time
+from pathlib import Path
 
 import faiss
 import numpy as np
+import torch
+from safetensors.torch import save_file
 
-from store.index import build_index, unit_rows
+from store.index import build_atlas_indexes, build_index, unit_rows
+from store.search import FeatureSearch
 
 
 def clustered(n: int, d: int, rng: np.random.Generator, centres: np.ndarray) -> np.ndarray:
@@ -27,12 +33,16 @@ def clustered(n: int, d: int, rng: np.random.Generator, centres: np.ndarray) -> 
     return out
 
 
-def latencies(fn, queries: np.ndarray) -> np.ndarray:
+def latencies(fn, queries: np.ndarray, threads: int = 1) -> np.ndarray:
+    """Per-query ms of `fn`, one query at a time, with `threads` FAISS threads."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
     times = []
     for q in queries:
         start = time.perf_counter()
         fn(q[None, :])
         times.append(time.perf_counter() - start)
+    faiss.omp_set_num_threads(before)
     return np.array(times) * 1e3
 
 
@@ -46,26 +56,47 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean([len(set(f) & set(t)) / truth.shape[1] for f, t in zip(found, truth, strict=True)]))
 
 
+def facade_latency(rows: np.ndarray, queries: np.ndarray, threads: int) -> np.ndarray:
+    """Per-query ms of `FeatureSearch.by_vector` (checks, FAISS, id mapping) over a temporary atlas."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "saes" / "bench"
+        folder.mkdir(parents=True)
+        d_sae, d_in = rows.shape
+        save_file({"W_dec": torch.from_numpy(rows), "W_enc": torch.zeros(1), "b_enc": torch.zeros(1),
+                   "b_dec": torch.zeros(d_in)}, str(folder / "sae_weights.safetensors"))
+        (folder / "cfg.json").write_text(json.dumps({"d_in": d_in, "d_sae": d_sae,
+                                                     "metadata": {"hook_name": "blocks.0.hook_resid_post"}}))
+        build_atlas_indexes(tmp)
+        search = FeatureSearch(tmp)
+        search.by_vector(queries[0], k=10, sae_id="bench")  # loads and caches the index
+        return latencies(lambda q: search.by_vector(q[0], k=10, sae_id="bench"), queries, threads)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16384,100000")
     parser.add_argument("--approx-rows", type=int, default=1_000_000)
     parser.add_argument("--d", type=int, default=768)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="FAISS threads while building.")
+    parser.add_argument("--query-threads", type=int, default=1, help="FAISS threads while timing queries.")
+    parser.add_argument("--clusters", type=int, default=3000, help="Gaussian mixture components on the sphere.")
     args = parser.parse_args()
     faiss.omp_set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    centres = unit_rows(rng.standard_normal((2048, args.d)).astype(np.float32))
+    centres = unit_rows(rng.standard_normal((args.clusters, args.d)).astype(np.float32))
     for n in [int(s) for s in args.sizes.split(",") if s]:
         rows = clustered(n, args.d, rng, centres)
         queries = clustered(args.queries, args.d, rng, centres)
         index, _ = build_index(rows, approx_threshold=n + 1)
         print(f"exact top-10 over {n} rows, d {args.d}")
-        faiss_p50 = report("FAISS IndexFlatIP", latencies(lambda q, ix=index: ix.search(q, 10), queries))
+        faiss_p50 = report("FAISS IndexFlatIP", latencies(lambda q, ix=index: ix.search(q, 10), queries, args.query_threads))
         numpy_p50 = report("numpy brute force", latencies(
-            lambda q, r=rows: np.argpartition(-(r @ q[0]), 10)[:10], queries))
+            lambda q, r=rows: np.argpartition(-(r @ q[0]), 10)[:10], queries, args.query_threads))
         print(f"  speed-up FAISS / numpy: {numpy_p50 / faiss_p50:.1f}x")
+        if n == int(args.sizes.split(",")[0]):
+            report("FeatureSearch.by_vector", facade_latency(rows, queries, args.query_threads))
+        del rows, index
     if args.approx_rows:
         n = args.approx_rows
         rows = clustered(n, args.d, rng, centres)
@@ -73,16 +104,15 @@ def main() -> None:
         start = time.perf_counter()
         approx, info = build_index(rows, approx_threshold=1, seed=0)
         build = time.perf_counter() - start
-        exact = faiss.IndexFlatIP(args.d)
-        exact.add(rows)
-        _, truth = exact.search(queries, 10)
+        _, truth = faiss.knn(queries, rows, 10, metric=faiss.METRIC_INNER_PRODUCT)  # exact, no copy of rows
         _, found = approx.search(queries, 10)
         print(f"approximate top-10 over {n} rows, d {args.d}: {info['type']} {info['params']}, "
               f"built in {build:.0f} s, recorded recall@10 {info['recall_at_10']:.3f}")
-        approx_p50 = report("approximate (IVF)", latencies(lambda q: approx.search(q, 10), queries))
-        exact_p50 = report("exact FAISS", latencies(lambda q: exact.search(q, 10), queries[:50]))
+        approx_p50 = report("approximate (IVF)", latencies(lambda q: approx.search(q, 10), queries, args.query_threads))
+        exact_p50 = report("exact FAISS (knn)", latencies(
+            lambda q: faiss.knn(q, rows, 10, metric=faiss.METRIC_INNER_PRODUCT), queries[:20], args.query_threads))
         numpy_p50 = report("numpy brute force", latencies(
-            lambda q: np.argpartition(-(rows @ q[0]), 10)[:10], queries[:20]))
+            lambda q: np.argpartition(-(rows @ q[0]), 10)[:10], queries[:20], args.query_threads))
         print(f"  recall@10 on held-out queries: {recall(found, truth):.3f}")
         print(f"  speed-up vs exact FAISS: {exact_p50 / approx_p50:.1f}x; vs numpy: {numpy_p50 / approx_p50:.1f}x")
 
