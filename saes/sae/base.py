@@ -31,7 +31,7 @@ class SAEConfig:
     l1_warmup_steps: int = 1000  # standard
     l0_coefficient: float = 1.0  # jumprelu
     jumprelu_bandwidth: float = 0.05  # jumprelu straight-through estimator
-    jumprelu_init_threshold: float = 0.001
+    jumprelu_init_threshold: float = 0.1  # inputs are scaled to E||x||^2 = d_in
     matryoshka_prefixes: list[int] = field(default_factory=list)  # empty -> d_sae/16../1
     apply_b_dec_to_input: bool = True
     dtype: str = "float32"
