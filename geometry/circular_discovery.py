@@ -36,7 +36,7 @@ class DiscoveryParams:
     method: str = "graph"  # "graph" or "spectral"
     k: int = 2  # graph: neighbours per feature
     threshold: float = 0.5  # graph: cosine cutoff
-    n_clusters: int | None = None  # spectral: default max(2, F // 20)
+    n_clusters: int | None = None  # spectral: default min(F // 20, 256), at least 2
     n_neighbors: int = 30  # spectral: kNN affinity width above dense_max features
     dense_max: int = 4096  # spectral: dense affinity up to this many features
     min_size: int = 2
@@ -68,7 +68,7 @@ def cluster_features(W_dec_FD: np.ndarray, params: DiscoveryParams) -> list[np.n
     if params.method == "graph":
         return graph_clusters(W_dec_FD, k=params.k, threshold=params.threshold, min_size=params.min_size)
     if params.method == "spectral":
-        n = params.n_clusters or max(2, W_dec_FD.shape[0] // 20)
+        n = params.n_clusters or max(2, min(W_dec_FD.shape[0] // 20, 256))
         return spectral_clusters(
             W_dec_FD, n, seed=params.seed, n_neighbors=params.n_neighbors,
             dense_max=params.dense_max, min_size=params.min_size,

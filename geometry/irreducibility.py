@@ -27,23 +27,16 @@ def _check_points(X: np.ndarray) -> np.ndarray:
     return X
 
 
-def _window_share(p_sorted: np.ndarray, s: np.ndarray, eps: float) -> np.ndarray:
-    """For centres `s` on a sorted 1-D sample, the share of points with
-    |p - s| < eps * sqrt(mean((p - s)^2))."""
-    mean, var = p_sorted.mean(), p_sorted.var()
-    radius = eps * np.sqrt(var + (mean - s) ** 2)
-    lo = np.searchsorted(p_sorted, s - radius, side="right")
-    hi = np.searchsorted(p_sorted, s + radius, side="left")
-    return (hi - lo) / p_sorted.size
-
-
-def _best_centre(p: np.ndarray, eps: float, n_centres: int) -> float:
-    p_sorted = np.sort(p)
-    if n_centres and p_sorted.size > n_centres:  # candidate centres: sample quantiles
-        s = np.quantile(p_sorted, np.linspace(0.0, 1.0, n_centres))
-    else:
-        s = p_sorted
-    return float(_window_share(p_sorted, s, eps).max())
+def _best_window_shares(P_NM: np.ndarray, eps: float) -> np.ndarray:
+    """For each column (a projection `p = v.f`), the largest share of points with
+    |p - s| < eps * sqrt(mean((p - s)^2)) over centres `s` at the data points."""
+    out = np.empty(P_NM.shape[1])
+    for j in range(P_NM.shape[1]):
+        p = np.sort(P_NM[:, j])
+        radius = eps * np.sqrt(p.var() + (p.mean() - p) ** 2)
+        inside = np.searchsorted(p, p + radius, side="left") - np.searchsorted(p, p - radius, side="right")
+        out[j] = inside.max() / p.size
+    return out
 
 
 def mixture_index(
@@ -52,23 +45,19 @@ def mixture_index(
     *,
     n_angles: int = 180,
     refine: int = 3,
-    n_centres: int = 0,
 ) -> float:
     """Epsilon-mixture index of a 2-D cloud (see the module docstring), in [0, 1].
 
     Directions `v` are searched on a grid of `n_angles` over [0, pi), then `refine` times
-    on a 10x finer grid around the best angle; for each direction every data point (or
-    `n_centres` quantiles when > 0) is tried as the window centre `-c`, which is where the
-    maximum of the share is attained.
+    on a 10x finer grid around the best angle; for each direction every data point is
+    tried as the window centre `-c`.
     """
     X = _check_points(X_N2)
     if not 0 < eps < 1:
         raise InvalidInputError(f"eps must be in (0, 1), got {eps}")
 
     def score(theta: np.ndarray) -> np.ndarray:
-        V = np.stack([np.cos(theta), np.sin(theta)], axis=1)
-        P = X @ V.T
-        return np.array([_best_centre(P[:, j], eps, n_centres) for j in range(len(theta))])
+        return _best_window_shares(X @ np.stack([np.cos(theta), np.sin(theta)]), eps)
 
     step = np.pi / n_angles
     thetas = np.arange(n_angles) * step

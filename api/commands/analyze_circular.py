@@ -42,7 +42,7 @@ def discover_command(
     method: str = typer.Option("graph", help="graph (kNN cosine components) or spectral."),
     k: int = typer.Option(2, min=1, help="graph: neighbours per feature."),
     threshold: float = typer.Option(0.5, help="graph: cosine cutoff of an edge."),
-    n_clusters: int = typer.Option(0, min=0, help="spectral: number of clusters (0: F // 20)."),
+    n_clusters: int = typer.Option(0, min=0, help="spectral: number of clusters (0: min(F // 20, 256))."),
     split: str = typer.Option("heldout", help="Cached split to encode: heldout, train or all."),
     max_tokens: int = typer.Option(200_000, min=1, help="Tokens to encode."),
     min_tokens: int = typer.Option(32, min=4, help="Skip clusters firing on fewer tokens."),
