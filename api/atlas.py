@@ -113,7 +113,7 @@ class Atlas:
         row = tables.feature(index)
         stats = {key: row[key] for key in ("n_active", "density", "mean_act", "mean_active_act",
                                            "max_act", "decoder_norm")}
-        stats["quantiles"] = dict(zip(map(str, tables.params.get("quantile_levels", [])), row["quantiles"], strict=False))
+        stats["quantiles"] = dict(zip(map(str, tables.params.get("quantile_levels", [])), row["quantiles"] or [], strict=False))
         top = tables.examples_for(index, "top").head(examples)
         return Feature(
             sae_id=sae_id,

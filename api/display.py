@@ -46,6 +46,8 @@ def _frame_html(rows: list[dict[str, Any]] | None, columns: list[str]) -> str:
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return "&ndash;"
     return f"{value:.4g}" if isinstance(value, float) else _esc(value)
 
 
@@ -73,8 +75,8 @@ class Feature:
         s = self.stats
         head = (f"<b>{_esc(self.sae_id)} / feature {self.index}</b> "
                 f"<span style='color:#666'>({_esc(self.hook)})</span><br>"
-                f"density {s['density']:.3g} &middot; mean active {s['mean_active_act']:.3g} "
-                f"&middot; max {s['max_act']:.3g}")
+                f"density {_fmt(s['density'])} &middot; mean active {_fmt(s['mean_active_act'])} "
+                f"&middot; max {_fmt(s['max_act'])}")
         scale = s["max_act"] or None
         examples = "".join(
             f"<div style='font-family:monospace;margin:2px 0'>{highlight_tokens(e['tokens'], e['acts'], scale)}"

@@ -65,5 +65,24 @@ def build_small_atlas(root: str | Path) -> dict[str, Any]:
         summarize_sae(root, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
                       norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, top_k=8,
                       window=(6, 2), progress=False)
+    for sae_id in sae_ids:
+        write_planted_map(root, sae_id)
     _planted_analysis(root)
     return {"root": root, "sae_ids": sae_ids, "hooks": HOOKS, "d_sae": D_SAE, "d_in": 32}
+
+
+def write_planted_map(root: str | Path, sae_id: str) -> pl.DataFrame:
+    """A map.parquet (latent, x, y, cluster) from the first two principal directions of the
+    SAE's decoder rows, for testing the map endpoints before a real UMAP map exists."""
+    from saes.formats import load_any
+
+    folder = AtlasLayout(root).require_sae(sae_id)
+    W = load_any(folder).W_dec.detach().numpy()
+    W = W - W.mean(0)
+    _, _, Vt = np.linalg.svd(W, full_matrices=False)
+    xy = W @ Vt[:2].T
+    frame = pl.DataFrame({"latent": np.arange(len(W), dtype=np.int32), "x": xy[:, 0], "y": xy[:, 1],
+                          "cluster": (np.arange(len(W)) % 4).astype(np.int32)})
+    with atomic_path(folder / "map.parquet") as tmp:
+        frame.write_parquet(tmp)
+    return frame

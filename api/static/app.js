@@ -1,0 +1,319 @@
+// sae-atlas explorer: a small hash-routed page over the HTTP API (no external resources).
+"use strict";
+
+const view = document.getElementById("view");
+const statusEl = document.getElementById("status");
+const state = { saes: null };
+
+// --- API access (optional bearer token from ?token=... or localStorage) ----------------
+(function readToken() {
+  const params = new URLSearchParams(location.search);
+  if (params.get("token")) localStorage.setItem("sae-atlas-token", params.get("token"));
+})();
+
+function authHeaders() {
+  const token = localStorage.getItem("sae-atlas-token");
+  return token ? { Authorization: "Bearer " + token } : {};
+}
+
+async function api(path, body) {
+  const options = { headers: { Accept: "application/json", ...authHeaders() } };
+  if (body !== undefined) {
+    options.method = "POST";
+    options.headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  statusEl.textContent = "loading...";
+  const response = await fetch(path, options);
+  statusEl.textContent = "";
+  if (response.status === 401) {
+    const token = prompt("This atlas needs a token:");
+    if (token) { localStorage.setItem("sae-atlas-token", token); return api(path, body); }
+  }
+  const data = await response.json().catch(() => ({ detail: response.statusText }));
+  if (!response.ok) throw new Error(data.detail || response.statusText);
+  return data;
+}
+
+async function saes() {
+  if (!state.saes) state.saes = await api("/saes");
+  return state.saes;
+}
+
+// --- small DOM helpers ---------------------------------------------------------------------
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "onclick" || key === "onchange") node[key] = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const fmt = (x) => (x === null || x === undefined ? "–" : typeof x === "number" ? (Number.isInteger(x) ? String(x) : x.toPrecision(3)) : String(x));
+const enc = encodeURIComponent;
+const featureHref = (sae, i) => `#/saes/${enc(sae)}/features/${i}`;
+const featLink = (sae, i, label) => el("a", { class: "feat", href: featureHref(sae, i) }, label || `${sae} / ${i}`);
+
+function showError(err) {
+  view.replaceChildren(el("div", { class: "error", id: "error" }, String(err.message || err)));
+}
+
+function table(columns, rows, render = {}) {
+  return el("table", {},
+    el("tr", {}, columns.map((c) => el("th", {}, c))),
+    rows.map((r) => el("tr", {}, columns.map((c) => el("td", {}, render[c] ? render[c](r) : fmt(r[c]))))));
+}
+
+function saeSelect(list, selected, id) {
+  const select = el("select", { id });
+  for (const s of list) {
+    const option = el("option", { value: s.sae_id }, s.sae_id);
+    if (s.sae_id === selected) option.selected = true;
+    select.append(option);
+  }
+  return select;
+}
+
+// Token highlighting: background opacity = activation / scale.
+function highlighted(tokens, acts, scale, centre) {
+  const top = scale || Math.max(1e-9, ...acts.map((a) => a || 0));
+  return tokens.map((tok, i) => {
+    const alpha = Math.max(0, Math.min(1, (acts[i] || 0) / top));
+    return el("span", { class: "t" + (i === centre ? " centre" : ""), title: fmt(acts[i] || 0),
+      style: `background: rgba(255,140,0,${alpha.toFixed(2)})` }, tok);
+  });
+}
+
+// --- text view -------------------------------------------------------------------------------
+async function textView() {
+  const list = await saes();
+  const input = el("textarea", { id: "text-input", placeholder: "Type a text to see which features fire on each token" });
+  input.value = sessionStorage.getItem("sae-atlas-text") || "";
+  const select = saeSelect(list, sessionStorage.getItem("sae-atlas-sae"), "text-sae");
+  const out = el("div", { id: "text-results" });
+  const run = async () => {
+    sessionStorage.setItem("sae-atlas-text", input.value);
+    sessionStorage.setItem("sae-atlas-sae", select.value);
+    out.replaceChildren(el("span", { class: "muted" }, "running the model..."));
+    try {
+      const result = await api("/search/text", { text: input.value, sae_ids: [select.value], k: 8 });
+      renderTextResult(out, result, select.value);
+    } catch (err) {
+      out.replaceChildren(el("div", { class: "error" }, err.message));
+    }
+  };
+  view.replaceChildren(
+    el("h2", {}, "Which features fire on this text?"), input,
+    el("div", {}, "SAE ", select, " ", el("button", { id: "run-text", onclick: run }, "Run")), out);
+  if (input.value) run();
+}
+
+function renderTextResult(out, result, sae) {
+  const perToken = result.features[sae];
+  const tops = perToken.map((f) => (f.length ? f[0].act : 0));
+  const scale = Math.max(1e-9, ...tops);
+  const detail = el("div", { id: "token-features" });
+  const tokenRow = el("div", { class: "tokens" });
+  const select = (i) => {
+    tokenRow.querySelectorAll(".tok").forEach((t, j) => t.classList.toggle("selected", i === j));
+    detail.replaceChildren(
+      el("h3", {}, `token ${i}: "${result.tokens[i]}"`),
+      perToken[i].length
+        ? table(["latent", "act"], perToken[i], { latent: (r) => featLink(sae, r.latent, `feature ${r.latent}`) })
+        : el("span", { class: "muted" }, "no active features"));
+  };
+  result.tokens.forEach((tok, i) => {
+    const alpha = (tops[i] / scale).toFixed(2);
+    tokenRow.append(el("span", { class: "tok", style: `background: rgba(255,140,0,${alpha})`,
+      title: perToken[i].map((f) => `${f.latent}: ${fmt(f.act)}`).join("\n"), onclick: () => select(i) }, tok));
+  });
+  out.replaceChildren(el("p", { class: "muted" }, "Click a token for its features."), tokenRow, detail);
+  const best = tops.indexOf(Math.max(...tops));
+  select(best >= 0 ? best : 0);
+}
+
+// --- SAE list and feature list ----------------------------------------------------------------
+async function saesView() {
+  const list = await saes();
+  view.replaceChildren(el("h2", {}, "SAEs"),
+    table(["sae_id", "hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0"], list, {
+      sae_id: (r) => el("a", { class: "feat", href: `#/saes/${enc(r.sae_id)}` }, r.sae_id),
+      fvu: (r) => (r.fvu === null ? "" : fmt(r.fvu)), k: (r) => (r.k === null ? "" : r.k),
+      l0: (r) => (r.l0 === null ? "" : fmt(r.l0)) }));
+}
+
+async function featureListView(sae) {
+  const page = await api(`/saes/${enc(sae)}/features?sort=density&limit=200`);
+  view.replaceChildren(el("h2", {}, sae),
+    el("p", {}, el("a", { href: `#/map/${enc(sae)}` }, "map of this SAE"), ` · ${page.total} latents, most frequent first`),
+    table(["latent", "density", "mean_active_act", "max_act"], page.rows,
+      { latent: (r) => featLink(sae, r.latent, `feature ${r.latent}`) }));
+}
+
+// --- feature page ---------------------------------------------------------------------------
+async function featureView(sae, index) {
+  const f = await api(`/saes/${enc(sae)}/features/${index}?examples=12&neighbours=10`);
+  const s = f.stats;
+  const hist = el("canvas", { id: "histogram", width: 460, height: 160 });
+  const examples = el("div", { id: "examples" }, f.examples.length
+    ? f.examples.map((e) => el("div", { class: "example" }, highlighted(e.tokens, e.acts, s.max_act, e.centre),
+      el("span", { class: "muted" }, "  " + fmt(e.act))))
+    : el("span", { class: "muted" }, "this latent never fired on the held-out tokens"));
+  const logits = (list, cls) => list.map((t) => el("div", {}, el("code", {}, t.token ?? t.token_id), " ",
+    el("span", { class: cls }, (t.value > 0 ? "+" : "") + fmt(t.value))));
+  const links = (rows, id) => el("div", { id }, rows === null ? el("span", { class: "muted" }, "no index") :
+    table(["feature", "cosine"], rows, { feature: (r) => featLink(r.sae_id, r.latent, r.sae_id === sae ? `feature ${r.latent}` : `${r.sae_id} / ${r.latent}`) }));
+  const mapNote = f.map_position ? el("a", { href: `#/map/${enc(sae)}?highlight=${index}` },
+    `map position (${fmt(f.map_position.x)}, ${fmt(f.map_position.y)})`) : el("span", { class: "muted" }, "no map");
+  view.replaceChildren(
+    el("h2", { id: "feature-title" }, `${sae} / feature ${index}`),
+    el("p", { class: "muted" }, f.hook, " · ", mapNote, " · ",
+      index > 0 ? featLink(sae, index - 1, "previous") : "", " ", featLink(sae, index + 1, "next")),
+    el("div", { class: "grid" },
+      el("div", { class: "card" }, el("h3", {}, "Statistics"),
+        el("table", { class: "stats" }, ["density", "n_active", "mean_act", "mean_active_act", "max_act", "decoder_norm"]
+          .map((k) => el("tr", {}, el("td", {}, k), el("td", {}, fmt(s[k])))))),
+      el("div", { class: "card" }, el("h3", {}, "Activation histogram (log bins)"), hist)),
+    el("h3", {}, "Top examples"), examples,
+    el("div", { class: "grid" },
+      el("div", { class: "card" }, el("h3", {}, "Promotes"), logits(f.top_logits, "logit-pos")),
+      el("div", { class: "card" }, el("h3", {}, "Suppresses"), logits(f.bottom_logits, "logit-neg"))),
+    el("div", { class: "grid" },
+      el("div", { class: "card" }, el("h3", {}, "Similar features"), links(f.neighbours, "neighbours")),
+      el("div", { class: "card" }, el("h3", {}, "Cross-layer matches"), links(f.cross_layer, "cross-layer"))));
+  drawHistogram(hist, f.histogram);
+}
+
+function drawHistogram(canvas, histogram) {
+  const ctx = canvas.getContext("2d");
+  const counts = histogram.counts;
+  const first = counts.findIndex((c) => c > 0);
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  if (first < 0) { ctx.fillText("no activations", 10, 20); return; }
+  const shown = counts.slice(first);
+  const edges = histogram.edges.slice(first);
+  const max = Math.max(...shown);
+  const w = (canvas.width - 20) / shown.length;
+  ctx.fillStyle = "#e8590c";
+  shown.forEach((c, i) => {
+    const h = (c / max) * (canvas.height - 30);
+    ctx.fillRect(10 + i * w, canvas.height - 20 - h, Math.max(1, w - 1), h);
+  });
+  ctx.fillStyle = "#555";
+  ctx.font = "11px sans-serif";
+  ctx.fillText(fmt(edges[0]), 10, canvas.height - 5);
+  ctx.fillText(fmt(edges[edges.length - 1]), canvas.width - 50, canvas.height - 5);
+  ctx.fillText(`max ${max}`, 12, 12);
+}
+
+// --- map view -------------------------------------------------------------------------------------
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+
+async function mapView(sae, highlight) {
+  const list = await saes();
+  sae = sae || list[0]?.sae_id;
+  const select = saeSelect(list, sae, "map-sae");
+  select.onchange = () => { location.hash = `#/map/${enc(select.value)}`; };
+  const canvas = el("canvas", { id: "map-canvas", width: 720, height: 520 });
+  const tip = document.getElementById("map-tip") || document.body.appendChild(el("div", { id: "map-tip" }));
+  view.replaceChildren(el("h2", {}, "Feature map"), el("div", {}, "SAE ", select), canvas,
+    el("p", { class: "muted", id: "map-note" }, "Hover a point for its latent; click to open the feature."));
+  let data;
+  try { data = await api(`/saes/${enc(sae)}/map`); } catch (err) {
+    document.getElementById("map-note").replaceChildren(el("span", { class: "error" }, err.message));
+    return;
+  }
+  const n = data.latent.length;
+  const [minX, maxX] = [Math.min(...data.x), Math.max(...data.x)];
+  const [minY, maxY] = [Math.min(...data.y), Math.max(...data.y)];
+  const px = (i) => 20 + ((data.x[i] - minX) / (maxX - minX || 1)) * (canvas.width - 40);
+  const py = (i) => canvas.height - 20 - ((data.y[i] - minY) / (maxY - minY || 1)) * (canvas.height - 40);
+  const ctx = canvas.getContext("2d");
+  for (let i = 0; i < n; i++) {
+    const cluster = data.cluster ? data.cluster[i] : null;
+    ctx.fillStyle = cluster === null || cluster === undefined || cluster < 0 ? "#999" : PALETTE[cluster % PALETTE.length];
+    const big = String(data.latent[i]) === highlight;
+    ctx.beginPath();
+    ctx.arc(px(i), py(i), big ? 6 : 3, 0, 2 * Math.PI);
+    ctx.fill();
+    if (big) { ctx.strokeStyle = "#000"; ctx.stroke(); }
+  }
+  canvas.dataset.points = String(n);
+  const nearest = (event) => {
+    const rect = canvas.getBoundingClientRect();
+    const x = event.clientX - rect.left, y = event.clientY - rect.top;
+    let best = -1, bestD = 64;
+    for (let i = 0; i < n; i++) {
+      const d = (px(i) - x) ** 2 + (py(i) - y) ** 2;
+      if (d < bestD) { bestD = d; best = i; }
+    }
+    return best;
+  };
+  canvas.onmousemove = (event) => {
+    const i = nearest(event);
+    if (i < 0) { tip.style.display = "none"; return; }
+    tip.style.display = "block";
+    tip.style.left = event.clientX + 12 + "px";
+    tip.style.top = event.clientY + 12 + "px";
+    tip.textContent = `latent ${data.latent[i]}` + (data.cluster ? ` · cluster ${data.cluster[i]}` : "");
+  };
+  canvas.onmouseleave = () => { tip.style.display = "none"; };
+  canvas.onclick = (event) => {
+    const i = nearest(event);
+    if (i >= 0) { tip.style.display = "none"; location.hash = featureHref(sae, data.latent[i]); }
+  };
+}
+
+// --- geometry results -------------------------------------------------------------------------------
+async function analysesView() {
+  const runs = await api("/analyses");
+  view.replaceChildren(el("h2", {}, "Geometry results"), runs.length ? table(["kind", "run", "figures"], runs, {
+    run: (r) => el("a", { class: "feat", href: `#/analyses/${enc(r.kind)}/${enc(r.run)}` }, r.run),
+    figures: (r) => r.figures.length }) : el("p", { class: "muted" }, "No analyses yet (sae-atlas analyze ...)."));
+}
+
+async function analysisView(kind, run) {
+  const result = await api(`/analyses/${enc(kind)}/${enc(run)}`);
+  const figures = el("div", { class: "figures", id: "figures" });
+  for (const name of result.figures) {
+    const response = await fetch(`/analyses/${enc(kind)}/figures/${enc(name)}`, { headers: authHeaders() });
+    if (response.ok) figures.append(el("img", { alt: name, title: name, src: URL.createObjectURL(await response.blob()) }));
+  }
+  const rows = result.rows || [];
+  view.replaceChildren(el("h2", {}, `${kind} / ${run}`), figures,
+    result.columns ? el("div", {}, el("h3", {}, `Table (${result.n_rows} rows)`),
+      table(result.columns, rows.slice(0, 200), Object.fromEntries(result.columns.map((c) => [c,
+        (r) => (typeof r[c] === "object" && r[c] !== null ? JSON.stringify(r[c]).slice(0, 120) : fmt(r[c]))])))) : null,
+    el("h3", {}, "Parameters and summary"), el("pre", {}, JSON.stringify(result.meta, null, 2)));
+}
+
+// --- router --------------------------------------------------------------------------------------------
+const ROUTES = [
+  [/^#\/saes\/([^/]+)\/features\/(\d+)$/, (m) => featureView(decodeURIComponent(m[1]), Number(m[2])), "nav-saes"],
+  [/^#\/saes\/([^/]+)$/, (m) => featureListView(decodeURIComponent(m[1])), "nav-saes"],
+  [/^#\/saes$/, () => saesView(), "nav-saes"],
+  [/^#\/map(?:\/([^/?]+))?(?:\?highlight=(\d+))?$/, (m) => mapView(m[1] && decodeURIComponent(m[1]), m[2]), "nav-map"],
+  [/^#\/analyses\/([^/]+)\/([^/]+)$/, (m) => analysisView(decodeURIComponent(m[1]), decodeURIComponent(m[2])), "nav-analyses"],
+  [/^#\/analyses$/, () => analysesView(), "nav-analyses"],
+  [/^(#\/?)?$/, () => textView(), "nav-text"],
+];
+
+async function route() {
+  const hash = location.hash;
+  for (const [pattern, render, nav] of ROUTES) {
+    const match = hash.match(pattern);
+    if (!match) continue;
+    document.querySelectorAll("header nav a").forEach((a) => a.classList.toggle("active", a.id === nav));
+    try { await render(match); } catch (err) { showError(err); }
+    return;
+  }
+  showError(new Error(`unknown page ${hash}`));
+}
+
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,101 @@
+"""The web explorer in headless Chromium (Playwright driving Debian's /usr/bin/chromium):
+type a text, click a feature, see its examples and neighbours, open the map."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def _chromium() -> str:
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium") or "", shutil.which("chromium-browser") or ""):
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.skip("no Chromium found (install it with `apt-get install -y chromium`)")
+
+
+@pytest.fixture(scope="module")
+def page(server: Any) -> Any:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    executable = _chromium()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1200, "height": 900})
+        blocked: list[str] = []
+        context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(server.url)
+                      else (blocked.append(route.request.url), route.abort()))
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.errors = errors
+        page.blocked = blocked
+        yield page
+        browser.close()
+
+
+def test_text_feature_neighbours_and_map(page: Any, server: Any, small_atlas: dict[str, Any]) -> None:
+    sae = small_atlas["sae_ids"][1]
+    page.goto(server.url + "/")
+    page.wait_for_selector("#text-input")
+    page.select_option("#text-sae", sae)
+    page.fill("#text-input", "the cat sat on the mat on monday")
+    page.click("#run-text")
+    page.wait_for_selector(".tokens .tok")
+    tokens = page.locator(".tokens .tok").all_inner_texts()
+    assert tokens[1:4] == ["the", "cat", "sat"]
+    page.locator(".tokens .tok").nth(2).click()
+    assert page.inner_text("#token-features h3") == 'token 2: "cat"'
+    link = page.locator("#token-features a.feat").first
+    latent = int(link.inner_text().split()[-1])
+    link.click()
+    page.wait_for_selector("#examples")
+    assert page.inner_text("#feature-title") == f"{sae} / feature {latent}"
+    assert page.locator("#examples .example").count() >= 1 or "never fired" in page.inner_text("#examples")
+    assert page.locator("#neighbours a.feat").count() >= 3
+    assert page.locator("#cross-layer a.feat").count() >= 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "explorer.png"), full_page=True)
+    # follow a neighbour link: another feature page
+    first = page.locator("#neighbours a.feat").first
+    neighbour = int(first.inner_text().split()[-1])
+    first.click()
+    page.wait_for_function(f"document.querySelector('#feature-title')?.textContent.endsWith('feature {neighbour}')")
+    # the map: points drawn, hover shows a latent, click opens its feature page
+    page.goto(server.url + f"/#/map/{sae}")
+    canvas = page.wait_for_selector("#map-canvas[data-points]")
+    assert canvas.get_attribute("data-points") == str(small_atlas["d_sae"])
+    box = canvas.bounding_box()
+    hit = page.evaluate("""() => {
+        const c = document.getElementById('map-canvas'), ctx = c.getContext('2d');
+        const d = ctx.getImageData(0, 0, c.width, c.height).data;
+        for (let y = 0; y < c.height; y++) for (let x = 0; x < c.width; x++) {
+            const i = 4 * (y * c.width + x);
+            if (d[i + 3] > 200) return [x, y];
+        }
+        return null; }""")
+    assert hit is not None, "no points drawn on the map"
+    page.mouse.move(box["x"] + hit[0], box["y"] + hit[1])
+    assert page.inner_text("#map-tip").startswith("latent ")
+    page.mouse.click(box["x"] + hit[0], box["y"] + hit[1])
+    page.wait_for_selector("#feature-title")
+    page.screenshot(path=str(ARTIFACTS / "explorer-map-click.png"))
+    # geometry results with their figure
+    page.goto(server.url + "/#/analyses/planted/demo-run")
+    page.wait_for_selector("#figures img")
+    assert page.evaluate("document.querySelector('#figures img').naturalWidth") > 0
+    assert not page.errors, page.errors
+    assert not page.blocked, f"the explorer tried to reach outside the server: {page.blocked}"
+
+
+def test_feature_url_opens_explorer(page: Any, server: Any, small_atlas: dict[str, Any]) -> None:
+    sae = small_atlas["sae_ids"][0]
+    page.goto(server.url + f"/saes/{sae}/features/5")
+    page.wait_for_selector("#feature-title")
+    assert page.inner_text("#feature-title") == f"{sae} / feature 5"
