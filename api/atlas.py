@@ -124,8 +124,8 @@ class Atlas:
             examples=top.select("act", "block", "pos", "centre", "tokens", "acts").to_dicts(),
             top_logits=_logits(row, "top"),
             bottom_logits=_logits(row, "bottom"),
-            neighbours=self._optional_search(lambda: self.similar(sae_id, index, k=neighbours)),
-            cross_layer=self._optional_search(lambda: self.flow(sae_id, index, k=min(neighbours, 5))),
+            neighbours=self._if_indexed(sae_id, lambda: self.similar(sae_id, index, k=neighbours)),
+            cross_layer=self._if_indexed(sae_id, lambda: self.flow(sae_id, index, k=min(neighbours, 5))),
             map_position=self._map_position(sae_id, index),
         )
 
@@ -137,12 +137,9 @@ class Atlas:
         """The SAE's per-latent summary table (features.parquet)."""
         return self._tables(sae_id).features
 
-    def _optional_search(self, run: Any) -> list[dict[str, Any]] | None:
+    def _if_indexed(self, sae_id: str, run: Any) -> list[dict[str, Any]] | None:
         """A neighbour list for a feature card, or None when the SAE has no index yet."""
-        try:
-            return run().to_dicts()
-        except NotFoundError:
-            return None
+        return run().to_dicts() if atlas_search.has_index(self.root, sae_id) else None
 
     def _map_position(self, sae_id: str, index: int) -> dict[str, Any] | None:
         try:

@@ -94,14 +94,13 @@ def run_hooks(handle: Any, tokens: torch.Tensor, hooks: list[str]) -> dict[str, 
 
 # maps and analyses -----------------------------------------------------------------------
 def read_map(root: Path, sae_id: str) -> pl.DataFrame:
-    """`saes/<id>/map.parquet` (latent, x, y, and optional cluster) or NotFoundError."""
-    path = AtlasLayout(root).require_sae(sae_id) / MAP_FILE
-    if not path.exists():
+    """The SAE's verified map table (`geometry.maps`: latent, x, y, knn_overlap, label
+    columns such as cluster), or NotFoundError when none was built."""
+    from geometry.maps import read_map as read
+
+    if not (AtlasLayout(root).require_sae(sae_id) / MAP_FILE).exists():
         raise NotFoundError(f"SAE {sae_id!r} has no map yet; build it with `sae-atlas analyze map`")
-    try:
-        return pl.read_parquet(path)
-    except Exception as exc:  # polars raises several error types for unreadable parquet
-        raise IntegrityError(path, f"not a readable parquet file ({exc})", "rebuild the map") from exc
+    return read(root, sae_id)[0]
 
 
 def analysis_runs(root: Path) -> list[dict[str, Any]]:

@@ -53,6 +53,7 @@ def build_small_atlas(root: str | Path) -> dict[str, Any]:
     from saes.summarize import summarize_sae
     from saes.train.atlas import train_saes
     from saes.train.config import TrainConfig
+    from store.index import build_atlas_indexes
 
     root = Path(root)
     handle = tiny_model(n_layers=2, d_model=32)
@@ -65,6 +66,7 @@ def build_small_atlas(root: str | Path) -> dict[str, Any]:
         summarize_sae(root, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
                       norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, top_k=8,
                       window=(6, 2), progress=False)
+    build_atlas_indexes(root)
     for sae_id in sae_ids:
         write_planted_map(root, sae_id)
     _planted_analysis(root)
@@ -72,17 +74,18 @@ def build_small_atlas(root: str | Path) -> dict[str, Any]:
 
 
 def write_planted_map(root: str | Path, sae_id: str) -> pl.DataFrame:
-    """A map.parquet (latent, x, y, cluster) from the first two principal directions of the
-    SAE's decoder rows, for testing the map endpoints before a real UMAP map exists."""
+    """A map (latent, x, y, knn_overlap, cluster) from the first two principal directions of
+    the SAE's decoder rows, written with `geometry.maps.write_map` (UMAP is too slow to JIT
+    in a test fixture)."""
+    from geometry.maps import write_map
     from saes.formats import load_any
 
-    folder = AtlasLayout(root).require_sae(sae_id)
-    W = load_any(folder).W_dec.detach().numpy()
+    W = load_any(AtlasLayout(root).require_sae(sae_id)).W_dec.detach().numpy()
     W = W - W.mean(0)
     _, _, Vt = np.linalg.svd(W, full_matrices=False)
-    xy = W @ Vt[:2].T
+    xy = (W @ Vt[:2].T).astype(np.float32)
     frame = pl.DataFrame({"latent": np.arange(len(W), dtype=np.int32), "x": xy[:, 0], "y": xy[:, 1],
-                          "cluster": (np.arange(len(W)) % 4).astype(np.int32)})
-    with atomic_path(folder / "map.parquet") as tmp:
-        frame.write_parquet(tmp)
+                          "knn_overlap": np.zeros(len(W), np.float32),
+                          "cluster": (np.arange(len(W)) % 4).astype(np.int64)})
+    write_map(root, sae_id, frame, {"method": "pca-planted"})
     return frame
