@@ -201,35 +201,51 @@ def model_index_path(root: str | Path) -> Path:
     return AtlasLayout(root).root / "indexes" / "model.faiss"
 
 
+def model_members(root: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """SAE ids the model-wide index covers (those of the most common width, the wider on a
+    tie), and the excluded SAEs with their width."""
+    layout = AtlasLayout(root)
+    widths = {sae_id: int(read_json(layout.sae_dir(sae_id) / "cfg.json",
+                                    f"retrain or re-export SAE {sae_id}")["d_in"]) for sae_id in layout.sae_ids()}
+    counts: dict[int, int] = {}
+    for d in widths.values():
+        counts[d] = counts.get(d, 0) + 1
+    width = max(counts, key=lambda d: (counts[d], d), default=0)
+    members = [sae_id for sae_id, d in widths.items() if d == width]
+    return members, [{"sae_id": sae_id, "d": d} for sae_id, d in widths.items() if d != width]
+
+
 def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, rebuild: bool = False,
                         approx_threshold: int = APPROX_THRESHOLD, seed: int = 0) -> list[dict[str, Any]]:
-    """Build (or keep, when current) every SAE's index and the model-wide index over all SAEs.
+    """Build (or keep, when current) every SAE's index and the model-wide index.
 
-    Returns the sidecars of the indexes, with `"rebuilt"` telling which were (re)written.
+    The model-wide index covers every SAE of the atlas' most common residual width
+    (`model_members`), whatever `sae_ids` selects. Returns the sidecars of the indexes,
+    with `"rebuilt"` telling which were (re)written.
     """
     layout = AtlasLayout(root)
     ids = sae_ids or layout.sae_ids()
     if not ids:
         raise InvalidInputError(f"{root} has no SAEs to index; train one with `sae-atlas train --atlas {root}`")
-    decoders = [read_decoder(root, sae_id) for sae_id in ids]
     out = []
-    for dec in decoders:
-        path = sae_index_path(root, dec.sae_id)
-        out.append(_ensure(path, root, dec.rows, {"sae_id": dec.sae_id, "hook": dec.hook, "layer": dec.layer,
-                                                  "weights_sha256": dec.weights_sha256},
-                           rebuild, approx_threshold, seed))
-    all_decoders = [read_decoder(root, sae_id) for sae_id in layout.sae_ids()]
-    dims = {dec.rows.shape[1] for dec in all_decoders}
-    if len(dims) == 1:
-        offsets, start = [], 0
-        for dec in all_decoders:
-            offsets.append({"sae_id": dec.sae_id, "hook": dec.hook, "layer": dec.layer, "start": start,
-                            "count": len(dec.rows), "weights_sha256": dec.weights_sha256})
-            start += len(dec.rows)
-        rows = np.concatenate([dec.rows for dec in all_decoders])
-        out.append(_ensure(model_index_path(root), root, rows,
-                           {"saes": offsets, "weights_sha256": combined_weights_sha256(offsets)},
-                           rebuild, approx_threshold, seed))
+    for sae_id in ids:
+        dec = read_decoder(root, sae_id)
+        out.append(_ensure(sae_index_path(root, sae_id), root, dec.rows,
+                           {"sae_id": sae_id, "hook": dec.hook, "layer": dec.layer,
+                            "weights_sha256": dec.weights_sha256}, rebuild, approx_threshold, seed))
+    members, excluded = model_members(root)
+    offsets, parts, start = [], [], 0
+    for sae_id in members:
+        dec = read_decoder(root, sae_id)
+        offsets.append({"sae_id": sae_id, "hook": dec.hook, "layer": dec.layer, "start": start,
+                        "count": len(dec.rows), "weights_sha256": dec.weights_sha256})
+        parts.append(dec.rows)
+        start += len(dec.rows)
+    rows = np.concatenate(parts)
+    del parts
+    out.append(_ensure(model_index_path(root), root, rows,
+                       {"saes": offsets, "excluded": excluded, "weights_sha256": combined_weights_sha256(offsets)},
+                       rebuild, approx_threshold, seed))
     return out
 
 

@@ -17,11 +17,13 @@ import faiss
 import numpy as np
 import polars as pl
 
+from store.atomic import sha256_file
 from store.errors import InvalidInputError, NotFoundError
 from store.index import (
     combined_weights_sha256,
     load_index,
     model_index_path,
+    model_members,
     read_decoder,
     sae_index_path,
     unit_rows,
@@ -99,9 +101,9 @@ class FeatureSearch:
         with self._lock:
             if self._model is None:
                 offsets = []
-                for sae_id in self.layout.sae_ids():
-                    dec = read_decoder(self.root, sae_id)
-                    offsets.append({"sae_id": sae_id, "weights_sha256": dec.weights_sha256})
+                for sae_id in model_members(self.root)[0]:
+                    weights = self.layout.sae_dir(sae_id) / "sae_weights.safetensors"
+                    offsets.append({"sae_id": sae_id, "weights_sha256": sha256_file(weights)})
                 self._model = load_index(model_index_path(self.root), self.root,
                                          {"weights_sha256": combined_weights_sha256(offsets)})
             return self._model

@@ -98,3 +98,37 @@ def test_approximate_path_through_the_atlas(tmp_path):
     assert recall >= sidecar["recall_at_10"] - 0.05
     hit = search.by_vector(rows[77] * 9.0, k=1, sae_id="big")[0]
     assert hit.latent == 77 and hit.cosine == pytest.approx(1.0, abs=1e-5)
+
+
+def test_model_index_covers_the_common_width_and_excludes_others(layered):
+    root, planted = layered
+    sidecar = json.loads(model_index_path(root).with_suffix(".json").read_text())
+    assert [s["sae_id"] for s in sidecar["saes"]] == ["l0", "l2", "l5"]
+    assert sidecar["excluded"] == [{"sae_id": "attn", "d": 8}]
+    search = FeatureSearch(root)
+    across = search.similar("l0", planted["l0"], k=2, across_saes=True)
+    assert {(m.sae_id, m.latent) for m in across} == {("l2", 4), ("l5", 60)}
+    assert search.by_vector(np.ones(8), k=3, sae_id="attn")[0].sae_id == "attn"
+
+
+def test_index_cli_keeps_current_and_repairs_corrupt(layered):
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    root, _ = layered
+    runner = CliRunner()
+    first = runner.invoke(app, ["index", "--atlas", str(root), "--json"])
+    assert first.exit_code == 0, first.output
+    assert not any(info["rebuilt"] for info in json.loads(first.output))
+    path = sae_index_path(root, "l2")
+    path.write_bytes(path.read_bytes()[:100])
+    broken = runner.invoke(app, ["index", "--atlas", str(root), "--sae", "l2", "--json"])
+    assert [(i.get("sae_id", "model"), i["rebuilt"]) for i in json.loads(broken.output)] == [("l2", True), ("model", False)]
+    repaired = FeatureSearch(root)
+    assert repaired.by_vector(repaired.decoder_row("l2", 4), k=1, sae_id="l2")[0].latent == 4
+    again = runner.invoke(app, ["index", "--atlas", str(root), "--rebuild", "--approx-threshold", "50", "--json"])
+    infos = json.loads(again.output)
+    assert all(i["rebuilt"] for i in infos)
+    assert {i.get("sae_id", "model"): i["type"] for i in infos} == {
+        "attn": "IndexFlatIP", "l0": "IndexIVFFlat", "l2": "IndexIVFFlat", "l5": "IndexIVFFlat", "model": "IndexIVFFlat"}
