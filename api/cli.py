@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from api.commands import analyze_circular, cache, demo, index, summarize, train
+from api.commands import analyze_circular, cache, demo, feature, index, search, serve, summarize, train
 from api.commands import eval as eval_command
 
 app = typer.Typer(
@@ -16,7 +16,7 @@ app = typer.Typer(
 analyze_app = typer.Typer(help="Geometry analyses over an atlas.", no_args_is_help=True)
 app.add_typer(analyze_app, name="analyze")
 
-for module in (cache, train, eval_command, summarize, index, demo):
+for module in (cache, train, eval_command, summarize, index, demo, serve, feature, search):
     module.register(app)
 analyze_circular.register_analyze(analyze_app)
 

@@ -1,0 +1,129 @@
+"""`AtlasClient(url, token=None)`: the Atlas calls over HTTP (httpx).
+
+Methods mirror `api.Atlas` and return the same JSON data the service sends (dicts), with
+tabular results as polars frames. A 4xx/5xx answer raises `AtlasHTTPError` carrying the
+status and the server's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import polars as pl
+
+from store.errors import AtlasError
+
+
+class AtlasHTTPError(AtlasError):
+    """An error answer from the service: `status` and the server's `detail`."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        self.http_status = status
+        self.detail = detail
+        super().__init__(f"HTTP {status}: {detail}")
+
+
+class AtlasClient:
+    """A client of one `sae-atlas serve` service."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> AtlasClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise AtlasHTTPError(response.status_code, str(detail))
+        return response.json()
+
+    @staticmethod
+    def _sae(sae_id: str) -> str:
+        return quote(sae_id, safe="")
+
+    def health(self) -> dict[str, Any]:
+        """Service status."""
+        return self._call("GET", "/health")
+
+    def saes(self) -> pl.DataFrame:
+        """One row per SAE."""
+        return pl.DataFrame(self._call("GET", "/saes"))
+
+    def sae_info(self, sae_id: str) -> dict[str, Any]:
+        """Facts about one SAE."""
+        return self._call("GET", f"/saes/{self._sae(sae_id)}")
+
+    def feature(self, sae_id: str, index: int, *, examples: int = 10, neighbours: int = 8) -> dict[str, Any]:
+        """Everything about one feature (see `Atlas.feature`)."""
+        return self._call("GET", f"/saes/{self._sae(sae_id)}/features/{int(index)}",
+                          params={"examples": examples, "neighbours": neighbours})
+
+    def examples(self, sae_id: str, index: int, kind: str | None = None) -> pl.DataFrame:
+        """All stored example contexts of a feature."""
+        params = {"kind": kind} if kind else {}
+        return pl.DataFrame(self._call("GET", f"/saes/{self._sae(sae_id)}/features/{int(index)}/examples",
+                                       params=params))
+
+    def similar(self, sae_id: str, index: int, k: int = 10) -> pl.DataFrame:
+        """Nearest decoder directions in the same SAE."""
+        return pl.DataFrame(self._call("GET", f"/saes/{self._sae(sae_id)}/features/{int(index)}/similar",
+                                       params={"k": k}))
+
+    def flow(self, sae_id: str, index: int, k: int = 5) -> pl.DataFrame:
+        """Best matches of the feature in the other SAEs."""
+        return pl.DataFrame(self._call("GET", f"/saes/{self._sae(sae_id)}/features/{int(index)}/flow",
+                                       params={"k": k}))
+
+    def search_vector(self, vector: Sequence[float], *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
+        """Features nearest to a direction."""
+        body = {"vector": [float(v) for v in vector], "sae_id": sae_id, "k": k}
+        return pl.DataFrame(self._call("POST", "/search/vector", json=body))
+
+    def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5) -> dict[str, Any]:
+        """Per token of `text`, the most active features of each SAE."""
+        return self._call("POST", "/search/text", json={"text": text, "sae_ids": sae_ids, "k": k})
+
+    def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> dict[str, Any]:
+        """Features centred on / promoting a token (string or id)."""
+        params: dict[str, Any] = {"k": k}
+        params["token_id" if isinstance(token, int) else "token"] = token
+        if sae_id:
+            params["sae_id"] = sae_id
+        return self._call("GET", "/search/token", params=params)
+
+    def map(self, sae_id: str) -> pl.DataFrame:
+        """The SAE's 2-D feature map."""
+        return pl.DataFrame(self._call("GET", f"/saes/{self._sae(sae_id)}/map"))
+
+    def analyses(self) -> pl.DataFrame:
+        """Stored geometry results."""
+        return pl.DataFrame(self._call("GET", "/analyses"))
+
+    def analysis(self, kind: str, run: str) -> dict[str, Any]:
+        """One geometry result (meta, table rows, figure names)."""
+        return self._call("GET", f"/analyses/{quote(kind, safe='')}/{quote(run, safe='')}")
+
+    def figure(self, kind: str, name: str) -> bytes:
+        """The PNG bytes of a stored figure."""
+        response = self._http.get(f"/analyses/{quote(kind, safe='')}/figures/{quote(name, safe='')}")
+        if response.status_code >= 400:
+            raise AtlasHTTPError(response.status_code, response.json().get("detail", response.text))
+        return response.content

@@ -1,0 +1,108 @@
+"""`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import typer
+
+from api.atlas import Atlas
+from api.commands.common import handle_errors, print_json, print_table
+from store.errors import InvalidInputError
+
+search_app = typer.Typer(help="Search the features of an atlas.", no_args_is_help=True)
+ATLAS = typer.Argument(..., help="Atlas directory.")
+JSON = typer.Option(False, "--json", help="Print JSON.")
+K = typer.Option(10, "-k", "--k", min=1, max=100, help="Number of results.")
+
+
+def _show(title: str, frame: pl.DataFrame, json_out: bool) -> None:
+    if json_out:
+        print_json(frame.to_dicts())
+    else:
+        print_table(title, frame.columns, frame.iter_rows())
+
+
+@search_app.command("saes")
+@handle_errors
+def saes_command(atlas: Path = ATLAS, json_out: bool = JSON) -> None:
+    """List the SAEs of the atlas."""
+    _show("SAEs", Atlas(atlas).saes(), json_out)
+
+
+@search_app.command("similar")
+@handle_errors
+def similar_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...),
+                    index: int = typer.Argument(..., min=0), k: int = K, json_out: bool = JSON) -> None:
+    """Features of the same SAE with the nearest decoder directions."""
+    _show(f"similar to {sae_id} / {index}", Atlas(atlas).similar(sae_id, index, k=k), json_out)
+
+
+@search_app.command("flow")
+@handle_errors
+def flow_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...),
+                 index: int = typer.Argument(..., min=0),
+                 k: int = typer.Option(3, "-k", "--k", min=1, max=100), json_out: bool = JSON) -> None:
+    """Best matches of a feature in every other SAE (cross-layer flow)."""
+    _show(f"flow of {sae_id} / {index}", Atlas(atlas).flow(sae_id, index, k=k), json_out)
+
+
+@search_app.command("vector")
+@handle_errors
+def vector_command(atlas: Path = ATLAS,
+                   vector: str = typer.Argument(..., help="JSON list of numbers, or a .npy / .json file."),
+                   sae_id: str = typer.Option(None, help="Only this SAE."), k: int = K, json_out: bool = JSON) -> None:
+    """Features nearest to a direction in residual space."""
+    _show("nearest features", Atlas(atlas).search_vector(_read_vector(vector), sae_id=sae_id, k=k), json_out)
+
+
+def _read_vector(value: str) -> list[float]:
+    path = Path(value)
+    if path.suffix == ".npy" and path.is_file():
+        import numpy as np
+
+        return np.load(path).reshape(-1).tolist()
+    try:
+        return json.loads(path.read_text() if path.suffix == ".json" and path.is_file() else value)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"vector must be a JSON list of numbers or a .npy/.json file ({exc})") from exc
+
+
+@search_app.command("text")
+@handle_errors
+def text_command(atlas: Path = ATLAS, text: str = typer.Argument(...),
+                 sae_id: list[str] = typer.Option([], help="SAE to encode with (repeatable; default all)."),
+                 k: int = typer.Option(3, "-k", "--k", min=1, max=100), json_out: bool = JSON) -> None:
+    """Which features fire on each token of a text (runs the model)."""
+    result = Atlas(atlas).search_text(text, sae_ids=list(sae_id) or None, k=k)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    for sid, per_token in result.features.items():
+        print_table(sid, ["pos", "token", "features (latent:act)"], [
+            (pos, tok, "  ".join(f"{f['latent']}:{f['act']:.3g}" for f in feats))
+            for pos, (tok, feats) in enumerate(zip(result.tokens, per_token, strict=False))
+        ])
+
+
+@search_app.command("token")
+@handle_errors
+def token_command(atlas: Path = ATLAS, token: str = typer.Argument(..., help="Token string, or an id with --id."),
+                  as_id: bool = typer.Option(False, "--id", help="TOKEN is a token id."),
+                  sae_id: str = typer.Option(None, help="Only this SAE."), k: int = K, json_out: bool = JSON) -> None:
+    """Features whose examples centre on a token, and features promoting it."""
+    if as_id and not token.isdigit():
+        raise InvalidInputError(f"--id needs a non-negative integer token id, got {token!r}")
+    result = Atlas(atlas).search_token(int(token) if as_id else token, sae_id=sae_id, k=k)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    _show(f"centred on {token!r}", result.centred, False)
+    _show(f"promoting {token!r}", result.promoting, False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `search` command group."""
+    app.add_typer(search_app, name="search")

@@ -1,0 +1,33 @@
+"""`sae-atlas serve ATLAS`: the HTTP service and web explorer over an atlas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from api.commands.common import handle_errors
+from api.http import ServerSettings, serve
+from api.http.settings import DEFAULT_MAX_BODY, ENV_TOKEN
+
+
+@handle_errors
+def serve_command(
+    atlas: Path = typer.Argument(..., help="Atlas directory."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+    port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+    workers: int = typer.Option(1, min=1, max=64, help="Worker processes (each loads the indexes once)."),
+    token: str = typer.Option(None, envvar=ENV_TOKEN, help="Require 'Authorization: Bearer TOKEN'."),
+    allow_analyses: bool = typer.Option(False, "--allow-analyses", help="Allow POST endpoints that run analyses."),
+    max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY, min=1024, help="Largest request body accepted."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+) -> None:
+    """Serve the atlas over HTTP: JSON API (OpenAPI at /openapi.json) and the explorer at /."""
+    settings = ServerSettings(root=atlas, token=token or None, allow_analyses=allow_analyses,
+                              max_body_bytes=max_body_bytes)
+    serve(settings, host=host, port=port, workers=workers, log_level=log_level)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `serve` verb."""
+    app.command("serve")(serve_command)
