@@ -12,6 +12,7 @@ separates even random labels, so an in-sample silhouette proves nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,7 @@ from sklearn.decomposition import PCA
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import silhouette_score
 
+from geometry.trees import single_token_id
 from store.errors import InvalidInputError
 
 
@@ -126,3 +128,52 @@ def crystal_quality(
         test_coords=Z_te[:, :2],
         test_labels=y[te],
     )
+
+
+# Built-in word-pair relations (both words are common; tokenizer filtering keeps the pairs
+# whose two words are single tokens with a leading space).
+RELATIONS: dict[str, list[tuple[str, str]]] = {
+    "gender": [("man", "woman"), ("king", "queen"), ("boy", "girl"), ("father", "mother"),
+               ("brother", "sister"), ("son", "daughter"), ("husband", "wife"), ("uncle", "aunt"),
+               ("prince", "princess"), ("actor", "actress"), ("male", "female"), ("he", "she"),
+               ("his", "her"), ("nephew", "niece"), ("lord", "lady"), ("god", "goddess"),
+               ("waiter", "waitress"), ("Mr", "Mrs")],
+    "plural": [("dog", "dogs"), ("cat", "cats"), ("car", "cars"), ("house", "houses"), ("tree", "trees"),
+               ("book", "books"), ("bird", "birds"), ("apple", "apples"), ("river", "rivers"),
+               ("city", "cities"), ("table", "tables"), ("door", "doors"), ("hand", "hands"),
+               ("eye", "eyes"), ("word", "words"), ("friend", "friends"), ("school", "schools")],
+    "past_tense": [("walk", "walked"), ("play", "played"), ("jump", "jumped"), ("look", "looked"),
+                   ("talk", "talked"), ("work", "worked"), ("call", "called"), ("ask", "asked"),
+                   ("move", "moved"), ("live", "lived"), ("love", "loved"), ("open", "opened"),
+                   ("start", "started"), ("help", "helped"), ("turn", "turned"), ("want", "wanted")],
+    "comparative": [("big", "bigger"), ("small", "smaller"), ("fast", "faster"), ("slow", "slower"),
+                    ("tall", "taller"), ("old", "older"), ("young", "younger"), ("long", "longer"),
+                    ("short", "shorter"), ("strong", "stronger"), ("high", "higher"), ("low", "lower"),
+                    ("hard", "harder"), ("cold", "colder"), ("warm", "warmer"), ("dark", "darker")],
+    "capital": [("France", "Paris"), ("Germany", "Berlin"), ("Japan", "Tokyo"), ("Italy", "Rome"),
+                ("Spain", "Madrid"), ("Russia", "Moscow"), ("China", "Beijing"), ("Egypt", "Cairo"),
+                ("England", "London"), ("Greece", "Athens"), ("Canada", "Ottawa"), ("Kenya", "Nairobi"),
+                ("Peru", "Lima"), ("Cuba", "Havana"), ("Austria", "Vienna"), ("Poland", "Warsaw")],
+}
+
+
+def relation_pairs(
+    encode: Callable[[str], list[int]], relations: dict[str, list[tuple[str, str]]] | None = None,
+    *, min_pairs: int = 3,
+) -> tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]:
+    """Token-id pairs `[P, 2]`, relation labels `[P]` and the kept word pairs, keeping the
+    pairs whose two words are single tokens (with a leading space) and relations with at
+    least `min_pairs` such pairs."""
+    ids, labels, words = [], [], []
+    for name, pairs in (relations or RELATIONS).items():
+        kept = [(a, b, single_token_id(a, encode), single_token_id(b, encode)) for a, b in pairs]
+        kept = [k for k in kept if k[2] is not None and k[3] is not None]
+        if len(kept) < min_pairs:
+            continue
+        for a, b, ia, ib in kept:
+            ids.append((ia, ib))
+            labels.append(name)
+            words.append((a, b))
+    if len({*labels}) < 2:
+        raise InvalidInputError("fewer than 2 relations have enough single-token pairs for this tokenizer")
+    return np.array(ids, dtype=np.int64), np.array(labels), words
