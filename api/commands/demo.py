@@ -9,22 +9,70 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 import typer
 
 from api.commands.cache import print_cache_summary
 from api.commands.common import console, handle_errors, print_table
 from api.commands.summarize import print_reports
-from saes.cache import cache_activations
+from saes.cache import cache_activations, run_hooks
+from saes.concepts import load_concept
 from saes.corpus import CorpusSpec
 from saes.evaluate import evaluate_atlas_sae
+from saes.formats.saelens import load_saelens
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
 from saes.summarize import summarize_sae
 from saes.train.atlas import train_saes
 from saes.train.config import TrainConfig
+from store.index import build_atlas_indexes
 from store.layout import AtlasLayout
+from store.search import FeatureSearch
 
 DEMO_TOKENS = 65536
 DEMO_TRAIN_TOKENS = 500_000
+DEMO_TEXT = "The meeting moved from Monday to Friday, and the report is due in March."
+
+
+def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
+    """Features most active on a weekday token of a sentence, and their neighbours."""
+    search = FeatureSearch(atlas)
+    tokens = handle.to_tokens(DEMO_TEXT)
+    pieces = handle.tokenizer.convert_ids_to_tokens(tokens[0].tolist())
+    position = next(i for i, piece in enumerate(pieces) if "Friday" in piece)
+    saes = {sae_id: load_saelens(AtlasLayout(atlas).sae_dir(sae_id)) for sae_id in sae_ids}
+    acts = run_hooks(handle, tokens, sorted({sae.cfg.hook_name for sae in saes.values()}))
+    rows = []
+    for sae_id, sae in saes.items():
+        with torch.no_grad():
+            code = sae.encode(acts[sae.cfg.hook_name][0, position])
+        values, latents = code.topk(3)
+        for value, latent in zip(values.tolist(), latents.tolist(), strict=True):
+            near = search.similar(sae_id, latent, k=3)
+            flow = search.flow(sae_id, latent)
+            rows.append((sae_id, latent, value, ", ".join(f"{m.latent} ({m.cosine:.2f})" for m in near),
+                         ", ".join(f"L{m.layer}:{m.latent} ({m.cosine:.2f})" for m in flow)))
+    print_table(f"top features on ' Friday' in {DEMO_TEXT!r}",
+                ["sae", "latent", "activation", "nearest in SAE (cos)", "best match per layer"], rows)
+
+
+def _circles(handle: ModelHandle, atlas: Path) -> None:
+    """Circle probes for weekdays and months at layers over the depth; the clearest layer."""
+    from api.analyses.circular import run_circle_analysis, write_concept_run
+
+    layers = list(range(2, handle.n_layers - 1, 3))
+    rows = []
+    for name in ("weekdays", "months"):
+        stored = AtlasLayout(atlas).analysis_dir("circular") / f"{name}-{handle.name}.json"
+        if stored.exists():
+            meta = json.loads(stored.read_text())
+            best, summary = meta["best_layer"], meta["best"]
+        else:
+            analysis = run_circle_analysis(handle, load_concept(name), layers)
+            write_concept_run(atlas, f"{name}-{handle.name}", analysis, model=handle.name)
+            best, summary = analysis.best_layer, analysis.probes[analysis.best_layer].summary()
+        rows.append((name, best, summary.get("r2_loo"), summary.get("cyclic_order"), summary.get("fitted_period")))
+    print_table("circular concepts (circle probe on the top 5 PCs)",
+                ["concept", "clearest layer", "R^2 (leave-one-out)", "cyclic order", "fitted period"], rows)
 
 
 def _train_and_evaluate(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int, seed: int) -> list[str]:
@@ -72,6 +120,13 @@ def demo_command(
                       norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, seed=seed)
         for sae_id in sae_ids
     ])
+    console.rule("[bold]5. FAISS indexes and example searches")
+    for info in build_atlas_indexes(atlas):
+        console.print(f"{info.get('sae_id', 'model-wide')}: {info['type']}, {info['n']} rows, "
+                      f"recall@10 {info['recall_at_10']:.3f}")
+    _example_searches(handle, atlas, sae_ids)
+    console.rule("[bold]6. circular features: weekdays and months")
+    _circles(handle, atlas)
 
 
 def register(app: typer.Typer) -> None:
