@@ -312,7 +312,7 @@ def run_intervention(
 
 def write_concept_run(
     atlas: str | Path, run: str, analysis: CircleAnalysis, intervention: InterventionResult | None = None,
-    *, model: str = "",
+    *, model: str = "", extra: dict[str, Any] | None = None,
 ) -> Path:
     """Store a concept run: `<run>.parquet` (per-layer probe table), PNG figures, and
     `<run>.json` (parameters, summaries, created_with) written last."""
@@ -339,11 +339,22 @@ def write_concept_run(
                                 "by_method": intervention.by_method(),
                                 "rows": intervention.table.to_dicts()}
     meta["figures"] = {k: v.name for k, v in figs.items()}
+    meta.update(extra or {})
     atomic_write_json(js, meta)
     return js
 
 
 # --------------------------------------------------------------------------- spectra
+
+
+def spectra_summary(spectra: Spectra, groups: dict[float, np.ndarray], top: int = 10) -> dict[str, Any]:
+    """JSON-ready summary: per dominant period, the feature count and the `top` features
+    with the most non-constant power."""
+    out = {}
+    for period, feats in groups.items():
+        order = feats[np.argsort(-spectra.total_power_F[feats], kind="stable")][:top]
+        out[f"{period:g}"] = {"n_features": int(len(feats)), "top_features": order.tolist()}
+    return {"period": spectra.period, "by_period": out}
 
 
 def concept_spectra(

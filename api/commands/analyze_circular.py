@@ -15,14 +15,17 @@ import typer
 
 from api.analyses.circular import (
     METHODS,
+    concept_spectra,
     discover_for_sae,
     run_circle_analysis,
     run_intervention,
+    spectra_summary,
     write_concept_run,
 )
 from api.commands.common import handle_errors, print_json, print_table
 from geometry.circular_discovery import DiscoveryParams
 from saes.concepts import load_concept
+from saes.formats import load_any
 from saes.models import DEFAULT_MODEL, load_model
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
@@ -82,12 +85,27 @@ def concept_command(
     atlas: Path = typer.Option(None, help="Atlas to store the run and figures in (optional)."),
     run: str = typer.Option("", help="Run name (default <concept>-<model>)."),
     seed: int = typer.Option(0, help="Seed of the random-subspace baseline."),
+    spectra: bool = typer.Option(False, help="Fourier spectra against the concept index (best layer, or --sae's layer)."),
+    sae: str = typer.Option("", help="With --spectra and --atlas: use this SAE's features (its layer must be probed)."),
     json_out: bool = typer.Option(False, "--json", help="Print results as JSON."),
 ) -> None:
-    """Circle probe per layer on a cyclic concept, and an optional intervention."""
+    """Circle probe per layer on a cyclic concept, an optional intervention, and optional
+    periodic spectra of residual dimensions or SAE features."""
     handle = load_model(model)
     c = load_concept(concept)
     analysis = run_circle_analysis(handle, c, _int_list(layers, "--layers"), n_components=n_components)
+    spec_summary = None
+    if spectra:
+        sae_obj, layer = None, analysis.best_layer
+        if sae:
+            if atlas is None:
+                raise InvalidInputError("--sae needs --atlas")
+            sae_obj = load_any(AtlasLayout(atlas).require_sae(sae))
+            layer = handle.hook_layer(handle.check_hook(sae_obj.cfg.hook_name))
+            if layer not in analysis.probes:
+                raise InvalidInputError(f"SAE {sae!r} reads layer {layer}; add it to --layers")
+        spec_summary = {"layer": layer, "sae": sae or None,
+                        **spectra_summary(*concept_spectra(analysis, layer, sae_obj))}
     result = None
     if intervene_layer >= 0:
         result = run_intervention(handle, analysis, intervene_layer, shifts=_int_list(shifts, "--shifts") or None,
@@ -95,10 +113,12 @@ def concept_command(
     stored = None
     if atlas is not None:
         name = run or f"{c.name}-{handle.name}".replace("/", "_")
-        stored = write_concept_run(atlas, name, analysis, result, model=handle.name)
+        stored = write_concept_run(atlas, name, analysis, result, model=handle.name,
+                                   extra={"spectra": spec_summary} if spec_summary else None)
     if json_out:
         print_json({"layers": analysis.table().to_dicts(), "best_layer": analysis.best_layer,
                     "intervention": None if result is None else {"clean": result.clean, "by_method": result.by_method()},
+                    "spectra": spec_summary,
                     "stored": None if stored is None else str(stored)})
         return
     table = analysis.table()
@@ -109,6 +129,10 @@ def concept_command(
         cols = [k for k in next(iter(agg.values()))]
         print_table(f"intervention at layer {intervene_layer} (mean over shifts)", ["method", *cols],
                     [[m, *(agg[m][k] for k in cols)] for m in agg])
+    if spec_summary is not None:
+        print_table(f"features by dominant period (layer {spec_summary['layer']})", ["period", "features", "top"],
+                    [[p, g["n_features"], ", ".join(map(str, g["top_features"][:5]))]
+                     for p, g in spec_summary["by_period"].items()])
     if stored is not None:
         typer.echo(f"stored {stored}")
 

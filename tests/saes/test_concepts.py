@@ -178,12 +178,13 @@ def test_concept_cli_on_a_tiny_model(tmp_path):
     register_analyze(analyze)
     out = CliRunner().invoke(app, ["analyze", "circular", "concept", "--model", '{"kind": "tiny"}',
                                    "--layers", "1,2", "--intervene-layer", "1", "--shifts", "2",
-                                   "--atlas", str(tmp_path), "--run", "t", "--json"])
+                                   "--atlas", str(tmp_path), "--run", "t", "--spectra", "--json"])
     assert out.exit_code == 0, out.output
     body = json.loads(out.output[out.output.index("{"):])
     assert [r["layer"] for r in body["layers"]] == [1, 2]
     assert set(body["intervention"]["by_method"]) == {"circle", "patch_layer", "random_subspace", "mean_ablation"}
-    assert (tmp_path / "analyses" / "circular" / "t.json").exists()
+    assert body["spectra"]["period"] == 7 and body["spectra"]["layer"] in (1, 2)
+    assert json.loads((tmp_path / "analyses" / "circular" / "t.json").read_text())["spectra"]
     assert (tmp_path / "analyses" / "circular" / "t.probe.png").exists()
     bad = CliRunner().invoke(app, ["analyze", "circular", "concept", "--model", '{"kind": "tiny"}',
                                    "--layers", "99"])
