@@ -52,27 +52,33 @@ class BodyLimit:
                 await self._reply(send, 413, self._message())
                 return
         received = 0
-        started = False
+        started = replied = False
 
         async def limited_receive() -> dict[str, Any]:
-            nonlocal received
+            nonlocal received, replied
+            if replied:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge
+                if received > self.max_bytes and not started:
+                    await self._reply(send, 413, self._message())
+                    replied = True
+                    return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
             return message
 
         async def tracking_send(message: dict[str, Any]) -> None:
             nonlocal started
+            if replied:
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._reply(send, 413, self._message())
+        except Exception:
+            if not replied:
+                raise
 
     def _message(self) -> str:
         return f"request body is larger than the limit of {self.max_bytes} bytes"
@@ -85,6 +91,3 @@ class BodyLimit:
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-
-class _TooLarge(Exception):
-    """Raised inside the app when a streamed body passes the limit."""

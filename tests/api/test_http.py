@@ -1,0 +1,157 @@
+"""The live HTTP service (uvicorn on a loopback port): every endpoint, bad input, auth."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.conftest import TOKEN
+
+
+@pytest.fixture(scope="module")
+def http(server: Any) -> httpx.Client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+
+
+def _error(response: httpx.Response, status: int, *needles: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["detail"], body
+    for needle in needles:
+        assert needle in body["detail"], body
+    return body
+
+
+def test_health_openapi_and_explorer(http: httpx.Client) -> None:
+    assert http.get("/health").json()["status"] == "ok"
+    spec = http.get("/openapi.json").json()
+    assert "/saes/{sae_id}/features/{index}" in spec["paths"] and "/search/text" in spec["paths"]
+    page = http.get("/")
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    for asset in ("/", "/static/app.js", "/static/style.css"):  # nothing loads from elsewhere
+        text = http.get(asset).text
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text
+
+
+def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, Any]) -> None:
+    a, b = small_atlas["sae_ids"]
+    saes = http.get("/saes").json()
+    assert [s["sae_id"] for s in saes] == [a, b]
+    assert http.get(f"/saes/{a}").json()["d_sae"] == small_atlas["d_sae"]
+    page = http.get(f"/saes/{a}/features", params={"sort": "density", "limit": 5}).json()
+    assert page["total"] == small_atlas["d_sae"] and len(page["rows"]) == 5
+    densities = [r["density"] for r in page["rows"]]
+    assert densities == sorted(densities, reverse=True)
+    f = http.get(f"/saes/{a}/features/3", params={"examples": 2, "neighbours": 3}).json()
+    assert f["index"] == 3 and len(f["neighbours"]) == 3 and len(f["examples"]) <= 2
+    assert f["map_position"]["latent"] == 3
+    assert http.get(f"/saes/{a}/features/3", headers={"Accept": "text/html"},
+                    follow_redirects=False).headers["location"] == f"/#/saes/{a}/features/3"
+    assert len(http.get(f"/saes/{a}/features/3/examples", params={"kind": "top"}).json()) >= 1
+    similar = http.get(f"/saes/{a}/features/3/similar", params={"k": 4}).json()
+    assert [s["latent"] for s in similar] == [n["latent"] for n in http.get(
+        f"/saes/{a}/features/3", params={"neighbours": 4}).json()["neighbours"]]
+    flow = http.get(f"/saes/{a}/features/3/flow", params={"k": 2}).json()
+    assert {x["sae_id"] for x in flow} == {b} and len(flow) == 2
+    themap = http.get(f"/saes/{b}/map").json()
+    assert len(themap["latent"]) == small_atlas["d_sae"] and {"x", "y", "cluster"} <= set(themap)
+    vec = http.post("/search/vector", json={"vector": [0.5] * 32, "sae_id": b, "k": 3}).json()
+    assert len(vec) == 3 and all(v["sae_id"] == b for v in vec)
+    text = http.post("/search/text", json={"text": "the cat sat", "sae_ids": [a], "k": 2}).json()
+    assert text["tokens"] == ["<s>", "the", "cat", "sat"] and len(text["features"][a]) == 4
+    token = http.get("/search/token", params={"token": "cat", "k": 3}).json()
+    assert token["token"] == "cat" and len(token["promoting"]) == 3
+    assert http.get("/search/token", params={"token_id": token["token_id"]}).json()["token_id"] == token["token_id"]
+
+
+def test_analyses_endpoints(http: httpx.Client) -> None:
+    runs = http.get("/analyses").json()
+    assert {"kind": "planted", "run": "demo-run", "table": "demo-run.parquet", "figures": ["demo-run.png"]} in runs
+    result = http.get("/analyses/planted/demo-run").json()
+    assert result["columns"] == ["cluster", "size", "score"] and result["n_rows"] == 2
+    png = http.get("/analyses/planted/figures/demo-run.png")
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+    _error(http.get("/analyses/planted/missing-run"), 404, "demo-run")
+    _error(http.get("/analyses/planted/figures/demo-run.json"), 404)
+    _error(http.post("/analyses/circular/x"), 403, "--allow-analyses")
+
+
+@pytest.mark.parametrize("path,status,needle", [
+    ("/saes/nope", 404, "valid"),
+    ("/saes/nope/features/0", 404, "unknown SAE id"),
+    ("/saes/..%2F..%2Fetc/features/0", 404, ""),
+    ("/saes/%2E%2E/features/0", 400, "invalid SAE id"),
+    ("/saes/..%5C..%5Cetc/features/0", 400, "invalid SAE id"),
+    ("/saes/{a}/features/-1", 422, "index"),
+    ("/saes/{a}/features/abc", 422, "index"),
+    ("/saes/{a}/features/64", 400, "valid 0..63"),
+    ("/saes/{a}/features/99999999999999999999", 422, "index"),
+    ("/saes/{a}/features/3/similar?k=100000", 422, "k"),
+    ("/saes/{a}/features/3/similar?k=0", 422, "k"),
+    ("/saes/{a}/features/3/similar?k=two", 422, "k"),
+    ("/saes/{a}/features/3?examples=500", 422, "examples"),
+    ("/saes/{a}/features?sort=evil", 422, "sort"),
+    ("/search/token", 400, "exactly one"),
+    ("/search/token?token=zzzz-not-a-token", 404, "vocabulary"),
+    ("/analyses/..%2F..%2Fetc/passwd", 404, ""),
+    ("/analyses/%2E%2E/figures/atlas.json", 400, "invalid analysis kind"),
+    ("/analyses/planted/figures/..%2F..%2Fatlas.json", 404, ""),
+    ("/no/such/endpoint", 404, "no such endpoint"),
+])
+def test_bad_get_requests(http: httpx.Client, small_atlas: dict[str, Any], path: str, status: int,
+                          needle: str) -> None:
+    response = http.get(path.replace("{a}", small_atlas["sae_ids"][0]))
+    _error(response, status, needle)
+
+
+@pytest.mark.parametrize("path,body,status,needle", [
+    ("/search/text", {"text": ""}, 422, "text"),
+    ("/search/text", {"text": "x" * 5000}, 422, "text"),
+    ("/search/text", {"text": 12}, 422, "text"),
+    ("/search/text", {"text": "the", "k": 1000}, 422, "k"),
+    ("/search/text", {"text": "the", "sae_ids": ["../x"]}, 400, "invalid SAE id"),
+    ("/search/text", {"text": "the", "sae_ids": ["nope"]}, 404, "unknown SAE id"),
+    ("/search/text", {"text": "the", "extra": 1}, 422, "extra"),
+    ("/search/vector", {"vector": [1.0, 2.0]}, 400, "d_in is 32"),
+    ("/search/vector", {"vector": ["a"] * 32}, 422, "vector"),
+    ("/search/vector", {"vector": [0.0] * 32}, 400, "zero"),
+    ("/search/vector", {"vector": [1.0] * 32, "k": -1}, 422, "k"),
+    ("/search/vector", {"vector": [1.0] * 32, "sae_id": "nope"}, 404, "unknown SAE id"),
+])
+def test_bad_post_bodies(http: httpx.Client, path: str, body: dict[str, Any], status: int, needle: str) -> None:
+    _error(http.post(path, json=body), status, needle)
+
+
+def test_malformed_and_oversized_bodies(http: httpx.Client) -> None:
+    _error(http.post("/search/text", content=b"{not json", headers={"content-type": "application/json"}), 422)
+    _error(http.post("/search/vector", content=b"x" * 400_000, headers={"content-type": "application/json"}),
+           413, "larger than the limit")
+
+    def chunks() -> Any:
+        for _ in range(40):
+            yield b" " * 10_000
+
+    _error(http.post("/search/text", content=chunks(), headers={"content-type": "application/json"}),
+           413, "larger than the limit")
+    _error(http.post("/search/text", content=b"[]", headers={"content-type": "application/json"}), 422)
+    assert http.get("/health").status_code == 200  # the server survived all of it
+
+
+def test_token_auth(token_server: Any, small_atlas: dict[str, Any]) -> None:
+    a = small_atlas["sae_ids"][0]
+    with httpx.Client(base_url=token_server.url, timeout=30) as client:
+        assert client.get("/health").json()["auth"] is True
+        assert client.get("/openapi.json").status_code == 200
+        assert client.get("/").status_code == 200
+        _error(client.get("/saes"), 401, "bearer token")
+        _error(client.get(f"/saes/{a}/features/0", headers={"Authorization": "Bearer wrong"}), 401)
+        _error(client.get("/saes", headers={"Authorization": TOKEN}), 401)
+        _error(client.post("/search/text", json={"text": "the"}), 401)
+        _error(client.get("/analyses/planted/figures/demo-run.png"), 401)
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        assert client.get("/saes", headers=ok).status_code == 200
+        assert client.get(f"/saes/{a}/features/0", headers=ok).json()["index"] == 0
+        _error(client.post(f"/analyses/circular/{a}", headers=ok, json={"max_tokens": 10}), 422, "max_tokens")
