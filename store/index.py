@@ -6,7 +6,9 @@ it returns carries its exact cosine; its recall@10 against exact search is measu
 seeded sample at build time and recorded. Each index file has a JSON sidecar with its type,
 parameters, build time, recall, the sha256 of the index file and of the decoder weights it
 was built from; loading checks both, so a corrupt or stale index is refused with the
-command that rebuilds it.
+command that rebuilds it. Indexes load memory-mapped (flat codes with `IO_FLAG_MMAP_IFC`,
+IVF lists with `IO_FLAG_MMAP`). The model-wide index (`indexes/model.faiss`) covers every
+SAE of the atlas' most common width; its sidecar maps id ranges back to (SAE id, latent).
 """
 
 from __future__ import annotations

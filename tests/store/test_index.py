@@ -3,13 +3,18 @@
 import json
 
 import numpy as np
-import polars as pl
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.index import build_atlas_indexes, build_index, model_index_path, sae_index_path, unit_rows
+from store.index import (
+    build_atlas_indexes,
+    build_index,
+    model_index_path,
+    sae_index_path,
+    unit_rows,
+)
 from store.search import FeatureSearch, Filters
 
 
@@ -72,9 +77,7 @@ def test_filters(atlas):
     density[17] = 0.0
     density[::2] = 0.5
     density[17] = 0.0
-    frame = pl.DataFrame({"latent": np.arange(300), "density": density})
-    search = FeatureSearch(root)
-    search._densities["l1"] = frame["density"].to_numpy()
+    search = FeatureSearch(root, densities={"l1": density})
     hits = search.similar("l1", 5, k=20, filters=Filters(exclude_dead=True, max_density=0.1))
     assert len(hits) == 20 and all(density[m.latent] == 0.01 for m in hits)
     layer3 = search.by_vector(a[5], k=5, filters=Filters(layers=(3,)))
