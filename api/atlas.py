@@ -297,7 +297,8 @@ def _logits(row: dict[str, Any], side: str) -> list[dict[str, Any]]:
 
 def _vector(values: Any, widths: set[int]) -> np.ndarray:
     try:
-        array = np.asarray(values, dtype=np.float32).reshape(-1)
+        with np.errstate(over="ignore"):  # values beyond float32 become inf and are rejected below
+            array = np.asarray(values, dtype=np.float32).reshape(-1)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"vector must be a list of numbers ({exc})") from exc
     valid = " or ".join(map(str, sorted(widths))) or "(no SAEs)"

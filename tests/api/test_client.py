@@ -1,0 +1,47 @@
+"""AtlasClient over the live service returns what the Atlas facade returns in-process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api import Atlas
+from api.client import AtlasClient, AtlasHTTPError
+from tests.api.conftest import TOKEN
+
+
+def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
+    atlas = Atlas(small_atlas["root"])
+    a, b = small_atlas["sae_ids"]
+    with AtlasClient(server.url) as client:
+        assert client.health()["saes"] == 2
+        assert client.saes()["sae_id"].to_list() == atlas.saes()["sae_id"].to_list()
+        assert client.sae_info(a) == atlas.sae_info(a)
+        assert client.feature(a, 4, examples=3)["stats"] == atlas.feature(a, 4, examples=3).to_dict()["stats"]
+        assert client.examples(a, 4).height == atlas.examples(a, 4).height
+        assert client.similar(a, 4, k=5)["latent"].to_list() == atlas.similar(a, 4, k=5)["latent"].to_list()
+        assert client.flow(a, 4, k=2)["latent"].to_list() == atlas.flow(a, 4, k=2)["latent"].to_list()
+        vec = [0.1 * i for i in range(32)]
+        assert client.search_vector(vec, k=4)["latent"].to_list() == atlas.search_vector(vec, k=4)["latent"].to_list()
+        text = client.search_text("the dog ran", sae_ids=[b], k=2)
+        assert text == atlas.search_text("the dog ran", sae_ids=[b], k=2).to_dict()
+        assert client.search_token("dog", k=3) == atlas.search_token("dog", k=3).to_dict()
+        assert client.map(b).height == small_atlas["d_sae"]
+        assert client.analyses()["run"].to_list() == ["demo-run"]
+        assert client.analysis("planted", "demo-run")["n_rows"] == 2
+        assert client.figure("planted", "demo-run.png").startswith(b"\x89PNG")
+        with pytest.raises(AtlasHTTPError, match="unknown SAE id") as info:
+            client.feature("nope", 0)
+        assert info.value.http_status == 404
+        with pytest.raises(AtlasHTTPError) as info:
+            client.similar(a, 0, k=10_000)
+        assert info.value.http_status == 422
+
+
+def test_client_token(token_server: Any, small_atlas: dict[str, Any]) -> None:
+    with AtlasClient(token_server.url) as anonymous, pytest.raises(AtlasHTTPError, match="bearer") as info:
+        anonymous.saes()
+    assert info.value.http_status == 401
+    with AtlasClient(token_server.url, token=TOKEN) as client:
+        assert client.feature(small_atlas["sae_ids"][0], 1)["index"] == 1
