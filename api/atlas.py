@@ -74,8 +74,13 @@ class Atlas:
         return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"sae_id": pl.String})
 
     def sae_info(self, sae_id: str) -> dict[str, Any]:
-        """Facts about one SAE (from atlas.json and its cfg.json); NotFoundError if unknown."""
-        cfg = self._cache.get(("cfg", sae_id), lambda: atlas_sources.sae_config(self.root, sae_id))
+        """Facts about one SAE (from atlas.json and its cfg.json; read once, then kept);
+        NotFoundError if unknown."""
+        self.layout.require_sae(sae_id)
+        return dict(self._cache.get(("info", sae_id), lambda: self._read_info(sae_id)))
+
+    def _read_info(self, sae_id: str) -> dict[str, Any]:
+        cfg = atlas_sources.sae_config(self.root, sae_id)
         recorded = self.meta.get("saes", {}).get(sae_id, {})
         info = {
             "sae_id": sae_id,
@@ -107,6 +112,7 @@ class Atlas:
         """Everything about one feature: stats, histogram, top examples, logit effects,
         nearest decoder neighbours in its SAE, best cross-layer matches and map position."""
         index = self._check_latent(sae_id, index)
+        info = self.sae_info(sae_id)
         examples = check_k(examples, "examples", MAX_EXAMPLES)
         neighbours = check_k(neighbours, "neighbours")
         tables = self._tables(sae_id)
@@ -118,7 +124,7 @@ class Atlas:
         return Feature(
             sae_id=sae_id,
             index=index,
-            hook=self.sae_info(sae_id)["hook"],
+            hook=info["hook"],
             stats=stats,
             histogram=atlas_sources.histogram(tables, row),
             examples=top.select("act", "block", "pos", "centre", "tokens", "acts").to_dicts(),
@@ -146,6 +152,8 @@ class Atlas:
             frame = self.map(sae_id)
         except NotFoundError:
             return None
+        if index < frame.height and frame["latent"][index] == index:  # maps are stored in latent order
+            return frame.row(index, named=True)
         hit = frame.filter(pl.col("latent") == index)
         return hit.row(0, named=True) if hit.height else None
 
