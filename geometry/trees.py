@@ -248,8 +248,9 @@ def wordnet_tree(
     root: str = "entity.n.01", *, directory: str | Path | None = None, max_depth: int = 12
 ) -> ConceptTree | None:
     """The WordNet noun hierarchy under `root` (`lemma.n.NN`) as a tree, or None when no
-    WordNet database is installed. Each synset keeps its first hypernym path (WordNet is a
-    DAG); words are its single-word lemmas (multi-word lemmas contain '_')."""
+    WordNet database is installed. WordNet is a DAG: each synset keeps the parent through
+    which a breadth-first walk of hyponym links from `root` first reaches it (its
+    shallowest path). Words are its single-word lemmas (multi-word lemmas contain '_')."""
     folder = wordnet_dir(directory)
     if folder is None:
         return None

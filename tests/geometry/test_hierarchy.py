@@ -187,3 +187,12 @@ def test_wordnet_reader(tmp_path):
     assert sorted(tree.words_under("animal.n.01")) == ["animal", "beast", "cat", "dog"]
     with pytest.raises(InvalidInputError):
         wordnet_tree("nothing.n.01", directory=tmp_path)
+
+
+def test_real_wordnet_when_installed():
+    from geometry.trees import wordnet_dir, wordnet_tree
+    if wordnet_dir() is None:
+        pytest.skip("no WordNet database installed (Debian: apt-get install wordnet-base)")
+    tree = wordnet_tree("bird.n.01")
+    assert "eagle" in tree.words_under("bird.n.01") and len(tree.nodes) > 100
+    assert all(tree.nodes[p].children for _, p in tree.edges())
