@@ -9,6 +9,7 @@ is trained data-parallel (DDP) by all ranks.
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,16 @@ def _sae_config(
         context_size=reader.context_size,
         prepend_bos=reader.manifest.get("prepend_bos", True),
         dataset_path=str(corpus.get("source", "")),
-        seed=seed,
+        seed=hook_seed(seed, reader.hook),
         **options,
     )
+
+
+def hook_seed(seed: int, hook: str) -> int:
+    """The initialisation seed of one hook's SAE: the run seed offset by the hook name, so
+    SAEs of different layers do not start from identical dictionaries (which would make
+    cross-layer matches trivial after a short run)."""
+    return (seed + zlib.crc32(hook.encode())) % 2**31
 
 
 def _completed(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig) -> dict[str, Any] | None:
