@@ -55,6 +55,30 @@ def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> N
                 ["sae", "latent", "activation", "nearest in SAE (cos)", "best match per layer"], rows)
 
 
+def _hierarchy_and_maps(handle: ModelHandle, atlas: Path, sae_ids: list[str], seed: int) -> None:
+    """Hierarchy test on the curated tree (causal inner product) and a UMAP map per SAE."""
+    from api.analyses.geometry2 import run_hierarchy, run_map
+
+    layout = AtlasLayout(atlas)
+    stored = layout.analysis_dir("hierarchy") / "curated-causal-lda.json"
+    if stored.exists():
+        summary = json.loads(stored.read_text())["summary"]
+    else:
+        summary = run_hierarchy(handle.W_U.detach(), handle.tokenizer, atlas=atlas, seed=seed).result.summary
+    print_table("hierarchy: mean |cos| over parent-child edges (0 = orthogonal)", ["cosine", "mean |cos|", "max |cos|"],
+                [(name, stats["mean_abs"], stats["max_abs"]) for name, stats in summary.items()
+                 if name.startswith("cos_") and isinstance(stats, dict)])
+    rows = []
+    for sae_id in sae_ids:
+        map_meta = layout.sae_dir(sae_id) / "map.json"
+        if map_meta.exists():
+            fmap = json.loads(map_meta.read_text()).get("summary", {})
+        else:
+            fmap = run_map(atlas, sae_id, seed=seed)["summary"]
+        rows.append((sae_id, fmap.get("knn_overlap_mean")))
+    print_table("UMAP maps of the decoder rows", ["sae", "mean kNN overlap (10 neighbours)"], rows)
+
+
 def _circles(handle: ModelHandle, atlas: Path) -> None:
     """Circle probes for weekdays and months at layers over the depth; the clearest layer."""
     from api.analyses.circular import run_circle_analysis, write_concept_run
@@ -127,6 +151,11 @@ def demo_command(
     _example_searches(handle, atlas, sae_ids)
     console.rule("[bold]6. circular features: weekdays and months")
     _circles(handle, atlas)
+    console.rule("[bold]7. hierarchy and feature maps")
+    _hierarchy_and_maps(handle, atlas, sae_ids, seed)
+    console.rule("[bold]8. explore")
+    console.print(f"Atlas ready in {atlas}. Explore it with\n  .venv/bin/sae-atlas serve {atlas}\n"
+                  "and open http://127.0.0.1:8000/ (feature pages at /saes/<sae_id>/features/<index>).")
 
 
 def register(app: typer.Typer) -> None:
