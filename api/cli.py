@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from api.commands import analyze_circular, cache, demo, feature, index, search, serve, summarize, train
+from api.commands import (
+    analyze_circular,
+    analyze_geometry,
+    cache,
+    demo,
+    feature,
+    index,
+    search,
+    serve,
+    summarize,
+    train,
+)
 from api.commands import eval as eval_command
 
 app = typer.Typer(
@@ -19,4 +30,5 @@ app.add_typer(analyze_app, name="analyze")
 for module in (cache, train, eval_command, summarize, index, demo, serve, feature, search):
     module.register(app)
 analyze_circular.register_analyze(analyze_app)
+analyze_geometry.register_analyze(analyze_app)
 
