@@ -1,11 +1,8 @@
 """FAISS indexes and feature search on planted decoder rows."""
 
-import json
 
 import numpy as np
 import pytest
-import torch
-from safetensors.torch import save_file
 
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.index import (
@@ -16,17 +13,7 @@ from store.index import (
     unit_rows,
 )
 from store.search import FeatureSearch, Filters
-
-
-def write_sae(root, sae_id, W_dec, hook):
-    folder = root / "saes" / sae_id
-    folder.mkdir(parents=True, exist_ok=True)
-    d_sae, d_in = W_dec.shape
-    save_file({"W_enc": torch.zeros(d_in, d_sae), "b_enc": torch.zeros(d_sae),
-               "W_dec": torch.as_tensor(W_dec, dtype=torch.float32).contiguous(), "b_dec": torch.zeros(d_in)},
-              str(folder / "sae_weights.safetensors"))
-    (folder / "cfg.json").write_text(json.dumps({"d_in": d_in, "d_sae": d_sae, "architecture": "standard",
-                                                 "metadata": {"hook_name": hook}}))
+from tests.store.sae_folders import write_sae
 
 
 @pytest.fixture

@@ -5,23 +5,11 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from safetensors.torch import save_file
 
 from store.errors import InvalidInputError
 from store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path, unit_rows
 from store.search import FeatureSearch, Filters, matches_frame
-
-
-def write_sae(root, sae_id, W_dec, hook):
-    folder = root / "saes" / sae_id
-    folder.mkdir(parents=True, exist_ok=True)
-    d_sae, d_in = W_dec.shape
-    save_file({"W_enc": torch.zeros(d_in, d_sae), "b_enc": torch.zeros(d_sae),
-               "W_dec": torch.as_tensor(W_dec, dtype=torch.float32).contiguous(), "b_dec": torch.zeros(d_in)},
-              str(folder / "sae_weights.safetensors"))
-    (folder / "cfg.json").write_text(json.dumps({"d_in": d_in, "d_sae": d_sae, "architecture": "standard",
-                                                 "metadata": {"hook_name": hook}}))
+from tests.store.sae_folders import write_sae
 
 
 @pytest.fixture
