@@ -7,8 +7,10 @@ seeded sample at build time and recorded. Each index file has a JSON sidecar wit
 parameters, build time, recall, the sha256 of the index file and of the decoder weights it
 was built from; loading checks both, so a corrupt or stale index is refused with the
 command that rebuilds it. Indexes load memory-mapped (flat codes with `IO_FLAG_MMAP_IFC`,
-IVF lists with `IO_FLAG_MMAP`). The model-wide index (`indexes/model.faiss`) covers every
-SAE of the atlas' most common width; its sidecar maps id ranges back to (SAE id, latent).
+IVF lists with `IO_FLAG_MMAP`). Large exact indexes are searched by a certified 8-bit scan
+(`store.int8_scan`) over the mapped rows, which returns the same top k. The model-wide
+index (`indexes/model.faiss`) covers every SAE of the atlas' most common width; its sidecar
+maps id ranges back to (SAE id, latent).
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ import numpy as np
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError
+from store.int8_scan import Int8Scan
 from store.layout import AtlasLayout, created_with
 from store.safetensors_io import MappedSafetensors
 
 APPROX_THRESHOLD = 200_000
+INT8_SCAN_THRESHOLD = 8192
+SearchIndex = faiss.Index | Int8Scan  # what `load_index` returns: both have ntotal, d, search
 RECALL_SAMPLE = 256
 _LAYER = re.compile(r"blocks\.(\d+)\.")
 
@@ -155,11 +160,13 @@ def save_index(index: faiss.Index, info: dict[str, Any], path: Path, extra: dict
     atomic_write_json(path.with_suffix(".json"), sidecar)
 
 
-def load_index(path: Path, root: str | Path, expected: dict[str, str]) -> tuple[faiss.Index, dict[str, Any]]:
+def load_index(path: Path, root: str | Path, expected: dict[str, str], *,
+               scan_threshold: int = INT8_SCAN_THRESHOLD) -> tuple[SearchIndex, dict[str, Any]]:
     """Read a saved index after checking its sidecar, checksum and source weights.
 
     `expected` maps sidecar keys (e.g. `weights_sha256`) to the values the current atlas
-    has; a difference means the index is stale.
+    has; a difference means the index is stale. An exact index of `scan_threshold` rows or
+    more is searched through `Int8Scan` (same results, a quarter of the bytes per query).
     """
     repair = rebuild_command(root)
     if not path.exists():
@@ -174,6 +181,11 @@ def load_index(path: Path, root: str | Path, expected: dict[str, str]) -> tuple[
     sidecar["mmap"] = mapped
     if "nprobe" in sidecar.get("params", {}):
         faiss.extract_index_ivf(index).nprobe = sidecar["params"]["nprobe"]
+    if sidecar.get("type") == "IndexFlatIP" and index.ntotal >= scan_threshold:
+        rows = faiss.rev_swig_ptr(faiss.downcast_index(index).get_xb(), index.ntotal * index.d)
+        scan = Int8Scan(np.asarray(rows).reshape(index.ntotal, index.d), owner=index)
+        sidecar["scan"] = "int8, certified bounds, float32 re-scoring"
+        return scan, sidecar
     return index, sidecar
 
 

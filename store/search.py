@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 import polars as pl
 
 from store.atomic import sha256_file
 from store.errors import InvalidInputError, NotFoundError
 from store.index import (
+    SearchIndex,
     combined_weights_sha256,
     load_index,
     model_index_path,
@@ -80,13 +80,13 @@ class FeatureSearch:
         self.layout = AtlasLayout(root)
         self._provider = densities
         self._lock = threading.Lock()
-        self._sae: dict[str, tuple[faiss.Index, dict[str, Any]]] = {}
-        self._model: tuple[faiss.Index, dict[str, Any]] | None = None
+        self._sae: dict[str, tuple[SearchIndex, dict[str, Any]]] = {}
+        self._model: tuple[SearchIndex, dict[str, Any]] | None = None
         self._densities: dict[str, np.ndarray] = {}
         self._rows: dict[str, np.ndarray] = {}
 
     # loading ---------------------------------------------------------------------------
-    def sae_index(self, sae_id: str) -> tuple[faiss.Index, dict[str, Any]]:
+    def sae_index(self, sae_id: str) -> tuple[SearchIndex, dict[str, Any]]:
         """The SAE's index and sidecar (checked against its current weights)."""
         with self._lock:
             if sae_id not in self._sae:
@@ -96,7 +96,7 @@ class FeatureSearch:
                                                {"weights_sha256": dec.weights_sha256})
             return self._sae[sae_id]
 
-    def model_index(self) -> tuple[faiss.Index, dict[str, Any]]:
+    def model_index(self) -> tuple[SearchIndex, dict[str, Any]]:
         """The model-wide index over every SAE, with its id map."""
         with self._lock:
             if self._model is None:
@@ -153,7 +153,7 @@ class FeatureSearch:
             return False
         return filters.max_density is None or dens <= filters.max_density
 
-    def _hits(self, index: faiss.Index, resolve: Any, query: np.ndarray, k: int, filters: Filters,
+    def _hits(self, index: SearchIndex, resolve: Any, query: np.ndarray, k: int, filters: Filters,
               skip: tuple[str, int] | None) -> list[Match]:
         fetch = min(index.ntotal, (k + 1) * _OVERFETCH if (filters.needs_density or filters.sae_ids
                                                           or filters.layers) else k + 1)
