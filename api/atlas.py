@@ -32,6 +32,7 @@ from api import atlas_search, atlas_sources
 from api.display import AnalysisResult, Feature, TextSearch, TokenFeatures
 from store.errors import InvalidInputError, NotFoundError
 from store.layout import AtlasLayout
+from store.search import matches_frame
 
 MAX_K = 100
 MAX_TEXT_CHARS = 2000
@@ -107,6 +108,19 @@ class Atlas:
             raise InvalidInputError(f"feature index {index!r} out of range for SAE {sae_id!r}: valid 0..{d_sae - 1}")
         return int(index)
 
+    def preload(self) -> None:
+        """Load now what feature pages and searches read (summary tables, maps, indexes and
+        the neighbour tables of every SAE pair of one width), so that no request pays for it."""
+        for sae_id in self.sae_ids:
+            self.sae_info(sae_id)
+            for load in (self._tables, self.map):
+                try:
+                    load(sae_id)
+                except NotFoundError:  # not summarized / no map yet: pages show what exists
+                    pass
+        indexed = [s for s in self.sae_ids if atlas_search.has_index(self.root, s)]
+        atlas_search.preload(self._cache, self.root, indexed)
+
     # features -----------------------------------------------------------------------------
     def feature(self, sae_id: str, index: int, *, examples: int = 10, neighbours: int = 8) -> Feature:
         """Everything about one feature: stats, histogram, top examples, logit effects,
@@ -130,8 +144,10 @@ class Atlas:
             examples=top.select("act", "block", "pos", "centre", "tokens", "acts").to_dicts(),
             top_logits=_logits(row, "top"),
             bottom_logits=_logits(row, "bottom"),
-            neighbours=self._if_indexed(sae_id, lambda: self.similar(sae_id, index, k=neighbours)),
-            cross_layer=self._if_indexed(sae_id, lambda: self.flow(sae_id, index, k=min(neighbours, 5))),
+            neighbours=self._if_indexed(sae_id, lambda: atlas_search.similar(
+                self._cache, self.root, sae_id, index, neighbours)),
+            cross_layer=self._if_indexed(sae_id, lambda: atlas_search.cross_layer(
+                self._cache, self.root, sae_id, index, min(neighbours, 5))),
             map_position=self._map_position(sae_id, index),
         )
 
@@ -145,7 +161,7 @@ class Atlas:
 
     def _if_indexed(self, sae_id: str, run: Any) -> list[dict[str, Any]] | None:
         """A neighbour list for a feature card, or None when the SAE has no index yet."""
-        return run().to_dicts() if atlas_search.has_index(self.root, sae_id) else None
+        return [m.as_row() for m in run()] if atlas_search.has_index(self.root, sae_id) else None
 
     def _map_position(self, sae_id: str, index: int) -> dict[str, Any] | None:
         try:
@@ -161,7 +177,7 @@ class Atlas:
     def similar(self, sae_id: str, index: int, k: int = 10) -> pl.DataFrame:
         """The `k` latents of the same SAE whose decoder directions are nearest (cosine)."""
         index = self._check_latent(sae_id, index)
-        return atlas_search.similar(self._cache, self.root, sae_id, index, check_k(k))
+        return matches_frame(atlas_search.similar(self._cache, self.root, sae_id, index, check_k(k)))
 
     def search_vector(self, vector: Any, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
         """Latents whose decoder directions are nearest to `vector` (length d_in), in one SAE
@@ -171,13 +187,13 @@ class Atlas:
         widths = {i: int(self.sae_info(i)["d_in"]) for i in ids}
         v = _vector(vector, set(widths.values()))
         matching = [i for i, d in widths.items() if d == v.shape[0]]
-        return atlas_search.by_vector(self._cache, self.root, matching, v, k)
+        return matches_frame(atlas_search.by_vector(self._cache, self.root, matching, v, k))
 
     def flow(self, sae_id: str, index: int, k: int = 5) -> pl.DataFrame:
         """Cross-layer flow: the best-matching latents of this feature in the other SAEs of the
         model (by decoder cosine); columns sae_id, hook, latent, cosine."""
         index = self._check_latent(sae_id, index)
-        return atlas_search.cross_layer(self._cache, self.root, sae_id, index, check_k(k))
+        return matches_frame(atlas_search.cross_layer(self._cache, self.root, sae_id, index, check_k(k)))
 
     def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> TokenFeatures:
         """Features whose top examples centre on `token` and features whose logit effects

@@ -1,17 +1,17 @@
 """Decoder-direction searches for the Atlas facade, over the store's FAISS indexes
 (`store.search.FeatureSearch`: one per process, indexes loaded once, memory-mapped where
-FAISS allows): similar features, nearest to a vector, cross-layer flow."""
+FAISS allows): similar features, nearest to a vector, cross-layer flow. Each returns the
+`store.search.Match` list; `store.search.matches_frame` turns it into a table."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 from api import atlas_sources
 from store.index import sae_index_path
-from store.search import FeatureSearch, Filters, matches_frame
+from store.search import FeatureSearch, Filters, Match
 
 
 def _search(cache: atlas_sources.ResourceCache, root: Path) -> FeatureSearch:
@@ -23,23 +23,34 @@ def has_index(root: Path, sae_id: str) -> bool:
     return sae_index_path(root, sae_id).exists()
 
 
-def similar(cache: atlas_sources.ResourceCache, root: Path, sae_id: str, latent: int, k: int) -> pl.DataFrame:
+def similar(cache: atlas_sources.ResourceCache, root: Path, sae_id: str, latent: int, k: int) -> list[Match]:
     """The `k` nearest other latents of one SAE by decoder cosine (sae_id, latent, cosine, rank, layer)."""
-    return matches_frame(_search(cache, root).similar(sae_id, latent, k))
+    return _search(cache, root).similar(sae_id, latent, k)
 
 
 def by_vector(
     cache: atlas_sources.ResourceCache, root: Path, sae_ids: list[str], vector_D: np.ndarray, k: int
-) -> pl.DataFrame:
+) -> list[Match]:
     """The `k` latents over `sae_ids` whose decoder directions are nearest to `vector_D`."""
     search = _search(cache, root)
     if len(sae_ids) == 1:
-        return matches_frame(search.by_vector(vector_D, k, sae_id=sae_ids[0]))
-    return matches_frame(search.by_vector(vector_D, k, filters=Filters(sae_ids=tuple(sae_ids))))
+        return search.by_vector(vector_D, k, sae_id=sae_ids[0])
+    return search.by_vector(vector_D, k, filters=Filters(sae_ids=tuple(sae_ids)))
 
 
 def cross_layer(
     cache: atlas_sources.ResourceCache, root: Path, sae_id: str, latent: int, k: int
-) -> pl.DataFrame:
+) -> list[Match]:
     """This latent's `k` best matches in every other SAE of the same width, by layer."""
-    return matches_frame(_search(cache, root).flow(sae_id, latent, k=k))
+    return _search(cache, root).flow(sae_id, latent, k=k)
+
+
+def preload(cache: atlas_sources.ResourceCache, root: Path, sae_ids: list[str]) -> None:
+    """Load the indexes of `sae_ids` and build the neighbour tables of every pair of them
+    with the same residual width."""
+    search = _search(cache, root)
+    width = {sae_id: search.sae_index(sae_id)[1]["d"] for sae_id in sae_ids}
+    for source in sae_ids:
+        for target in sae_ids:
+            if width[source] == width[target]:
+                search.neighbour_table(source, target)

@@ -32,7 +32,7 @@ from store.layout import AtlasLayout, created_with
 from store.safetensors_io import MappedSafetensors
 
 APPROX_THRESHOLD = 200_000
-INT8_SCAN_THRESHOLD = 8192
+INT8_SCAN_THRESHOLD = 4096
 SearchIndex = faiss.Index | Int8Scan  # what `load_index` returns: both have ntotal, d, search
 RECALL_SAMPLE = 256
 _LAYER = re.compile(r"blocks\.(\d+)\.")

@@ -2,19 +2,23 @@
 cross-layer flow, with density / dead / SAE filters.
 
 `FeatureSearch(root)` loads each index once (memory-mapped where FAISS allows) and keeps
-it for the life of the object, so one query costs one FAISS search.
+it for the life of the object, so one query costs one index search. Unfiltered `similar`
+and `flow` lookups, the ones every feature page makes, are answered from neighbour tables:
+each latent's `TABLE_K` nearest rows in an SAE, computed for a pair of SAEs on first use
+by blocked matrix products (exact, like the index) when the pair is small enough.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+import torch
 
 from store.atomic import sha256_file
 from store.errors import InvalidInputError, NotFoundError
@@ -32,6 +36,8 @@ from store.layout import AtlasLayout
 
 MAX_K = 1000
 _OVERFETCH = 4
+TABLE_K = 16  # neighbours kept per latent in a neighbour table
+TABLE_MAX_PAIRS = 32_000_000  # largest source x target rows for one table (~0.3 s to build at d 576)
 Densities = Mapping[str, np.ndarray] | Callable[[str], np.ndarray | None]
 MATCH_SCHEMA = {"sae_id": pl.String, "latent": pl.Int64, "cosine": pl.Float64, "rank": pl.Int64, "layer": pl.Int64}
 
@@ -45,6 +51,11 @@ class Match:
     cosine: float
     rank: int
     layer: int
+
+    def as_row(self) -> dict[str, Any]:
+        """The match as a dict with the columns of `matches_frame`."""
+        return {"sae_id": self.sae_id, "latent": self.latent, "cosine": self.cosine, "rank": self.rank,
+                "layer": self.layer}
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,7 @@ class Filters:
 
 def matches_frame(matches: list[Match]) -> pl.DataFrame:
     """Matches as a polars frame with columns sae_id, latent, cosine, rank, layer."""
-    return pl.DataFrame([asdict(m) for m in matches], schema=MATCH_SCHEMA)
+    return pl.DataFrame([m.as_row() for m in matches], schema=MATCH_SCHEMA)
 
 
 class FeatureSearch:
@@ -84,6 +95,7 @@ class FeatureSearch:
         self._model: tuple[SearchIndex, dict[str, Any]] | None = None
         self._densities: dict[str, np.ndarray] = {}
         self._rows: dict[str, np.ndarray] = {}
+        self._tables: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
 
     # loading ---------------------------------------------------------------------------
     def sae_index(self, sae_id: str) -> tuple[SearchIndex, dict[str, Any]]:
@@ -173,6 +185,45 @@ class FeatureSearch:
                 return out
             fetch = min(index.ntotal, fetch * 4)
 
+    # neighbour tables ----------------------------------------------------------------------
+    def neighbour_table(self, source: str, target: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every `source` latent's `TABLE_K` nearest `target` decoder rows (ids, cosines; best
+        first), computed once by blocked float32 matrix products; None when the pair has
+        more than `TABLE_MAX_PAIRS` row pairs (then searches go to the index)."""
+        key = (source, target)
+        if key not in self._tables:
+            self.sae_index(source)
+            self.sae_index(target)
+            a, b = self._rows[source], self._rows[target]
+            table = None
+            if len(a) * len(b) <= TABLE_MAX_PAIRS:
+                width = min(TABLE_K, len(b))
+                ids = np.empty((len(a), width), dtype=np.int64)
+                scores = np.empty((len(a), width), dtype=np.float32)
+                rows_b = torch.from_numpy(b)
+                for start in range(0, len(a), 1024):
+                    cos = torch.from_numpy(a[start:start + 1024]) @ rows_b.T
+                    top = torch.topk(cos, width, dim=1)
+                    scores[start:start + 1024], ids[start:start + 1024] = top.values.numpy(), top.indices.numpy()
+                table = (ids, scores)
+            with self._lock:
+                self._tables[key] = table
+        return self._tables[key]
+
+    def _table_hits(self, source: str, latent: int, target: str, k: int) -> list[Match] | None:
+        """The `k` best `target` matches of a `source` latent from its neighbour table (the
+        latent itself left out), or None when no table covers `k`."""
+        table = self.neighbour_table(source, target)
+        if table is None:
+            return None
+        ids, scores = table[0][latent], table[1][latent]
+        keep = ids != latent if source == target else np.ones(len(ids), dtype=bool)
+        if keep.sum() < k and len(ids) < len(self._rows[target]) - (source == target):
+            return None
+        layer = self.sae_index(target)[1]["layer"]
+        return [Match(target, int(i), float(c), rank, layer)
+                for rank, (i, c) in enumerate(zip(ids[keep][:k].tolist(), scores[keep][:k].tolist(), strict=True))]
+
     # queries ---------------------------------------------------------------------------
     def _check_k(self, k: int) -> None:
         if not 1 <= k <= MAX_K:
@@ -200,6 +251,10 @@ class FeatureSearch:
         if across_saes:
             index, _ = self.model_index()
             return self._hits(index, self._resolver_model(), query, k, filters, (sae_id, latent))
+        if filters == Filters():
+            table = self._table_hits(sae_id, latent, sae_id, k)
+            if table is not None:
+                return table
         index, _ = self.sae_index(sae_id)
         return self._hits(index, self._resolver_sae(sae_id), query, k, filters, (sae_id, latent))
 
@@ -229,5 +284,7 @@ class FeatureSearch:
             index, info = self.sae_index(other)
             if info["d"] != query.shape[0] or (filters.layers is not None and info["layer"] not in filters.layers):
                 continue
-            matches.extend(self._hits(index, self._resolver_sae(other), query, k, filters, None))
+            table = None if filters.needs_density else self._table_hits(sae_id, latent, other, k)
+            matches.extend(table if table is not None else
+                           self._hits(index, self._resolver_sae(other), query, k, filters, None))
         return sorted(matches, key=lambda m: (m.layer, m.sae_id, m.rank))

@@ -299,7 +299,18 @@ class FeatureTables:
         self.features = read_table(root, sae_id, FEATURES_FILE, self.sidecar)
         self.examples = read_table(root, sae_id, EXAMPLES_FILE, self.sidecar)
         latents = self.examples["latent"].to_numpy()
+        is_top = (self.examples["kind"] == "top").to_numpy()
         self._offsets = np.searchsorted(latents, np.arange(self.n_latents + 1), side="left")
+        self._n_top = np.diff(np.concatenate([[0], np.cumsum(is_top)])[self._offsets])
+        ok = len(latents) == 0 or (latents.min() >= 0 and latents.max() < self.n_latents
+                                   and not np.any(np.diff(latents) < 0))
+        if ok:
+            position = np.arange(len(latents)) - self._offsets[latents]
+            ok = np.array_equal(is_top, position < self._n_top[latents])
+        if not ok:
+            raise IntegrityError(AtlasLayout(root).sae_dir(sae_id) / EXAMPLES_FILE,
+                                 "rows are not sorted by (latent, top examples first) within 0..d_sae-1 "
+                                 "as the schema requires", summarize_repair(root, sae_id))
 
     @property
     def params(self) -> dict[str, Any]:
@@ -329,7 +340,8 @@ class FeatureTables:
             return rows
         if kind not in ("top", "band"):
             raise InvalidInputError(f"unknown example kind {kind!r}; valid: top, band")
-        return rows.filter(pl.col("kind") == kind)
+        n_top = int(self._n_top[i])  # each latent's top examples come first (checked on load)
+        return rows.head(n_top) if kind == "top" else rows.slice(n_top)
 
     def latents_centred_on(self, token_id: int, *, kind: str = "top", limit: int = 20) -> pl.DataFrame:
         """Latents whose `kind` examples centre on `token_id`: columns latent, n_examples,

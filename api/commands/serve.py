@@ -20,11 +20,13 @@ def serve_command(
     token: str = typer.Option(None, envvar=ENV_TOKEN, help="Require 'Authorization: Bearer TOKEN'."),
     allow_analyses: bool = typer.Option(False, "--allow-analyses", help="Allow POST endpoints that run analyses."),
     max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY, min=1024, help="Largest request body accepted."),
+    threads: int = typer.Option(None, min=1, max=256,
+                                help="Compute threads per worker (default: the cores divided among the workers)."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ) -> None:
     """Serve the atlas over HTTP: JSON API (OpenAPI at /openapi.json) and the explorer at /."""
     settings = ServerSettings(root=atlas, token=token or None, allow_analyses=allow_analyses,
-                              max_body_bytes=max_body_bytes)
+                              max_body_bytes=max_body_bytes, threads=threads)
     serve(settings, host=host, port=port, workers=workers, log_level=log_level)
 
 

@@ -1,8 +1,8 @@
 """The FastAPI application: `create_app(settings)`, the `app_from_env` factory that
 `uvicorn --workers N` calls in each worker process, and `serve(...)`.
 
-Each worker opens one `Atlas`, so tables, SAE weights and search indexes are loaded once
-per worker and shared by its requests. The explorer (`api/static/`) is served at `/`;
+Each worker opens one `Atlas` and preloads it (summary tables, maps, search indexes and
+neighbour tables), so they are loaded once per worker and shared by its requests. The explorer (`api/static/`) is served at `/`;
 `/health` and `/openapi.json` need no token, every data endpoint does when one is set.
 """
 
@@ -11,9 +11,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import faiss
+import torch
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
@@ -30,7 +33,11 @@ log = logging.getLogger("sae_atlas.http")
 
 def create_app(settings: ServerSettings) -> FastAPI:
     """The application over the atlas at `settings.root` (NotFoundError if not an atlas)."""
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+        faiss.omp_set_num_threads(settings.threads)
     atlas = Atlas(settings.root)
+    atlas.preload()  # before the first request, in every worker
     app = FastAPI(
         title="sae-atlas",
         version="1",
@@ -44,7 +51,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.get("/health", tags=["service"], summary="Liveness and what is served")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "atlas": atlas.root.name, "saes": len(atlas.sae_ids),
+        return {"status": "ok", "atlas": atlas.root.name, "saes": len(atlas.sae_ids), "worker_pid": os.getpid(),
                 "auth": bool(settings.token), "analyses_allowed": settings.allow_analyses}
 
     @app.get("/", include_in_schema=False)
@@ -75,9 +82,14 @@ def is_loopback(host: str) -> bool:
 def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
           log_level: str = "info") -> None:
     """Run the service with uvicorn (blocks). Several workers share the port, each with its
-    own Atlas; settings reach them through the environment."""
+    own Atlas; settings reach them through the environment. Without `settings.threads`,
+    each worker gets an equal share of the cores for torch, FAISS and polars, so that
+    workers do not oversubscribe them."""
     import uvicorn
 
+    if not settings.threads:
+        settings = replace(settings, threads=max(1, (os.cpu_count() or 1) // workers))
+    os.environ.setdefault("POLARS_MAX_THREADS", str(settings.threads))  # read when a worker imports polars
     Atlas(settings.root)  # fail early, in the parent, if the directory is not an atlas
     if not is_loopback(host) and not settings.token:
         log.warning("serving %s on %s without a token: anyone who can reach it can read the atlas",

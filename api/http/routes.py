@@ -1,6 +1,8 @@
 """The HTTP endpoints: thin wrappers over one `Atlas` per worker process.
 
-Handlers are plain functions (run in the server's thread pool); ids are checked with
+Lookups over loaded tables and indexes (a millisecond or less) are `async` handlers that
+run on the event loop; those that run the model or an analysis are plain functions, run in
+the server's thread pool. Bodies are rendered by `json_body` (orjson). Ids are checked with
 `store.layout.check_id` before they touch a path, and every limit is declared on the
 parameter so it shows in `/openapi.json`.
 """
@@ -14,7 +16,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
 from api.atlas import MAX_EXAMPLES, MAX_K, Atlas
-from api.commands.common import to_jsonable
+from api.http.json_body import json_body
 from api.http.schemas import CircularRequest, TextQuery, VectorQuery
 from store.layout import check_id
 
@@ -26,8 +28,8 @@ K = Query(10, ge=1, le=MAX_K, description=f"number of results (1..{MAX_K})")
 Kind = Path(max_length=128, description="analysis kind, e.g. circular")
 
 
-def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    return to_jsonable(frame.to_dicts())
+def _rows(frame: pl.DataFrame) -> Response:
+    return json_body(frame.to_dicts())
 
 
 def _sae(sae_id: str) -> str:
@@ -43,89 +45,99 @@ def build_router(atlas: Atlas, *, allow_analyses: bool, guard: Any) -> APIRouter
     """All data endpoints over `atlas`, each behind the bearer-token `guard`."""
     router = APIRouter(dependencies=[Depends(guard)])
 
-    @router.get("/saes", tags=["saes"], summary="The SAEs of the atlas")
-    def list_saes() -> list[dict[str, Any]]:
-        return to_jsonable([atlas.sae_info(s) for s in atlas.sae_ids])
+    @router.get("/saes", tags=["saes"], summary="The SAEs of the atlas", response_model=list[dict[str, Any]])
+    async def list_saes() -> Response:
+        return json_body([atlas.sae_info(s) for s in atlas.sae_ids])
 
-    @router.get("/saes/{sae_id}", tags=["saes"], summary="One SAE")
-    def get_sae(sae_id: str = SaeId) -> dict[str, Any]:
-        return to_jsonable(atlas.sae_info(_sae(sae_id)))
+    @router.get("/saes/{sae_id}", tags=["saes"], summary="One SAE", response_model=dict[str, Any])
+    async def get_sae(sae_id: str = SaeId) -> Response:
+        return json_body(atlas.sae_info(_sae(sae_id)))
 
-    @router.get("/saes/{sae_id}/features", tags=["features"], summary="A page of the per-latent table")
-    def list_features(
+    @router.get("/saes/{sae_id}/features", tags=["features"], summary="A page of the per-latent table",
+                response_model=dict[str, Any])
+    async def list_features(
         sae_id: str = SaeId,
         offset: int = Query(0, ge=0, le=MAX_INDEX),
         limit: int = Query(100, ge=1, le=MAX_LIST),
         sort: str = Query("latent", pattern="^(latent|density|max_act|mean_active_act)$"),
-    ) -> dict[str, Any]:
+    ) -> Response:
         frame = atlas.features(_sae(sae_id)).select(
             "latent", "n_active", "density", "mean_act", "mean_active_act", "max_act")
         if sort != "latent":
             frame = frame.sort(sort, descending=True)
-        return {"total": frame.height, "offset": offset, "rows": _rows(frame.slice(offset, limit))}
+        return json_body({"total": frame.height, "offset": offset, "rows": frame.slice(offset, limit).to_dicts()})
 
-    @router.get("/saes/{sae_id}/features/{index}", tags=["features"], response_model=None,
+    @router.get("/saes/{sae_id}/features/{index}", tags=["features"], response_model=dict[str, Any],
                 summary="Feature page: stats, histogram, examples, logits, neighbours, map")
-    def get_feature(
+    async def get_feature(
         request: Request,
         sae_id: str = SaeId,
         index: int = Index,
         examples: int = Query(10, ge=1, le=MAX_EXAMPLES),
         neighbours: int = Query(8, ge=1, le=MAX_K),
-    ) -> dict[str, Any] | Response:
+    ) -> Response:
         if _wants_html(request):  # a browser following a feature link gets the explorer
             return RedirectResponse(f"/#/saes/{_sae(sae_id)}/features/{index}", status_code=307)
-        return atlas.feature(_sae(sae_id), index, examples=examples, neighbours=neighbours).to_dict()
+        return json_body(atlas.feature(_sae(sae_id), index, examples=examples, neighbours=neighbours))
 
-    @router.get("/saes/{sae_id}/features/{index}/examples", tags=["features"], summary="All stored examples")
-    def get_examples(
+    @router.get("/saes/{sae_id}/features/{index}/examples", tags=["features"], summary="All stored examples",
+                response_model=list[dict[str, Any]])
+    async def get_examples(
         sae_id: str = SaeId, index: int = Index,
         kind: str | None = Query(None, pattern="^(top|band)$"),
-    ) -> list[dict[str, Any]]:
+    ) -> Response:
         return _rows(atlas.examples(_sae(sae_id), index, kind))
 
-    @router.get("/saes/{sae_id}/features/{index}/similar", tags=["search"], summary="Nearest decoder directions")
-    def get_similar(sae_id: str = SaeId, index: int = Index, k: int = K) -> list[dict[str, Any]]:
+    @router.get("/saes/{sae_id}/features/{index}/similar", tags=["search"], summary="Nearest decoder directions",
+                response_model=list[dict[str, Any]])
+    async def get_similar(sae_id: str = SaeId, index: int = Index, k: int = K) -> Response:
         return _rows(atlas.similar(_sae(sae_id), index, k=k))
 
-    @router.get("/saes/{sae_id}/features/{index}/flow", tags=["search"], summary="Cross-layer matches")
-    def get_flow(sae_id: str = SaeId, index: int = Index,
-                 k: int = Query(5, ge=1, le=MAX_K)) -> list[dict[str, Any]]:
+    @router.get("/saes/{sae_id}/features/{index}/flow", tags=["search"], summary="Cross-layer matches",
+                response_model=list[dict[str, Any]])
+    async def get_flow(sae_id: str = SaeId, index: int = Index,
+                       k: int = Query(5, ge=1, le=MAX_K)) -> Response:
         return _rows(atlas.flow(_sae(sae_id), index, k=k))
 
-    @router.get("/saes/{sae_id}/map", tags=["geometry"], summary="2-D feature map (columns)")
-    def get_map(sae_id: str = SaeId) -> dict[str, list[Any]]:
-        return to_jsonable(atlas.map(_sae(sae_id)).to_dict(as_series=False))
+    @router.get("/saes/{sae_id}/map", tags=["geometry"], summary="2-D feature map (columns)",
+                response_model=dict[str, list[Any]])
+    async def get_map(sae_id: str = SaeId) -> Response:
+        return json_body(atlas.map(_sae(sae_id)).to_dict(as_series=False))
 
-    @router.post("/search/vector", tags=["search"], summary="Features nearest to a direction")
-    def search_vector(query: VectorQuery) -> list[dict[str, Any]]:
+    @router.post("/search/vector", tags=["search"], summary="Features nearest to a direction",
+                 response_model=list[dict[str, Any]])
+    async def search_vector(query: VectorQuery) -> Response:
         sae_id = _sae(query.sae_id) if query.sae_id is not None else None
         return _rows(atlas.search_vector(query.vector, sae_id=sae_id, k=query.k))
 
-    @router.post("/search/text", tags=["search"], summary="Features firing on each token of a text")
-    def search_text(query: TextQuery) -> dict[str, Any]:
+    @router.post("/search/text", tags=["search"], summary="Features firing on each token of a text",
+                 response_model=dict[str, Any])
+    def search_text(query: TextQuery) -> Response:
         ids = [_sae(s) for s in query.sae_ids] if query.sae_ids else None
-        return atlas.search_text(query.text, sae_ids=ids, k=query.k).to_dict()
+        return json_body(atlas.search_text(query.text, sae_ids=ids, k=query.k))
 
-    @router.get("/search/token", tags=["search"], summary="Features centred on / promoting a token")
+    @router.get("/search/token", tags=["search"], summary="Features centred on / promoting a token",
+                response_model=dict[str, Any])
     def search_token(
         token: str | None = Query(None, min_length=1, max_length=256, description="token string"),
         token_id: int | None = Query(None, ge=0, le=MAX_INDEX, description="token id"),
         sae_id: str | None = Query(None, max_length=128),
         k: int = K,
-    ) -> dict[str, Any]:
+    ) -> Response:
         if (token is None) == (token_id is None):
             raise HTTPException(status_code=400, detail="give exactly one of 'token' or 'token_id'")
         target = token if token is not None else token_id
-        return atlas.search_token(target, sae_id=_sae(sae_id) if sae_id else None, k=k).to_dict()
+        return json_body(atlas.search_token(target, sae_id=_sae(sae_id) if sae_id else None, k=k).to_dict())
 
-    @router.get("/analyses", tags=["geometry"], summary="Stored geometry results")
-    def list_analyses() -> list[dict[str, Any]]:
+    @router.get("/analyses", tags=["geometry"], summary="Stored geometry results",
+                response_model=list[dict[str, Any]])
+    async def list_analyses() -> Response:
         return _rows(atlas.analyses())
 
-    @router.get("/analyses/{kind}/{run}", tags=["geometry"], summary="One geometry result")
-    def get_analysis(kind: str = Kind, run: str = Path(max_length=128)) -> dict[str, Any]:
-        return atlas.analysis(check_id(kind, "analysis kind"), check_id(run, "run name")).to_dict()
+    @router.get("/analyses/{kind}/{run}", tags=["geometry"], summary="One geometry result",
+                response_model=dict[str, Any])
+    def get_analysis(kind: str = Kind, run: str = Path(max_length=128)) -> Response:
+        return json_body(atlas.analysis(check_id(kind, "analysis kind"), check_id(run, "run name")).to_dict())
 
     @router.get("/analyses/{kind}/figures/{name}", tags=["geometry"], summary="A stored figure (PNG)",
                 response_class=FileResponse)
@@ -134,11 +146,12 @@ def build_router(atlas: Atlas, *, allow_analyses: bool, guard: Any) -> APIRouter
         return FileResponse(path, media_type="image/png")
 
     @router.post("/analyses/circular/{sae_id}", tags=["geometry"],
-                 summary="Run circular-feature discovery (server started with --allow-analyses)")
-    def run_circular(sae_id: str = SaeId, body: CircularRequest | None = None) -> dict[str, Any]:
+                 summary="Run circular-feature discovery (server started with --allow-analyses)",
+                 response_model=dict[str, Any])
+    def run_circular(sae_id: str = SaeId, body: CircularRequest | None = None) -> Response:
         if not allow_analyses:
             raise HTTPException(status_code=403, detail="this server is read-only; start it with --allow-analyses")
         body = body or CircularRequest()
-        return atlas.run_circular(_sae(sae_id), max_tokens=body.max_tokens).to_dict()
+        return json_body(atlas.run_circular(_sae(sae_id), max_tokens=body.max_tokens).to_dict())
 
     return router

@@ -10,18 +10,21 @@ ENV_ROOT = "SAE_ATLAS_ROOT"
 ENV_TOKEN = "SAE_ATLAS_TOKEN"
 ENV_ALLOW_ANALYSES = "SAE_ATLAS_ALLOW_ANALYSES"
 ENV_MAX_BODY = "SAE_ATLAS_MAX_BODY_BYTES"
+ENV_THREADS = "SAE_ATLAS_THREADS"
 DEFAULT_MAX_BODY = 256 * 1024
 
 
 @dataclass(frozen=True)
 class ServerSettings:
     """What one server process needs: the atlas, the optional bearer token, whether
-    analyses may be started, and the largest request body accepted (bytes)."""
+    analyses may be started, the largest request body accepted (bytes) and the compute
+    threads (torch, FAISS) of each worker (None: leave the libraries' defaults)."""
 
     root: Path
     token: str | None = None
     allow_analyses: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY
+    threads: int | None = None
 
     def to_env(self) -> dict[str, str]:
         """The settings as environment variables (for `uvicorn --workers` processes)."""
@@ -29,6 +32,8 @@ class ServerSettings:
                ENV_MAX_BODY: str(self.max_body_bytes)}
         if self.token:
             env[ENV_TOKEN] = self.token
+        if self.threads:
+            env[ENV_THREADS] = str(self.threads)
         return env
 
     @classmethod
@@ -42,4 +47,5 @@ class ServerSettings:
             token=os.environ.get(ENV_TOKEN) or None,
             allow_analyses=os.environ.get(ENV_ALLOW_ANALYSES) == "1",
             max_body_bytes=int(os.environ.get(ENV_MAX_BODY, DEFAULT_MAX_BODY)),
+            threads=int(os.environ[ENV_THREADS]) if os.environ.get(ENV_THREADS) else None,
         )

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+import store.search as search_module
 from store.errors import InvalidInputError
 from store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path, unit_rows
 from store.search import FeatureSearch, Filters, matches_frame
@@ -120,3 +121,26 @@ def test_index_cli_keeps_current_and_repairs_corrupt(layered):
     assert all(i["rebuilt"] for i in infos)
     assert {i.get("sae_id", "model"): i["type"] for i in infos} == {
         "attn": "IndexFlatIP", "l0": "IndexIVFFlat", "l2": "IndexIVFFlat", "l5": "IndexIVFFlat", "model": "IndexIVFFlat"}
+
+
+def _same(a, b) -> bool:
+    """Equal match lists up to float rounding of the cosines."""
+    return ([(m.sae_id, m.latent, m.rank, m.layer) for m in a] == [(m.sae_id, m.latent, m.rank, m.layer) for m in b]
+            and np.allclose([m.cosine for m in a], [m.cosine for m in b], atol=1e-6))
+
+
+def test_neighbour_tables_answer_like_the_index(layered, monkeypatch):
+    root, planted = layered
+    search = FeatureSearch(root)
+    via_table = [search.similar("l0", i, k=10) for i in range(80)]
+    flows = [search.flow("l2", i, k=3) for i in range(80)]
+    assert search.neighbour_table("l0", "l0")[0].shape == (80, search_module.TABLE_K)
+    monkeypatch.setattr(search_module, "TABLE_MAX_PAIRS", 0)  # no tables: every lookup hits the index
+    direct = FeatureSearch(root)
+    assert direct.neighbour_table("l0", "l0") is None
+    assert all(_same(a, direct.similar("l0", i, k=10)) for i, a in enumerate(via_table))
+    assert all(_same(a, direct.flow("l2", i, k=3)) for i, a in enumerate(flows))
+    assert all(m.latent != 7 for m in via_table[7]) and [m.rank for m in via_table[7]] == list(range(10))
+    wide = search.similar("l0", 5, k=40)  # more than a table row holds: from the index
+    assert len(wide) == 40 and _same(wide[:10], via_table[5])
+    assert _same(search.flow("l0", planted["l0"], k=1), direct.flow("l0", planted["l0"], k=1))

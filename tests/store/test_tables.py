@@ -100,7 +100,9 @@ def test_lookups_by_latent_and_token(tmp_path):
     assert three["latent"].to_list() == [3] * 4 and three["rank"].to_list() == [0, 1, 2, 3]
     zero = tables.examples_for(0)
     assert zero["kind"].to_list() == ["top", "top", "band"]
-    assert tables.examples_for(0, "band").height == 1
+    assert tables.examples_for(0, "band")["kind"].to_list() == ["band"]
+    assert tables.examples_for(0, "top")["rank"].to_list() == [0, 1]
+    assert tables.examples_for(3, "band").height == 0
     assert tables.examples_for(2).height == 0 and tables.examples_for(4).height == 0
     with pytest.raises(InvalidInputError, match="valid 0..4"):
         tables.examples_for(5)
@@ -167,6 +169,15 @@ def test_wrong_schema_and_garbage_with_valid_checksum(tmp_path):
     sidecar["files"][FEATURES_FILE]["sha256"] = sha256_file(folder / FEATURES_FILE)
     atomic_write_json(folder / TABLES_FILE, sidecar)
     _assert_integrity(tmp_path, FEATURES_FILE, "parquet")
+
+
+def test_examples_out_of_schema_order_are_an_integrity_error(tmp_path):
+    _write(tmp_path)
+    examples = read_table(tmp_path, "sae-a", EXAMPLES_FILE)
+    _replace_file(tmp_path, EXAMPLES_FILE, examples.sort("kind"))  # band row before latent 0's tops
+    _assert_integrity(tmp_path, EXAMPLES_FILE, "not sorted")
+    _replace_file(tmp_path, EXAMPLES_FILE, examples.with_columns(pl.col("latent") + 5))
+    _assert_integrity(tmp_path, EXAMPLES_FILE, "within 0..d_sae-1")
 
 
 def test_sidecar_problems(tmp_path):
