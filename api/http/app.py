@@ -26,6 +26,7 @@ from api.http.errors import install_error_handlers
 from api.http.guards import BodyLimit, bearer_guard
 from api.http.routes import build_router
 from api.http.settings import ServerSettings
+from api.http.workers import run_workers
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 log = logging.getLogger("sae_atlas.http")
@@ -81,8 +82,9 @@ def is_loopback(host: str) -> bool:
 
 def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
           log_level: str = "info") -> None:
-    """Run the service with uvicorn (blocks). Several workers share the port, each with its
-    own Atlas; settings reach them through the environment. Without `settings.threads`,
+    """Run the service with uvicorn (blocks). Several workers listen on the port with
+    SO_REUSEPORT (`api.http.workers`), each with its own Atlas; settings reach them through
+    the environment. Without `settings.threads`,
     each worker gets an equal share of the cores for torch, FAISS and polars, so that
     workers do not oversubscribe them."""
     import uvicorn
@@ -95,5 +97,7 @@ def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000
         log.warning("serving %s on %s without a token: anyone who can reach it can read the atlas",
                     settings.root, host)
     os.environ.update(settings.to_env())
-    uvicorn.run("api.http.app:app_from_env", factory=True, host=host, port=port, workers=workers,
-                log_level=log_level)
+    if workers > 1:
+        run_workers(settings.to_env(), host=host, port=port, workers=workers, log_level=log_level)
+        return
+    uvicorn.run("api.http.app:app_from_env", factory=True, host=host, port=port, log_level=log_level)

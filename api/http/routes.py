@@ -1,14 +1,16 @@
 """The HTTP endpoints: thin wrappers over one `Atlas` per worker process.
 
 Lookups over loaded tables and indexes (a millisecond or less) are `async` handlers that
-run on the event loop; those that run the model or an analysis are plain functions, run in
-the server's thread pool. Bodies are rendered by `json_body` (orjson). Ids are checked with
+run on the event loop; model runs (text search) queue first-come first-served on one
+thread per worker, and analyses are plain functions run in the server's thread pool. Bodies are rendered by `json_body` (orjson). Ids are checked with
 `store.layout.check_id` before they touch a path, and every limit is declared on the
 parameter so it shows in `/openapi.json`.
 """
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -110,11 +112,15 @@ def build_router(atlas: Atlas, *, allow_analyses: bool, guard: Any) -> APIRouter
         sae_id = _sae(query.sae_id) if query.sae_id is not None else None
         return _rows(atlas.search_vector(query.vector, sae_id=sae_id, k=query.k))
 
+    model_queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+
     @router.post("/search/text", tags=["search"], summary="Features firing on each token of a text",
                  response_model=dict[str, Any])
-    def search_text(query: TextQuery) -> Response:
+    async def search_text(query: TextQuery) -> Response:
         ids = [_sae(s) for s in query.sae_ids] if query.sae_ids else None
-        return json_body(atlas.search_text(query.text, sae_ids=ids, k=query.k))
+        result = await asyncio.get_running_loop().run_in_executor(
+            model_queue, lambda: atlas.search_text(query.text, sae_ids=ids, k=query.k))
+        return json_body(result)
 
     @router.get("/search/token", tags=["search"], summary="Features centred on / promoting a token",
                 response_model=dict[str, Any])
