@@ -10,7 +10,7 @@ ATLAS ?= atlas-demo
 # Browser tests drive Debian's Chromium (never a downloaded browser).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo test lint chromium
+.PHONY: setup demo test lint system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,11 +25,14 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/sae-atlas demo --atlas $(ATLAS)
 
-chromium:
-	@[ -x /usr/bin/chromium ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; } \
-	  || echo "warning: chromium could not be installed; the browser test will be skipped"
+# Debian packages the tests use when present: Chromium (browser test), WordNet (hierarchy test).
+system-deps:
+	@missing=""; [ -x /usr/bin/chromium ] || missing="chromium"; \
+	  [ -f /usr/share/wordnet/data.noun ] || missing="$$missing wordnet-base"; \
+	  [ -z "$$missing" ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $$missing; } \
+	  || echo "warning: could not install$$missing; the tests that need them will be skipped"
 
-test: $(STAMP) chromium
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
