@@ -54,7 +54,7 @@ class TrainResult:
 
     sae: SAE
     final_metrics: dict[str, float]
-    heldout_metrics: dict[str, float] | None
+    heldout_metrics: dict[str, Any] | None
     history: list[dict[str, float]]
     input_scale: float
     train_config: TrainConfig
