@@ -62,19 +62,32 @@ def hook_seed(seed: int, hook: str) -> int:
     return (seed + zlib.crc32(hook.encode())) % 2**31
 
 
-def _completed(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig) -> dict[str, Any] | None:
-    """The training record if this exact SAE and run already finished, else None."""
+def _differences(record: dict[str, Any], sae_cfg: SAEConfig, train_cfg: TrainConfig) -> list[str]:
+    """Config fields in which a recorded run differs from the one asked for now."""
+    resolved = train_cfg.resolve(sae_cfg.d_in, sae_cfg.d_sae).to_dict()
+    recorded_sae, recorded_train = record.get("sae_config") or {}, record.get("train_config") or {}
+    sae_fields = set(recorded_sae) | set(sae_cfg.to_dict())
+    return sorted(
+        [f"sae_config.{key}" for key in sae_fields if recorded_sae.get(key) != sae_cfg.to_dict().get(key)]
+        + [f"train_config.{key}" for key, value in resolved.items()
+           if key not in ("progress", "device", "log_every_steps") and recorded_train.get(key) != value]
+    )
+
+
+def _record(sae_dir: Path) -> dict[str, Any] | None:
+    """The SAE's training record, if it has one and saved weights' config."""
     path = sae_dir / "training.json"
     if not (path.exists() and (sae_dir / "cfg.json").exists()):
         return None
-    record = read_json(path, f"delete {sae_dir} and train again")
-    resolved = train_cfg.resolve(sae_cfg.d_in, sae_cfg.d_sae).to_dict()
-    same = record.get("sae_config") == sae_cfg.to_dict() and all(
-        record.get("train_config", {}).get(key) == value
-        for key, value in resolved.items()
-        if key not in ("progress", "device", "log_every_steps")
-    )
-    return record if record.get("status") == "complete" and same else None
+    return read_json(path, f"delete {sae_dir} and train again")
+
+
+def _completed(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig) -> dict[str, Any] | None:
+    """The training record if this exact SAE and run already finished, else None."""
+    record = _record(sae_dir)
+    if record is None or record.get("status") != "complete" or _differences(record, sae_cfg, train_cfg):
+        return None
+    return record
 
 
 def _summary(sae_id: str, sae_cfg: SAEConfig, record: dict[str, Any]) -> dict[str, Any]:
@@ -114,8 +127,11 @@ def _train_one(
     barrier(ctx)
     if _completed(sae_dir, sae_cfg, train_cfg) is None:
         if (sae_dir / "cfg.json").exists():
+            record = _record(sae_dir)
+            diff = _differences(record, sae_cfg, train_cfg) if record else []
             raise InvalidInputError(
-                f"SAE {sae_id!r} already exists with a different configuration; pass "
+                f"SAE {sae_id!r} already exists with a different configuration"
+                f"{' (differs in ' + ', '.join(diff) + ')' if diff else ''}; pass "
                 "overwrite=True (`--overwrite`) to replace it"
             )
         B, seed = train_cfg.batch_size, train_cfg.seed

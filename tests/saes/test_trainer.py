@@ -221,8 +221,11 @@ def test_existing_sae_with_other_config_is_not_silently_replaced(tmp_path: Path)
     write_planted_atlas(tmp_path, [hook], n_blocks=20)
     cfg = TrainConfig(total_tokens=64 * 4, batch_size=64, progress=False, scale_batches=2)
     first = train_saes(tmp_path, architecture="topk", d_sae=64, k=3, train_cfg=cfg)
-    with pytest.raises(InvalidInputError, match="different configuration"):
+    with pytest.raises(InvalidInputError, match=r"different configuration \(differs in sae_config.k\)"):
         train_saes(tmp_path, architecture="topk", d_sae=64, k=5, train_cfg=cfg)
+    longer = TrainConfig(total_tokens=64 * 8, batch_size=64, progress=False, scale_batches=2)
+    with pytest.raises(InvalidInputError, match=r"differs in train_config.total_tokens\)"):
+        train_saes(tmp_path, architecture="topk", d_sae=64, k=3, train_cfg=longer)
     again = train_saes(tmp_path, architecture="topk", d_sae=64, k=5, train_cfg=cfg, overwrite=True)
     assert first[hook]["k"] == 3 and again[hook]["k"] == 5
     assert AtlasLayout(tmp_path).read_meta()["saes"][first[hook]["sae_id"]]["k"] == 5
