@@ -118,7 +118,7 @@ def main() -> None:
         _, found = approx.search(queries, 10)
         print(f"approximate top-10 over {n} rows, d {args.d}: {info['type']} {info['params']}, "
               f"built in {build:.0f} s, recorded recall@10 {info['recall_at_10']:.3f}")
-        approx_p50 = report("approximate (IVF)", latencies(lambda q: approx.search(q, 10), queries, args.query_threads))
+        approx_p50 = report("approximate (IVF-PQ + re-rank)", latencies(lambda q: approx.search(q, 10), queries, args.query_threads))
         exact_p50 = report("exact FAISS (knn)", latencies(
             lambda q: faiss.knn(q, rows, 10, metric=faiss.METRIC_INNER_PRODUCT), queries[:20], args.query_threads))
         numpy_p50 = report("numpy brute force", latencies(

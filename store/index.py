@@ -1,13 +1,13 @@
 """FAISS indexes over unit-normalised SAE decoder rows: one per SAE and one model-wide.
 
 Below `approx_threshold` rows an index is exact (`IndexFlatIP`). Above it, an inverted-file
-index (`IndexIVFFlat`, inner product) whose lists hold the full vectors, so every candidate
-it returns carries its exact cosine; its recall@10 against exact search is measured on a
-seeded sample at build time and recorded. Each index file has a JSON sidecar with its type,
+index with 4-bit product-quantized codes (`IndexIVFPQFastScan`) proposes candidates and
+`IndexRefineFlat` re-ranks them by their exact cosine; its recall@10 against exact search
+is measured on a seeded sample at build time and recorded. Each index file has a JSON sidecar with its type,
 parameters, build time, recall, the sha256 of the index file and of the decoder weights it
 was built from; loading checks both, so a corrupt or stale index is refused with the
-command that rebuilds it. Indexes load memory-mapped (flat codes with `IO_FLAG_MMAP_IFC`,
-IVF lists with `IO_FLAG_MMAP`). Large exact indexes are searched by a certified 8-bit scan
+command that rebuilds it. Indexes load memory-mapped where FAISS allows
+(`_read_faiss`). Large exact indexes are searched by a certified 8-bit scan
 (`store.int8_scan`) over the mapped rows, which returns the same top k. The model-wide
 index (`indexes/model.faiss`) covers every SAE of the atlas' most common width; its sidecar
 maps id ranges back to (SAE id, latent).
@@ -35,6 +35,7 @@ APPROX_THRESHOLD = 200_000
 INT8_SCAN_THRESHOLD = 4096
 SearchIndex = faiss.Index | Int8Scan  # what `load_index` returns: both have ntotal, d, search
 RECALL_SAMPLE = 256
+K_FACTORS = (8, 16, 32, 64)  # candidates re-ranked per result, tried while tuning
 _LAYER = re.compile(r"blocks\.(\d+)\.")
 
 
@@ -83,13 +84,8 @@ def read_decoder(root: str | Path, sae_id: str) -> Decoder:
 
 def build_index(vectors: np.ndarray, *, approx_threshold: int = APPROX_THRESHOLD, seed: int = 0,
                 target_recall: float = 0.95) -> tuple[faiss.Index, dict[str, Any]]:
-    """An inner-product index over unit `vectors` and its description (type, params, recall).
-
-    For the approximate index, about 4 sqrt(n) lists are trained by spherical k-means
-    (10 iterations) on a seeded sample of 39 rows per list, and `nprobe` doubles until the recall@10
-    measured against exact search reaches `target_recall` (or every list is probed); the
-    exact neighbours of the recall sample are computed once.
-    """
+    """An inner-product index over unit `vectors` and its description (type, params, recall):
+    exact below `approx_threshold` rows, else `_build_approximate`."""
     n, d = vectors.shape
     if n == 0:
         raise InvalidInputError("cannot index zero vectors")
@@ -99,32 +95,64 @@ def build_index(vectors: np.ndarray, *, approx_threshold: int = APPROX_THRESHOLD
         index.add(vectors)
         info: dict[str, Any] = {"type": "IndexFlatIP", "params": {}, "exact": True}
     else:
-        nlist = int(max(1, min(max(16, 4 * np.sqrt(n)), n // 39)))
-        n_train = min(n, 39 * nlist)
-        quantizer = faiss.IndexFlatIP(d)
-        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
-        rng = np.random.default_rng(seed)
-        sample = vectors[np.sort(rng.choice(n, size=n_train, replace=False))]
-        index.cp.seed = seed
-        index.cp.niter = 10
-        index.cp.spherical = True
-        index.train(sample)
-        del sample
-        index.add(vectors)
-        index.nprobe = max(1, nlist // 64)
-        queries, truth = recall_probe(vectors, seed=seed)
-        recall = recall_against(index, queries, truth)
-        while recall < target_recall and index.nprobe < nlist:  # probe more lists until on target
-            index.nprobe = min(nlist, index.nprobe * 2)
-            recall = recall_against(index, queries, truth)
-        info = {"type": "IndexIVFFlat", "params": {"nlist": nlist, "nprobe": index.nprobe,
-                                                    "train_rows": n_train, "kmeans_iter": 10,
-                                                    "spherical": True},
-                "exact": False, "recall_at_10": recall, "recall_queries": len(queries)}
+        index, info = _build_approximate(vectors, seed=seed, target_recall=target_recall)
     info["build_seconds"] = time.perf_counter() - start
     info["n"], info["d"] = n, d
     info.setdefault("recall_at_10", 1.0)
     return index, info
+
+
+def pq_subquantizers(d: int) -> int:
+    """Sub-quantizers of the 4-bit product quantizer: the most that divide `d` with at
+    least 4 dimensions each (192 at d 768, 144 at d 576)."""
+    return next(m for m in range(max(1, d // 4), 0, -1) if d % m == 0)
+
+
+def _build_approximate(vectors: np.ndarray, *, seed: int, target_recall: float) -> tuple[faiss.Index, dict[str, Any]]:
+    """IVF with 4-bit PQ fast-scan codes, candidates re-ranked exactly (`IndexRefineFlat`).
+
+    About 4 sqrt(n) lists are trained by spherical k-means (10 iterations) on a seeded
+    sample of 39 rows per list. A query scans the codes of `nprobe` lists, keeps
+    `k_factor * k` candidates and re-scores them against the float rows. For each k_factor
+    in `K_FACTORS`, `nprobe` doubles until the recall@10 measured against exact search
+    reaches `target_recall`; the pair that reads the fewest bytes per query is kept (every
+    list and the largest k_factor if none reaches it).
+    """
+    n, d = vectors.shape
+    nlist = int(max(1, min(max(16, 4 * np.sqrt(n)), n // 39)))
+    n_train = min(n, 39 * nlist)
+    m = pq_subquantizers(d)
+    base = faiss.IndexIVFPQFastScan(faiss.IndexFlatIP(d), d, nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
+    rng = np.random.default_rng(seed)
+    sample = vectors[np.sort(rng.choice(n, size=n_train, replace=False))]
+    base.cp.seed = seed
+    base.cp.niter = 10
+    base.cp.spherical = True
+    base.train(sample)
+    del sample
+    index = faiss.IndexRefineFlat(base)
+    index.add(vectors)
+    queries, truth = recall_probe(vectors, seed=seed)
+    first = max(1, nlist // 64)
+    best: tuple[float, int, int, float] | None = None  # (cost, nprobe, k_factor, recall)
+    for k_factor in K_FACTORS:
+        index.k_factor = k_factor
+        base.nprobe = first
+        recall = recall_against(index, queries, truth)
+        while recall < target_recall and base.nprobe < nlist:
+            base.nprobe = min(nlist, base.nprobe * 2)
+            recall = recall_against(index, queries, truth)
+        # bytes a query reads: the codes of the probed lists, then the re-ranked float rows
+        cost = base.nprobe * (n / nlist) * m / 2 + k_factor * 10 * d * 4
+        if recall >= target_recall and (best is None or cost < best[0]):
+            best = (cost, base.nprobe, k_factor, recall)
+        if best is not None and base.nprobe == first:
+            break  # more candidates cannot make it cheaper
+    _, base.nprobe, index.k_factor, recall = best or (0.0, nlist, K_FACTORS[-1], recall)
+    params = {"nlist": nlist, "nprobe": base.nprobe, "pq_subquantizers": m, "pq_bits": 4,
+              "k_factor": int(index.k_factor), "train_rows": n_train, "kmeans_iter": 10, "spherical": True}
+    return index, {"type": "IndexRefineFlat(IndexIVFPQFastScan)", "params": params, "exact": False,
+                   "recall_at_10": recall, "recall_queries": len(queries)}
 
 
 def recall_probe(vectors: np.ndarray, *, k: int = 10, seed: int = 0,
@@ -179,8 +207,11 @@ def load_index(path: Path, root: str | Path, expected: dict[str, str], *,
             raise IntegrityError(path, f"index is stale: built from other SAE weights ({key} differs)", repair)
     index, mapped = _read_faiss(path, sidecar.get("type"), repair)
     sidecar["mmap"] = mapped
-    if "nprobe" in sidecar.get("params", {}):
-        faiss.extract_index_ivf(index).nprobe = sidecar["params"]["nprobe"]
+    params = sidecar.get("params", {})
+    if "nprobe" in params:
+        faiss.extract_index_ivf(index).nprobe = params["nprobe"]
+    if "k_factor" in params:
+        faiss.downcast_index(index).k_factor = params["k_factor"]
     if sidecar.get("type") == "IndexFlatIP" and index.ntotal >= scan_threshold:
         rows = faiss.rev_swig_ptr(faiss.downcast_index(index).get_xb(), index.ntotal * index.d)
         scan = Int8Scan(np.asarray(rows).reshape(index.ntotal, index.d), owner=index)
@@ -192,10 +223,11 @@ def load_index(path: Path, root: str | Path, expected: dict[str, str], *,
 def _read_faiss(path: Path, kind: str | None, repair: str) -> tuple[faiss.Index, bool]:
     """Read an index memory-mapped where faiss-cpu 1.15 supports it, else into memory.
 
-    Flat indexes map their codes with `IO_FLAG_MMAP_IFC`, IVF indexes their inverted lists
-    with `IO_FLAG_MMAP` (the two flags cannot be combined); any other type is read whole.
+    `IO_FLAG_MMAP_IFC` maps the float rows of flat indexes and of re-ranked IVF-PQ indexes
+    (the bulk of the file; the 4-bit codes are read). Any other type is read whole.
     """
-    flag = {"IndexFlatIP": faiss.IO_FLAG_MMAP_IFC, "IndexIVFFlat": faiss.IO_FLAG_MMAP}.get(kind or "")
+    flag = {"IndexFlatIP": faiss.IO_FLAG_MMAP_IFC,
+            "IndexRefineFlat(IndexIVFPQFastScan)": faiss.IO_FLAG_MMAP_IFC}.get(kind or "")
     if flag is not None:
         try:
             return faiss.read_index(str(path), flag), True

@@ -109,7 +109,7 @@ def test_approximate_index_meets_its_recorded_recall():
     centres = unit_rows(rng.standard_normal((64, 32)))
     rows = unit_rows(centres[rng.integers(0, 64, 20_000)] + 0.3 * rng.standard_normal((20_000, 32)))
     index, info = build_index(rows, approx_threshold=10_000, seed=0)
-    assert info["type"] == "IndexIVFFlat" and not info["exact"]
+    assert info["type"] == "IndexRefineFlat(IndexIVFPQFastScan)" and not info["exact"]
     assert info["recall_at_10"] >= 0.95 and info["params"]["nprobe"] < info["params"]["nlist"]
     queries = unit_rows(rows[:200] + 0.01 * rng.standard_normal((200, 32)))
     truth = np.argsort(-queries @ rows.T, axis=1)[:, :10]

@@ -72,7 +72,7 @@ def test_approximate_path_through_the_atlas(tmp_path):
     rows[123] = rows[4000] * 2.0 + 0.003 * rng.standard_normal(32)  # planted near-duplicate
     write_sae(tmp_path, "big", rows * rng.uniform(0.5, 3.0, (6000, 1)), "blocks.3.hook_resid_post")
     infos = build_atlas_indexes(tmp_path, approx_threshold=1000)
-    assert {i["type"] for i in infos} == {"IndexIVFFlat"} and len(infos) == 2
+    assert {i["type"] for i in infos} == {"IndexRefineFlat(IndexIVFPQFastScan)"} and len(infos) == 2
     sidecar = json.loads(sae_index_path(tmp_path, "big").with_suffix(".json").read_text())
     assert sidecar["recall_at_10"] >= 0.95 and sidecar["params"]["nprobe"] < sidecar["params"]["nlist"]
     assert model_index_path(tmp_path).exists()
@@ -120,7 +120,7 @@ def test_index_cli_keeps_current_and_repairs_corrupt(layered):
     infos = json.loads(again.output)
     assert all(i["rebuilt"] for i in infos)
     assert {i.get("sae_id", "model"): i["type"] for i in infos} == {
-        "attn": "IndexFlatIP", "l0": "IndexIVFFlat", "l2": "IndexIVFFlat", "l5": "IndexIVFFlat", "model": "IndexIVFFlat"}
+        "attn": "IndexFlatIP", "l0": "IndexRefineFlat(IndexIVFPQFastScan)", "l2": "IndexRefineFlat(IndexIVFPQFastScan)", "l5": "IndexRefineFlat(IndexIVFPQFastScan)", "model": "IndexRefineFlat(IndexIVFPQFastScan)"}
 
 
 def _same(a, b) -> bool:
