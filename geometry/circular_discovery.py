@@ -20,11 +20,10 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from geometry import results
 from geometry.clusters import graph_clusters, spectral_clusters
 from geometry.irreducibility import irreducibility
-from store.atomic import atomic_path, atomic_write_json, read_json
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.layout import AtlasLayout, check_id, created_with
+from store.errors import IntegrityError, InvalidInputError
 
 ANALYSIS_KIND = "circular"
 
@@ -218,39 +217,24 @@ def _empty(with_strs: bool) -> pl.DataFrame:
 
 def run_paths(root: str | Path, run: str) -> tuple[Path, Path]:
     """`(parquet, json)` paths of a run under `analyses/circular/`."""
-    base = AtlasLayout(root).analysis_dir(ANALYSIS_KIND)
-    check_id(run, "run name")
-    return base / f"{run}.parquet", base / f"{run}.json"
+    return results.run_paths(root, ANALYSIS_KIND, run)
 
 
 def write_circular_run(
     root: str | Path, run: str, result: DiscoveryResult, extra: dict[str, Any] | None = None
 ) -> tuple[Path, Path]:
-    """Write the table (parquet) and `{parameters, summary, created_with, ...extra}` (json)
-    atomically; the json is written last, so its presence marks a complete run."""
-    pq, js = run_paths(root, run)
-    with atomic_path(pq) as tmp:
-        result.table.write_parquet(tmp)
-    meta = {
-        "kind": ANALYSIS_KIND,
-        "run": run,
-        "parameters": result.params.to_dict(),
-        "summary": result.summary,
-        "created_with": created_with(),
-        **(extra or {}),
-    }
-    atomic_write_json(js, meta)
-    return pq, js
+    """Store a run with `geometry.results.write_analysis` (table, then the JSON with
+    parameters, summary, checksums and `extra`); returns `(parquet, json)`."""
+    js = results.write_analysis(root, ANALYSIS_KIND, run, parameters=result.params.to_dict(),
+                                summary=result.summary, tables={results.MAIN: result.table}, extra=extra)
+    return run_paths(root, run)[0], js
 
 
 def read_circular_run(root: str | Path, run: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Read a stored run: `(table, meta)`; NotFoundError names the runs that exist."""
-    pq, js = run_paths(root, run)
-    if not js.exists():
-        runs = sorted(p.stem for p in js.parent.glob("*.json")) if js.parent.is_dir() else []
-        raise NotFoundError(f"no circular analysis run {run!r}; runs: {', '.join(runs) or '(none)'}")
-    repair = f"re-run `sae-atlas analyze circular discover --run {run}`"
-    meta = read_json(js, repair)
-    if not pq.exists():
-        raise IntegrityError(pq, "file is missing", repair)
-    return pl.read_parquet(pq), meta
+    stored = results.read_analysis(root, ANALYSIS_KIND, run,
+                                   repair=f"re-run `sae-atlas analyze circular discover --run {run}`")
+    if stored.table is None:
+        raise IntegrityError(run_paths(root, run)[1], "the run records no table",
+                             f"re-run `sae-atlas analyze circular discover --run {run}`")
+    return stored.table, stored.meta

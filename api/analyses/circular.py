@@ -33,6 +33,7 @@ from geometry.circle import (
     subspace_replace,
 )
 from geometry.circular_discovery import (
+    ANALYSIS_KIND,
     DiscoveryParams,
     DiscoveryResult,
     discover_circular,
@@ -45,6 +46,7 @@ from geometry.figures_circular import (
     intervention_figure,
     save_png,
 )
+from geometry.results import MAIN, write_analysis
 from geometry.spectra import Spectra, cluster_by_period, fourier_power
 from saes.concepts import (
     OrderedConcept,
@@ -57,9 +59,8 @@ from saes.formats import load_any
 from saes.intervene import answer_metrics, patched_logits
 from saes.sae.base import SAE
 from store.activations import ActivationReader
-from store.atomic import atomic_path, atomic_write_json
 from store.errors import InvalidInputError
-from store.layout import AtlasLayout, created_with
+from store.layout import AtlasLayout
 
 # --------------------------------------------------------------------------- discovery
 
@@ -314,20 +315,16 @@ def write_concept_run(
     atlas: str | Path, run: str, analysis: CircleAnalysis, intervention: InterventionResult | None = None,
     *, model: str = "", extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Store a concept run: `<run>.parquet` (per-layer probe table), PNG figures, and
-    `<run>.json` (parameters, summaries, created_with) written last."""
-    pq, js = run_paths(atlas, run)
-    with atomic_path(pq) as tmp:
-        analysis.table().write_parquet(tmp)
+    """Store a concept run: PNG figures, then `geometry.results.write_analysis` (the
+    per-layer probe table and the JSON with parameters, summaries and checksums)."""
+    pq, _ = run_paths(atlas, run)
     best = analysis.best_layer
     figs = {"probe": pq.with_name(f"{run}.probe.png")}
     save_png(circle_probe_figure(analysis.table(), analysis.probes[best], analysis.acts[best],
                                  analysis.values, analysis.concept.values, best), figs["probe"])
     meta: dict[str, Any] = {
-        "kind": "circular", "type": "concept", "run": run, "model": model,
-        "concept": analysis.concept.to_dict(), "parameters": analysis.params,
+        "type": "concept", "model": model, "concept": analysis.concept.to_dict(),
         "best_layer": best, "best": analysis.probes[best].summary(),
-        "created_with": created_with(),
     }
     if intervention is not None:
         cols = [c for c in intervention.table.columns if c == "delta_logit_diff" or c.startswith("decode_error")]
@@ -340,8 +337,8 @@ def write_concept_run(
                                 "rows": intervention.table.to_dicts()}
     meta["figures"] = {k: v.name for k, v in figs.items()}
     meta.update(extra or {})
-    atomic_write_json(js, meta)
-    return js
+    return write_analysis(atlas, ANALYSIS_KIND, run, parameters=analysis.params,
+                          tables={MAIN: analysis.table()}, extra=meta)
 
 
 # --------------------------------------------------------------------------- spectra
