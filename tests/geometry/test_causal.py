@@ -2,18 +2,10 @@
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 
 from geometry.causal import causal_basis, cosine, unembedding_rows
 from geometry.concept_vectors import concept_vector, fit_concepts, projections
 from store.errors import InvalidInputError
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """OpenBLAS threads spin on the shared 2-core CI machine; one thread is much faster here."""
-    with threadpool_limits(1):
-        yield
 
 
 def test_whitening_and_embed_pairing():

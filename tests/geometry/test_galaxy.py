@@ -2,17 +2,9 @@
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 
 from geometry.galaxy import covariance_spectrum, galaxy_table, power_law_fit, twonn_dimension
 from store.errors import InvalidInputError
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """OpenBLAS threads spin on the shared 2-core CI machine; one thread is much faster here."""
-    with threadpool_limits(1):
-        yield
 
 
 def planted_spectrum(alpha, n=20000, d=256, seed=0):

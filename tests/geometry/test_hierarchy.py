@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 
 from geometry.causal import causal_basis
 from geometry.hierarchy import (
@@ -23,13 +22,6 @@ from geometry.trees import (
     tree_from_json,
 )
 from store.errors import InvalidInputError
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """OpenBLAS threads spin on the shared 2-core CI machine; one thread is much faster here."""
-    with threadpool_limits(1):
-        yield
 
 D, N_BG = 32, 30000
 SIZES = {"mammal": 240, "bird": 110, "fish": 40}

@@ -3,17 +3,9 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from threadpoolctl import threadpool_limits
 
 from geometry.lobes import binary_occurrence, compare_labels, cooccurrence_knn, spectral_lobes
 from store.errors import InvalidInputError
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """OpenBLAS threads spin on the shared 2-core CI machine; one thread is much faster here."""
-    with threadpool_limits(1):
-        yield
 
 
 def planted_lobes(n_blocks=1500, n_lobes=4, per=50, seed=0):

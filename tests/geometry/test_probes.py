@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
 
 from geometry.probes import (
     compare_sparse_probes,
@@ -13,13 +12,6 @@ from geometry.probes import (
     ridge_probe,
 )
 from store.errors import InvalidInputError
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """OpenBLAS threads spin on the shared 2-core CI machine; one thread is much faster here."""
-    with threadpool_limits(1):
-        yield
 
 
 @pytest.fixture(scope="module")
