@@ -104,8 +104,10 @@ class Atlas:
 
     def _check_latent(self, sae_id: str, index: int) -> int:
         d_sae = int(self.sae_info(sae_id)["d_sae"])
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < d_sae:
-            raise InvalidInputError(f"feature index {index!r} out of range for SAE {sae_id!r}: valid 0..{d_sae - 1}")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise InvalidInputError(f"feature index must be an integer, got {index!r}")
+        if not 0 <= index < d_sae:  # no such feature: NotFoundError, 404 over HTTP
+            raise NotFoundError(f"feature index {index} out of range for SAE {sae_id!r}: valid 0..{d_sae - 1}")
         return int(index)
 
     def preload(self) -> None:

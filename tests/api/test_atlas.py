@@ -122,8 +122,10 @@ def test_analyses_and_errors(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
         atlas.analysis("../etc", "x")
     with pytest.raises(NotFoundError, match="valid"):
         atlas.feature("nope", 0)
-    with pytest.raises(InvalidInputError, match="valid 0..63"):
+    with pytest.raises(NotFoundError, match="valid 0..63"):
         atlas.feature(small_atlas["sae_ids"][0], 64)
+    with pytest.raises(InvalidInputError, match="must be an integer"):
+        atlas.feature(small_atlas["sae_ids"][0], "3")
     with pytest.raises(InvalidInputError, match="1..100"):
         atlas.similar(small_atlas["sae_ids"][0], 0, k=1000)
     with pytest.raises(NotFoundError, match="not an atlas"):

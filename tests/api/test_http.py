@@ -87,7 +87,7 @@ def test_analyses_endpoints(http: httpx.Client) -> None:
     ("/saes/..%5C..%5Cetc/features/0", 400, "invalid SAE id"),
     ("/saes/{a}/features/-1", 422, "index"),
     ("/saes/{a}/features/abc", 422, "index"),
-    ("/saes/{a}/features/64", 400, "valid 0..63"),
+    ("/saes/{a}/features/64", 404, "valid 0..63"),
     ("/saes/{a}/features/99999999999999999999", 422, "index"),
     ("/saes/{a}/features/3/similar?k=100000", 422, "k"),
     ("/saes/{a}/features/3/similar?k=0", 422, "k"),
