@@ -98,6 +98,6 @@ def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000
                     settings.root, host)
     os.environ.update(settings.to_env())
     if workers > 1:
-        run_workers(settings.to_env(), host=host, port=port, workers=workers, log_level=log_level)
+        run_workers(host=host, port=port, workers=workers, log_level=log_level)
         return
     uvicorn.run("api.http.app:app_from_env", factory=True, host=host, port=port, log_level=log_level)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import signal
 import socket
 from typing import Any
@@ -30,22 +29,22 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(env: dict[str, str], host: str, port: int, log_level: str) -> None:
+def _worker(host: str, port: int, log_level: str) -> None:
     import uvicorn
 
-    os.environ.update(env)
     config = uvicorn.Config("api.http.app:app_from_env", factory=True, log_level=log_level)
     uvicorn.Server(config).run(sockets=[reuseport_socket(host, port)])
 
 
-def run_workers(env: dict[str, str], *, host: str, port: int, workers: int, log_level: str) -> None:
-    """Run `workers` uvicorn processes of `app_from_env` (settings in `env`) on one port;
-    blocks until they stop. Raises SystemExit(1) if a worker dies on its own."""
+def run_workers(*, host: str, port: int, workers: int, log_level: str) -> None:
+    """Run `workers` uvicorn processes of `app_from_env` on one port (they inherit the
+    settings from this process' environment); blocks until they stop. Raises SystemExit(1)
+    if a worker dies on its own."""
     if not hasattr(socket, "SO_REUSEPORT"):
         raise RuntimeError("several workers need SO_REUSEPORT, which this platform lacks; use --workers 1")
     reuseport_socket(host, port).close()  # fail here, in the parent, if the port is taken
     context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=_worker, args=(env, host, port, log_level), name=f"sae-atlas-worker-{i}")
+    procs = [context.Process(target=_worker, args=(host, port, log_level), name=f"sae-atlas-worker-{i}")
              for i in range(workers)]
     requested = False
 

@@ -66,9 +66,10 @@ def _differences(record: dict[str, Any], sae_cfg: SAEConfig, train_cfg: TrainCon
     """Config fields in which a recorded run differs from the one asked for now."""
     resolved = train_cfg.resolve(sae_cfg.d_in, sae_cfg.d_sae).to_dict()
     recorded_sae, recorded_train = record.get("sae_config") or {}, record.get("train_config") or {}
-    sae_fields = set(recorded_sae) | set(sae_cfg.to_dict())
+    wanted_sae = sae_cfg.to_dict()
     return sorted(
-        [f"sae_config.{key}" for key in sae_fields if recorded_sae.get(key) != sae_cfg.to_dict().get(key)]
+        [f"sae_config.{key}" for key in set(recorded_sae) | set(wanted_sae)
+         if recorded_sae.get(key) != wanted_sae.get(key)]
         + [f"train_config.{key}" for key, value in resolved.items()
            if key not in ("progress", "device", "log_every_steps") and recorded_train.get(key) != value]
     )
