@@ -15,6 +15,8 @@ import signal
 import socket
 from typing import Any
 
+from store.errors import InvalidInputError
+
 log = logging.getLogger("sae_atlas.http")
 
 
@@ -42,7 +44,10 @@ def run_workers(*, host: str, port: int, workers: int, log_level: str) -> None:
     if a worker dies on its own."""
     if not hasattr(socket, "SO_REUSEPORT"):
         raise RuntimeError("several workers need SO_REUSEPORT, which this platform lacks; use --workers 1")
-    reuseport_socket(host, port).close()  # fail here, in the parent, if the port is taken
+    try:
+        reuseport_socket(host, port).close()  # fail here, in the parent, if the port is taken
+    except OSError as exc:
+        raise InvalidInputError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
     context = multiprocessing.get_context("spawn")
     procs = [context.Process(target=_worker, args=(host, port, log_level), name=f"sae-atlas-worker-{i}")
              for i in range(workers)]

@@ -40,3 +40,15 @@ def test_two_workers_serve_the_same_atlas(small_atlas: dict[str, Any]) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_workers_on_a_taken_port_are_a_clear_error(small_atlas: dict[str, Any]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "api", "serve", str(small_atlas["root"]), "--port", str(port),
+                              "--workers", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in out.stderr + out.stdout
