@@ -11,7 +11,7 @@ The concept token is found by searching the tokenized prompt (character offsets 
 value), never by a fixed index. `run_prompts` does one forward pass per batch, capturing
 any hooks at the concept token and, if asked, the logits at the last prompt token, with an
 optional replacement of the concept token's activation at one hook (used by
-`saes.intervene`).
+`saes.intervene.answers`).
 """
 
 from __future__ import annotations

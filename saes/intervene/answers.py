@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from saes.concepts import Patch, TokenizedPrompts, run_prompts
+from saes.intervene.concepts import Patch, TokenizedPrompts, run_prompts
 from store.errors import InvalidInputError
 
 
