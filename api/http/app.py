@@ -11,24 +11,23 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import faiss
 import torch
-from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from api.atlas import Atlas
+from api.http.deps import require_token
 from api.http.errors import install_error_handlers
-from api.http.guards import BodyLimit, bearer_guard
-from api.http.routes import build_router
+from api.http.guards import BodyLimit
+from api.http.routers import DATA_ROUTERS, SERVICE_ROUTER
+from api.http.routers.service import STATIC_DIR
 from api.http.settings import ServerSettings
 from api.http.workers import run_workers
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 log = logging.getLogger("sae_atlas.http")
 
 
@@ -47,21 +46,14 @@ def create_app(settings: ServerSettings) -> FastAPI:
         redoc_url=None,
     )
     app.state.atlas = atlas
+    app.state.settings = settings
+    app.state.model_queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-
-    @app.get("/health", tags=["service"], summary="Liveness and what is served")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", "atlas": atlas.root.name, "saes": len(atlas.sae_ids), "worker_pid": os.getpid(),
-                "auth": bool(settings.token), "analyses_allowed": settings.allow_analyses}
-
-    @app.get("/", include_in_schema=False)
-    def explorer() -> FileResponse:
-        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
-
+    app.include_router(SERVICE_ROUTER)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.include_router(build_router(atlas, allow_analyses=settings.allow_analyses,
-                                    guard=bearer_guard(settings.token)))
+    for router in DATA_ROUTERS:
+        app.include_router(router, dependencies=[Depends(require_token)])
     return app
 
 

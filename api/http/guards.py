@@ -1,32 +1,11 @@
-"""Request guards: the optional bearer token and the request-body size limit."""
+"""The request-body size limit (ASGI middleware)."""
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
-from fastapi import HTTPException, Request
-
 Scope = dict[str, Any]
-
-
-def bearer_guard(token: str | None) -> Any:
-    """A FastAPI dependency that requires `Authorization: Bearer <token>` when `token` is set."""
-
-    def check(request: Request) -> None:
-        if not token:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-            raise HTTPException(
-                status_code=401,
-                detail="missing or wrong bearer token: send 'Authorization: Bearer <token>'",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-
-    return check
 
 
 class BodyLimit:

@@ -1,0 +1,57 @@
+"""FastAPI dependencies shared by the routers: the worker's `Atlas`, its settings, the
+bearer-token guard and the one-thread model queue. `create_app` puts them on `app.state`."""
+
+from __future__ import annotations
+
+import hmac
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+from api.atlas import Atlas
+from api.http.settings import ServerSettings
+from store.layout import check_id
+
+
+def get_atlas(request: Request) -> Atlas:
+    """The worker's Atlas (opened and preloaded once by `create_app`)."""
+    return request.app.state.atlas
+
+
+def get_settings(request: Request) -> ServerSettings:
+    """The settings the server was started with."""
+    return request.app.state.settings
+
+
+def get_model_queue(request: Request) -> ThreadPoolExecutor:
+    """The worker's one-thread queue for model runs (first come, first served)."""
+    return request.app.state.model_queue
+
+
+def token_ok(request: Request, token: str | None) -> bool:
+    """Whether `request` carries `Authorization: Bearer <token>` (always true without a token)."""
+    if not token:
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def require_token(request: Request) -> None:
+    """401 unless the request carries the server's bearer token (when one is set)."""
+    if not token_ok(request, get_settings(request).token):
+        raise HTTPException(
+            status_code=401,
+            detail="missing or wrong bearer token: send 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def sae_id_checked(sae_id: str) -> str:
+    """`sae_id` if it is a safe id (InvalidInputError otherwise)."""
+    return check_id(sae_id, "SAE id")
+
+
+AtlasDep = Annotated[Atlas, Depends(get_atlas)]
+SettingsDep = Annotated[ServerSettings, Depends(get_settings)]
+ModelQueueDep = Annotated[ThreadPoolExecutor, Depends(get_model_queue)]

@@ -1,0 +1,12 @@
+"""The HTTP endpoints as module-level routers, each a thin wrapper over the worker's `Atlas`
+(`api.http.deps.get_atlas`). `DATA_ROUTERS` sit behind the bearer token; a new endpoint
+family adds its module here."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.http.routers import analyses, features, saes, search, service
+
+DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, analyses.router]
+SERVICE_ROUTER = service.router

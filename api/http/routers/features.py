@@ -1,0 +1,59 @@
+"""`/saes/{sae_id}/features`: the per-latent table, feature pages and stored examples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import RedirectResponse, Response
+
+from api.atlas import MAX_EXAMPLES, MAX_K
+from api.http.deps import AtlasDep, sae_id_checked
+from api.http.json_body import json_body
+from api.http.routers.params import MAX_INDEX, MAX_LIST, Index, SaeId
+
+router = APIRouter(tags=["features"])
+
+
+def _wants_html(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "text/html" in accept and "application/json" not in accept
+
+
+@router.get("/saes/{sae_id}/features", summary="A page of the per-latent table", response_model=dict[str, Any])
+async def list_features(
+    atlas: AtlasDep,
+    sae_id: str = SaeId,
+    offset: int = Query(0, ge=0, le=MAX_INDEX),
+    limit: int = Query(100, ge=1, le=MAX_LIST),
+    sort: str = Query("latent", pattern="^(latent|density|max_act|mean_active_act)$"),
+) -> Response:
+    frame = atlas.features(sae_id_checked(sae_id)).select(
+        "latent", "n_active", "density", "mean_act", "mean_active_act", "max_act")
+    if sort != "latent":
+        frame = frame.sort(sort, descending=True)
+    return json_body({"total": frame.height, "offset": offset, "rows": frame.slice(offset, limit).to_dicts()})
+
+
+@router.get("/saes/{sae_id}/features/{index}", response_model=dict[str, Any],
+            summary="Feature page: stats, histogram, examples, logits, neighbours, map")
+async def get_feature(
+    request: Request,
+    atlas: AtlasDep,
+    sae_id: str = SaeId,
+    index: int = Index,
+    examples: int = Query(10, ge=1, le=MAX_EXAMPLES),
+    neighbours: int = Query(8, ge=1, le=MAX_K),
+) -> Response:
+    if _wants_html(request):  # a browser following a feature link gets the explorer
+        return RedirectResponse(f"/#/saes/{sae_id_checked(sae_id)}/features/{index}", status_code=307)
+    return json_body(atlas.feature(sae_id_checked(sae_id), index, examples=examples, neighbours=neighbours))
+
+
+@router.get("/saes/{sae_id}/features/{index}/examples", summary="All stored examples",
+            response_model=list[dict[str, Any]])
+async def get_examples(
+    atlas: AtlasDep, sae_id: str = SaeId, index: int = Index,
+    kind: str | None = Query(None, pattern="^(top|band)$"),
+) -> Response:
+    return json_body(atlas.examples(sae_id_checked(sae_id), index, kind).to_dicts())

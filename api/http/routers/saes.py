@@ -1,0 +1,30 @@
+"""`/saes`: the SAEs of the atlas and their 2-D maps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from api.http.deps import AtlasDep, sae_id_checked
+from api.http.json_body import json_body
+from api.http.routers.params import SaeId
+
+router = APIRouter()
+
+
+@router.get("/saes", tags=["saes"], summary="The SAEs of the atlas", response_model=list[dict[str, Any]])
+async def list_saes(atlas: AtlasDep) -> Response:
+    return json_body([atlas.sae_info(s) for s in atlas.sae_ids])
+
+
+@router.get("/saes/{sae_id}", tags=["saes"], summary="One SAE", response_model=dict[str, Any])
+async def get_sae(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
+    return json_body(atlas.sae_info(sae_id_checked(sae_id)))
+
+
+@router.get("/saes/{sae_id}/map", tags=["geometry"], summary="2-D feature map (columns)",
+            response_model=dict[str, list[Any]])
+async def get_map(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
+    return json_body(atlas.map(sae_id_checked(sae_id)).to_dict(as_series=False))

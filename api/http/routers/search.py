@@ -1,0 +1,61 @@
+"""Searches: decoder neighbours, cross-layer flow, nearest to a vector, by text and by token.
+
+Lookups over loaded indexes are `async` handlers on the event loop; text search runs the
+model on the worker's one-thread model queue."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import Response
+
+from api.atlas import MAX_K
+from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
+from api.http.json_body import json_body
+from api.http.routers.params import MAX_INDEX, Index, K, SaeId
+from api.http.schemas import TextQuery, VectorQuery
+
+router = APIRouter(tags=["search"])
+
+
+@router.get("/saes/{sae_id}/features/{index}/similar", summary="Nearest decoder directions",
+            response_model=list[dict[str, Any]])
+async def get_similar(atlas: AtlasDep, sae_id: str = SaeId, index: int = Index, k: int = K) -> Response:
+    return json_body(atlas.similar(sae_id_checked(sae_id), index, k=k).to_dicts())
+
+
+@router.get("/saes/{sae_id}/features/{index}/flow", summary="Cross-layer matches",
+            response_model=list[dict[str, Any]])
+async def get_flow(atlas: AtlasDep, sae_id: str = SaeId, index: int = Index,
+                   k: int = Query(5, ge=1, le=MAX_K)) -> Response:
+    return json_body(atlas.flow(sae_id_checked(sae_id), index, k=k).to_dicts())
+
+
+@router.post("/search/vector", summary="Features nearest to a direction", response_model=list[dict[str, Any]])
+async def search_vector(atlas: AtlasDep, query: VectorQuery) -> Response:
+    sae_id = sae_id_checked(query.sae_id) if query.sae_id is not None else None
+    return json_body(atlas.search_vector(query.vector, sae_id=sae_id, k=query.k).to_dicts())
+
+
+@router.post("/search/text", summary="Features firing on each token of a text", response_model=dict[str, Any])
+async def search_text(atlas: AtlasDep, queue: ModelQueueDep, query: TextQuery) -> Response:
+    ids = [sae_id_checked(s) for s in query.sae_ids] if query.sae_ids else None
+    result = await asyncio.get_running_loop().run_in_executor(
+        queue, lambda: atlas.search_text(query.text, sae_ids=ids, k=query.k))
+    return json_body(result)
+
+
+@router.get("/search/token", summary="Features centred on / promoting a token", response_model=dict[str, Any])
+def search_token(
+    atlas: AtlasDep,
+    token: str | None = Query(None, min_length=1, max_length=256, description="token string"),
+    token_id: int | None = Query(None, ge=0, le=MAX_INDEX, description="token id"),
+    sae_id: str | None = Query(None, max_length=128),
+    k: int = K,
+) -> Response:
+    if (token is None) == (token_id is None):
+        raise HTTPException(status_code=400, detail="give exactly one of 'token' or 'token_id'")
+    target = token if token is not None else token_id
+    return json_body(atlas.search_token(target, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dict())
