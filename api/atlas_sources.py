@@ -59,10 +59,9 @@ def histogram(tables: FeatureTables, row: dict[str, Any]) -> dict[str, list[floa
 # SAE weights and the model ------------------------------------------------------------
 def load_sae(root: Path, sae_id: str) -> Any:
     """The SAE of `sae_id` (eval mode, CPU), read from its SAELens folder."""
-    from saes.formats import load_any
+    from saes.atlas_saes import load_atlas_sae
 
-    sae = load_any(AtlasLayout(root).require_sae(sae_id))
-    return sae.eval()
+    return load_atlas_sae(root, sae_id)
 
 
 def sae_config(root: Path, sae_id: str) -> dict[str, Any]:
@@ -73,9 +72,9 @@ def sae_config(root: Path, sae_id: str) -> dict[str, Any]:
 
 def sae_hook(root: Path, sae_id: str) -> str:
     """The hook an SAE reads."""
-    from saes.summarize import sae_hook as hook_of
+    from saes.atlas_saes import atlas_sae_hook
 
-    return hook_of(root, sae_id)
+    return atlas_sae_hook(root, sae_id)
 
 
 def load_model(spec: Any) -> Any:

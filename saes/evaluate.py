@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from saes.atlas_saes import hook_of, load_atlas_sae
 from saes.eval.downstream import downstream_metrics
 from saes.eval.reconstruction import ReconstructionStats
-from saes.formats.saelens import load_saelens
 from saes.sae.base import SAE
 from store.activations import ActivationReader
 from store.atomic import atomic_write_json
@@ -140,10 +140,8 @@ def evaluate_atlas_sae(
     """
     layout = AtlasLayout(atlas)
     sae_dir = layout.require_sae(sae_id)
-    sae = load_saelens(sae_dir)
-    hook = sae.cfg.hook_name
-    if not hook:
-        raise InvalidInputError(f"SAE {sae_id!r} records no hook name in {sae_dir / 'cfg.json'}")
+    sae = load_atlas_sae(atlas, sae_id)
+    hook = hook_of(sae, sae_id)
     reader = ActivationReader(atlas, hook)
     if reader.d != sae.cfg.d_in:
         raise InvalidInputError(f"SAE {sae_id!r} has d_in={sae.cfg.d_in} but hook {hook!r} has d={reader.d}")

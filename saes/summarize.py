@@ -20,12 +20,12 @@ import polars as pl
 import torch
 from tqdm.auto import tqdm
 
+from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from saes.sae.base import SAE
 from saes.summary.accumulator import SummaryAccumulator, SummaryParams
 from saes.summary.batch import BatchInfo
 from saes.summary.logits import logit_effects, vocab_strings
 from store.activations import ActivationReader, Blocks
-from store.atomic import read_json
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
 from store.tables import OccurrenceWriter, read_sidecar, read_table, write_tables
@@ -114,18 +114,6 @@ def summarize_blocks(
     return acc
 
 
-def sae_hook(root: str | Path, sae_id: str, sae: SAE | None = None) -> str:
-    """The hook an SAE reads: `sae.cfg.hook_name`, else its cfg.json `metadata.hook_name`."""
-    if sae is not None and sae.cfg.hook_name:
-        return sae.cfg.hook_name
-    folder = AtlasLayout(root).require_sae(sae_id)
-    cfg = read_json(folder / "cfg.json", f"re-train or re-import SAE {sae_id!r}")
-    hook = (cfg.get("metadata") or {}).get("hook_name") or cfg.get("hook_name")
-    if not hook:
-        raise InvalidInputError(f"{folder / 'cfg.json'} names no hook (metadata.hook_name)")
-    return str(hook)
-
-
 def _existing(root: str | Path, sae_id: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """The sidecar of a completed summary with these parameters whose files verify, else None."""
     try:
@@ -168,12 +156,10 @@ def summarize_sae(
     """
     started = time.perf_counter()
     root = Path(atlas_root)
-    folder = AtlasLayout(root).require_sae(sae_id)
-    hook = sae_hook(root, sae_id, sae)
+    AtlasLayout(root).require_sae(sae_id)  # an unknown id fails before any work
     if sae is None:
-        from saes.formats.saelens import load_saelens
-
-        sae = load_saelens(folder)
+        sae = load_atlas_sae(root, sae_id)
+    hook = sae.cfg.hook_name or atlas_sae_hook(root, sae_id)
     sae.eval()
     reader = ActivationReader(root, hook)
     if reader.d != sae.cfg.d_in:

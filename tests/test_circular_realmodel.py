@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from api.analyses.circular import run_circle_analysis, run_intervention
-from saes.concepts import months, weekdays
+from saes.intervene.concepts import months, weekdays
 
 pytestmark = pytest.mark.slow
 

@@ -48,19 +48,18 @@ from geometry.figures_circular import (
 )
 from geometry.results import MAIN, write_analysis
 from geometry.spectra import Spectra, cluster_by_period, fourier_power
-from saes.concepts import (
+from saes.atlas_saes import hook_of, load_atlas_sae
+from saes.intervene.answers import answer_metrics, patched_logits
+from saes.intervene.concepts import (
     OrderedConcept,
     TokenizedPrompts,
     collect_concept_activations,
     tokenize_prompts,
     value_token_ids,
 )
-from saes.formats import load_any
-from saes.intervene import answer_metrics, patched_logits
 from saes.sae.base import SAE
 from store.activations import ActivationReader
 from store.errors import InvalidInputError
-from store.layout import AtlasLayout
 
 # --------------------------------------------------------------------------- discovery
 
@@ -110,11 +109,8 @@ def discover_for_sae(
     """Discover and rank multi-dimensional feature clusters of one SAE of the atlas; write
     `analyses/circular/<run>.parquet/.json` (run defaults to `<sae_id>-<method>`) and PNGs
     of the top `figures` clusters' 2-D projections. Returns the result and the json path."""
-    layout = AtlasLayout(atlas)
-    sae = load_any(layout.require_sae(sae_id))
-    hook = sae.cfg.hook_name
-    if not hook:
-        raise InvalidInputError(f"SAE {sae_id!r} does not record its hook (cfg.hook_name)")
+    sae = load_atlas_sae(atlas, sae_id)
+    hook = hook_of(sae, sae_id)
     reader = ActivationReader(atlas, hook)
     acts, token_ids = sae_activation_matrix(sae, reader, split=split, max_tokens=max_tokens)
     params = params or DiscoveryParams()

@@ -68,7 +68,7 @@ from geometry.trees import (
     tree_from_json,
     wordnet_tree,
 )
-from saes.formats import load_any
+from saes.atlas_saes import load_atlas_sae
 from store.activations import ActivationReader
 from store.errors import InvalidInputError, NotFoundError
 from store.layout import AtlasLayout
@@ -154,7 +154,7 @@ def run_hierarchy(
 
 
 def _sae(atlas: str | Path, sae_id: str) -> Any:
-    return load_any(AtlasLayout(atlas).require_sae(sae_id))
+    return load_atlas_sae(atlas, sae_id)
 
 
 def run_feature_hierarchy(

@@ -24,8 +24,8 @@ from api.analyses.circular import (
 )
 from api.commands.common import handle_errors, print_json, print_table
 from geometry.circular_discovery import DiscoveryParams
-from saes.concepts import load_concept
-from saes.formats import load_any
+from saes.atlas_saes import load_atlas_sae
+from saes.intervene.concepts import load_concept
 from saes.models import DEFAULT_MODEL, load_model
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
@@ -100,7 +100,7 @@ def concept_command(
         if sae:
             if atlas is None:
                 raise InvalidInputError("--sae needs --atlas")
-            sae_obj = load_any(AtlasLayout(atlas).require_sae(sae))
+            sae_obj = load_atlas_sae(atlas, sae)
             layer = handle.hook_layer(handle.check_hook(sae_obj.cfg.hook_name))
             if layer not in analysis.probes:
                 raise InvalidInputError(f"SAE {sae!r} reads layer {layer}; add it to --layers")

@@ -15,11 +15,11 @@ import typer
 from api.commands.cache import print_cache_summary
 from api.commands.common import console, handle_errors, print_table
 from api.commands.summarize import print_reports
+from saes.atlas_saes import load_atlas_sae
 from saes.cache import cache_activations, run_hooks
-from saes.concepts import load_concept
 from saes.corpus import CorpusSpec
 from saes.evaluate import evaluate_atlas_sae
-from saes.formats.saelens import load_saelens
+from saes.intervene.concepts import load_concept
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
 from saes.summarize import summarize_sae
 from saes.train.atlas import train_saes
@@ -39,7 +39,7 @@ def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> N
     tokens = handle.to_tokens(DEMO_TEXT)
     pieces = handle.tokenizer.convert_ids_to_tokens(tokens[0].tolist())
     position = next(i for i, piece in enumerate(pieces) if "Friday" in piece)
-    saes = {sae_id: load_saelens(AtlasLayout(atlas).sae_dir(sae_id)) for sae_id in sae_ids}
+    saes = {sae_id: load_atlas_sae(atlas, sae_id) for sae_id in sae_ids}
     acts = run_hooks(handle, tokens, sorted({sae.cfg.hook_name for sae in saes.values()}))
     rows = []
     for sae_id, sae in saes.items():

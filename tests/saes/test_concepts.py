@@ -14,7 +14,7 @@ from api.analyses.circular import (
     run_intervention,
     write_concept_run,
 )
-from saes.concepts import (
+from saes.intervene.concepts import (
     OrderedConcept,
     collect_concept_activations,
     concept_token_position,
@@ -24,7 +24,7 @@ from saes.concepts import (
     value_token_ids,
     weekdays,
 )
-from saes.intervene import answer_metrics, patched_logits
+from saes.intervene.answers import answer_metrics, patched_logits
 from saes.models import tiny_model
 from store.errors import InvalidInputError
 

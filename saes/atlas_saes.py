@@ -1,0 +1,47 @@
+"""The one way to read an SAE of an atlas by its id.
+
+Every SAE stored in an atlas (trained or imported) is a SAELens-layout folder under
+`saes/<sae_id>/`; loading goes through `load_atlas_sae` only, so the checks on that path
+(the folder exists, the recorded sha256s match, the config is valid) apply to every caller.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from saes.formats.saelens import CFG_FILE, load_saelens
+from saes.sae.base import SAE
+from store.atomic import read_json
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+
+
+def _repair(sae_id: str) -> str:
+    return f"re-train or re-import SAE {sae_id!r}"
+
+
+def load_atlas_sae(root: str | Path, sae_id: str, *, device: str | torch.device = "cpu") -> SAE:
+    """SAE `sae_id` of the atlas at `root`, in eval mode on `device` (NotFoundError for an
+    unknown id, IntegrityError for a missing, truncated or mismatched file)."""
+    folder = AtlasLayout(root).require_sae(sae_id)
+    return load_saelens(folder, device=device).eval()
+
+
+def atlas_sae_hook(root: str | Path, sae_id: str) -> str:
+    """The hook SAE `sae_id` reads, from its cfg.json (`metadata.hook_name`), without
+    loading the weights; InvalidInputError if none is recorded."""
+    folder = AtlasLayout(root).require_sae(sae_id)
+    cfg = read_json(folder / CFG_FILE, _repair(sae_id))
+    hook = (cfg.get("metadata") or {}).get("hook_name") or cfg.get("hook_name")
+    if not hook:
+        raise InvalidInputError(f"{folder / CFG_FILE} names no hook (metadata.hook_name); {_repair(sae_id)}")
+    return str(hook)
+
+
+def hook_of(sae: SAE, sae_id: str) -> str:
+    """The hook a loaded atlas SAE reads (`cfg.hook_name`); InvalidInputError if empty."""
+    if not sae.cfg.hook_name:
+        raise InvalidInputError(f"SAE {sae_id!r} records no hook name (cfg.hook_name); {_repair(sae_id)}")
+    return sae.cfg.hook_name
