@@ -18,7 +18,7 @@ from api.commands.summarize import print_reports
 from saes.atlas_saes import load_atlas_sae
 from saes.cache import cache_activations, run_hooks
 from saes.corpus import CorpusSpec
-from saes.evaluate import evaluate_atlas_sae
+from saes.eval.evaluate import evaluate_atlas_sae
 from saes.intervene.concepts import load_concept
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
 from saes.summarize import summarize_sae

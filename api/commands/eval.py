@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from api.commands.common import handle_errors, print_json, print_table
-from saes.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, evaluate_atlas_sae
+from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, evaluate_atlas_sae
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 

@@ -1,2 +1,3 @@
-"""SAE evaluation pieces: streaming reconstruction / sparsity statistics and the
-spliced-model CE / KL metrics. `saes.evaluate` puts them together."""
+"""SAE evaluation, the one home for it: `reconstruction` (streaming reconstruction /
+sparsity statistics), `downstream` (CE / KL with the SAE spliced into the model) and
+`evaluate` (both over an atlas's held-out split, written to `eval.json`)."""

@@ -1,5 +1,8 @@
 """Evaluate SAEs on held-out tokens (SAEBench-named metrics) and record `eval.json`.
 
+The one evaluation entry point of the project (the CLI's `eval`, the demo and training's
+held-out metrics all come through `saes.eval`).
+
 `evaluate_sae` computes the reconstruction and sparsity metrics of
 `saes.eval.reconstruction` over held-out activations, BOS positions excluded, and, given
 a model, the spliced-in CE / KL metrics of `saes.eval.downstream` on held-out token
@@ -18,7 +21,7 @@ import torch
 
 from saes.atlas_saes import hook_of, load_atlas_sae
 from saes.eval.downstream import downstream_metrics
-from saes.eval.reconstruction import ReconstructionStats
+from saes.eval.reconstruction import reconstruction_metrics
 from saes.sae.base import SAE
 from store.activations import ActivationReader
 from store.atomic import atomic_write_json
@@ -61,18 +64,6 @@ def _token_batches(reader: ActivationReader, n_blocks: int) -> Iterator[tuple[to
         left -= min(left, blocks.token_ids.shape[0])
         if left == 0:
             return
-
-
-@torch.no_grad()
-def reconstruction_metrics(sae: SAE, rows: Iterable[torch.Tensor], batch_size: int = 4096) -> dict[str, Any]:
-    """Reconstruction / sparsity metrics of `sae` (in eval mode) over activation rows `[n, d_in]`."""
-    stats = ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae)
-    param = sae.W_enc
-    for chunk_rows in rows:
-        for x in chunk_rows.split(batch_size):
-            out = sae(x.to(param.device, param.dtype))
-            stats.update(x, out.x_hat.float(), out.feature_acts)
-    return stats.result()
 
 
 def evaluate_sae(

@@ -18,11 +18,13 @@ with a large mean), norms, inner products, cosines and per-latent firing counts.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
+from saes.sae.base import SAE
 from store.errors import InvalidInputError
 
 DENSE_DENSITY = 0.1
@@ -124,3 +126,27 @@ def density_histogram(density: torch.Tensor) -> dict[str, Any]:
         "counts": counts.tolist(),
         "dead": int((density == 0).sum()),
     }
+
+
+@torch.no_grad()
+def reconstruction_stats(sae: SAE, rows: Iterable[torch.Tensor], batch_size: int = 4096) -> ReconstructionStats:
+    """Stream activation rows `[n, d_in]` through `sae` (in eval mode, restored afterwards)
+    in chunks of `batch_size` and return the accumulated statistics."""
+    stats = ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae)
+    param = sae.W_enc
+    was_training = sae.training
+    sae.eval()
+    try:
+        for chunk_rows in rows:
+            for x in chunk_rows.split(batch_size):
+                out = sae(x.to(param.device, param.dtype))
+                stats.update(x, out.x_hat.float(), out.feature_acts)
+    finally:
+        sae.train(was_training)
+    return stats
+
+
+def reconstruction_metrics(sae: SAE, rows: Iterable[torch.Tensor], batch_size: int = 4096) -> dict[str, Any]:
+    """Reconstruction / sparsity metrics of `sae` (in eval mode) over activation rows `[n, d_in]`
+    (InvalidInputError when there are none)."""
+    return reconstruction_stats(sae, rows, batch_size).result()

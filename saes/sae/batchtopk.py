@@ -20,7 +20,7 @@ from saes.sae.losses import (
     auxk_loss,
     auxk_select,
     fired_counts,
-    reconstruction_metrics,
+    step_metrics,
 )
 
 
@@ -76,7 +76,7 @@ class BatchTopKSAE(SAE):
         f = batch_topk_code(pre, self.cfg.k)
         self._update_threshold(f, info)
         x_hat = self.decode(f)
-        metrics = reconstruction_metrics(x, x_hat, (f > 0).sum(-1), info)
+        metrics = step_metrics(x, x_hat, (f > 0).sum(-1), info)
         loss = self._reconstruction_loss(x, x_hat, f, info, metrics)
         if info.dead_mask is not None:
             aux = auxk_select(pre, info.dead_mask, info.k_aux)

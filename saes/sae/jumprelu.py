@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from saes.sae.base import SAE, SAEConfig
-from saes.sae.losses import StepInfo, TrainStep, fired_counts, reconstruction_metrics
+from saes.sae.losses import StepInfo, TrainStep, fired_counts, step_metrics
 
 
 def _rectangle(u: torch.Tensor) -> torch.Tensor:
@@ -83,7 +83,7 @@ class JumpReLUSAE(SAE):
         eps = self.cfg.jumprelu_bandwidth
         f = _JumpReLU.apply(pre, self.log_threshold, eps)
         x_hat = self.decode(f)
-        metrics = reconstruction_metrics(x, x_hat, (f != 0).sum(-1), info)
+        metrics = step_metrics(x, x_hat, (f != 0).sum(-1), info)
         l0 = _Step.apply(pre, self.log_threshold, eps).sum(-1).mean()
         loss = metrics["mse"] + self.cfg.l0_coefficient * l0
         return TrainStep(loss, {k: v.detach() for k, v in metrics.items()}, fired_counts(f))

@@ -52,7 +52,7 @@ def normalised_error(x_BD: torch.Tensor, x_hat_BD: torch.Tensor, info: StepInfo)
     return (x_BD - x_hat_BD).pow(2).sum(-1).mean() / variance_of(x_BD, info)
 
 
-def reconstruction_metrics(
+def step_metrics(
     x_BD: torch.Tensor, x_hat_BD: torch.Tensor, n_active_B: torch.Tensor, info: StepInfo
 ) -> dict[str, torch.Tensor]:
     """`mse` = E_t||x - x_hat||^2, `fvu` = mse / sum_d Var(x_d), `l0` = mean active latents.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from saes.sae.base import SAE
-from saes.sae.losses import StepInfo, TrainStep, fired_counts, reconstruction_metrics
+from saes.sae.losses import StepInfo, TrainStep, fired_counts, step_metrics
 
 
 class StandardSAE(SAE):
@@ -24,7 +24,7 @@ class StandardSAE(SAE):
         pre = self.encode_pre(x)
         f = pre.relu()
         x_hat = self.decode(f)
-        metrics = reconstruction_metrics(x, x_hat, (f > 0).sum(-1), info)
+        metrics = step_metrics(x, x_hat, (f > 0).sum(-1), info)
         l1 = (f * self.W_dec.norm(dim=-1)).sum(-1).mean()
         warm = min(1.0, (info.step + 1) / max(1, self.cfg.l1_warmup_steps))
         loss = metrics["mse"] + self.cfg.l1_coefficient * warm * l1

@@ -16,7 +16,7 @@ from saes.sae.losses import (
     TrainStep,
     auxk_loss,
     auxk_select,
-    reconstruction_metrics,
+    step_metrics,
 )
 
 
@@ -44,7 +44,7 @@ class TopKSAE(SAE):
             x_hat = self.decode(f)
             n_active, fired = (f > 0).sum(-1), (f > 0).sum(0)
             aux = None if info.dead_mask is None else auxk_select(pre, info.dead_mask, info.k_aux)
-        metrics = reconstruction_metrics(x, x_hat, n_active, info)
+        metrics = step_metrics(x, x_hat, n_active, info)
         loss = metrics["fvu"]
         if aux is not None:
             metrics["auxk"] = auxk_loss(x - x_hat, aux[0], aux[1], self.W_dec)

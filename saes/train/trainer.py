@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from saes.eval.reconstruction import reconstruction_stats
 from saes.sae.base import SAE, SAEConfig
 from saes.sae.losses import StepInfo, TrainStep
 from saes.sae.registry import build_sae
@@ -34,7 +35,6 @@ from saes.train.checkpoint import (
 )
 from saes.train.config import TrainConfig
 from saes.train.distributed import DistContext, all_reduce_, rank_slice
-from saes.train.evaluate import evaluate_sae
 from saes.train.geometric_median import geometric_median
 from saes.train.scaling import fold_input_scale, input_scale
 from saes.train.schedule import make_scheduler
@@ -324,7 +324,8 @@ def train_sae(
         return TrainResult(folded, final, None, run.history, run.scale, cfg, resumed)
     heldout, density = (None, None)
     if eval_batches is not None:
-        heldout, density = evaluate_sae(folded, eval_batches)
+        stats = reconstruction_stats(folded, eval_batches)
+        heldout, density = (stats.result() if stats.n else {"n_tokens": 0}), stats.density()
     record = {
         "status": "complete",
         "sae_config": sae_cfg.to_dict(),

@@ -14,6 +14,7 @@ from api.analyses.circular import (
     run_intervention,
     write_concept_run,
 )
+from saes.intervene.answers import answer_metrics, patched_logits
 from saes.intervene.concepts import (
     OrderedConcept,
     collect_concept_activations,
@@ -24,7 +25,6 @@ from saes.intervene.concepts import (
     value_token_ids,
     weekdays,
 )
-from saes.intervene.answers import answer_metrics, patched_logits
 from saes.models import tiny_model
 from store.errors import InvalidInputError
 

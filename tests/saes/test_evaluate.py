@@ -1,6 +1,7 @@
 """SAE evaluation: planted metric values, BOS exclusion, CE/KL splice on a tiny model, eval.json, CLI."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -8,8 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from saes.eval.downstream import _replacement
-from saes.eval.reconstruction import ReconstructionStats, density_histogram
-from saes.evaluate import evaluate_atlas_sae, evaluate_sae
+from saes.eval.evaluate import evaluate_atlas_sae, evaluate_sae
+from saes.eval.reconstruction import ReconstructionStats, density_histogram, reconstruction_stats
 from saes.formats import save_saelens
 from saes.sae.base import SAEConfig
 from saes.sae.registry import build_sae
@@ -79,6 +80,19 @@ def test_shrinkage_metrics_and_streaming_equals_one_shot():
     for key in ("fvu", "mse", "l0", "l1", "cossim", "relative_reconstruction_bias"):
         assert many[key] == pytest.approx(one[key], rel=1e-9)
     assert torch.equal(whole.density(), parts.density())
+
+
+def test_sae_metrics_use_variance_not_mean_square_and_restore_training_mode():
+    sae = build_sae(SAEConfig("topk", 4, 8, k=1))
+    with torch.no_grad():  # an SAE that outputs only b_dec: FVU is 1 when b_dec is the mean
+        sae.W_dec.zero_()
+        sae.b_dec.fill_(10.0)
+    x = 10.0 + torch.randn(4000, 4, generator=torch.Generator().manual_seed(0))
+    sae.train()
+    stats = reconstruction_stats(sae, [x], batch_size=1000)
+    assert sae.training
+    assert math.isclose(stats.result()["fvu"], 1.0, rel_tol=0.05)
+    assert stats.density().shape == (8,)
 
 
 def test_density_histogram_bins():
