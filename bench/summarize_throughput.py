@@ -48,9 +48,9 @@ def main() -> None:
 
     from saes.sae.base import SAEConfig
     from saes.sae.registry import build_sae
-    from saes.summarize import block_batches, summarize_blocks
     from saes.summary.accumulator import SummaryParams
     from saes.summary.logits import logit_effects
+    from saes.summary.run import block_batches, summarize_blocks
     from store.activations import ActivationReader
     from store.layout import AtlasLayout
     from store.tables import OccurrenceWriter

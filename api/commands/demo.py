@@ -21,7 +21,7 @@ from saes.corpus import CorpusSpec
 from saes.eval.evaluate import evaluate_atlas_sae
 from saes.intervene.concepts import load_concept
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
-from saes.summarize import summarize_sae
+from saes.summary.run import summarize_sae
 from saes.train.atlas import train_saes
 from saes.train.config import TrainConfig
 from store.index import build_atlas_indexes

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from api.commands.common import console, handle_errors, print_json, print_table
-from saes.summarize import SummaryReport, summarize_sae
+from saes.summary.run import SummaryReport, summarize_sae
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
 

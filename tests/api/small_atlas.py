@@ -50,7 +50,7 @@ def build_small_atlas(root: str | Path) -> dict[str, Any]:
     from saes.cache import cache_activations
     from saes.corpus import CorpusSpec
     from saes.models import tiny_model
-    from saes.summarize import summarize_sae
+    from saes.summary.run import summarize_sae
     from saes.train.atlas import train_saes
     from saes.train.config import TrainConfig
     from store.index import build_atlas_indexes

@@ -16,10 +16,10 @@ import typer
 from typer.testing import CliRunner
 
 from saes.sae.base import SAE, SAEConfig
-from saes.summarize import summarize_blocks, summarize_sae
 from saes.summary.accumulator import SummaryParams
 from saes.summary.bands import priority_keys
 from saes.summary.logits import logit_directions, logit_effects, promoting_latents
+from saes.summary.run import summarize_blocks, summarize_sae
 from store.activations import ActivationReader, ActivationWriter, Blocks
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
