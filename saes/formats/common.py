@@ -8,8 +8,8 @@ matching `saes.sae` architecture, then calls `assemble_sae`. Problems with a fil
 
 from __future__ import annotations
 
+import math
 import pickle
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,19 +21,8 @@ from safetensors.torch import load_file
 from saes.sae.base import SAE, SAEConfig
 from saes.sae.registry import sae_class
 from store.atomic import read_json
+from store.dtypes import DTYPES, dtype_name  # noqa: F401 (the format readers' dtype helpers)
 from store.errors import IntegrityError, InvalidInputError
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-_BLOCK_MODULE = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)(\.mlp)?$")
-_RESID_SUBMODULE = re.compile(r"^resid_post_layer_(\d+)$")
-
-
-def dtype_name(value: object, path: Path) -> str:
-    """Canonical dtype name ('float32', ...) for a config value such as 'torch.float32'."""
-    name = str(value).removeprefix("torch.")
-    if name not in DTYPES:
-        raise InvalidInputError(f"{path}: unsupported dtype {value!r}; valid: {', '.join(DTYPES)}")
-    return name
 
 
 def read_config(path: Path, repair: str) -> dict[str, Any]:
@@ -79,8 +68,10 @@ def take(
         if name in tensors:
             tensor = tensors[name]
             if tuple(tensor.shape) != shape:
+                hint = (" (it looks transposed: W_enc is [d_in, d_sae] and W_dec [d_sae, d_in]; "
+                        "an nn.Linear weight is stored [out, in])" if tuple(tensor.shape) == shape[::-1] else "")
                 raise IntegrityError(
-                    path, f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {shape}", repair
+                    path, f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {shape}{hint}", repair
                 )
             return tensor
     listed = " or ".join(repr(n) for n in names)
@@ -118,6 +109,16 @@ def fold_decoder_norms(state: dict[str, torch.Tensor], scaled: Sequence[str]) ->
     return out
 
 
+def fold_norm_scaling(state: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """Weights of an SAE trained on `scale * x` (and reconstructing `scale * x`) rewritten to
+    work on raw `x`: `W_enc * scale`, `W_dec / scale`, `b_dec / scale` (SAELens'
+    `fold_activation_norm_scaling_factor`); thresholds and `b_enc` are unchanged."""
+    if not math.isfinite(scale) or scale <= 0:
+        raise InvalidInputError(f"norm_scaling_factor must be a positive number, got {scale!r}")
+    return {**state, "W_enc": state["W_enc"] * scale, "W_dec": state["W_dec"] / scale,
+            "b_dec": state["b_dec"] / scale}
+
+
 def assemble_sae(
     cfg: SAEConfig, state: Mapping[str, torch.Tensor], path: Path, repair: str, device: str | torch.device
 ) -> SAE:
@@ -138,18 +139,3 @@ def check_d_in(sae: SAE, expected_d_in: int | None, path: Path) -> SAE:
             "use an SAE trained on that hook"
         )
     return sae
-
-
-def hook_from_module(name: str | None) -> str:
-    """TransformerLens hook name for a HF module path ('layers.6' -> 'blocks.6.hook_resid_post',
-    'layers.6.mlp' -> 'blocks.6.hook_mlp_out', 'resid_post_layer_6' likewise), else ''."""
-    if not name:
-        return ""
-    match = _RESID_SUBMODULE.match(name)
-    if match:
-        return f"blocks.{match.group(1)}.hook_resid_post"
-    match = _BLOCK_MODULE.search(name)
-    if not match:
-        return ""
-    kind = "hook_mlp_out" if match.group(2) else "hook_resid_post"
-    return f"blocks.{match.group(1)}.{kind}"

@@ -30,13 +30,13 @@ from saes.formats.common import (
     check_d_in,
     dtype_name,
     fold_decoder_norms,
-    hook_from_module,
     make_config,
     read_config,
     read_torch_state,
     reject_unknown,
     take,
 )
+from saes.formats.hooks import hook_from_module
 from saes.sae.base import SAE
 from store.errors import IntegrityError, InvalidInputError
 

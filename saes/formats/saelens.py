@@ -28,6 +28,7 @@ from saes.formats.common import (
     check_d_in,
     dtype_name,
     fold_decoder_norms,
+    fold_norm_scaling,
     make_config,
     read_config,
     read_safetensors,
@@ -208,12 +209,28 @@ def _foreign_architecture(raw: dict[str, Any], cfg_path: Path) -> tuple[str, int
     return architecture, None if k is None else int(k)
 
 
-def _check_supported(raw: dict[str, Any], cfg_path: Path) -> None:
-    normalize = raw.get("normalize_activations", "none")
-    if normalize not in (None, False, "none"):
+def normalization(raw: dict[str, Any]) -> str:
+    """The `normalize_activations` a SAELens config declares ('none' when absent; pre-6
+    booleans read the way SAELens reads them: true is 'expected_average_only_in')."""
+    value = raw.get("normalize_activations", "none")
+    if value is True:
+        return "expected_average_only_in"
+    return "none" if value in (None, False, "none") else str(value)
+
+
+def _check_supported(raw: dict[str, Any], cfg_path: Path, norm_scaling_factor: float | None) -> None:
+    normalize = normalization(raw)
+    if normalize == "expected_average_only_in" and norm_scaling_factor is None:
         raise InvalidInputError(
-            f"{cfg_path}: normalize_activations={normalize!r} needs a run-time input scale that "
-            "is not stored in the folder; fold it into the weights first (supported: 'none')"
+            f"{cfg_path}: normalize_activations='expected_average_only_in' scales inputs by a "
+            "norm_scaling_factor (sqrt(d_in) / mean ||x|| of the training data) that the folder "
+            "does not store; give it (a registry's norm_scaling_factor) or import into an atlas, "
+            "which estimates it from the hook's activations"
+        )
+    if normalize not in ("none", "expected_average_only_in"):
+        raise InvalidInputError(
+            f"{cfg_path}: normalize_activations={normalize!r} rescales every token at run time, "
+            "which cannot be folded into the weights; supported: 'none', 'expected_average_only_in'"
         )
     if raw.get("reshape_activations", "none") not in (None, "none"):
         raise InvalidInputError(
@@ -224,9 +241,11 @@ def _check_supported(raw: dict[str, Any], cfg_path: Path) -> None:
         raise InvalidInputError(f"{cfg_path}: per-head SAEs (hook_head_index set) are not supported")
 
 
-def _load_foreign(folder: Path, raw: dict[str, Any]) -> tuple[SAEConfig, dict[str, torch.Tensor], Path]:
+def _load_foreign(
+    folder: Path, raw: dict[str, Any], norm_scaling_factor: float | None
+) -> tuple[SAEConfig, dict[str, torch.Tensor], Path]:
     cfg_path = folder / CFG_FILE
-    _check_supported(raw, cfg_path)
+    _check_supported(raw, cfg_path, norm_scaling_factor)
     architecture, k = _foreign_architecture(raw, cfg_path)
     try:
         d_in, d_sae = int(raw["d_in"]), int(raw["d_sae"])
@@ -266,6 +285,8 @@ def _load_foreign(folder: Path, raw: dict[str, Any]) -> tuple[SAEConfig, dict[st
             state["log_threshold"] = threshold.clamp_min(0).log()  # a threshold <= 0 acts as 0 after relu
     if architecture == "topk" and raw.get("rescale_acts_by_decoder_norm"):
         state = fold_decoder_norms(state, ["W_enc", "b_enc"])
+    if normalization(raw) == "expected_average_only_in":
+        state = fold_norm_scaling(state, float(norm_scaling_factor))
     return cfg, state, weights_path
 
 
@@ -275,14 +296,17 @@ def load_saelens(
     expected_d_in: int | None = None,
     device: str | torch.device = "cpu",
     native: bool = True,
+    norm_scaling_factor: float | None = None,
 ) -> SAE:
     """Load an SAE folder in the SAELens layout (ours or SAELens'), in eval mode.
 
     A folder we wrote is checked against its recorded sha256s and rebuilt as its original
     architecture; `native=False` ignores our section and reads it the way SAELens would
     (BatchTopK / Matryoshka then load as the exported JumpReLU). `expected_d_in` is the
-    target hook's d_model (InvalidInputError on mismatch). Missing, truncated or
-    inconsistent files raise IntegrityError naming the file.
+    target hook's d_model (InvalidInputError on mismatch). A SAELens SAE with
+    `normalize_activations="expected_average_only_in"` needs `norm_scaling_factor`, which is
+    folded into its weights. Missing, truncated or inconsistent files raise IntegrityError
+    naming the file.
     """
     folder = Path(folder)
     raw = read_config(folder / CFG_FILE, _FOREIGN_REPAIR)
@@ -290,7 +314,7 @@ def load_saelens(
         cfg, state, weights_path = _load_ours(folder, raw)
         repair = _OURS_REPAIR
     else:
-        cfg, state, weights_path = _load_foreign(folder, raw)
+        cfg, state, weights_path = _load_foreign(folder, raw, norm_scaling_factor)
         repair = _FOREIGN_REPAIR
     if cfg.dtype not in DTYPES:
         raise InvalidInputError(f"{folder / CFG_FILE}: unsupported dtype {cfg.dtype!r}")

@@ -19,13 +19,13 @@ from saes.formats.common import (
     assemble_sae,
     check_d_in,
     dtype_name,
-    hook_from_module,
     make_config,
     read_config,
     read_safetensors,
     reject_unknown,
     take,
 )
+from saes.formats.hooks import hook_from_module
 from saes.sae.base import SAE
 from store.errors import IntegrityError, InvalidInputError
 
