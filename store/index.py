@@ -28,6 +28,7 @@ import numpy as np
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError
 from store.int8_scan import Int8Scan
+from store.integrity import WEIGHTS_FILE, sae_cfg, verify_sae_weights, weights_repair
 from store.layout import AtlasLayout, created_with
 from store.safetensors_io import MappedSafetensors
 
@@ -69,17 +70,16 @@ def hook_layer(hook: str) -> int:
 
 def read_decoder(root: str | Path, sae_id: str) -> Decoder:
     """Unit-normalised `W_dec` rows of an SAE folder (SAELens layout)."""
-    layout = AtlasLayout(root)
-    folder = layout.require_sae(sae_id)
-    cfg = read_json(folder / "cfg.json", f"retrain or re-export SAE {sae_id}")
+    sha = verify_sae_weights(root, sae_id)  # corrupt weights are named first, never indexed
+    cfg = sae_cfg(root, sae_id)
     hook = (cfg.get("metadata") or {}).get("hook_name") or cfg.get("hook_name") or ""
-    weights = folder / "sae_weights.safetensors"
-    tensors = MappedSafetensors(weights, f"retrain or re-export SAE {sae_id}")
+    weights = AtlasLayout(root).sae_dir(sae_id) / WEIGHTS_FILE
+    tensors = MappedSafetensors(weights, weights_repair(sae_id))
     rows = tensors.torch("W_dec").float().numpy()
-    if rows.shape != (cfg["d_sae"], cfg["d_in"]):
+    if rows.shape != (cfg.get("d_sae"), cfg.get("d_in")):
         raise IntegrityError(weights, f"W_dec has shape {rows.shape}, cfg.json says "
-                             f"[{cfg['d_sae']}, {cfg['d_in']}]", f"retrain or re-export SAE {sae_id}")
-    return Decoder(sae_id, hook, hook_layer(hook), unit_rows(rows), sha256_file(weights))
+                             f"[{cfg.get('d_sae')}, {cfg.get('d_in')}]", weights_repair(sae_id))
+    return Decoder(sae_id, hook, hook_layer(hook), unit_rows(rows), sha)
 
 
 def build_index(vectors: np.ndarray, *, approx_threshold: int = APPROX_THRESHOLD, seed: int = 0,
@@ -243,6 +243,12 @@ def sae_index_path(root: str | Path, sae_id: str) -> Path:
     return AtlasLayout(root).sae_dir(sae_id) / "index.faiss"
 
 
+def index_built(path: Path) -> bool:
+    """Whether an index was built at `path`: the file or its sidecar exists. A sidecar
+    without its index file is damage (`load_index` names it), not "no index yet"."""
+    return path.exists() or path.with_suffix(".json").exists()
+
+
 def model_index_path(root: str | Path) -> Path:
     return AtlasLayout(root).root / "indexes" / "model.faiss"
 
@@ -251,8 +257,7 @@ def model_members(root: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     """SAE ids the model-wide index covers (those of the most common width, the wider on a
     tie), and the excluded SAEs with their width."""
     layout = AtlasLayout(root)
-    widths = {sae_id: int(read_json(layout.sae_dir(sae_id) / "cfg.json",
-                                    f"retrain or re-export SAE {sae_id}")["d_in"]) for sae_id in layout.sae_ids()}
+    widths = {sae_id: int(sae_cfg(root, sae_id)["d_in"]) for sae_id in layout.sae_ids()}
     counts: dict[int, int] = {}
     for d in widths.values():
         counts[d] = counts.get(d, 0) + 1
@@ -261,25 +266,50 @@ def model_members(root: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
     return members, [{"sae_id": sae_id, "d": d} for sae_id, d in widths.items() if d != width]
 
 
+def build_marker_path(root: str | Path) -> Path:
+    """`indexes/build.json`: present while an index build runs (left behind by a kill)."""
+    return AtlasLayout(root).root / "indexes" / "build.json"
+
+
+def check_build_complete(root: str | Path) -> None:
+    """IntegrityError when an index build was interrupted: its indexes may mix exact and
+    approximate types, or cover other SAE sets, until the build is run again."""
+    marker = build_marker_path(root)
+    if marker.exists():
+        started = read_json(marker, rebuild_command(root))
+        raise IntegrityError(marker, "an index build was interrupted, so the indexes may mix exact and "
+                             "approximate types", f"re-run `sae-atlas index --atlas {root} --approx-threshold "
+                             f"{started.get('approx_threshold', APPROX_THRESHOLD)}`")
+
+
 def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, rebuild: bool = False,
                         approx_threshold: int = APPROX_THRESHOLD, seed: int = 0) -> list[dict[str, Any]]:
     """Build (or keep, when current) every SAE's index and the model-wide index.
 
     The model-wide index covers every SAE of the atlas' most common residual width
-    (`model_members`), whatever `sae_ids` selects. Returns the sidecars of the indexes,
-    with `"rebuilt"` telling which were (re)written.
+    (`model_members`), whatever `sae_ids` selects. Every SAE's weights are verified before
+    anything is written, so corrupt weights are refused, not indexed. An index is kept only
+    when it verifies and is of the type `approx_threshold` asks for (exact below it); while
+    the build runs, `indexes/build.json` marks it unfinished (`check_build_complete`), so
+    a killed build is re-run rather than served half old, half new. Returns the sidecars
+    of the indexes, with `"rebuilt"` telling which were (re)written.
     """
     layout = AtlasLayout(root)
     ids = sae_ids or layout.sae_ids()
     if not ids:
         raise InvalidInputError(f"{root} has no SAEs to index; train one with `sae-atlas train --atlas {root}`")
+    members, excluded = model_members(root)
+    for sae_id in dict.fromkeys([*ids, *members]):
+        verify_sae_weights(root, sae_id)
+    marker = build_marker_path(root)
+    atomic_write_json(marker, {"approx_threshold": approx_threshold, "seed": seed, "rebuild": rebuild,
+                               "started": time.time()})
     out = []
     for sae_id in ids:
         dec = read_decoder(root, sae_id)
         out.append(_ensure(sae_index_path(root, sae_id), root, dec.rows,
                            {"sae_id": sae_id, "hook": dec.hook, "layer": dec.layer,
                             "weights_sha256": dec.weights_sha256}, rebuild, approx_threshold, seed))
-    members, excluded = model_members(root)
     offsets, parts, start = [], [], 0
     for sae_id in members:
         dec = read_decoder(root, sae_id)
@@ -292,6 +322,7 @@ def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, r
     out.append(_ensure(model_index_path(root), root, rows,
                        {"saes": offsets, "excluded": excluded, "weights_sha256": combined_weights_sha256(offsets)},
                        rebuild, approx_threshold, seed))
+    marker.unlink()
     return out
 
 
@@ -305,7 +336,8 @@ def _ensure(path: Path, root: str | Path, rows: np.ndarray, extra: dict[str, Any
     if not rebuild:
         try:
             _, sidecar = load_index(path, root, {"weights_sha256": extra["weights_sha256"]})
-            return {**sidecar, "path": str(path), "rebuilt": False}
+            if sidecar.get("exact") == (len(rows) < approx_threshold):
+                return {**sidecar, "path": str(path), "rebuilt": False}
         except IntegrityError:
             pass
     index, info = build_index(rows, approx_threshold=approx_threshold, seed=seed)

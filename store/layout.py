@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from store.atomic import atomic_write_json, read_json
-from store.errors import InvalidInputError, NotFoundError
+from store.errors import IntegrityError, InvalidInputError, NotFoundError
 
 SCHEMA_VERSION = 1
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -64,17 +64,31 @@ class AtlasLayout:
     def analysis_dir(self, kind: str) -> Path:
         return self.root / "analyses" / check_id(kind, "analysis kind")
 
-    def sae_ids(self) -> list[str]:
-        """SAE ids that have saved weights, sorted."""
-        base = self.root / "saes"
-        if not base.is_dir():
+    def registered_sae_ids(self) -> list[str]:
+        """SAE ids recorded in atlas.json (none when the atlas has no atlas.json yet)."""
+        if not self.atlas_json.exists():
             return []
-        return sorted(p.name for p in base.iterdir() if (p / "cfg.json").exists())
+        saes = self.read_meta().get("saes") or {}
+        return sorted(saes) if isinstance(saes, dict) else []
+
+    def sae_ids(self) -> list[str]:
+        """SAE ids that have saved weights or are registered in atlas.json, sorted. A
+        registered SAE whose files are missing stays listed: reading it raises
+        IntegrityError (`require_sae`) instead of it silently dropping out of searches."""
+        base = self.root / "saes"
+        saved = {p.name for p in base.iterdir() if (p / "cfg.json").exists()} if base.is_dir() else set()
+        return sorted(saved | set(self.registered_sae_ids()))
 
     def require_sae(self, sae_id: str) -> Path:
-        """The SAE's directory, or NotFoundError listing the valid ids."""
+        """The SAE's directory: NotFoundError listing the valid ids for an unknown one,
+        IntegrityError for one registered in atlas.json whose cfg.json is missing."""
         path = self.sae_dir(sae_id)
         if not (path / "cfg.json").exists():
+            if sae_id in self.registered_sae_ids():
+                raise IntegrityError(
+                    path / "cfg.json", f"SAE {sae_id!r} is registered in atlas.json but its cfg.json is missing",
+                    f"re-train (`sae-atlas train --atlas {self.root} --overwrite`) or re-import SAE {sae_id!r}",
+                )
             valid = ", ".join(self.sae_ids()) or "(none trained yet)"
             raise NotFoundError(f"unknown SAE id {sae_id!r}; valid: {valid}")
         return path

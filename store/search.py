@@ -20,10 +20,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from store.atomic import sha256_file
 from store.errors import InvalidInputError, NotFoundError
 from store.index import (
     SearchIndex,
+    check_build_complete,
     combined_weights_sha256,
     load_index,
     model_index_path,
@@ -32,6 +32,7 @@ from store.index import (
     sae_index_path,
     unit_rows,
 )
+from store.integrity import verify_sae_weights
 from store.layout import AtlasLayout
 
 MAX_K = 1000
@@ -102,6 +103,7 @@ class FeatureSearch:
         """The SAE's index and sidecar (checked against its current weights)."""
         with self._lock:
             if sae_id not in self._sae:
+                check_build_complete(self.root)
                 dec = read_decoder(self.root, sae_id)
                 self._rows[sae_id] = dec.rows
                 self._sae[sae_id] = load_index(sae_index_path(self.root, sae_id), self.root,
@@ -112,10 +114,10 @@ class FeatureSearch:
         """The model-wide index over every SAE, with its id map."""
         with self._lock:
             if self._model is None:
+                check_build_complete(self.root)
                 offsets = []
                 for sae_id in model_members(self.root)[0]:
-                    weights = self.layout.sae_dir(sae_id) / "sae_weights.safetensors"
-                    offsets.append({"sae_id": sae_id, "weights_sha256": sha256_file(weights)})
+                    offsets.append({"sae_id": sae_id, "weights_sha256": verify_sae_weights(self.root, sae_id)})
                 self._model = load_index(model_index_path(self.root), self.root,
                                          {"weights_sha256": combined_weights_sha256(offsets)})
             return self._model

@@ -10,8 +10,11 @@ single-latent lookups by row offsets.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,9 @@ TABLES_FILE = "tables.json"
 FEATURES_FILE = "features.parquet"
 EXAMPLES_FILE = "examples.parquet"
 OCCURRENCE_FILE = "occurrence.npz"
+PENDING_OCCURRENCE = ".pending-occurrence.npz"  # finished by OccurrenceWriter, installed by write_tables
+LOCK_FILE = ".tables.lock"
+_SPOOL_PREFIX = ".occurrence-"
 
 FEATURES_SCHEMA: dict[str, pl.DataType] = {
     "latent": pl.Int32(),
@@ -112,6 +118,27 @@ def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> p
     return frame.select([pl.col(c).cast(t, strict=True) for c, t in schema.items()])
 
 
+@contextlib.contextmanager
+def tables_lock(folder: Path, *, exclusive: bool) -> Iterator[None]:
+    """An advisory lock (flock) on the SAE folder's summary files: `write_tables` holds it
+    exclusively while it replaces the tables and their sidecar, readers hold it shared
+    while they read the sidecar and the tables, so a reader sees the old or the new summary
+    whole. On a read-only atlas without the lock file there is no writer to wait for."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        try:
+            fd = os.open(folder / LOCK_FILE, os.O_RDONLY)
+        except OSError:
+            yield
+            return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 # writing ----------------------------------------------------------------------------------
 def _write_parquet(frame: pl.DataFrame, path: Path, table: str) -> dict[str, Any]:
     with atomic_path(path) as tmp:
@@ -130,8 +157,10 @@ def write_tables(
     examples: pl.DataFrame,
     params: dict[str, Any],
 ) -> dict[str, Any]:
-    """Write both tables atomically (the occurrence file must already be written), then the
-    sidecar `tables.json` with checksums; return the sidecar. Features must have one row per
+    """Write both tables atomically (the occurrence file must already be written: a
+    finished `OccurrenceWriter` is installed here), then the sidecar `tables.json` with
+    checksums; return the sidecar. All of it happens under the exclusive `tables_lock`, so
+    readers never see a new table with an old sidecar. Features must have one row per
     latent in order; examples are sorted by (latent, band, rank) for offset lookups."""
     sae_dir = AtlasLayout(root).sae_dir(sae_id)
     features = conform(features, FEATURES_SCHEMA, FEATURES_FILE)
@@ -140,24 +169,38 @@ def write_tables(
     examples = conform(examples, EXAMPLES_SCHEMA, EXAMPLES_FILE).sort(
         ["latent", "band", "rank"], nulls_last=False, maintain_order=True
     )
-    occurrence = sae_dir / OCCURRENCE_FILE
-    if not occurrence.exists():
+    occurrence, pending = sae_dir / OCCURRENCE_FILE, sae_dir / PENDING_OCCURRENCE
+    if not (occurrence.exists() or pending.exists()):
         raise ValueError(f"{occurrence} must be written before the tables")
-    files = {
-        FEATURES_FILE: _write_parquet(features, sae_dir / FEATURES_FILE, "features"),
-        EXAMPLES_FILE: _write_parquet(examples, sae_dir / EXAMPLES_FILE, "examples"),
-        OCCURRENCE_FILE: {"sha256": sha256_file(occurrence)},
-    }
-    sidecar = {
-        "format": TABLES_FORMAT,
-        "schema_version": TABLES_SCHEMA_VERSION,
-        "sae_id": sae_id,
-        "files": files,
-        "params": params,
-        "created_with": created_with(),
-    }
-    atomic_write_json(sae_dir / TABLES_FILE, sidecar)
+    with tables_lock(sae_dir, exclusive=True):
+        if pending.exists():
+            os.replace(pending, occurrence)
+        files = {
+            FEATURES_FILE: _write_parquet(features, sae_dir / FEATURES_FILE, "features"),
+            EXAMPLES_FILE: _write_parquet(examples, sae_dir / EXAMPLES_FILE, "examples"),
+            OCCURRENCE_FILE: {"sha256": sha256_file(occurrence)},
+        }
+        sidecar = {
+            "format": TABLES_FORMAT,
+            "schema_version": TABLES_SCHEMA_VERSION,
+            "sae_id": sae_id,
+            "files": files,
+            "params": params,
+            "created_with": created_with(),
+        }
+        atomic_write_json(sae_dir / TABLES_FILE, sidecar)
     return sidecar
+
+
+def remove_stale_files(folder: Path) -> list[Path]:
+    """Delete what a killed summary left in an SAE folder (occurrence spool files, an
+    uninstalled occurrence matrix, temporary table files); return the removed paths."""
+    stale = [p for p in folder.iterdir() if p.name.startswith(_SPOOL_PREFIX) or p.name == PENDING_OCCURRENCE
+             or any(p.name.startswith(f".{name}.") and p.name.endswith(".tmp")
+                    for name in (FEATURES_FILE, EXAMPLES_FILE, OCCURRENCE_FILE, PENDING_OCCURRENCE, TABLES_FILE))]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 class OccurrenceWriter:
@@ -165,15 +208,19 @@ class OccurrenceWriter:
 
     Row r is the r-th summarised block; entry (r, i) is the number of tokens of that block
     on which latent i fired. Indices and counts are spooled to temporary files and
-    assembled by `finish()` into `occurrence.npz`, which `scipy.sparse.load_npz` reads.
+    assembled by `finish()` into a pending matrix that `write_tables` installs as
+    `occurrence.npz` (which `scipy.sparse.load_npz` reads) together with the tables. A new
+    writer first removes what a killed run left behind (`remove_stale_files`).
     """
 
     def __init__(self, root: str | Path, sae_id: str, d_sae: int) -> None:
-        self.path = AtlasLayout(root).sae_dir(sae_id) / OCCURRENCE_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = AtlasLayout(root).sae_dir(sae_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_files(folder)
+        self.path = folder / PENDING_OCCURRENCE
         self.d_sae = d_sae
         self._spool = {
-            name: tempfile.NamedTemporaryFile(prefix=f".occurrence-{name}.", dir=self.path.parent, delete=False)
+            name: tempfile.NamedTemporaryFile(prefix=f"{_SPOOL_PREFIX}{name}.", dir=folder, delete=False)
             for name in ("indices", "data", "rows")
         }
         self._nnz = 0
@@ -197,7 +244,8 @@ class OccurrenceWriter:
         return np.memmap(self._spool[name].name, dtype=dtype, mode="r", shape=shape)
 
     def finish(self) -> Path:
-        """Write `occurrence.npz` atomically from the spooled rows and remove the spool."""
+        """Write the pending occurrence matrix atomically from the spooled rows (installed
+        by `write_tables`), remove the spool, and return the matrix's path."""
         try:
             rows = np.array(self._mapped("rows", np.int64, (self._n_rows, 2)))
             indptr = np.concatenate([[0], np.cumsum(rows[:, 1])]).astype(np.int64)
@@ -256,11 +304,23 @@ def _verified_path(root: str | Path, sae_id: str, name: str, sidecar: dict[str, 
     return path
 
 
+@contextlib.contextmanager
+def _snapshot(root: str | Path, sae_id: str) -> Iterator[dict[str, Any]]:
+    """The sidecar, read under the shared `tables_lock` held while the caller reads the
+    files it describes (so no summary is replaced in between)."""
+    folder = AtlasLayout(root).require_sae(sae_id)
+    with tables_lock(folder, exclusive=False):
+        yield read_sidecar(root, sae_id)
+
+
 def read_table(root: str | Path, sae_id: str, name: str, sidecar: dict[str, Any] | None = None) -> pl.DataFrame:
-    """`features.parquet` or `examples.parquet` of an SAE, verified against its checksum and schema."""
+    """`features.parquet` or `examples.parquet` of an SAE, verified against its checksum and
+    schema (against `sidecar` when given, else one read under the summary's shared lock)."""
     if name not in SCHEMAS:
         raise InvalidInputError(f"unknown table {name!r}; valid: {', '.join(SCHEMAS)}")
-    sidecar = sidecar or read_sidecar(root, sae_id)
+    if sidecar is None:
+        with _snapshot(root, sae_id) as current:
+            return read_table(root, sae_id, name, current)
     path = _verified_path(root, sae_id, name, sidecar)
     repair = summarize_repair(root, sae_id)
     try:
@@ -279,12 +339,13 @@ def read_table(root: str | Path, sae_id: str, name: str, sidecar: dict[str, Any]
 
 def load_occurrence(root: str | Path, sae_id: str) -> tuple[sp.csr_matrix, np.ndarray]:
     """The verified occurrence matrix `[blocks x d_sae]` (CSR) and the global block index of each row."""
-    sidecar = read_sidecar(root, sae_id)
-    path = _verified_path(root, sae_id, OCCURRENCE_FILE, sidecar)
+    path = AtlasLayout(root).sae_dir(sae_id) / OCCURRENCE_FILE
     try:
-        matrix = sp.load_npz(path)
-        with np.load(path) as raw:
-            block_index = raw["block_index"]
+        with _snapshot(root, sae_id) as sidecar:
+            _verified_path(root, sae_id, OCCURRENCE_FILE, sidecar)
+            matrix = sp.load_npz(path)
+            with np.load(path) as raw:
+                block_index = raw["block_index"]
     except (ValueError, KeyError, OSError) as exc:
         raise IntegrityError(path, f"not a readable occurrence matrix ({exc})", summarize_repair(root, sae_id)) from exc
     return matrix.tocsr(), block_index
@@ -295,9 +356,10 @@ class FeatureTables:
 
     def __init__(self, root: str | Path, sae_id: str) -> None:
         self.root, self.sae_id = Path(root), sae_id
-        self.sidecar = read_sidecar(root, sae_id)
-        self.features = read_table(root, sae_id, FEATURES_FILE, self.sidecar)
-        self.examples = read_table(root, sae_id, EXAMPLES_FILE, self.sidecar)
+        with _snapshot(root, sae_id) as sidecar:
+            self.sidecar = sidecar
+            self.features = read_table(root, sae_id, FEATURES_FILE, sidecar)
+            self.examples = read_table(root, sae_id, EXAMPLES_FILE, sidecar)
         latents = self.examples["latent"].to_numpy()
         is_top = (self.examples["kind"] == "top").to_numpy()
         self._offsets = np.searchsorted(latents, np.arange(self.n_latents + 1), side="left")
