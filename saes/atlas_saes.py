@@ -15,6 +15,7 @@ from saes.formats.saelens import CFG_FILE, load_saelens
 from saes.sae.base import SAE
 from store.atomic import read_json
 from store.errors import InvalidInputError
+from store.integrity import verify_sae_weights
 from store.layout import AtlasLayout
 
 
@@ -24,8 +25,11 @@ def _repair(sae_id: str) -> str:
 
 def load_atlas_sae(root: str | Path, sae_id: str, *, device: str | torch.device = "cpu") -> SAE:
     """SAE `sae_id` of the atlas at `root`, in eval mode on `device` (NotFoundError for an
-    unknown id, IntegrityError for a missing, truncated or mismatched file)."""
+    unknown id, IntegrityError for a missing, truncated or mismatched file). The weights'
+    sha256 is checked first (`store.integrity.verify_sae_weights`, hashed once per process
+    per file version)."""
     folder = AtlasLayout(root).require_sae(sae_id)
+    verify_sae_weights(root, sae_id)
     return load_saelens(folder, device=device).eval()
 
 

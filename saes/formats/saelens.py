@@ -38,6 +38,7 @@ from saes.formats.common import (
 from saes.sae.base import SAE, SAEConfig
 from store.atomic import atomic_path, atomic_write_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError
+from store.integrity import cached_sha256
 from store.layout import created_with
 from store.safetensors_io import save_deterministic
 
@@ -147,7 +148,7 @@ def _verify(folder: Path, sha: dict[str, str], name: str) -> None:
     path = folder / name
     if not path.is_file():
         raise IntegrityError(path, "file is missing", _OURS_REPAIR)
-    if sha256_file(path) != sha[name]:
+    if cached_sha256(path) != sha[name]:
         raise IntegrityError(path, f"sha256 does not match the one recorded in {CFG_FILE} "
                              "(the file is corrupt or was changed)", _OURS_REPAIR)
 
