@@ -2,8 +2,9 @@
 `uvicorn --workers N` calls in each worker process, and `serve(...)`.
 
 Each worker opens one `Atlas` and preloads it (summary tables, maps, search indexes and
-neighbour tables), so they are loaded once per worker and shared by its requests. The explorer (`api/static/`) is served at `/`;
-`/health` and `/openapi.json` need no token, every data endpoint does when one is set.
+neighbour tables), so they are loaded once per worker and shared by its requests. The
+explorer (`api/static/`) is served at `/`. When a token is set, everything needs it except
+a bare liveness answer from `/health` (`api.http.routers.service`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ from dataclasses import replace
 import faiss
 import torch
 from fastapi import Depends, FastAPI
-from fastapi.staticfiles import StaticFiles
 
 from api.atlas import Atlas
 from api.http.deps import require_token
 from api.http.errors import install_error_handlers
 from api.http.guards import BodyLimit
 from api.http.routers import DATA_ROUTERS, SERVICE_ROUTER
-from api.http.routers.service import STATIC_DIR
 from api.http.settings import ServerSettings
 from api.http.workers import run_workers
 
@@ -44,6 +43,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         description="Feature search and geometry over sparse autoencoders of a transformer's residual stream.",
         docs_url=None,  # Swagger UI loads from a CDN; the explorer and /openapi.json are local
         redoc_url=None,
+        openapi_url=None,  # served by the service router, behind the token
     )
     app.state.atlas = atlas
     app.state.settings = settings
@@ -51,7 +51,6 @@ def create_app(settings: ServerSettings) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(SERVICE_ROUTER)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in DATA_ROUTERS:
         app.include_router(router, dependencies=[Depends(require_token)])
     return app

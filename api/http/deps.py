@@ -29,22 +29,35 @@ def get_model_queue(request: Request) -> ThreadPoolExecutor:
     return request.app.state.model_queue
 
 
-def token_ok(request: Request, token: str | None) -> bool:
-    """Whether `request` carries `Authorization: Bearer <token>` (always true without a token)."""
+TOKEN_COOKIE = "sae_atlas_token"
+
+
+def token_ok(request: Request, offered: str | None = None) -> bool:
+    """Whether `request` may read data: always without a server token; with one, when it
+    sends `Authorization: Bearer <token>`, the explorer's cookie, or `offered` (the
+    explorer's `?token=`) matches."""
+    token = get_settings(request).token
     if not token:
         return True
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+    candidates = [given.strip() if scheme.lower() == "bearer" else None, request.cookies.get(TOKEN_COOKIE), offered]
+    return any(c is not None and hmac.compare_digest(c.encode(), token.encode()) for c in candidates)
 
 
 def require_token(request: Request) -> None:
     """401 unless the request carries the server's bearer token (when one is set)."""
-    if not token_ok(request, get_settings(request).token):
-        raise HTTPException(
-            status_code=401,
-            detail="missing or wrong bearer token: send 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    if not token_ok(request):
+        raise unauthorized()
+
+
+def unauthorized() -> HTTPException:
+    """The 401 answer to a request without the server's token."""
+    return HTTPException(
+        status_code=401,
+        detail="missing or wrong bearer token: send 'Authorization: Bearer <token>' "
+               "(the explorer: open /?token=<token>)",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def sae_id_checked(sae_id: str) -> str:

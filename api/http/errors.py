@@ -1,13 +1,14 @@
 """Every error as a JSON body `{"error": <kind>, "detail": <what was wrong>}`.
 
 AtlasError subclasses carry their status (NotFoundError 404, InvalidInputError 400,
-IntegrityError 500 with the file and the repair command); request validation failures are
+IntegrityError 500 with the atlas-relative file and the repair command); request validation failures are
 422 listing each bad field; unknown routes 404; anything unexpected a 500 without a trace.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -29,6 +30,12 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc if part not in ("body",)) or "body"
 
 
+def _atlas_relative(request: Request, path: str) -> str:
+    """`path` relative to the served atlas, so answers do not reveal where it lives."""
+    root = getattr(request.app.state, "atlas", None)
+    return os.path.relpath(path, root.root) if root is not None and path.startswith(str(root.root)) else path
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers that turn exceptions into JSON error bodies."""
 
@@ -36,7 +43,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def atlas_error(request: Request, exc: AtlasError) -> JSONResponse:
         if isinstance(exc, IntegrityError):
             log.error("integrity error: %s", exc)
-            return error_response(500, "integrity", str(exc), path=exc.path, repair=exc.repair)
+            path = _atlas_relative(request, exc.path)
+            return error_response(500, "integrity", f"{path}: {exc.problem}. To repair: {exc.repair}",
+                                  path=path, repair=exc.repair)
         return error_response(exc.http_status, type(exc).__name__, str(exc))
 
     @app.exception_handler(RequestValidationError)

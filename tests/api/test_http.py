@@ -142,16 +142,35 @@ def test_malformed_and_oversized_bodies(http: httpx.Client) -> None:
 
 def test_token_auth(token_server: Any, small_atlas: dict[str, Any]) -> None:
     a = small_atlas["sae_ids"][0]
+    ok = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=token_server.url, timeout=30) as client:
-        assert client.get("/health").json()["auth"] is True
-        assert client.get("/openapi.json").status_code == 200
-        assert client.get("/").status_code == 200
-        _error(client.get("/saes"), 401, "bearer token")
+        assert client.get("/health").json() == {"status": "ok"}  # bare liveness only
+        assert client.get("/health", headers={"Authorization": "Bearer wrong"}).json() == {"status": "ok"}
+        full = client.get("/health", headers=ok).json()
+        assert full["auth"] is True and full["saes"] == 2
+        for path in ("/openapi.json", "/", "/static/app.js", "/saes", "/analyses/planted/figures/demo-run.png"):
+            _error(client.get(path), 401, "bearer token")
         _error(client.get(f"/saes/{a}/features/0", headers={"Authorization": "Bearer wrong"}), 401)
         _error(client.get("/saes", headers={"Authorization": TOKEN}), 401)
         _error(client.post("/search/text", json={"text": "the"}), 401)
-        _error(client.get("/analyses/planted/figures/demo-run.png"), 401)
-        ok = {"Authorization": f"Bearer {TOKEN}"}
+        _error(client.get("/?token=wrong"), 401)
+        assert client.get("/openapi.json", headers=ok).json()["paths"]
         assert client.get("/saes", headers=ok).status_code == 200
         assert client.get(f"/saes/{a}/features/0", headers=ok).json()["index"] == 0
         _error(client.post(f"/analyses/circular/{a}", headers=ok, json={"max_tokens": 10}), 422, "max_tokens")
+    with httpx.Client(base_url=token_server.url, timeout=30) as browser:  # the explorer: /?token= once
+        assert "/static/app.js" in browser.get("/", params={"token": TOKEN}).text
+        assert browser.cookies.get("sae_atlas_token") == TOKEN
+        assert browser.get("/static/app.js").status_code == 200 and browser.get("/").status_code == 200
+        assert browser.get("/saes").status_code == 200  # the page's links and figures
+
+
+def test_health_never_names_the_atlas(http: httpx.Client, small_atlas: dict[str, Any]) -> None:
+    text = http.get("/health").text
+    assert small_atlas["root"].name not in text and str(small_atlas["root"]) not in text
+    assert set(http.get("/health").json()) == {"status", "saes", "worker_pid", "auth", "analyses_allowed"}
+
+
+def test_static_files_stay_in_the_explorer_folder(http: httpx.Client) -> None:
+    for path in ("/static/..%2Fatlas.py", "/static/%2E%2E", "/static/missing.js", "/static/..%2F..%2Fpyproject.toml"):
+        assert http.get(path).status_code == 404, path

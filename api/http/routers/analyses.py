@@ -4,38 +4,38 @@ Analyses are plain functions run in the server's thread pool."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, Path
 from fastapi.responses import FileResponse, Response
 
 from api.http.deps import AtlasDep, SettingsDep, sae_id_checked
 from api.http.json_body import json_body
-from api.http.routers.params import Kind, SaeId
-from api.http.schemas import CircularRequest
+from api.http.routers.params import DATA_ERRORS, Kind, SaeId, error_responses
+from api.http.schemas import Analysis, AnalysisRunFiles, CircularRequest
 from store.layout import check_id
 
-router = APIRouter(tags=["geometry"])
+router = APIRouter(tags=["geometry"], responses=DATA_ERRORS)
+LOOKUP = error_responses(400, 404)
 
 
-@router.get("/analyses", summary="Stored geometry results", response_model=list[dict[str, Any]])
+@router.get("/analyses", summary="Stored geometry results", response_model=list[AnalysisRunFiles])
 async def list_analyses(atlas: AtlasDep) -> Response:
     return json_body(atlas.analyses().to_dicts())
 
 
-@router.get("/analyses/{kind}/{run}", summary="One geometry result", response_model=dict[str, Any])
+@router.get("/analyses/{kind}/{run}", summary="One geometry result", response_model=Analysis, responses=LOOKUP)
 def get_analysis(atlas: AtlasDep, kind: str = Kind, run: str = Path(max_length=128)) -> Response:
     return json_body(atlas.analysis(check_id(kind, "analysis kind"), check_id(run, "run name")).to_dict())
 
 
-@router.get("/analyses/{kind}/figures/{name}", summary="A stored figure (PNG)", response_class=FileResponse)
+@router.get("/analyses/{kind}/figures/{name}", summary="A stored figure (PNG)", response_class=FileResponse,
+            responses={200: {"content": {"image/png": {}}, "description": "the PNG"}, **LOOKUP})
 def get_figure(atlas: AtlasDep, kind: str = Kind, name: str = Path(max_length=200)) -> FileResponse:
     return FileResponse(atlas.figure_path(check_id(kind, "analysis kind"), name), media_type="image/png")
 
 
 @router.post("/analyses/circular/{sae_id}",
              summary="Run circular-feature discovery (server started with --allow-analyses)",
-             response_model=dict[str, Any])
+             response_model=Analysis, responses={**LOOKUP, **error_responses(403, 413)})
 def run_circular(atlas: AtlasDep, settings: SettingsDep, sae_id: str = SaeId,
                  body: CircularRequest | None = None) -> Response:
     if not settings.allow_analyses:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -10,9 +10,11 @@ from fastapi.responses import RedirectResponse, Response
 from api.atlas import MAX_EXAMPLES, MAX_K
 from api.http.deps import AtlasDep, sae_id_checked
 from api.http.json_body import json_body
-from api.http.routers.params import MAX_INDEX, MAX_LIST, Index, SaeId
+from api.http.routers.params import DATA_ERRORS, MAX_INDEX, MAX_LIST, Index, SaeId, error_responses
+from api.http.schemas import Feature, FeaturePage, StoredExample
 
-router = APIRouter(tags=["features"])
+router = APIRouter(tags=["features"], responses={**DATA_ERRORS, **error_responses(400, 404)})
+SortKey = Literal["latent", "density", "max_act", "mean_active_act"]
 
 
 def _wants_html(request: Request) -> bool:
@@ -20,13 +22,13 @@ def _wants_html(request: Request) -> bool:
     return "text/html" in accept and "application/json" not in accept
 
 
-@router.get("/saes/{sae_id}/features", summary="A page of the per-latent table", response_model=dict[str, Any])
+@router.get("/saes/{sae_id}/features", summary="A page of the per-latent table", response_model=FeaturePage)
 async def list_features(
     atlas: AtlasDep,
     sae_id: str = SaeId,
     offset: int = Query(0, ge=0, le=MAX_INDEX),
     limit: int = Query(100, ge=1, le=MAX_LIST),
-    sort: str = Query("latent", pattern="^(latent|density|max_act|mean_active_act)$"),
+    sort: SortKey = Query("latent", description="largest first, except `latent`"),
 ) -> Response:
     frame = atlas.features(sae_id_checked(sae_id)).select(
         "latent", "n_active", "density", "mean_act", "mean_active_act", "max_act")
@@ -35,8 +37,9 @@ async def list_features(
     return json_body({"total": frame.height, "offset": offset, "rows": frame.slice(offset, limit).to_dicts()})
 
 
-@router.get("/saes/{sae_id}/features/{index}", response_model=dict[str, Any],
-            summary="Feature page: stats, histogram, examples, logits, neighbours, map")
+@router.get("/saes/{sae_id}/features/{index}", response_model=Feature,
+            summary="Feature page: stats, histogram, examples, logits, neighbours, map",
+            responses={307: {"description": "a browser (Accept: text/html) is sent to the explorer's page"}})
 async def get_feature(
     request: Request,
     atlas: AtlasDep,
@@ -51,9 +54,9 @@ async def get_feature(
 
 
 @router.get("/saes/{sae_id}/features/{index}/examples", summary="All stored examples",
-            response_model=list[dict[str, Any]])
+            response_model=list[StoredExample])
 async def get_examples(
     atlas: AtlasDep, sae_id: str = SaeId, index: int = Index,
-    kind: str | None = Query(None, pattern="^(top|band)$"),
+    kind: Literal["top", "band"] | None = Query(None, description="only top-k or only band examples"),
 ) -> Response:
     return json_body(atlas.examples(sae_id_checked(sae_id), index, kind).to_dicts())

@@ -1,10 +1,14 @@
-"""Path and query parameters shared by the routers, with the limits that show in `/openapi.json`."""
+"""Path and query parameters shared by the routers, with the limits that show in
+`/openapi.json`, and the error statuses each route documents."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import Path, Query
 
 from api.atlas import MAX_K
+from api.http.schemas import ErrorBody
 
 MAX_INDEX = 2**31 - 1
 MAX_LIST = 1000
@@ -12,3 +16,21 @@ SaeId = Path(description="SAE id, e.g. blocks.6.hook_resid_post-topk-4608", max_
 Index = Path(ge=0, le=MAX_INDEX, description="latent index")
 K = Query(10, ge=1, le=MAX_K, description=f"number of results (1..{MAX_K})")
 Kind = Path(max_length=128, description="analysis kind, e.g. circular")
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error statuses a route can answer, all with the `ErrorBody` shape."""
+    return {status: {"model": ErrorBody, "description": ERROR_MEANINGS[status]} for status in statuses}
+
+
+ERROR_MEANINGS = {
+    400: "invalid input (an id with unsafe characters, a vector of the wrong width, ...)",
+    401: "missing or wrong bearer token (servers started with a token)",
+    403: "not allowed on this server",
+    404: "no such SAE, feature, analysis or figure",
+    413: "request body larger than the server's limit",
+    422: "request validation failed (each bad field is named)",
+    500: "a damaged atlas file (the file and the repair command are named)",
+}
+DATA_ERRORS = error_responses(401, 422, 500)
+"""Every data route: auth, validation and integrity errors."""

@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from fastapi.responses import Response
 
 from api.http.deps import AtlasDep, sae_id_checked
 from api.http.json_body import json_body
-from api.http.routers.params import SaeId
+from api.http.routers.params import DATA_ERRORS, SaeId, error_responses
+from api.http.schemas import MapColumns, SaeInfo
 
-router = APIRouter()
+router = APIRouter(responses=DATA_ERRORS)
+ONE_SAE = error_responses(400, 404)
 
 
-@router.get("/saes", tags=["saes"], summary="The SAEs of the atlas", response_model=list[dict[str, Any]])
+@router.get("/saes", tags=["saes"], summary="The SAEs of the atlas", response_model=list[SaeInfo])
 async def list_saes(atlas: AtlasDep) -> Response:
     return json_body([atlas.sae_info(s) for s in atlas.sae_ids])
 
 
-@router.get("/saes/{sae_id}", tags=["saes"], summary="One SAE", response_model=dict[str, Any])
+@router.get("/saes/{sae_id}", tags=["saes"], summary="One SAE", response_model=SaeInfo, responses=ONE_SAE)
 async def get_sae(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
     return json_body(atlas.sae_info(sae_id_checked(sae_id)))
 
 
 @router.get("/saes/{sae_id}/map", tags=["geometry"], summary="2-D feature map (columns)",
-            response_model=dict[str, list[Any]])
+            response_model=MapColumns, responses=ONE_SAE)
 async def get_map(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
     return json_body(atlas.map(sae_id_checked(sae_id)).to_dict(as_series=False))

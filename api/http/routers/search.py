@@ -6,7 +6,6 @@ model on the worker's one-thread model queue."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
@@ -14,32 +13,34 @@ from fastapi.responses import Response
 from api.atlas import MAX_K
 from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
 from api.http.json_body import json_body
-from api.http.routers.params import MAX_INDEX, Index, K, SaeId
-from api.http.schemas import TextQuery, VectorQuery
+from api.http.routers.params import DATA_ERRORS, MAX_INDEX, Index, K, SaeId, error_responses
+from api.http.schemas import Match, TextQuery, TextSearch, TokenSearch, VectorQuery
 
-router = APIRouter(tags=["search"])
+router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404)})
+POSTED = error_responses(413)
 
 
 @router.get("/saes/{sae_id}/features/{index}/similar", summary="Nearest decoder directions",
-            response_model=list[dict[str, Any]])
+            response_model=list[Match])
 async def get_similar(atlas: AtlasDep, sae_id: str = SaeId, index: int = Index, k: int = K) -> Response:
     return json_body(atlas.similar(sae_id_checked(sae_id), index, k=k).to_dicts())
 
 
-@router.get("/saes/{sae_id}/features/{index}/flow", summary="Cross-layer matches",
-            response_model=list[dict[str, Any]])
+@router.get("/saes/{sae_id}/features/{index}/flow", summary="Cross-layer matches", response_model=list[Match])
 async def get_flow(atlas: AtlasDep, sae_id: str = SaeId, index: int = Index,
                    k: int = Query(5, ge=1, le=MAX_K)) -> Response:
     return json_body(atlas.flow(sae_id_checked(sae_id), index, k=k).to_dicts())
 
 
-@router.post("/search/vector", summary="Features nearest to a direction", response_model=list[dict[str, Any]])
+@router.post("/search/vector", summary="Features nearest to a direction", response_model=list[Match],
+             responses=POSTED)
 async def search_vector(atlas: AtlasDep, query: VectorQuery) -> Response:
     sae_id = sae_id_checked(query.sae_id) if query.sae_id is not None else None
     return json_body(atlas.search_vector(query.vector, sae_id=sae_id, k=query.k).to_dicts())
 
 
-@router.post("/search/text", summary="Features firing on each token of a text", response_model=dict[str, Any])
+@router.post("/search/text", summary="Features firing on each token of a text", response_model=TextSearch,
+             responses=POSTED)
 async def search_text(atlas: AtlasDep, queue: ModelQueueDep, query: TextQuery) -> Response:
     ids = [sae_id_checked(s) for s in query.sae_ids] if query.sae_ids else None
     result = await asyncio.get_running_loop().run_in_executor(
@@ -47,7 +48,7 @@ async def search_text(atlas: AtlasDep, queue: ModelQueueDep, query: TextQuery) -
     return json_body(result)
 
 
-@router.get("/search/token", summary="Features centred on / promoting a token", response_model=dict[str, Any])
+@router.get("/search/token", summary="Features centred on / promoting a token", response_model=TokenSearch)
 def search_token(
     atlas: AtlasDep,
     token: str | None = Query(None, min_length=1, max_length=256, description="token string"),
