@@ -28,8 +28,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from api import atlas_search, atlas_sources
+from api import atlas_meaning, atlas_search, atlas_sources
+from api.atlas_meaning import Pool
 from api.display import AnalysisResult, Feature, TextSearch, TokenFeatures
+from api.display_meaning import ContrastResult
 from store.errors import InvalidInputError, NotFoundError
 from store.layout import AtlasLayout
 from store.search import matches_frame
@@ -240,6 +242,34 @@ class Atlas:
         ids_T = tokens[0].tolist()
         return TextSearch(text=text, token_ids=ids_T,
                           tokens=handle.tokenizer.convert_ids_to_tokens(ids_T), features=per_sae)
+
+    def contrast(self, texts_a: list[str], texts_b: list[str], *, saes: list[str] | None = None, k: int = 20,
+                 pool: Pool = "max", n_permutations: int = 20_000, alpha: float = 0.05,
+                 duplicate_threshold: float = 0.9, seed: int = 0) -> ContrastResult:
+        """Features that separate two sets of texts (runs the model): each text's activations
+        pooled over its tokens (`pool`), per feature the difference of means, AUROC, Cohen's
+        d, a permutation p-value and a Benjamini-Hochberg q-value; the best `k`, with
+        near-duplicates (decoder cosine >= `duplicate_threshold`) grouped."""
+        texts_a = atlas_meaning.check_texts(texts_a, "texts_a", MAX_TEXT_CHARS)
+        texts_b = atlas_meaning.check_texts(texts_b, "texts_b", MAX_TEXT_CHARS)
+        ids = self._sae_selection(saes)
+        return atlas_meaning.contrast(
+            self.model(), {s: self._sae(s) for s in ids}, {s: self.sae_info(s)["hook"] for s in ids},
+            texts_a, texts_b, k=check_k(k), pool=pool, n_permutations=n_permutations, alpha=alpha,
+            duplicate_threshold=duplicate_threshold, seed=seed, run_locked=self._run_model)
+
+    def _sae_selection(self, saes: list[str] | None) -> list[str]:
+        ids = list(saes) if saes else self.sae_ids
+        if not ids:
+            raise NotFoundError(f"the atlas {self.root} has no SAEs yet")
+        for sid in ids:
+            self.layout.require_sae(sid)
+        return ids
+
+    def _run_model(self, run: Any) -> Any:
+        """`run()` holding the model lock (one model run at a time per Atlas)."""
+        with self._model_lock:
+            return run()
 
     def model(self) -> Any:
         """The atlas's model handle (loaded on first call, then kept)."""

@@ -49,10 +49,10 @@ class ContrastStats:
     tested_F: np.ndarray  # bool: active in at least one text
     n_permutations: int
 
-    def frame(self, latents: np.ndarray | None = None) -> pl.DataFrame:
-        """One row per feature (all, or `latents`): latent, mean_a, mean_b, diff, auroc,
-        effect_size, p_value, q_value."""
-        idx = np.arange(len(self.diff_F)) if latents is None else np.asarray(latents, dtype=np.int64)
+    def frame(self) -> pl.DataFrame:
+        """One row per tested feature: latent, mean_a, mean_b, diff, auroc, effect_size,
+        p_value, q_value."""
+        idx = np.flatnonzero(self.tested_F)
         return pl.DataFrame({
             "latent": idx, "mean_a": self.mean_a_F[idx], "mean_b": self.mean_b_F[idx], "diff": self.diff_F[idx],
             "auroc": self.auroc_F[idx], "effect_size": self.effect_size_F[idx],
@@ -161,13 +161,12 @@ def contrast_stats(
     return ContrastStats(mean_a, mean_b, diff, au, d, p, q, tested, n_permutations)
 
 
-def rank_features(stats: ContrastStats, k: int, *, alpha: float = 0.05) -> np.ndarray:
-    """The `k` features that separate the sets best: significant ones (q <= alpha) first,
-    then by |AUROC - 0.5|, then by |effect size|."""
-    separation = np.abs(stats.auroc_F - 0.5)
-    order = np.lexsort((-np.abs(stats.effect_size_F), -separation, stats.q_value_F > alpha))
-    order = order[stats.tested_F[order]]
-    return order[:k]
+def ranked(frame: pl.DataFrame, k: int, *, alpha: float = 0.05) -> pl.DataFrame:
+    """The `k` rows of a contrast table (columns of `ContrastStats.frame`, tested features
+    only) that separate the sets best: significant ones (q <= alpha) first, then by
+    |AUROC - 0.5|, then by |effect size|; a `rank` column is added."""
+    keys = [(pl.col("q_value") > alpha), -(pl.col("auroc") - 0.5).abs(), -pl.col("effect_size").abs()]
+    return frame.sort(keys).head(k).with_row_index("rank").with_columns(pl.col("rank").cast(pl.Int64))
 
 
 def duplicate_groups(W_dec_KD: np.ndarray, threshold: float = 0.9) -> np.ndarray:
