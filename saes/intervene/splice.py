@@ -1,0 +1,124 @@
+"""SAEs spliced into the model at their hooks, with the error term kept.
+
+At a spliced hook the activation `x` becomes `decode(f') + (x - decode(f))` where
+`f = encode(x)` and `f'` is the code after the clamp / scale / ablate edits; steer,
+project-out and rotate edits then act on that output. With no edit `f' = f`, so the
+model's logits are reproduced (up to float rounding).
+
+`Splice` holds the SAEs (by id) and the compiled edits; `run_spliced` runs one forward
+pass and returns the logits and every spliced SAE's (edited) code. `EditSources` is what
+the caller supplies to compile edit specs: the SAEs, feature means and circle planes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from saes.intervene.edits import CirclePlane, CompiledEdit, compile_edit, resolve_positions
+from saes.sae.base import SAE
+from store.errors import InvalidInputError
+
+
+class EditSources(Protocol):
+    """Where edit specs get their SAEs, hooks, feature means and circle planes."""
+
+    def sae(self, sae_id: str) -> SAE: ...
+
+    def hook(self, sae_id: str) -> str: ...
+
+    def feature_mean(self, sae_id: str, feature: int) -> float | None: ...
+
+    def plane(self, run: str, layer: int | None) -> CirclePlane: ...
+
+
+@dataclass
+class Splice:
+    """SAEs to splice in (sae_id -> (hook, SAE)) and edits to apply."""
+
+    saes: dict[str, tuple[str, SAE]] = field(default_factory=dict)
+    edits: list[CompiledEdit] = field(default_factory=list)
+
+    @property
+    def hooks(self) -> list[str]:
+        """Every hook the splice touches (SAEs and edits), in first-use order."""
+        return list(dict.fromkeys([h for h, _ in self.saes.values()] + [e.hook for e in self.edits]))
+
+    def hook_fn(self, hook: str, record: dict[str, torch.Tensor] | None) -> Any:
+        """The forward hook at `hook`: splice its SAEs, apply its edits, record codes."""
+        at_hook = [(sid, sae) for sid, (h, sae) in self.saes.items() if h == hook]
+        out_edits = [e for e in self.edits if e.hook == hook and not e.on_code]
+
+        def fn(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+            x = act
+            for sid, sae in at_hook:
+                xs = x.to(sae.W_dec.dtype)
+                f = sae.encode(xs)
+                err = xs - sae.decode(f)
+                for e in self.edits:
+                    if e.on_code and e.spec.sae == sid:
+                        f = e.apply_code(f)
+                if record is not None:
+                    record[sid] = f.detach()
+                x = (sae.decode(f) + err).to(act.dtype)
+            for e in out_edits:
+                x = e.apply_output(x)
+            return x
+
+        return fn
+
+    def fwd_hooks(self, record: dict[str, torch.Tensor] | None = None) -> list[tuple[str, Any]]:
+        return [(h, self.hook_fn(h, record)) for h in self.hooks]
+
+
+def build_splice(
+    sources: EditSources,
+    sae_ids: Sequence[str],
+    specs: Sequence[Any],
+    tokens: list[str],
+    *,
+    n_prompt: int | None = None,
+    n_total: int | None = None,
+) -> Splice:
+    """A `Splice` of the SAEs `sae_ids` plus every SAE an edit names, with each spec
+    compiled against `tokens` (the prompt's token strings; `n_total` >= prompt length
+    leaves room for generated tokens)."""
+    n_prompt = len(tokens) if n_prompt is None else n_prompt
+    n_total = n_prompt if n_total is None else n_total
+    splice = Splice()
+    for sid in [*sae_ids, *[s.sae for s in specs if getattr(s, "sae", None)]]:
+        if sid not in splice.saes:
+            splice.saes[sid] = (sources.hook(sid), sources.sae(sid))
+    for spec in specs:
+        mask = resolve_positions(spec.at, tokens, n_prompt, n_total)
+        if spec.kind == "rotate":
+            plane = sources.plane(spec.circle, spec.layer)
+            splice.edits.append(compile_edit(spec, mask, hook=plane.hook, plane=plane))
+            continue
+        hook, sae = splice.saes[spec.sae]
+        mean = sources.feature_mean(spec.sae, spec.feature) if spec.kind == "ablate" and spec.to == "mean" else None
+        splice.edits.append(compile_edit(spec, mask, sae=sae, hook=hook, feature_mean=mean))
+    return splice
+
+
+@dataclass
+class SpliceRun:
+    """Logits `[T, V]` of one sequence and each spliced SAE's code `[T, F]`."""
+
+    logits_TV: torch.Tensor
+    codes: dict[str, torch.Tensor]
+
+
+@torch.inference_mode()
+def run_spliced(handle: Any, token_ids_T: torch.Tensor, splice: Splice) -> SpliceRun:
+    """One forward pass of one token sequence with `splice` applied."""
+    if token_ids_T.ndim != 1 or len(token_ids_T) == 0:
+        raise InvalidInputError(f"need one non-empty token sequence, got shape {tuple(token_ids_T.shape)}")
+    for h in splice.hooks:
+        handle.check_hook(h)
+    record: dict[str, torch.Tensor] = {}
+    logits = handle.bridge.run_with_hooks(token_ids_T[None], fwd_hooks=splice.fwd_hooks(record))
+    return SpliceRun(logits[0].float(), {sid: f[0].float() for sid, f in record.items()})
