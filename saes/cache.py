@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 
 from saes.corpus import CorpusSpec, iter_blocks
 from saes.models import ModelHandle
-from store.activations import ActivationWriter, parse_dtype
+from store.activations import ActivationWriter
+from store.dtypes import parse_dtype
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 
@@ -101,7 +102,7 @@ def cache_activations(
         raise InvalidInputError("no hooks requested")
     for hook in hooks:
         handle.check_hook(hook)
-    parse_dtype(dtype)
+    parse_dtype(dtype, kind="activation dtype")
     target_blocks = n_tokens // corpus.context_size
     if target_blocks < 1:
         raise InvalidInputError(f"n_tokens={n_tokens} is less than one block of {corpus.context_size}")

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from store.dtypes import dtype_name, parse_dtype
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.layout import AtlasLayout, created_with
 from store.safetensors_io import MappedSafetensors, save_deterministic
@@ -25,15 +26,7 @@ from store.safetensors_io import MappedSafetensors, save_deterministic
 MANIFEST_FORMAT = "sae-atlas-activations"
 MANIFEST_VERSION = 1
 HELDOUT_FRACTION = 0.1
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 Split = Literal["train", "heldout", "all"]
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    """The torch dtype for a cache dtype name, or InvalidInputError listing the valid ones."""
-    if name not in DTYPES:
-        raise InvalidInputError(f"unknown activation dtype {name!r}; valid: {', '.join(DTYPES)}")
-    return DTYPES[name]
 
 
 def _repair(root: Path) -> str:
@@ -79,7 +72,7 @@ class ActivationWriter:
     ) -> None:
         self.layout = AtlasLayout(root)
         self.dir = self.layout.activation_dir(hook)
-        self.torch_dtype = parse_dtype(dtype)
+        self.torch_dtype = parse_dtype(dtype, kind="activation dtype")
         if shard_blocks <= 0 or context_size <= 0 or d <= 0:
             raise InvalidInputError("d, context_size and shard_blocks must be positive")
         self.manifest_path = self.dir / "manifest.json"
@@ -89,7 +82,7 @@ class ActivationWriter:
             "model": model,
             "hook": hook,
             "d": d,
-            "dtype": dtype,
+            "dtype": dtype_name(dtype),
             "context_size": context_size,
             "bos_token_id": bos_token_id,
             "prepend_bos": prepend_bos,

@@ -11,6 +11,7 @@ from saes.sae.losses import init_sae_weights
 from saes.sae.matryoshka import MatryoshkaSAE
 from saes.sae.standard import StandardSAE
 from saes.sae.topk import TopKSAE
+from store.dtypes import parse_dtype
 
 SAE_CLASSES: dict[str, type[SAE]] = {
     "standard": StandardSAE,
@@ -33,4 +34,4 @@ def build_sae(cfg: SAEConfig) -> SAE:
     sae = sae_class(cfg.architecture)(cfg)
     generator = torch.Generator().manual_seed(cfg.seed)
     init_sae_weights(sae, generator)
-    return sae.to(getattr(torch, cfg.dtype.removeprefix("torch.")))
+    return sae.to(parse_dtype(cfg.dtype))
