@@ -1,4 +1,5 @@
-"""`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow."""
+"""`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow,
+contrast of two text sets."""
 
 from __future__ import annotations
 
@@ -101,6 +102,47 @@ def token_command(atlas: Path = ATLAS, token: str = typer.Argument(..., help="To
         return
     _show(f"centred on {token!r}", result.centred, False)
     _show(f"promoting {token!r}", result.promoting, False)
+
+
+def _read_texts(value: str) -> list[str]:
+    """Texts from a file: a JSON list of strings, or one text per non-empty line."""
+    path = Path(value)
+    if not path.is_file():
+        raise InvalidInputError(f"{value!r} is not a file; give a .json list of strings or a text file, one per line")
+    raw = path.read_text()
+    if path.suffix == ".json":
+        try:
+            texts = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{path} is not valid JSON ({exc})") from exc
+        if not isinstance(texts, list):
+            raise InvalidInputError(f"{path} must hold a JSON list of strings")
+        return texts
+    return [line for line in raw.splitlines() if line.strip()]
+
+
+@search_app.command("contrast")
+@handle_errors
+def contrast_command(
+    atlas: Path = ATLAS,
+    texts_a: str = typer.Argument(..., help="Set A: a .json list of strings or a text file, one text per line."),
+    texts_b: str = typer.Argument(..., help="Set B, the same way."),
+    sae_id: list[str] = typer.Option([], help="SAE to encode with (repeatable; default all)."),
+    k: int = typer.Option(20, "-k", "--k", min=1, max=100, help="Number of results."),
+    pool: str = typer.Option("max", help="Pooling of a text's token activations: max or mean."),
+    permutations: int = typer.Option(20_000, min=1, help="Most permutations per feature."),
+    alpha: float = typer.Option(0.05, help="False discovery rate for 'significant'."),
+    seed: int = typer.Option(0, help="Seed of the permutations."),
+    json_out: bool = JSON,
+) -> None:
+    """Features that separate two sets of texts (AUROC, effect size, permutation p, BH q)."""
+    result = Atlas(atlas).contrast(_read_texts(texts_a), _read_texts(texts_b), saes=list(sae_id) or None, k=k,
+                                   pool=pool, n_permutations=permutations, alpha=alpha, seed=seed)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    _show(f"contrast: {result.n_significant} features with q <= {alpha}", result.table.select(
+        "rank", "sae_id", "latent", "diff", "auroc", "effect_size", "q_value", "group"), False)
 
 
 def register(app: typer.Typer) -> None:

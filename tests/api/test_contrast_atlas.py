@@ -75,3 +75,32 @@ def test_padding_does_not_change_pooled_activations(atlas: Atlas, small_atlas: d
         single = [pooled_feature_acts(atlas.model(), {sae_id: sae}, {sae_id: hook}, [t], pool="mean")[sae_id][0]
                   for t in texts]
     assert np.allclose(batched, np.stack(single), atol=1e-5)
+
+
+def test_contrast_over_http_and_cli(server: Any, small_atlas: dict[str, Any], tmp_path: Any) -> None:
+    import json
+
+    import httpx
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    body = {"texts_a": CAT, "texts_b": CHAIR, "k": 3, "n_permutations": 2000}
+    answer = httpx.post(server.url + "/search/contrast", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    features = answer.json()["features"]
+    assert len(features) == 3 and features[0]["significant"] and features[0]["rank"] == 0
+    bad = httpx.post(server.url + "/search/contrast", json={**body, "texts_a": ["one"]}, timeout=30)
+    assert bad.status_code == 422 and "texts_a" in bad.text
+    bad = httpx.post(server.url + "/search/contrast", json={**body, "sae_ids": ["nope"]}, timeout=30)
+    assert bad.status_code == 404
+
+    (tmp_path / "a.json").write_text(json.dumps(CAT))
+    (tmp_path / "b.txt").write_text("\n".join(CHAIR))
+    args = ["search", "contrast", str(small_atlas["root"]), str(tmp_path / "a.json"), str(tmp_path / "b.txt"),
+            "-k", "3", "--permutations", "2000", "--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    assert [f["latent"] for f in json.loads(out.output)["features"]] == [f["latent"] for f in features]
+    missing = CliRunner().invoke(app, ["search", "contrast", str(small_atlas["root"]), "nofile", "nofile"])
+    assert missing.exit_code != 0 and "not a file" in missing.output

@@ -15,6 +15,7 @@ from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, MAX_INDEX, Index, K, SaeId, error_responses
 from api.http.schemas import Match, TextQuery, TextSearch, TokenSearch, VectorQuery
+from api.http.schemas_meaning import ContrastQuery, ContrastResult
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404)})
 POSTED = error_responses(413)
@@ -46,6 +47,16 @@ async def search_text(atlas: AtlasDep, queue: ModelQueueDep, query: TextQuery) -
     result = await asyncio.get_running_loop().run_in_executor(
         queue, lambda: atlas.search_text(query.text, sae_ids=ids, k=query.k))
     return json_body(result)
+
+
+@router.post("/search/contrast", summary="Features separating two sets of texts", response_model=ContrastResult,
+             responses=POSTED)
+async def search_contrast(atlas: AtlasDep, queue: ModelQueueDep, query: ContrastQuery) -> Response:
+    ids = [sae_id_checked(s) for s in query.sae_ids] if query.sae_ids else None
+    options = query.model_dump(exclude={"texts_a", "texts_b", "sae_ids"})
+    result = await asyncio.get_running_loop().run_in_executor(
+        queue, lambda: atlas.contrast(query.texts_a, query.texts_b, saes=ids, **options))
+    return json_body(result.to_dict())
 
 
 @router.get("/search/token", summary="Features centred on / promoting a token", response_model=TokenSearch)
