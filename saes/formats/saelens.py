@@ -342,3 +342,18 @@ def load_sparsity(folder: str | Path) -> torch.Tensor | None:
     if "sparsity" not in tensors:
         raise IntegrityError(path, "tensor 'sparsity' is missing", _FOREIGN_REPAIR)
     return tensors["sparsity"]
+
+
+def relink_weights(folder: str | Path, target: str | Path) -> None:
+    """Make `folder`'s weights file a symbolic link to `target` (a file holding the same
+    tensors) and record the linked file's sha256 in `cfg.json`, so reads stay verified."""
+    folder, target = Path(folder), Path(target).resolve()
+    raw = read_config(folder / CFG_FILE, _OURS_REPAIR)
+    _ours(raw, folder / CFG_FILE)
+    link = folder / WEIGHTS_FILE
+    tmp = folder / f".{WEIGHTS_FILE}.link"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    tmp.replace(link)
+    raw[OUR_KEY]["sha256"][WEIGHTS_FILE] = sha256_file(target)
+    atomic_write_json(folder / CFG_FILE, raw)

@@ -1,0 +1,301 @@
+"""Import a pretrained SAE into an atlas: convert, judge, register.
+
+`import_sae(atlas, SOURCE)` resolves SOURCE (`saes.importing_sources`), reads it with the
+matching `saes.formats` reader, maps its hook to the atlas's TransformerLens name, writes
+it in our SAELens layout into a staging folder, reloads it from there and evaluates it on
+the hook's held-out activations (or, for a hook the atlas has not cached, on a small
+sample streamed through the model): FVU, L0, dead fraction and, with the model, CE loss
+recovered. The misload guard (`saes.importing_guard`) refuses an SAE that looks wrongly
+loaded, naming the cause; `force=True` keeps it, marked `suspect`. An accepted SAE is moved
+to `saes/<sae_id>/` with `source.json` (provenance) and `eval.json`, and registered in
+`atlas.json`; from then on every tool treats it like a trained one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from saes.eval.downstream import downstream_metrics
+from saes.eval.evaluate import evaluate_sae, write_eval
+from saes.formats import declared_normalization, detect_layout, load_any
+from saes.formats.hooks import to_atlas_hook
+from saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
+from saes.importing_guard import Problem, check_sae
+from saes.importing_sources import ResolvedSource, resolve_source
+from saes.sae.base import SAE
+from store.activations import ActivationReader
+from store.atomic import atomic_write_json, sha256_file
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout, check_id, created_with
+
+SOURCE_FILE = "source.json"
+STAGING_DIR = ".import-staging"
+DEFAULT_TOKENS = 8192
+DEFAULT_CE_BLOCKS = 4
+_WEIGHT_SUFFIXES = (".safetensors", ".npz", ".pt", ".pth", ".bin")
+
+
+class MisloadError(InvalidInputError):
+    """The misload guard refused an import; `problems` name the causes."""
+
+    def __init__(self, message: str, problems: list[Problem]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+@dataclass
+class ImportResult:
+    """What `import_sae` did: the SAE id, its hook, its metrics and any problems (suspect)."""
+
+    sae_id: str
+    hook: str
+    architecture: str
+    metrics: dict[str, Any]
+    problems: list[Problem]
+    source: dict[str, Any]
+
+    @property
+    def suspect(self) -> bool:
+        return bool(self.problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sae_id": self.sae_id, "hook": self.hook, "architecture": self.architecture,
+                "metrics": self.metrics, "suspect": self.suspect,
+                "problems": [p.to_dict() for p in self.problems], "source": self.source}
+
+
+def _original_files(folder: Path) -> dict[str, str | None]:
+    """Every file of the source folder (relative names) with the sha256 of the weight files."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts)
+    return {str(p.relative_to(folder)): sha256_file(p) if p.suffix in _WEIGHT_SUFFIXES else None for p in files}
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text.removeprefix("hf://").strip("/")).strip("-.")
+    return slug[-48:].lstrip("-.") or "imported"
+
+
+def _atlas_hooks(layout: AtlasLayout, model_handle: Any) -> list[str]:
+    hooks = set(layout.cached_hooks())
+    if model_handle is not None:
+        hooks |= set(model_handle.hook_names)
+    return sorted(hooks)
+
+
+def _resolve_hook(sae: SAE, hook: str | None, layout: AtlasLayout, model: Any) -> tuple[str, str]:
+    """(the atlas hook to import at, the hook the SAE records); refuses a mismatch."""
+    recorded = sae.cfg.hook_name
+    if not (hook or recorded):
+        raise InvalidInputError("the SAE records no hook; pass the hook it reads with --hook "
+                                f"(cached: {', '.join(layout.cached_hooks()) or 'none'})")
+    valid = _atlas_hooks(layout, model() if not hook and recorded not in layout.cached_hooks() else None)
+    name = layout.read_meta().get("model_name", "the model")
+    try:
+        target = to_atlas_hook(hook or recorded, valid, model_name=name)
+    except InvalidInputError:
+        target = to_atlas_hook(hook or recorded, _atlas_hooks(layout, model()), model_name=name)
+    if hook and recorded:
+        try:
+            mapped = to_atlas_hook(recorded, _atlas_hooks(layout, model()), model_name=name)
+        except InvalidInputError:
+            mapped = None  # a name from another model family: trust --hook
+        if mapped is not None and mapped != target:
+            raise MisloadError(
+                f"import refused: hook mismatch: the SAE was trained on {recorded!r} ({mapped}) but "
+                f"--hook is {hook!r} ({target}); drop --hook or pass the SAE's own hook",
+                [Problem("hook", f"trained on {mapped}, asked for {target}")],
+            )
+    return target, recorded
+
+
+class _Activations:
+    """Activation rows of the target hook (and its same-width neighbours) for the guard."""
+
+    def __init__(self, layout: AtlasLayout, hook: str, model: Any, n_tokens: int) -> None:
+        self.layout, self.hook, self.n_tokens = layout, hook, n_tokens
+        self.cached = hook in layout.cached_hooks()
+        self.reader = ActivationReader(layout.root, hook) if self.cached else None
+        self._streamed: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._model = model
+
+    @property
+    def width(self) -> int:
+        return self.reader.d if self.reader is not None else int(self.rows().shape[-1])
+
+    def _stream(self) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """A sample of the hook streamed through the model over the atlas's corpus."""
+        if self._streamed is None:
+            from saes.cache import run_hooks
+            from saes.corpus import CorpusSpec, iter_blocks
+
+            handle = self._model()
+            spec = CorpusSpec(**(self.layout.read_meta().get("corpus") or {}))
+            n_blocks = max(1, math.ceil(self.n_tokens / spec.context_size))
+            rows, batches = [], []
+            for blocks in iter_blocks(handle.tokenizer, spec, max_blocks=n_blocks):
+                acts = run_hooks(handle, blocks.token_ids, [self.hook])[self.hook].float().cpu()
+                is_bos = torch.zeros_like(blocks.token_ids, dtype=torch.bool)
+                is_bos[:, 0] = spec.prepend_bos
+                rows.append(acts[~is_bos])
+                batches.append((blocks.token_ids, is_bos))
+            self._streamed = (torch.cat(rows)[: self.n_tokens], batches)
+        return self._streamed
+
+    def rows(self, hook: str | None = None) -> torch.Tensor:
+        """Up to n_tokens non-BOS rows `[n, d]` of the held-out split (or the streamed sample)."""
+        hook = hook or self.hook
+        if hook != self.hook or self.cached:
+            reader = ActivationReader(self.layout.root, hook)
+            chunks = (b.acts[~b.is_bos].float() for b in reader.blocks(split="heldout"))
+            return torch.cat(list(itertools.islice(chunks, 64)))[: self.n_tokens]
+        return self._stream()[0]
+
+    def same_width_hooks(self) -> dict[str, torch.Tensor]:
+        others = [h for h in self.layout.cached_hooks()
+                  if h != self.hook and ActivationReader(self.layout.root, h).d == self.width]
+        return {h: self.rows(h) for h in others}
+
+    def metrics(self, sae: SAE, with_model: bool, ce_blocks: int) -> dict[str, Any]:
+        if self.reader is not None:
+            return evaluate_sae(sae, self.reader, model_handle=self._model() if with_model else None,
+                                hook=self.hook, n_tokens=self.n_tokens, ce_blocks=ce_blocks)
+        metrics = evaluate_sae(sae, [self.rows()], n_tokens=self.n_tokens)
+        if with_model:
+            metrics.update(downstream_metrics(sae, self._model().bridge, self.hook, self._stream()[1][:ce_blocks]))
+        return metrics
+
+
+def _norm_scale(source: ResolvedSource, acts: _Activations, d_in: int) -> tuple[float, str]:
+    """The `expected_average_only_in` factor: the registry's, else sqrt(d_in) / mean ||x||."""
+    if source.norm_scaling_factor is not None:
+        return source.norm_scaling_factor, "registry"
+    mean_norm = float(acts.rows().norm(dim=-1).mean())
+    if not mean_norm > 0:
+        raise InvalidInputError(f"hook {acts.hook} has zero activations; cannot estimate the norm scaling factor")
+    return d_in**0.5 / mean_norm, f"estimated from {acts.rows().shape[0]} tokens of {acts.hook}"
+
+
+def _link_weights(staging: Path, source_file: Path) -> None:
+    """Replace the staged weights by a symbolic link to `source_file`, after checking the
+    source holds exactly the staged tensors (only an unconverted SAELens file can)."""
+    from safetensors.torch import load_file
+
+    mine, theirs = load_file(str(staging / WEIGHTS_FILE)), load_file(str(source_file))
+    same = set(mine) == set(theirs) and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    if not same:
+        raise InvalidInputError(f"--link needs a SAELens {WEIGHTS_FILE} that is used unconverted; {source_file} "
+                                "had to be converted, so the SAE must be copied (drop --link)")
+    relink_weights(staging, source_file)
+
+
+def import_sae(
+    atlas: str | Path,
+    source: str | Path,
+    *,
+    hook: str | None = None,
+    sae_id: str | None = None,
+    link: bool = False,
+    force: bool = False,
+    registry: str | Path | None = None,
+    n_tokens: int = DEFAULT_TOKENS,
+    ce_blocks: int = DEFAULT_CE_BLOCKS,
+    with_model: bool = True,
+    model_handle: Any = None,
+) -> ImportResult:
+    """Import SOURCE (a folder in a known layout, `RELEASE/SAE_ID`, `hf://org/repo/path[@rev]`)
+    into the atlas at `atlas` (see the module doc). Raises MisloadError naming the cause
+    when the guard refuses it (unless `force`), InvalidInputError / UnknownHookError for
+    bad input; nothing is left in the atlas by a refused import."""
+    layout = AtlasLayout(atlas)
+    meta = layout.read_meta()
+    handle: dict[str, Any] = {"model": model_handle}
+
+    def model() -> Any:
+        if handle["model"] is None:
+            from saes.models import load_model
+
+            handle["model"] = load_model(meta["model"])
+        return handle["model"]
+
+    resolved = resolve_source(source, registry=registry)
+    folder_layout = detect_layout(resolved.folder)
+    needs_scale = declared_normalization(resolved.folder) == "expected_average_only_in"
+    sae = load_any(resolved.folder, norm_scaling_factor=1.0 if needs_scale else None)
+    target, recorded = _resolve_hook(sae, hook, layout, model)
+    acts = _Activations(layout, target, model, n_tokens)
+    if acts.width != sae.cfg.d_in:
+        raise MisloadError(f"import refused: d_in mismatch: the SAE has d_in={sae.cfg.d_in} but {target} has "
+                           f"d={acts.width}; it belongs to another model or hook",
+                           [Problem("hook", f"d_in {sae.cfg.d_in} != {acts.width}")])
+    conversions: dict[str, Any] = {}
+    if needs_scale:
+        scale, origin = _norm_scale(resolved, acts, sae.cfg.d_in)
+        sae = load_any(resolved.folder, norm_scaling_factor=scale)
+        conversions["norm_scaling_factor"] = {"value": scale, "from": origin}
+    sae.cfg.hook_name = target
+    sae.cfg.model_name = sae.cfg.model_name or str(meta.get("model_name", ""))
+    sae_id = check_id(sae_id or f"{target}-{sae.cfg.architecture}-{sae.cfg.d_sae}-{_slug(resolved.source)}", "SAE id")
+    if (layout.sae_dir(sae_id) / "cfg.json").exists() or sae_id in (meta.get("saes") or {}):
+        raise InvalidInputError(f"SAE id {sae_id!r} already exists in {layout.root}; choose another with --id")
+    staging = layout.root / STAGING_DIR / sae_id
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        save_saelens(sae, staging)
+        if link:
+            _link_weights(staging, resolved.folder / WEIGHTS_FILE)
+        stored = load_saelens(staging)  # judge exactly what was written
+        started = time.perf_counter()
+        metrics = acts.metrics(stored, with_model, ce_blocks)
+        problems = check_sae(stored, acts.rows(), metrics, hook=target, expected_l0=resolved.expected_l0,
+                             other_hooks=acts.same_width_hooks())
+        if problems and not force:
+            causes = "; ".join(f"{p.cause}: {p.message}" for p in problems)
+            raise MisloadError(f"import refused: {causes}. Pass --force to keep it marked suspect", problems)
+        provenance = {
+            "source": resolved.source, "kind": resolved.kind, "format": folder_layout,
+            **resolved.provenance, "original_hook": recorded or None, "hook": target,
+            "architecture": stored.cfg.architecture, "dtype": stored.cfg.dtype,
+            "original_files": _original_files(resolved.folder), "conversions": conversions,
+            "linked": link, "suspect": bool(problems), "problems": [p.to_dict() for p in problems],
+            "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "created_with": created_with(),
+        }
+        atomic_write_json(staging / SOURCE_FILE, provenance)
+        write_eval(staging, {
+            "metrics": metrics, "suspect": bool(problems), "problems": [p.to_dict() for p in problems],
+            "parameters": {"sae_id": sae_id, "hook": target, "architecture": stored.cfg.architecture,
+                           "split": "heldout" if acts.cached else "streamed", "n_tokens_requested": n_tokens,
+                           "ce_blocks_requested": ce_blocks if with_model else 0, "exclude_bos": True,
+                           "model": getattr(handle["model"], "name", None) if with_model else None},
+            "seconds": round(time.perf_counter() - started, 3),
+        })
+        layout.sae_dir(sae_id).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, layout.sae_dir(sae_id))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _register(layout, sae_id, stored, metrics, provenance)
+    return ImportResult(sae_id, target, stored.cfg.architecture, metrics, problems, provenance)
+
+
+def _register(layout: AtlasLayout, sae_id: str, sae: SAE, metrics: dict[str, Any], provenance: dict[str, Any]) -> None:
+    """Record the imported SAE in atlas.json next to the trained ones."""
+    meta = layout.read_meta()
+    saes = dict(meta.get("saes") or {})
+    saes[sae_id] = {
+        "sae_id": sae_id, "hook": sae.cfg.hook_name, "architecture": sae.cfg.architecture,
+        "d_in": sae.cfg.d_in, "d_sae": sae.cfg.d_sae, "k": sae.cfg.k,
+        "fvu": metrics.get("fvu"), "l0": metrics.get("l0"), "dead_fraction": metrics.get("dead_fraction"),
+        "source": {"kind": provenance["kind"], "source": provenance["source"], "format": provenance["format"]},
+        "suspect": provenance["suspect"],
+    }
+    layout.update_meta(saes=saes)

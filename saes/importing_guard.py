@@ -1,0 +1,158 @@
+"""The misload guard: judge an imported SAE on real activations of its hook.
+
+An SAE read with a wrong convention still loads and runs; only its numbers give it away.
+`check_sae` measures FVU, L0 and the dead fraction on activation rows of the target hook
+and names the likely cause of a failure by trying the usual mistakes and keeping the one
+that fixes the reconstruction:
+
+- `threshold`: a JumpReLU / BatchTopK / Matryoshka SAE firing on a large share of its
+  latents (a lost threshold lets every positive pre-activation through, about d_sae / 2);
+- `l0`: L0 far (over 3x) from the release's recorded L0 or the config's k;
+- `transposed`: the SAE reconstructs once `W_enc` and `W_dec` are swapped and transposed;
+- `normalisation`: it reconstructs once inputs are rescaled (a missing or wrong
+  `expected_average_only_in` factor); the factor that works is reported;
+- `apply_b_dec_to_input`: it reconstructs once the input bias convention is flipped;
+- `hook`: it reconstructs another cached hook of the same width much better;
+- `fvu`: it reconstructs worse than the mean (FVU > 1) for no reason found above;
+- `dead`: no latent fires at all.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+
+from saes.eval.reconstruction import reconstruction_metrics
+from saes.sae.base import SAE
+
+Cause = Literal["threshold", "l0", "transposed", "normalisation", "apply_b_dec_to_input", "hook", "fvu", "dead"]
+MAX_FVU = 1.0
+L0_FACTOR = 3.0
+DENSE_SHARE = 0.25
+DIAGNOSIS_TOKENS = 1024
+_SCALES = [2.0**j for j in range(-12, 13) if j != 0]
+
+
+@dataclass
+class Problem:
+    """One reason to distrust an imported SAE."""
+
+    cause: Cause
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _fvu(sae: SAE, rows: torch.Tensor) -> float:
+    return float(reconstruction_metrics(sae, [rows])["fvu"])
+
+
+def _variant(sae: SAE, edit: Callable[[SAE], None]) -> SAE:
+    other = copy.deepcopy(sae)
+    with torch.no_grad():
+        edit(other)
+    return other
+
+
+def _transposed(sae: SAE) -> SAE | None:
+    if sae.cfg.d_in != sae.cfg.d_sae:
+        return None  # non-square: the readers' shape checks already name a transposition
+
+    def swap(s: SAE) -> None:
+        W_enc = s.W_enc.detach().clone()
+        s.W_enc.copy_(s.W_dec.T)
+        s.W_dec.copy_(W_enc.T)
+
+    return _variant(sae, swap)
+
+
+def _rescaled(sae: SAE, scale: float) -> SAE:
+    def fold(s: SAE) -> None:
+        s.W_enc.mul_(scale)
+        s.W_dec.div_(scale)
+        s.b_dec.div_(scale)
+
+    return _variant(sae, fold)
+
+
+def _bias_flipped(sae: SAE) -> SAE:
+    other = copy.deepcopy(sae)
+    other.cfg = copy.deepcopy(sae.cfg)
+    other.cfg.apply_b_dec_to_input = not sae.cfg.apply_b_dec_to_input
+    return other
+
+
+def _good(fvu: float, baseline: float) -> bool:
+    return fvu < min(MAX_FVU, 0.5 * baseline)
+
+
+def _diagnose_fvu(sae: SAE, rows: torch.Tensor, fvu: float, other_hooks: dict[str, torch.Tensor],
+                  hook: str) -> Problem:
+    sample = rows[:DIAGNOSIS_TOKENS]
+    swapped = _transposed(sae)
+    if swapped is not None and _good(_fvu(swapped, sample), fvu):
+        return Problem("transposed", f"FVU {fvu:.3g} > 1, but the SAE reconstructs with W_enc and W_dec "
+                       "swapped and transposed: the file stores them the other way round")
+    scored = [(_fvu(_rescaled(sae, s), sample), s) for s in _SCALES]
+    best, scale = min(scored)
+    if _good(best, fvu):
+        return Problem("normalisation", f"FVU {fvu:.3g} > 1, but {best:.3g} once inputs are scaled by "
+                       f"{scale:g}: the SAE expects normalised activations (normalize_activations / "
+                       "norm_scaling_factor missing or wrong)")
+    flipped = _fvu(_bias_flipped(sae), sample)
+    if _good(flipped, fvu):
+        return Problem("apply_b_dec_to_input", f"FVU {fvu:.3g} > 1, but {flipped:.3g} with "
+                       f"apply_b_dec_to_input={not sae.cfg.apply_b_dec_to_input}: the input-bias "
+                       "convention of the format was read wrongly")
+    for other, other_rows in other_hooks.items():
+        other_fvu = _fvu(sae, other_rows[:DIAGNOSIS_TOKENS])
+        if _good(other_fvu, fvu):
+            return Problem("hook", f"FVU {fvu:.3g} on {hook} but {other_fvu:.3g} on {other}: the SAE was "
+                           f"trained on another hook (import it with --hook {other})")
+    return Problem("fvu", f"FVU {fvu:.3g} > 1: the SAE reconstructs {hook} worse than its mean; it was "
+                   "trained on another model, hook or normalisation")
+
+
+def _threshold_values(sae: SAE) -> torch.Tensor | None:
+    value = getattr(sae, "threshold", None)
+    return value.detach() if isinstance(value, torch.Tensor) else None
+
+
+def check_sae(
+    sae: SAE,
+    rows: torch.Tensor,
+    metrics: dict[str, float],
+    *,
+    hook: str,
+    expected_l0: float | None = None,
+    other_hooks: dict[str, torch.Tensor] | None = None,
+) -> list[Problem]:
+    """Problems of `sae` on activation `rows [n, d_in]` of `hook`, given its `metrics` there
+    (`fvu`, `l0`, `dead_fraction`); empty when it looks correctly loaded. `other_hooks`
+    holds rows of the atlas's other hooks of the same width, to recognise a wrong hook."""
+    problems: list[Problem] = []
+    cfg = sae.cfg
+    fvu, l0 = float(metrics["fvu"]), float(metrics["l0"])
+    threshold = _threshold_values(sae)
+    if cfg.architecture in ("jumprelu", "batchtopk", "matryoshka") and threshold is not None:
+        limit = max(DENSE_SHARE * cfg.d_sae, L0_FACTOR * cfg.k if cfg.k else 0.0)
+        if l0 > limit:
+            stripped = " (every threshold is 0)" if float(threshold.max()) <= 0 else ""
+            problems.append(Problem("threshold", f"L0 {l0:.1f} of d_sae {cfg.d_sae}{stripped}: a "
+                                    f"{cfg.architecture} SAE this dense has lost its threshold "
+                                    "(SAELens issue #608); re-export it with the threshold"))
+    reference = expected_l0 or (cfg.k if cfg.architecture in ("batchtopk", "matryoshka") else None)
+    if reference and not problems and not reference / L0_FACTOR <= l0 <= reference * L0_FACTOR:
+        problems.append(Problem("l0", f"L0 {l0:.1f} is far from the {reference:g} its release / config "
+                                "implies: wrong threshold, k or normalisation"))
+    if not math.isfinite(fvu) or fvu > MAX_FVU:
+        problems.append(_diagnose_fvu(sae, rows, fvu if math.isfinite(fvu) else math.inf, other_hooks or {}, hook))
+    if float(metrics.get("dead_fraction", 0.0)) >= 1.0:
+        problems.append(Problem("dead", f"no latent fires on {rows.shape[0]} tokens of {hook}"))
+    return problems
