@@ -13,9 +13,9 @@ import torch
 
 from saes.formats.saelens import CFG_FILE, load_saelens
 from saes.sae.base import SAE
-from store.atomic import read_json
 from store.errors import InvalidInputError
-from store.integrity import verify_sae_weights
+from store.hooks import cfg_hook_name
+from store.integrity import sae_cfg, verify_sae_weights
 from store.layout import AtlasLayout
 
 
@@ -36,12 +36,11 @@ def load_atlas_sae(root: str | Path, sae_id: str, *, device: str | torch.device 
 def atlas_sae_hook(root: str | Path, sae_id: str) -> str:
     """The hook SAE `sae_id` reads, from its cfg.json (`metadata.hook_name`), without
     loading the weights; InvalidInputError if none is recorded."""
-    folder = AtlasLayout(root).require_sae(sae_id)
-    cfg = read_json(folder / CFG_FILE, _repair(sae_id))
-    hook = (cfg.get("metadata") or {}).get("hook_name") or cfg.get("hook_name")
+    hook = cfg_hook_name(sae_cfg(root, sae_id))
     if not hook:
+        folder = AtlasLayout(root).sae_dir(sae_id)
         raise InvalidInputError(f"{folder / CFG_FILE} names no hook (metadata.hook_name); {_repair(sae_id)}")
-    return str(hook)
+    return hook
 
 
 def hook_of(sae: SAE, sae_id: str) -> str:

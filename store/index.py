@@ -16,7 +16,6 @@ maps id ranges back to (SAE id, latent).
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError
+from store.hooks import cfg_hook_name, hook_layer
 from store.int8_scan import Int8Scan
 from store.integrity import WEIGHTS_FILE, sae_cfg, verify_sae_weights, weights_repair
 from store.layout import AtlasLayout, created_with
@@ -37,7 +37,6 @@ INT8_SCAN_THRESHOLD = 4096
 SearchIndex = faiss.Index | Int8Scan  # what `load_index` returns: both have ntotal, d, search
 RECALL_SAMPLE = 256
 K_FACTORS = (8, 16, 32, 64)  # candidates re-ranked per result, tried while tuning
-_LAYER = re.compile(r"blocks\.(\d+)\.")
 
 
 def rebuild_command(root: str | Path) -> str:
@@ -62,17 +61,11 @@ class Decoder:
     weights_sha256: str
 
 
-def hook_layer(hook: str) -> int:
-    """Block number in a TransformerLens hook name (-1 before the first block)."""
-    match = _LAYER.search(hook)
-    return int(match.group(1)) if match else -1
-
-
 def read_decoder(root: str | Path, sae_id: str) -> Decoder:
     """Unit-normalised `W_dec` rows of an SAE folder (SAELens layout)."""
     sha = verify_sae_weights(root, sae_id)  # corrupt weights are named first, never indexed
     cfg = sae_cfg(root, sae_id)
-    hook = (cfg.get("metadata") or {}).get("hook_name") or cfg.get("hook_name") or ""
+    hook = cfg_hook_name(cfg)
     weights = AtlasLayout(root).sae_dir(sae_id) / WEIGHTS_FILE
     tensors = MappedSafetensors(weights, weights_repair(sae_id))
     rows = tensors.torch("W_dec").float().numpy()

@@ -71,6 +71,7 @@ from geometry.trees import (
 from saes.atlas_saes import load_atlas_sae
 from store.activations import ActivationReader
 from store.errors import InvalidInputError, NotFoundError
+from store.hooks import hook_layer
 from store.layout import AtlasLayout
 from store.tables import load_occurrence
 
@@ -337,11 +338,6 @@ def run_lobes(
 
 
 # --------------------------------------------------------------------------- galaxy
-def _layer_of(hook: str) -> int:
-    m = re.match(r"^blocks\.(\d+)\.", hook or "")
-    return int(m.group(1)) if m else -1
-
-
 def run_galaxy(
     atlas: str | Path, sae_ids: list[str] | None = None, *, ranks: tuple[int, int] = (10, 150),
     twonn_points: int = 20000, seed: int = 0, run: str = "galaxy",
@@ -359,7 +355,7 @@ def run_galaxy(
         fit = power_law_fit(ev, ranks)
         spectra[sae_id], fits[sae_id] = ev, fit
         tn = twonn_dimension(unit_rows(W), max_points=twonn_points, seed=seed)
-        rows.append({"sae_id": sae_id, "hook": sae.cfg.hook_name, "layer": _layer_of(sae.cfg.hook_name),
+        rows.append({"sae_id": sae_id, "hook": sae.cfg.hook_name, "layer": hook_layer(sae.cfg.hook_name),
                      "d_sae": len(W), "slope": fit.slope, "alpha": fit.alpha, "fit_r2": fit.r2,
                      "rank_lo": fit.lo, "rank_hi": fit.hi, "twonn_dimension": tn.dimension})
     table = pl.DataFrame(rows).sort(["layer", "sae_id"])
