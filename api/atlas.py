@@ -76,6 +76,20 @@ class Atlas:
         rows = [self.sae_info(sae_id) for sae_id in self.sae_ids]
         return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"sae_id": pl.String})
 
+    def add_sae(self, source: str | Path, *, hook: str | None = None, sae_id: str | None = None,
+                link: bool = False, force: bool = False, registry: str | Path | None = None,
+                with_model: bool = True) -> dict[str, Any]:
+        """Import a pretrained SAE (a folder in a known layout, `RELEASE/SAE_ID` from a
+        registry, or `hf://org/repo/path[@revision]`) into this atlas, after the misload
+        guard (`saes.importing.import_sae`); returns what was imported and its metrics."""
+        from saes.importing import import_sae
+
+        handle = self._model_override if hasattr(self._model_override, "hook_names") else None
+        result = import_sae(self.root, source, hook=hook, sae_id=sae_id, link=link, force=force,
+                            registry=registry, with_model=with_model, model_handle=handle)
+        self.meta = self.layout.read_meta()
+        return result.to_dict()
+
     def sae_info(self, sae_id: str) -> dict[str, Any]:
         """Facts about one SAE (from atlas.json and its cfg.json; read once, then kept);
         NotFoundError if unknown."""
@@ -88,12 +102,14 @@ class Atlas:
         info = {
             "sae_id": sae_id,
             "hook": atlas_sources.sae_hook(self.root, sae_id),
-            "architecture": cfg.get("architecture"),
+            "architecture": atlas_sources.sae_architecture(cfg),
             "d_in": cfg.get("d_in"),
             "d_sae": cfg.get("d_sae"),
         }
         for key in ("k", "fvu", "l0", "dead_fraction"):
             info[key] = recorded.get(key)
+        info["source"] = (recorded.get("source") or {}).get("source") or "trained"
+        info["suspect"] = bool(recorded.get("suspect"))
         return info
 
     def _tables(self, sae_id: str) -> Any:

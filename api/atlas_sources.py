@@ -70,6 +70,13 @@ def sae_config(root: Path, sae_id: str) -> dict[str, Any]:
     return read_json(folder / "cfg.json", f"re-train or re-import SAE {sae_id!r}")
 
 
+def sae_architecture(cfg: dict[str, Any]) -> str | None:
+    """The true architecture of an SAE from its cfg.json (not SAELens' export name)."""
+    from saes.formats.saelens import true_architecture
+
+    return true_architecture(cfg)
+
+
 def sae_hook(root: Path, sae_id: str) -> str:
     """The hook an SAE reads."""
     from saes.atlas_saes import atlas_sae_hook

@@ -10,6 +10,7 @@ from api.commands import (
     cache,
     demo,
     feature,
+    import_sae,
     index,
     search,
     serve,
@@ -27,7 +28,7 @@ app = typer.Typer(
 analyze_app = typer.Typer(help="Geometry analyses over an atlas.", no_args_is_help=True)
 app.add_typer(analyze_app, name="analyze")
 
-for module in (cache, train, eval_command, summarize, index, demo, serve, feature, search):
+for module in (cache, train, eval_command, import_sae, summarize, index, demo, serve, feature, search):
     module.register(app)
 analyze_circular.register_analyze(analyze_app)
 analyze_geometry.register_analyze(analyze_app)

@@ -82,6 +82,8 @@ class SaeInfo(BaseModel):
     fvu: Number
     l0: Number
     dead_fraction: Number
+    source: str = Field(default="trained", description="'trained', or the SOURCE it was imported from")
+    suspect: bool = Field(default=False, description="imported with --force despite the misload guard")
 
 
 class FeatureRow(BaseModel):

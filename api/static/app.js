@@ -141,8 +141,9 @@ function renderTextResult(out, result, sae) {
 async function saesView() {
   const list = await saes();
   view.replaceChildren(el("h2", {}, "SAEs"),
-    table(["sae_id", "hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0"], list, {
-      sae_id: (r) => el("a", { class: "feat", href: `#/saes/${enc(r.sae_id)}` }, r.sae_id),
+    table(["sae_id", "hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "source"], list, {
+      sae_id: (r) => el("span", {}, el("a", { class: "feat", href: `#/saes/${enc(r.sae_id)}` }, r.sae_id),
+        r.suspect ? el("span", { class: "suspect", title: "imported with --force despite the misload guard" }, " suspect") : ""),
       fvu: (r) => (r.fvu === null ? "" : fmt(r.fvu)), k: (r) => (r.k === null ? "" : r.k),
       l0: (r) => (r.l0 === null ? "" : fmt(r.l0)) }));
 }
@@ -170,8 +171,11 @@ async function featureView(sae, index) {
     table(["feature", "cosine"], rows, { feature: (r) => featLink(r.sae_id, r.latent, r.sae_id === sae ? `feature ${r.latent}` : `${r.sae_id} / ${r.latent}`) }));
   const mapNote = f.map_position ? el("a", { href: `#/map/${enc(sae)}?highlight=${index}` },
     `map position (${fmt(f.map_position.x)}, ${fmt(f.map_position.y)})`) : el("span", { class: "muted" }, "no map");
+  const info = (await saes()).find((r) => r.sae_id === sae);
   view.replaceChildren(
     el("h2", { id: "feature-title" }, `${sae} / feature ${index}`),
+    info && info.suspect ? el("p", { id: "suspect-mark", class: "suspect" },
+      "suspect: this SAE failed the import misload guard and was kept with --force (see its eval.json)") : "",
     el("p", { class: "muted" }, f.hook, " · ", mapNote, " · ",
       index > 0 ? featLink(sae, index - 1, "previous") : "", " ", featLink(sae, index + 1, "next")),
     el("div", { class: "grid" },

@@ -357,3 +357,12 @@ def relink_weights(folder: str | Path, target: str | Path) -> None:
     tmp.replace(link)
     raw[OUR_KEY]["sha256"][WEIGHTS_FILE] = sha256_file(target)
     atomic_write_json(folder / CFG_FILE, raw)
+
+
+def true_architecture(raw: dict[str, Any]) -> str | None:
+    """The architecture of the SAE a `cfg.json` describes: ours from the `sae_atlas` section
+    (BatchTopK and Matryoshka are exported to SAELens as `jumprelu`), else SAELens' field."""
+    ours = raw.get(OUR_KEY)
+    if isinstance(ours, dict) and isinstance(ours.get("sae_config"), dict):
+        return ours["sae_config"].get("architecture") or raw.get("architecture")
+    return raw.get("architecture")
