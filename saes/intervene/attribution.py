@@ -7,6 +7,7 @@ function of the residual stream at every spliced hook. At a hook with SAE output
 `x = f W_dec + b_dec + err`, the target then splits exactly into
 
     sum_i f_i (W_dec[i] . g)  +  err . g  +  b_dec . g  +  (model biases after the hook)
+                             +  (the target's offset: 0 for logits, the entropy for the loss)
 
 with `g` the gradient at the hook. Each SAE's parts are checked against the target
 (`completeness`, within `atol + rtol |target|`). The gradient reaches earlier hooks
@@ -63,24 +64,35 @@ def token_id(tokenizer: Any, token: str | int) -> int:
 
 
 def target_fn(tokenizer: Any, target: Target, token_ids_T: torch.Tensor) -> Any:
-    """A function `logits [T, V] -> scalar` for `target` on this sequence."""
+    """A function `logits [T, V] -> (linear part, offset)` for `target` on this sequence:
+    the target's value is their sum, and the linear part's gradient is the target's. For
+    logits the offset is 0; for the loss `-l_y + lse(l) = -l_y + sum_v p_v l_v + H(p)`
+    with `p` frozen, so the offset is the mean entropy `H` of the predictions."""
     n = len(token_ids_T)
     if target.kind == "loss":
         if n < 2:
             raise InvalidInputError("the loss target needs at least two tokens")
         nxt = token_ids_T[1:]
-        return lambda lg: torch.nn.functional.cross_entropy(lg[:-1].float(), nxt)
+
+        def loss(lg: torch.Tensor) -> tuple[torch.Tensor, float]:
+            lg = lg[:-1].float()
+            logp = torch.log_softmax(lg, -1)
+            p = logp.exp().detach()
+            linear = (-lg.gather(1, nxt[:, None])[:, 0] + (p * lg).sum(1)).mean()
+            return linear, float(-(p * logp.detach()).sum(1).mean())
+
+        return loss
     if not -n <= target.position < n:
         raise InvalidInputError(f"target position {target.position} is outside the {n} tokens")
     if target.token is None:
         raise InvalidInputError(f"a {target.kind} target needs a token")
     pos, a = target.position, token_id(tokenizer, target.token)
     if target.kind == "logit":
-        return lambda lg: lg[pos, a]
+        return lambda lg: (lg[pos, a], 0.0)
     if target.other is None:
         raise InvalidInputError("a logit_diff target needs 'other', the token to subtract")
     b = token_id(tokenizer, target.other)
-    return lambda lg: lg[pos, a] - lg[pos, b]
+    return lambda lg: (lg[pos, a] - lg[pos, b], 0.0)
 
 
 def linearizing_hooks(handle: Any) -> list[tuple[str, Any]]:
@@ -206,11 +218,11 @@ def attribute(
     hooks = linearizing_hooks(handle) + [(h, splice_hook(h)) for h in dict.fromkeys(h for h, _ in splice.saes.values())]
     with torch.enable_grad(), _only_biases_need_grad(handle.bridge) as biases:
         logits = handle.bridge.run_with_hooks(token_ids_T[None], fwd_hooks=hooks)[0]
-        value = fn(logits)
+        value, offset = fn(logits)
         value.backward()
         bias_terms = [(_param_layer(n), float((p.detach() * p.grad).sum()))
                       for n, p in biases.items() if p.grad is not None]
-    total = float(value.detach())
+    total = float(value.detach()) + offset
     tol = ATOL + RTOL * abs(total)
     parts, rows, token_attr, token_error = [], [], {}, {}
     for sid, (hook, sae) in splice.saes.items():
@@ -220,8 +232,9 @@ def attribute(
         layer = handle.hook_layer(hook) + (-0.5 if hook.endswith("hook_resid_pre") else 0.5)
         model_bias = sum(v for ly, v in bias_terms if ly > layer)
         row = {"sae_id": sid, "hook": hook, "features": float(attr_TF.sum()), "error": float((err * g).sum()),
-               "sae_bias": float((sae.b_dec.detach() * g).sum()), "model_bias": float(model_bias)}
-        row["sum"] = row["features"] + row["error"] + row["sae_bias"] + row["model_bias"]
+               "sae_bias": float((sae.b_dec.detach() * g).sum()), "model_bias": float(model_bias),
+               "target_offset": offset}
+        row["sum"] = row["features"] + row["error"] + row["sae_bias"] + row["model_bias"] + offset
         row.update(total=total, abs_diff=abs(row["sum"] - total), ok=abs(row["sum"] - total) <= tol)
         parts.append(row)
         token_attr[sid] = attr_TF.sum(1).tolist()
@@ -256,5 +269,5 @@ def _verify(
         hook, sae = splice.saes[row["sae_id"]]
         edit = compile_edit(AblateEdit(sae=row["sae_id"], feature=row["feature"]), everywhere, sae=sae, hook=hook)
         run = run_spliced(handle, token_ids_T, Splice(bare.saes, [edit]))
-        out.append({**row, "ablation_effect": total - float(fn(run.logits_TV))})
+        out.append({**row, "ablation_effect": total - sum(map(float, fn(run.logits_TV)))})
     return out
