@@ -109,26 +109,79 @@ def months() -> OrderedConcept:
     return OrderedConcept("months", MONTHS, ["Let's do some calendar math. {offset} from {value} is"], offsets)
 
 
+@dataclass
+class CategoryConcept:
+    """An unordered set of values (categories: colours, animals, ...) with prompt templates
+    holding one `{value}` slot; each (template, value) pair is one prompt."""
+
+    name: str
+    values: list[str]
+    templates: list[str]
+
+    def __post_init__(self) -> None:
+        if len(self.values) < 2 or len(set(self.values)) != len(self.values):
+            raise InvalidInputError(f"categories {self.name!r} need >= 2 distinct values, got {self.values}")
+        if not self.templates:
+            raise InvalidInputError(f"categories {self.name!r} need at least one template")
+        for t in self.templates:
+            if t.count("{value}") != 1 or "{offset}" in t:
+                raise InvalidInputError(f"template {t!r} must contain '{{value}}' exactly once and no '{{offset}}'")
+
+    def prompts(self) -> list[ConceptPrompt]:
+        """All rendered prompts: templates x values, values varying fastest."""
+        out = []
+        for ti, template in enumerate(self.templates):
+            head, tail = template.split("{value}")
+            out.extend(ConceptPrompt(head + value + tail, vi, (len(head), len(head) + len(value)), ti)
+                       for vi, value in enumerate(self.values))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "categories", "values": self.values, "templates": self.templates}
+
+
+def colours() -> CategoryConcept:
+    """Eight colour words in five everyday templates."""
+    return CategoryConcept("colours", ["red", "blue", "green", "yellow", "black", "white", "purple", "brown"], [
+        "The car was painted {value}.", "She wore a {value} dress to the party.", "My favourite colour is {value}.",
+        "The walls of the room are {value}.", "He bought a {value} bicycle yesterday."])
+
+
 BUILTIN_CONCEPTS = {"weekdays": weekdays, "months": months}
+BUILTIN_CATEGORIES = {"colours": colours}
 
 
-def load_concept(spec: str | Path | dict[str, Any]) -> OrderedConcept:
+def load_concept(spec: str | Path | dict[str, Any], *, categories: bool = False) -> OrderedConcept | CategoryConcept:
     """A built-in concept by name, or a user set from a dict / JSON file with keys `name`,
-    `values`, `templates` and optionally `offsets`."""
+    `values`, `templates` and optionally `offsets`; `"kind": "categories"` (or a built-in
+    category set) makes it an unordered `CategoryConcept`, allowed only when `categories`."""
+    concept = _read_concept(spec)
+    if isinstance(concept, CategoryConcept) and not categories:
+        raise InvalidInputError(f"concept {concept.name!r} is an unordered set of categories; this needs an ordered one")
+    return concept
+
+
+def _read_concept(spec: str | Path | dict[str, Any]) -> OrderedConcept | CategoryConcept:
     if isinstance(spec, str) and spec in BUILTIN_CONCEPTS:
         return BUILTIN_CONCEPTS[spec]()
+    if isinstance(spec, str) and spec in BUILTIN_CATEGORIES:
+        return BUILTIN_CATEGORIES[spec]()
     if isinstance(spec, (str, Path)):
         path = Path(spec)
         if not path.is_file():
             raise InvalidInputError(
-                f"unknown concept {str(spec)!r}: use {', '.join(BUILTIN_CONCEPTS)} or a JSON file"
+                f"unknown concept {str(spec)!r}: use {', '.join([*BUILTIN_CONCEPTS, *BUILTIN_CATEGORIES])} or a JSON file"
             )
         try:
             spec = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise InvalidInputError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(spec, dict) or not {"values", "templates"} <= set(spec):
-        raise InvalidInputError("a concept needs 'values' and 'templates' (and optionally 'name', 'offsets')")
+        raise InvalidInputError("a concept needs 'values' and 'templates' (and optionally 'name', 'kind', 'offsets')")
+    if spec.get("kind", "ordered") not in ("ordered", "categories"):
+        raise InvalidInputError(f"concept kind must be 'ordered' or 'categories', got {spec.get('kind')!r}")
+    if spec.get("kind") == "categories":
+        return CategoryConcept(str(spec.get("name", "custom")), list(spec["values"]), list(spec["templates"]))
     return OrderedConcept(
         str(spec.get("name", "custom")), list(spec["values"]), list(spec["templates"]), list(spec.get("offsets", []))
     )
