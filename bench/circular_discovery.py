@@ -23,7 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from geometry.circular_discovery import DiscoveryParams, discover_circular
-from geometry.clusters import graph_clusters, spectral_clusters, unit_rows
+from geometry.clusters import graph_clusters, spectral_clusters
+from store.vectors import unit_rows
 
 
 def planted(F: int, d: int, n_circles: int, n_tokens: int, l0: int, seed: int):

@@ -22,9 +22,10 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from store.index import build_atlas_indexes, build_index, unit_rows
+from store.index import build_atlas_indexes, build_index
 from store.int8_scan import Int8Scan
 from store.search import FeatureSearch
+from store.vectors import unit_rows
 
 
 def clustered(n: int, d: int, rng: np.random.Generator, centres: np.ndarray) -> np.ndarray:

@@ -18,15 +18,7 @@ from scipy.sparse.csgraph import connected_components
 from sklearn.cluster import SpectralClustering
 
 from store.errors import InvalidInputError
-
-
-def unit_rows(W_FD: np.ndarray) -> np.ndarray:
-    """Return float32 copies of the rows of `W_FD` scaled to unit L2 norm (zero rows stay zero)."""
-    W = np.asarray(W_FD, dtype=np.float32)
-    if W.ndim != 2 or W.shape[0] == 0:
-        raise InvalidInputError(f"decoder rows must be a non-empty 2-D array [F, d], got shape {W.shape}")
-    norms = np.linalg.norm(W, axis=1, keepdims=True)
-    return np.ascontiguousarray(W / np.maximum(norms, 1e-12), dtype=np.float32)
+from store.vectors import unit_rows
 
 
 def knn_cosine(unit_FD: np.ndarray, k: int, batch: int = 8192) -> tuple[np.ndarray, np.ndarray]:

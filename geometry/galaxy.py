@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from store.errors import InvalidInputError
+from store.vectors import unit_rows
 
 
 def covariance_spectrum(X_ND: np.ndarray, *, unit: bool = False) -> np.ndarray:
@@ -24,7 +25,7 @@ def covariance_spectrum(X_ND: np.ndarray, *, unit: bool = False) -> np.ndarray:
     if X.ndim != 2 or X.shape[0] < 2:
         raise InvalidInputError(f"need a 2-D array with >= 2 rows, got shape {X.shape}")
     if unit:
-        X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+        X = unit_rows(X, np.float64)
     Xc = X - X.mean(axis=0)
     cov = Xc.T @ Xc / (X.shape[0] - 1)
     return np.clip(np.linalg.eigvalsh(cov)[::-1], 0.0, None)

@@ -23,6 +23,7 @@ from geometry.causal import cosine
 from geometry.concept_vectors import concept_vector, fit_concepts
 from geometry.trees import TokenizedTree
 from store.errors import InvalidInputError
+from store.vectors import unit_rows
 
 
 @dataclass
@@ -171,7 +172,7 @@ def match_by_decoder(
     """Each concept's `top_k` latents by cosine between the concept vector and the latent's
     decoder direction (both in the same basis: use `CausalBasis.embed` on decoder rows)."""
     D = np.asarray(directions_FD, dtype=np.float64)
-    unit = D / np.maximum(np.linalg.norm(D, axis=1, keepdims=True), 1e-12)
+    unit = unit_rows(D, np.float64)
     out = {}
     for name, vec in vectors.items():
         cos = unit @ (vec / max(float(np.linalg.norm(vec)), 1e-12))

@@ -18,10 +18,11 @@ import faiss
 import numpy as np
 import polars as pl
 
-from geometry.clusters import knn_cosine, unit_rows
+from geometry.clusters import knn_cosine
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError
 from store.layout import AtlasLayout, created_with
+from store.vectors import unit_rows
 
 MAP_FILE, MAP_META = "map.parquet", "map.json"
 BASE_COLUMNS = ("latent", "x", "y", "knn_overlap")

@@ -31,6 +31,7 @@ from store.int8_scan import Int8Scan
 from store.integrity import WEIGHTS_FILE, sae_cfg, verify_sae_weights, weights_repair
 from store.layout import AtlasLayout, created_with
 from store.safetensors_io import MappedSafetensors
+from store.vectors import unit_rows
 
 APPROX_THRESHOLD = 200_000
 INT8_SCAN_THRESHOLD = 4096
@@ -41,13 +42,6 @@ K_FACTORS = (8, 16, 32, 64)  # candidates re-ranked per result, tried while tuni
 
 def rebuild_command(root: str | Path) -> str:
     return f"rebuild it with `sae-atlas index --atlas {root} --rebuild`"
-
-
-def unit_rows(matrix: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero), float32 and C-contiguous."""
-    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return np.ascontiguousarray(matrix / np.maximum(norms, 1e-12))
 
 
 @dataclass

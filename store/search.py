@@ -30,10 +30,10 @@ from store.index import (
     model_members,
     read_decoder,
     sae_index_path,
-    unit_rows,
 )
 from store.integrity import verify_sae_weights
 from store.layout import AtlasLayout
+from store.vectors import unit_rows
 
 MAX_K = 1000
 _OVERFETCH = 4

@@ -28,7 +28,7 @@ import torch
 
 from api.analyses.circular import sae_activation_matrix
 from geometry.causal import causal_basis, unembedding_rows
-from geometry.clusters import spectral_clusters, unit_rows
+from geometry.clusters import spectral_clusters
 from geometry.concept_vectors import concept_vector
 from geometry.crystals import CrystalResult, crystal_quality, difference_vectors, relation_pairs
 from geometry.figures import (
@@ -74,6 +74,7 @@ from store.errors import InvalidInputError, NotFoundError
 from store.hooks import hook_layer
 from store.layout import AtlasLayout
 from store.tables import load_occurrence
+from store.vectors import unit_rows
 
 TREES = ("curated", "wordnet")
 

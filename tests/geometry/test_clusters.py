@@ -17,9 +17,9 @@ from geometry.clusters import (
     knn_cosine,
     spectral_affinity,
     spectral_clusters,
-    unit_rows,
 )
 from store.errors import InvalidInputError, NotFoundError
+from store.vectors import unit_rows
 
 
 def planted_circle_decoder(seed: int, n_random: int = 500, d: int = 64, n_circle: int = 7):

@@ -10,9 +10,9 @@ from store.index import (
     build_index,
     model_index_path,
     sae_index_path,
-    unit_rows,
 )
 from store.search import FeatureSearch, Filters
+from store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 

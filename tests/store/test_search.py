@@ -8,8 +8,9 @@ import pytest
 
 import store.search as search_module
 from store.errors import InvalidInputError
-from store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path, unit_rows
+from store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path
 from store.search import FeatureSearch, Filters, matches_frame
+from store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 
