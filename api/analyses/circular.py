@@ -46,7 +46,7 @@ from geometry.figures_circular import (
     intervention_figure,
     save_png,
 )
-from geometry.results import MAIN, write_analysis
+from geometry.results import MAIN, read_analysis, write_analysis
 from geometry.spectra import Spectra, cluster_by_period, fourier_power
 from saes.atlas_saes import hook_of, load_atlas_sae
 from saes.intervene.answers import answer_metrics, patched_logits
@@ -57,9 +57,10 @@ from saes.intervene.concepts import (
     tokenize_prompts,
     value_token_ids,
 )
+from saes.intervene.edits import CirclePlane
 from saes.sae.base import SAE
 from store.activations import ActivationReader
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, NotFoundError
 
 # --------------------------------------------------------------------------- discovery
 
@@ -334,7 +335,37 @@ def write_concept_run(
     meta["figures"] = {k: v.name for k, v in figs.items()}
     meta.update(extra or {})
     return write_analysis(atlas, ANALYSIS_KIND, run, parameters=analysis.params,
-                          tables={MAIN: analysis.table()}, extra=meta)
+                          tables={MAIN: analysis.table(), PLANES: planes_table(analysis)}, extra=meta)
+
+
+PLANES = "planes"
+
+
+def planes_table(analysis: CircleAnalysis) -> pl.DataFrame:
+    """One row per probed layer with the fitted circle as arrays (mean, plane basis
+    flattened `[d, 2]`, map `A` flattened `[2, 2]`, centre `c0`): what `rotate` edits read."""
+    rows = [{"layer": ly, "hook": analysis.hooks[ly], "period": p.period, "mean": p.mean_D.tolist(),
+             "basis": p.plane_D2.reshape(-1).tolist(), "circle_A": p.circle_A_22.reshape(-1).tolist(),
+             "circle_c0": p.circle_c0_2.tolist()} for ly, p in sorted(analysis.probes.items())]
+    return pl.DataFrame(rows)
+
+
+def read_circle_plane(atlas: str | Path, run: str, layer: int | None = None) -> CirclePlane:
+    """The fitted circle of a stored concept run at `layer` (default: its best layer)."""
+    stored = read_analysis(atlas, ANALYSIS_KIND, run)
+    if stored.meta.get("type") != "concept":
+        raise InvalidInputError(f"circular run {run!r} is not a concept run (`analyze circular concept`)")
+    if PLANES not in stored.tables:
+        raise InvalidInputError(f"concept run {run!r} stores no circle planes; re-run "
+                                f"`sae-atlas analyze circular concept --atlas {atlas} --run {run}`")
+    layer = int(stored.meta["best_layer"]) if layer is None else layer
+    rows = stored.tables[PLANES].filter(pl.col("layer") == layer).to_dicts()
+    if not rows:
+        raise NotFoundError(f"concept run {run!r} did not probe layer {layer}; probed: "
+                            f"{stored.tables[PLANES]['layer'].to_list()}")
+    r = rows[0]
+    return CirclePlane(r["hook"], int(r["period"]), np.array(r["mean"]), np.array(r["basis"]).reshape(-1, 2),
+                       np.array(r["circle_A"]).reshape(2, 2), np.array(r["circle_c0"]))
 
 
 # --------------------------------------------------------------------------- spectra
