@@ -31,7 +31,7 @@ import torch
 from api import atlas_meaning, atlas_search, atlas_sources
 from api.atlas_meaning import Pool
 from api.display import AnalysisResult, Feature, TextSearch, TokenFeatures
-from api.display_meaning import ContrastResult
+from api.display_meaning import ConceptResult, ContrastResult
 from store.errors import InvalidInputError, NotFoundError
 from store.layout import AtlasLayout
 from store.search import matches_frame
@@ -273,6 +273,28 @@ class Atlas:
             self.model(), {s: self._sae(s) for s in ids}, {s: self.sae_info(s)["hook"] for s in ids},
             texts_a, texts_b, k=check_k(k), pool=pool, n_permutations=n_permutations, alpha=alpha,
             duplicate_threshold=duplicate_threshold, seed=seed, run_locked=self._run_model)
+
+    def concept_search(self, concept: Any, *, saes: list[str] | None = None, min_fire_rate: float = 0.5,
+                       min_selectivity: float = 0.5, target: float = 0.9, max_features: int = 8, seed: int = 0,
+                       save: str | None = None) -> ConceptResult:
+        """Which features carry a concept (runs the model on its prompts): per SAE the
+        features that fire on the concept tokens and vary with the value, the smallest
+        group whose decoder span explains `target` of the variation across values, and the
+        span's geometry (circle probe, cyclic order and period for an ordered concept;
+        held-out LDA accuracy for categories). `concept`: a built-in name (weekdays,
+        months, colours), a dict or JSON file (`values`, `templates`, `kind`), or a concept
+        object. `save` stores the result as analysis run `concept_search/<save>`."""
+        if not hasattr(concept, "prompts"):
+            concept = atlas_meaning.load_concept(concept, categories=True)
+        ids = self._sae_selection(saes)
+        options = {"min_fire_rate": min_fire_rate, "min_selectivity": min_selectivity, "target": target,
+                   "max_features": max_features, "seed": seed}
+        result = atlas_meaning.concept_search(
+            self.model(), {s: self._sae(s) for s in ids}, {s: self.sae_info(s)["hook"] for s in ids},
+            concept, **options, run_locked=self._run_model)
+        if save is not None:
+            atlas_meaning.save_concept_run(self.root, save, result, {"saes": ids, **options})
+        return result
 
     def _sae_selection(self, saes: list[str] | None) -> list[str]:
         ids = list(saes) if saes else self.sae_ids

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from api import atlas_sources
-from store.index import sae_index_path
+from store.index import index_built, sae_index_path
 from store.search import FeatureSearch, Filters, Match
 
 
@@ -19,8 +19,9 @@ def _search(cache: atlas_sources.ResourceCache, root: Path) -> FeatureSearch:
 
 
 def has_index(root: Path, sae_id: str) -> bool:
-    """Whether the SAE's decoder index has been built (`sae-atlas index`)."""
-    return sae_index_path(root, sae_id).exists()
+    """Whether the SAE's decoder index has been built (`sae-atlas index`); a sidecar whose
+    index file is missing counts as built, so that loading it names the missing file."""
+    return index_built(sae_index_path(root, sae_id))
 
 
 def similar(cache: atlas_sources.ResourceCache, root: Path, sae_id: str, latent: int, k: int) -> list[Match]:

@@ -22,7 +22,6 @@ from store.layout import AtlasLayout, check_id
 from store.tables import FeatureTables, histogram_edges
 
 T = TypeVar("T")
-MAP_FILE = "map.parquet"
 
 
 class ResourceCache:
@@ -102,9 +101,11 @@ def run_hooks(handle: Any, tokens: torch.Tensor, hooks: list[str]) -> dict[str, 
 def read_map(root: Path, sae_id: str) -> pl.DataFrame:
     """The SAE's verified map table (`geometry.maps`: latent, x, y, knn_overlap, label
     columns such as cluster), or NotFoundError when none was built."""
+    from geometry.maps import MAP_FILE, MAP_META
     from geometry.maps import read_map as read
 
-    if not (AtlasLayout(root).require_sae(sae_id) / MAP_FILE).exists():
+    folder = AtlasLayout(root).require_sae(sae_id)
+    if not (folder / MAP_FILE).exists() and not (folder / MAP_META).exists():  # one without the other is damage
         raise NotFoundError(f"SAE {sae_id!r} has no map yet; build it with `sae-atlas analyze map`")
     return read(root, sae_id)[0]
 

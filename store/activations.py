@@ -233,10 +233,13 @@ class ActivationReader:
         self.layout = AtlasLayout(root)
         self.dir = self.layout.activation_dir(hook)
         path = self.dir / "manifest.json"
+        self.repair = _repair(self.layout.root)
         if not path.exists():
+            if self.dir.is_dir() or hook in self.layout.recorded_hooks():
+                raise IntegrityError(path, f"the activation manifest of hook {hook!r} is missing (its cache "
+                                     "cannot be read without it)", self.repair)
             cached = ", ".join(self.layout.cached_hooks()) or "(none)"
             raise NotFoundError(f"hook {hook!r} is not cached in {self.layout.root}; cached: {cached}")
-        self.repair = _repair(self.layout.root)
         self.manifest: dict[str, Any] = read_json(path, self.repair)
         if self.manifest.get("format") != MANIFEST_FORMAT:
             raise IntegrityError(path, "not an activation manifest", self.repair)

@@ -93,6 +93,11 @@ class AtlasLayout:
             raise NotFoundError(f"unknown SAE id {sae_id!r}; valid: {valid}")
         return path
 
+    def recorded_hooks(self) -> list[str]:
+        """Hooks atlas.json records as cached (none when there is no atlas.json yet)."""
+        hooks = self.read_meta().get("hooks") if self.atlas_json.exists() else None
+        return [str(h) for h in hooks] if isinstance(hooks, list) else []
+
     def cached_hooks(self) -> list[str]:
         """Hooks that have an activation manifest, sorted."""
         base = self.root / "activations"

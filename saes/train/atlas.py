@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from saes.formats.saelens import OUR_KEY
 from saes.sae.base import SAEConfig
 from saes.train.checkpoint import remove_checkpoints
 from saes.train.config import TrainConfig
@@ -91,6 +92,24 @@ def _completed(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig) -> dic
     return record
 
 
+def _saved_differences(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig) -> list[str]:
+    """Config fields in which an SAE already saved in `sae_dir` differs from the one asked
+    for (empty when nothing is saved). Without a complete training record (a run killed
+    between writing cfg.json and training.json, or a lost training.json) only the saved
+    `cfg.json` config is compared, so an identical run resumes from its checkpoints, or
+    trains again, and finishes the save."""
+    if not (sae_dir / "cfg.json").exists():
+        return []
+    record = _record(sae_dir)
+    if record is not None and record.get("status") == "complete":
+        return _differences(record, sae_cfg, train_cfg)
+    saved = (read_json(sae_dir / "cfg.json", f"delete {sae_dir} and train again").get(OUR_KEY) or {}).get("sae_config")
+    if not isinstance(saved, dict):
+        return ["cfg.json (not written by sae-atlas training)"]
+    wanted = {**sae_cfg.to_dict(), "dtype": saved.get("dtype", sae_cfg.dtype)}
+    return sorted(f"sae_config.{key}" for key in set(saved) | set(wanted) if saved.get(key) != wanted.get(key))
+
+
 def _summary(sae_id: str, sae_cfg: SAEConfig, record: dict[str, Any]) -> dict[str, Any]:
     heldout = record.get("heldout_metrics") or {}
     final = record.get("final_metrics") or {}
@@ -127,13 +146,11 @@ def _train_one(
         remove_checkpoints(sae_dir)
     barrier(ctx)
     if _completed(sae_dir, sae_cfg, train_cfg) is None:
-        if (sae_dir / "cfg.json").exists():
-            record = _record(sae_dir)
-            diff = _differences(record, sae_cfg, train_cfg) if record else []
+        diff = _saved_differences(sae_dir, sae_cfg, train_cfg)
+        if diff:
             raise InvalidInputError(
-                f"SAE {sae_id!r} already exists with a different configuration"
-                f"{' (differs in ' + ', '.join(diff) + ')' if diff else ''}; pass "
-                "overwrite=True (`--overwrite`) to replace it"
+                f"SAE {sae_id!r} already exists with a different configuration (differs in "
+                f"{', '.join(diff)}); pass overwrite=True (`--overwrite`) to replace it"
             )
         B, seed = train_cfg.batch_size, train_cfg.seed
 
@@ -174,6 +191,9 @@ def train_saes(
     if not chosen:
         raise InvalidInputError(f"no cached activations in {root}; run `sae-atlas cache` first")
     unknown = [h for h in chosen if h not in cached]
+    for hook in unknown:
+        if layout.activation_dir(hook).is_dir() or hook in layout.recorded_hooks():
+            ActivationReader(root, hook)  # a damaged cache: IntegrityError naming the missing manifest
     if unknown:
         raise UnknownHookError(
             f"hooks {unknown} are not cached in {root}; cached: {', '.join(cached) or '(none)'}"
