@@ -1,24 +1,30 @@
 """Meaning searches for the Atlas facade: contrast two sets of texts and search for a
-concept's features. The model runs through `saes` (`saes.text_features`,
+concept's features and span. The model runs through `saes` (`saes.text_features`,
 `saes.intervene.concepts`), the statistics are `geometry` functions; this module only
 composes them over the atlas's SAEs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from api.display_meaning import ContrastResult
+from api.display_meaning import ConceptResult, ContrastResult
+from geometry.concept_search import search_concept
 from geometry.contrast import benjamini_hochberg, contrast_stats, duplicate_groups, ranked
+from geometry.results import write_analysis
+from saes.concept_features import concept_feature_acts
+from saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
 from saes.text_features import Pool, pooled_feature_acts
-
-__all__ = ["Pool", "check_texts", "contrast"]
 from store.errors import InvalidInputError
 
+__all__ = ["Pool", "check_texts", "concept_search", "contrast", "load_concept", "save_concept_run"]
 MAX_TEXTS = 1000
+MAX_SPAN = 32
+CONCEPT_KIND = "concept_search"
 
 
 def check_texts(texts: Sequence[str], what: str, max_chars: int) -> list[str]:
@@ -77,3 +83,56 @@ def contrast(
         duplicate_threshold=duplicate_threshold, n_tested=n_tested,
         n_significant=int((table["q_value"] <= alpha).sum()), table=top.select(columns),
     )
+
+
+def concept_search(
+    handle: Any,
+    saes: dict[str, Any],
+    hooks: dict[str, str],
+    concept: OrderedConcept | CategoryConcept,
+    *,
+    min_fire_rate: float,
+    min_selectivity: float,
+    target: float,
+    max_features: int,
+    seed: int,
+    run_locked: Callable[[Callable[[], Any]], Any],
+) -> ConceptResult:
+    """Concept features, greedy span and its fit in each of `saes` (`geometry.concept_search`);
+    the best SAE is the one with the best held-out fit."""
+    for name, value in (("min_fire_rate", min_fire_rate), ("min_selectivity", min_selectivity), ("target", target)):
+        if not 0 < value <= 1:
+            raise InvalidInputError(f"{name} must be in (0, 1], got {value}")
+    if not 1 <= max_features <= MAX_SPAN:
+        raise InvalidInputError(f"max_features must be in 1..{MAX_SPAN}, got {max_features}")
+    kind = "categories" if isinstance(concept, CategoryConcept) else "ordered"
+    acts = run_locked(lambda: concept_feature_acts(handle, saes, hooks, concept))
+    per_sae, frames = {}, []
+    for sid, sae in saes.items():
+        fit = search_concept(acts.residual[hooks[sid]], acts.features[sid], acts.values_N,
+                             sae.W_dec.detach().float().cpu().numpy(), kind, len(concept.values),
+                             min_fire_rate=min_fire_rate, min_selectivity=min_selectivity, target=target,
+                             max_features=max_features, seed=seed)
+        per_sae[sid] = {"hook": hooks[sid], **fit.summary()}
+        order = {latent: i for i, latent in enumerate(fit.span.latents)}
+        frames.append(fit.features.with_columns(
+            pl.lit(sid).alias("sae_id"), pl.lit(hooks[sid]).alias("hook"),
+            pl.col("best_value").replace_strict(dict(enumerate(concept.values)), return_dtype=pl.String).alias("value"),
+            pl.col("latent").replace_strict(order, default=None, return_dtype=pl.Int64).alias("span_order"),
+        ))
+    best = max(per_sae, key=lambda s: (_score(per_sae[s]), -len(per_sae[s]["span"])))
+    columns = ["sae_id", "hook", "latent", "selective", "selectivity", "fire_rate", "mean_act", "value", "span_order"]
+    features = pl.concat(frames).select(columns).sort(["selective", "selectivity"], descending=[True, True])
+    return ConceptResult(concept=concept.to_dict(), kind=kind, per_sae=per_sae, best=best, features=features)
+
+
+def _score(summary: dict[str, Any]) -> float:
+    return float("-inf") if summary["score"] is None else float(summary["score"])
+
+
+def save_concept_run(root: Path, run: str, result: ConceptResult, parameters: dict[str, Any]) -> Path:
+    """Store a concept search as analysis run `concept_search/<run>` (its feature table and,
+    in the JSON, the parameters and per-SAE summaries); returns the JSON path."""
+    return write_analysis(root, CONCEPT_KIND, run, parameters={"concept": result.concept, **parameters},
+                          summary={"kind": result.kind, "best": result.best, "per_sae": result.per_sae},
+                          tables={"main": result.features})

@@ -64,14 +64,16 @@ class ConceptSearchFit:
     @property
     def score(self) -> float:
         """Held-out quality of the span's fit: leave-one-out circle R^2 (ordered, halved
-        when the order is not cyclic) or cross-validated LDA accuracy (categories)."""
-        return float(self.fit.get("score", float("-inf")))
+        when the order is not cyclic) or cross-validated LDA accuracy (categories); -inf
+        when the span is too small to fit."""
+        score = self.fit.get("score")
+        return float("-inf") if score is None else float(score)
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready summary (span, explained variance, fit)."""
         return {"kind": self.kind, "n_features": self.features.height,
                 "n_selective": int(self.features["selective"].sum()), "span": self.span.latents,
-                "explained": self.span.explained, "fit": self.fit, "score": self.score}
+                "explained": self.span.explained, "fit": self.fit, "score": self.fit.get("score")}
 
 
 def _check(X_ND: np.ndarray, A_NF: np.ndarray, values_N: np.ndarray, n_values: int) -> tuple[np.ndarray, ...]:
@@ -167,7 +169,7 @@ def span_fit(
     Z = (np.asarray(X_ND, dtype=np.float64) - np.mean(X_ND, axis=0)) @ basis_DK
     if kind == "ordered":
         if k < 2:
-            return {"dimension": k, "score": float("-inf"),
+            return {"dimension": k, "score": None,
                     "note": "a circle needs a span of at least 2 selective features"}
         probe = fit_circle_probe(Z, values_N, n_values, n_components=min(5, k), seed=seed)
         out = {"dimension": k, **probe.summary()}
@@ -176,7 +178,7 @@ def span_fit(
     counts = np.bincount(values_N)
     folds = int(min(5, counts[counts > 0].min()))
     if k < 1 or folds < 2:
-        return {"dimension": k, "score": float("-inf"), "chance": 1 / len(np.unique(values_N)),
+        return {"dimension": k, "score": None, "chance": 1 / len(np.unique(values_N)),
                 "note": "LDA needs a non-empty span and at least 2 prompts per value"}
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     accuracy = cross_val_score(LinearDiscriminantAnalysis(), Z, values_N, cv=cv).mean()

@@ -1,0 +1,47 @@
+"""SAE feature activations at a concept's tokens: render the concept's prompts, run the
+model once per batch capturing every SAE's hook at the concept token
+(`saes.intervene.concepts`), and encode each hook's activations with its SAEs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from saes.intervene.concepts import (
+    CategoryConcept,
+    OrderedConcept,
+    collect_concept_activations,
+    tokenize_prompts,
+)
+
+
+@dataclass
+class ConceptActivations:
+    """Per prompt: its value; per hook, the residual `[N, d]`; per SAE, the features `[N, F]`."""
+
+    values_N: np.ndarray
+    residual: dict[str, np.ndarray]
+    features: dict[str, np.ndarray]
+    texts: list[str]
+
+
+def concept_feature_acts(
+    handle: Any, saes: Mapping[str, Any], hooks: Mapping[str, str], concept: OrderedConcept | CategoryConcept,
+    *, batch_size: int = 64,
+) -> ConceptActivations:
+    """Activations at the concept token of every prompt of `concept` for `saes` (an id to a
+    loaded SAE; `hooks` the id to its hook)."""
+    prompts = concept.prompts()
+    batch = tokenize_prompts(handle.tokenizer, prompts, bos_token_id=handle.bos_token_id)
+    residual = collect_concept_activations(handle, batch, sorted({hooks[s] for s in saes}), batch_size=batch_size)
+    features = {}
+    with torch.inference_mode():
+        for sid, sae in saes.items():
+            device = next(sae.parameters()).device
+            features[sid] = sae.encode(residual[hooks[sid]].float().to(device)).float().cpu().numpy()
+    return ConceptActivations(batch.values.numpy(), {h: x.numpy() for h, x in residual.items()}, features,
+                              [p.text for p in prompts])
