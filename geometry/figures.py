@@ -1,35 +1,23 @@
 """Figures for the hierarchy, probe, crystal, lobe, galaxy and map analyses (matplotlib
-Agg, no pyplot state). Each returns a `Figure`; `geometry.figures_circular.save_png`
+Agg, no pyplot state). Each returns a `Figure`; `geometry.canvas.save_png`
 writes one atomically."""
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from geometry.crystals import CrystalResult  # noqa: E402
-from geometry.galaxy import PowerLaw  # noqa: E402
-from geometry.lobes import ClusterComparison  # noqa: E402
-
-
-def _figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(1, ncols)
+from geometry.canvas import new_figure
+from geometry.crystals import CrystalResult
+from geometry.galaxy import PowerLaw
+from geometry.lobes import ClusterComparison
 
 
 def hierarchy_figure(edges: pl.DataFrame, title: str = "hierarchy") -> Figure:
     """Strip plot of every cosine column of an edge table (0 = orthogonal), with controls."""
     cols = [c for c in edges.columns if c.startswith("cos_") and edges[c].drop_nulls().len()]
-    fig, ax = _figure(1.4 * len(cols) + 2, 4)
+    fig, ax = new_figure(1.4 * len(cols) + 2, 4)
     rng = np.random.default_rng(0)
     for i, col in enumerate(cols):
         vals = edges[col].drop_nulls().to_numpy()
@@ -44,7 +32,7 @@ def hierarchy_figure(edges: pl.DataFrame, title: str = "hierarchy") -> Figure:
 
 def probe_figure(table: pl.DataFrame, title: str = "probes") -> Figure:
     """Held-out score per layer (probe_layers table) or per k and basis (compare_sparse_probes)."""
-    fig, ax = _figure(6, 4)
+    fig, ax = new_figure(6, 4)
     if "basis" in table.columns:
         for basis in table["basis"].unique(maintain_order=True):
             t = table.filter(pl.col("basis") == basis)
@@ -66,7 +54,7 @@ def probe_figure(table: pl.DataFrame, title: str = "probes") -> Figure:
 
 def crystals_figure(result: CrystalResult, title: str = "crystals") -> Figure:
     """Held-out silhouette against the random-label null, and held-out pairs in LDA space."""
-    fig, (a, b) = _figure(10, 4, 2)
+    fig, (a, b) = new_figure(10, 4, 2)
     a.hist(result.null_values, bins=15, color="grey", alpha=0.7, label="random labels")
     a.axvline(result.heldout_silhouette, color="C3", label="LDA held-out")
     a.axvline(result.pca_silhouette, color="C0", ls="--", label="PCA held-out")
@@ -85,7 +73,7 @@ def crystals_figure(result: CrystalResult, title: str = "crystals") -> Figure:
 
 def lobes_figure(comparisons: dict[str, ClusterComparison], title: str = "lobes vs geometry") -> Figure:
     """AMI of each comparison beside its permutation null (mean +- 2 sd)."""
-    fig, ax = _figure(1.2 * len(comparisons) + 3, 4)
+    fig, ax = new_figure(1.2 * len(comparisons) + 3, 4)
     names = list(comparisons)
     x = np.arange(len(names))
     ax.bar(x, [comparisons[n].ami for n in names], color="C2", label="AMI")
@@ -100,7 +88,7 @@ def lobes_figure(comparisons: dict[str, ClusterComparison], title: str = "lobes 
 
 def galaxy_figure(spectra: dict[str, np.ndarray], fits: dict[str, PowerLaw], title: str = "galaxy") -> Figure:
     """Log-log eigenvalue spectra per layer with the fitted power law over its rank range."""
-    fig, (a, b) = _figure(10, 4, 2)
+    fig, (a, b) = new_figure(10, 4, 2)
     for i, (name, ev) in enumerate(spectra.items()):
         ev = ev[ev > 0]
         r = np.arange(1, len(ev) + 1)
@@ -121,7 +109,7 @@ def galaxy_figure(spectra: dict[str, np.ndarray], fits: dict[str, PowerLaw], tit
 
 def map_figure(frame: pl.DataFrame, label: str | None = None, title: str = "feature map") -> Figure:
     """Scatter of a feature map, coloured by a label column (grey = -1) or by kNN overlap."""
-    fig, ax = _figure(6, 6)
+    fig, ax = new_figure(6, 6)
     x, y = frame["x"].to_numpy(), frame["y"].to_numpy()
     if label is None:
         sc = ax.scatter(x, y, c=frame["knn_overlap"].to_numpy(), s=3, cmap="viridis", vmin=0, vmax=1)

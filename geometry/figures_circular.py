@@ -1,7 +1,7 @@
 """Figures for circular features (matplotlib, Agg; no pyplot state).
 
 Each function returns a `matplotlib.figure.Figure`, which a notebook displays inline, and
-`save_png` writes one atomically. Figures: a discovered cluster's 2-D projection coloured by
+`geometry.canvas.save_png` writes one atomically. Figures: a discovered cluster's 2-D projection coloured by
 token, the circle probe per layer (R^2 and the best layer's circle plane coloured by
 concept value), and the intervention curve (answer change against target shift per method).
 """
@@ -9,32 +9,13 @@ concept value), and the intervention curve (answer change against target shift p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-import numpy as np  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from store.atomic import atomic_path  # noqa: E402
-
-
-def _figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, ncols)
-    return fig, axes
-
-
-def save_png(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
-    """Write `fig` as a PNG atomically and return the path."""
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=dpi)
-    return Path(path)
+from geometry.canvas import new_figure
 
 
 def cluster_projection_figure(
@@ -45,7 +26,7 @@ def cluster_projection_figure(
     the discovery table as a dict."""
     x, y = np.asarray(row["proj_x"]), np.asarray(row["proj_y"])
     tokens = np.asarray(row["proj_token_ids"])
-    fig, ax = _figure(5.5, 5)
+    fig, ax = new_figure(5.5, 5)
     uniq, counts = np.unique(tokens, return_counts=True)
     top = uniq[np.argsort(-counts, kind="stable")[:n_colored]]
     rest = ~np.isin(tokens, top)
@@ -73,7 +54,7 @@ def circle_probe_figure(
     """Left: R^2 (in-sample, leave-one-out, permuted-label null) per layer, filled markers
     where the unsupervised order is cyclic. Right: the best layer's activations in the circle plane coloured by
     concept value, with the per-value means labelled."""
-    fig, (ax, ax2) = _figure(11, 4.8, 2)
+    fig, (ax, ax2) = new_figure(11, 4.8, 2)
     layers = np.asarray(table["layer"])
     r2, loo = np.asarray(table["r2"]), np.asarray(table["r2_loo"])
     cyclic = np.asarray(table["cyclic_order"], dtype=bool)
@@ -105,7 +86,7 @@ def circle_probe_figure(
 def intervention_figure(table: Any, *, layer: int, metric: str = "delta_logit_diff") -> Figure:
     """Mean `metric` (default: change in logit(new) - logit(old) versus clean) against the
     target shift, one line per method; `table` has columns method, shift, metric."""
-    fig, ax = _figure(6, 4.2)
+    fig, ax = new_figure(6, 4.2)
     methods = list(dict.fromkeys(table["method"]))
     shifts, vals, meth = np.asarray(table["shift"]), np.asarray(table[metric]), np.asarray(table["method"])
     for i, m in enumerate(methods):

@@ -24,6 +24,7 @@ import polars as pl
 import scipy.sparse as sp
 import torch
 
+from geometry.canvas import save_png
 from geometry.circle import (
     TWO_PI,
     CircleProbe,
@@ -44,7 +45,6 @@ from geometry.figures_circular import (
     circle_probe_figure,
     cluster_projection_figure,
     intervention_figure,
-    save_png,
 )
 from geometry.results import MAIN, read_analysis, write_analysis
 from geometry.spectra import Spectra, cluster_by_period, fourier_power

@@ -27,6 +27,7 @@ import polars as pl
 import torch
 
 from api.analyses.circular import sae_activation_matrix
+from geometry.canvas import save_png
 from geometry.causal import causal_basis, unembedding_rows
 from geometry.clusters import spectral_clusters
 from geometry.concept_vectors import concept_vector
@@ -39,7 +40,6 @@ from geometry.figures import (
     map_figure,
     probe_figure,
 )
-from geometry.figures_circular import save_png
 from geometry.galaxy import covariance_spectrum, power_law_fit, twonn_dimension
 from geometry.hierarchy import (
     HierarchyResult,

@@ -1,0 +1,30 @@
+"""Figure set-up shared by the analysis figures: a pyplot-free Agg `Figure` and an atomic PNG writer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from store.atomic import atomic_path  # noqa: E402
+
+
+def new_figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, Any]:
+    """A constrained-layout `Figure` of `width` x `height` inches on an Agg canvas (no global
+    pyplot state) and its `ncols` axes (one `Axes` when `ncols` is 1, else an array)."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(1, ncols)
+
+
+def save_png(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
+    """Write `fig` as a PNG atomically and return the path."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    return Path(path)
