@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from saes.sae.losses import sparse_decode, sparse_rows_product
+from saes.sae.losses import dead_topk, sparse_decode, sparse_rows_product
 
 
 class _GatheredPre(torch.autograd.Function):
@@ -71,18 +71,6 @@ class FastTopKOutput(NamedTuple):
     fired: torch.Tensor  # [d_sae] int64: tokens on which each latent fired
 
 
-def _dead_topk(pre: torch.Tensor, dead_mask: torch.Tensor | None, k_aux: int) -> torch.Tensor | None:
-    """Indices of the top-k_aux dead latents per token, or None when there are none."""
-    if dead_mask is None or k_aux <= 0:
-        return None
-    dead_idx = dead_mask.nonzero().squeeze(1)
-    k = min(k_aux, dead_idx.numel())
-    if k == 0:
-        return None
-    local = pre.index_select(1, dead_idx).topk(k, dim=1, sorted=False).indices
-    return dead_idx[local]
-
-
 def topk_sparse_forward(
     sae: torch.nn.Module, x: torch.Tensor, dead_mask: torch.Tensor | None = None, k_aux: int = 0
 ) -> FastTopKOutput:
@@ -99,7 +87,7 @@ def topk_sparse_forward(
         pre = _pre_buffer(x.shape[0], sae.cfg.d_sae, sae.W_enc)
         torch.addmm(sae.b_enc, x_c, sae.W_enc, out=pre)
         idx = pre.topk(k, dim=1, sorted=False).indices
-        aux_idx = _dead_topk(pre, dead_mask, k_aux)
+        aux_idx = dead_topk(pre, dead_mask, k_aux)
         all_idx = idx if aux_idx is None else torch.cat([idx, aux_idx], dim=1)
     gathered = _GatheredPre.apply(sae.W_enc, sae.b_enc, sae.b_dec, x_c, pre, all_idx, sub)
     del pre

@@ -107,21 +107,27 @@ def sparse_decode(vals_BK: torch.Tensor, idx_BK: torch.Tensor, W_dec_FD: torch.T
     return out
 
 
-def auxk_select(
-    pre_BF: torch.Tensor, dead_mask_F: torch.Tensor, k_aux: int
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Pre-activations and indices `(vals, idx)` of the top `k_aux` dead latents per token.
-
-    Returns None when no latent is dead or `k_aux` is 0.
-    """
-    n_dead = int(dead_mask_F.sum())
-    k = min(k_aux, n_dead)
+@torch.no_grad()
+def dead_topk(pre_BF: torch.Tensor, dead_mask_F: torch.Tensor | None, k_aux: int) -> torch.Tensor | None:
+    """Indices `[B, min(k_aux, n_dead)]` of the top `k_aux` dead latents per token by
+    pre-activation (unsorted); None when no latent is dead or `k_aux` is 0."""
+    if dead_mask_F is None or k_aux <= 0:
+        return None
+    dead_idx = dead_mask_F.nonzero().squeeze(1)
+    k = min(k_aux, dead_idx.numel())
     if k == 0:
         return None
-    with torch.no_grad():
-        masked = pre_BF.masked_fill(~dead_mask_F, float("-inf"))
-        idx = masked.topk(k, dim=-1, sorted=False).indices
-    return pre_BF.gather(-1, idx), idx
+    local = pre_BF.index_select(1, dead_idx).topk(k, dim=1, sorted=False).indices
+    return dead_idx[local]
+
+
+def auxk_select(
+    pre_BF: torch.Tensor, dead_mask_F: torch.Tensor | None, k_aux: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Pre-activations and indices `(vals, idx)` of the top `k_aux` dead latents per token
+    (`dead_topk`; the values keep their gradient). None when there are none."""
+    idx = dead_topk(pre_BF, dead_mask_F, k_aux)
+    return None if idx is None else (pre_BF.gather(-1, idx), idx)
 
 
 def auxk_loss(

@@ -43,7 +43,7 @@ class TopKSAE(SAE):
             f = topk_code(pre, self.cfg.k)
             x_hat = self.decode(f)
             n_active, fired = (f > 0).sum(-1), (f > 0).sum(0)
-            aux = None if info.dead_mask is None else auxk_select(pre, info.dead_mask, info.k_aux)
+            aux = auxk_select(pre, info.dead_mask, info.k_aux)
         metrics = step_metrics(x, x_hat, n_active, info)
         loss = metrics["fvu"]
         if aux is not None:

@@ -10,7 +10,7 @@ import torch
 from saes.sae.base import ARCHITECTURES, SAE, SAEConfig
 from saes.sae.batchtopk import threshold_rate
 from saes.sae.fast_topk import topk_sparse_forward
-from saes.sae.losses import StepInfo
+from saes.sae.losses import StepInfo, auxk_select, dead_topk
 from saes.sae.matryoshka import matryoshka_prefixes
 from saes.sae.registry import build_sae
 from store.errors import InvalidInputError
@@ -159,3 +159,15 @@ def test_standard_l1_is_weighted_by_decoder_norm_and_warmed_up() -> None:
 def test_wrong_input_width_is_rejected() -> None:
     with pytest.raises(InvalidInputError, match="d_in=16"):
         build_sae(_cfg("topk")).training_loss(torch.randn(3, 8), StepInfo())
+
+
+def test_dead_topk_picks_the_largest_dead_latents_only():
+    pre = torch.tensor([[9.0, 1.0, 5.0, 3.0, 7.0], [0.0, 8.0, -1.0, 6.0, 2.0]], requires_grad=True)
+    dead = torch.tensor([False, True, True, True, False])
+    idx = dead_topk(pre, dead, 2)
+    assert [sorted(row) for row in idx.tolist()] == [[2, 3], [1, 3]]
+    assert dead_topk(pre, dead, 0) is None and dead_topk(pre, None, 2) is None
+    assert dead_topk(pre, torch.zeros(5, dtype=torch.bool), 2) is None
+    assert dead_topk(pre, dead, 10).shape == (2, 3)  # at most the number of dead latents
+    vals, idx = auxk_select(pre, dead, 2)
+    assert torch.equal(vals, pre.gather(1, idx)) and vals.requires_grad
