@@ -191,7 +191,10 @@ def _link_weights(staging: Path, source_file: Path) -> None:
     from safetensors.torch import load_file
 
     mine, theirs = load_file(str(staging / WEIGHTS_FILE)), load_file(str(source_file))
-    same = set(mine) == set(theirs) and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    # the exported JumpReLU threshold is exp(log_threshold): equal up to float rounding
+    same = set(mine) == set(theirs) and all(
+        torch.equal(mine[k], theirs[k]) if k != "threshold" else torch.allclose(mine[k], theirs[k], rtol=1e-6, atol=0)
+        for k in mine)
     if not same:
         raise InvalidInputError(f"--link needs a SAELens {WEIGHTS_FILE} that is used unconverted; {source_file} "
                                 "had to be converted, so the SAE must be copied (drop --link)")
@@ -229,6 +232,9 @@ def import_sae(
 
     resolved = resolve_source(source, registry=registry)
     folder_layout = detect_layout(resolved.folder)
+    if link and folder_layout != "saelens":
+        raise InvalidInputError(f"--link needs a SAELens folder whose {WEIGHTS_FILE} is used unconverted; "
+                                f"{resolved.folder} is {folder_layout}, so the SAE must be copied (drop --link)")
     needs_scale = declared_normalization(resolved.folder) == "expected_average_only_in"
     sae = load_any(resolved.folder, norm_scaling_factor=1.0 if needs_scale else None)
     target, recorded = _resolve_hook(sae, hook, layout, model)

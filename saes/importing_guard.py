@@ -8,7 +8,8 @@ that fixes the reconstruction:
 - `threshold`: a JumpReLU / BatchTopK / Matryoshka SAE firing on a large share of its
   latents (a lost threshold lets every positive pre-activation through, about d_sae / 2);
 - `l0`: L0 far (over 3x) from the release's recorded L0 or the config's k;
-- `transposed`: the SAE reconstructs once `W_enc` and `W_dec` are swapped and transposed;
+- `transposed`: a square SAE reconstructs much better once `W_enc` and `W_dec` are swapped
+  and transposed (a non-square one fails the readers' shape checks, which say so);
 - `normalisation`: it reconstructs once inputs are rescaled (a missing or wrong
   `expected_average_only_in` factor); the factor that works is reported;
 - `apply_b_dec_to_input`: it reconstructs once the input bias convention is flipped;
@@ -95,10 +96,6 @@ def _good(fvu: float, baseline: float) -> bool:
 def _diagnose_fvu(sae: SAE, rows: torch.Tensor, fvu: float, other_hooks: dict[str, torch.Tensor],
                   hook: str) -> Problem:
     sample = rows[:DIAGNOSIS_TOKENS]
-    swapped = _transposed(sae)
-    if swapped is not None and _good(_fvu(swapped, sample), fvu):
-        return Problem("transposed", f"FVU {fvu:.3g} > 1, but the SAE reconstructs with W_enc and W_dec "
-                       "swapped and transposed: the file stores them the other way round")
     scored = [(_fvu(_rescaled(sae, s), sample), s) for s in _SCALES]
     best, scale = min(scored)
     if _good(best, fvu):
@@ -151,7 +148,12 @@ def check_sae(
     if reference and not problems and not reference / L0_FACTOR <= l0 <= reference * L0_FACTOR:
         problems.append(Problem("l0", f"L0 {l0:.1f} is far from the {reference:g} its release / config "
                                 "implies: wrong threshold, k or normalisation"))
-    if not math.isfinite(fvu) or fvu > MAX_FVU:
+    swapped = _transposed(sae)
+    swapped_fvu = _fvu(swapped, rows[:DIAGNOSIS_TOKENS]) if swapped is not None else math.inf
+    if _good(swapped_fvu, fvu if math.isfinite(fvu) else math.inf):
+        problems.append(Problem("transposed", f"FVU {fvu:.3g}, but {swapped_fvu:.3g} with W_enc and W_dec "
+                                "swapped and transposed: the file stores them the other way round"))
+    elif not math.isfinite(fvu) or fvu > MAX_FVU:
         problems.append(_diagnose_fvu(sae, rows, fvu if math.isfinite(fvu) else math.inf, other_hooks or {}, hook))
     if float(metrics.get("dead_fraction", 0.0)) >= 1.0:
         problems.append(Problem("dead", f"no latent fires on {rows.shape[0]} tokens of {hook}"))
