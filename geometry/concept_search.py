@@ -32,6 +32,7 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score
 from geometry.circle import fit_circle_probe
 from store.errors import InvalidInputError
 
+MIN_PER_CATEGORY = 3
 ConceptKind = Literal["ordered", "categories"]
 KINDS: tuple[str, ...] = ("ordered", "categories")
 FEATURE_SCHEMA = {"latent": pl.Int64, "fire_rate": pl.Float64, "best_value": pl.Int64,
@@ -176,10 +177,11 @@ def span_fit(
         out["score"] = probe.r2_loo if probe.cyclic_order else probe.r2_loo / 2
         return out
     counts = np.bincount(values_N)
-    folds = int(min(5, counts[counts > 0].min()))
-    if k < 1 or folds < 2:
+    fewest = int(counts[counts > 0].min())
+    if k < 1 or fewest < MIN_PER_CATEGORY:  # LDA needs more training rows than classes in every fold
         return {"dimension": k, "score": None, "chance": 1 / len(np.unique(values_N)),
-                "note": "LDA needs a non-empty span and at least 2 prompts per value"}
+                "note": f"LDA needs a non-empty span and at least {MIN_PER_CATEGORY} prompts per value"}
+    folds = min(5, fewest)
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     accuracy = cross_val_score(LinearDiscriminantAnalysis(), Z, values_N, cv=cv).mean()
     return {"dimension": k, "lda_accuracy": float(accuracy), "chance": 1 / len(np.unique(values_N)),

@@ -1,5 +1,5 @@
 """`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow,
-contrast of two text sets."""
+contrast of two text sets, concept search."""
 
 from __future__ import annotations
 
@@ -143,6 +143,40 @@ def contrast_command(
         return
     _show(f"contrast: {result.n_significant} features with q <= {alpha}", result.table.select(
         "rank", "sae_id", "latent", "diff", "auroc", "effect_size", "q_value", "group"), False)
+
+
+@search_app.command("concept")
+@handle_errors
+def concept_command(
+    atlas: Path = ATLAS,
+    concept: str = typer.Argument(..., help="weekdays, months, colours, or a JSON file (values, templates, kind)."),
+    sae_id: list[str] = typer.Option([], help="SAE to search (repeatable; default all)."),
+    min_selectivity: float = typer.Option(0.5, help="Share of a feature's variance the value must explain."),
+    target: float = typer.Option(0.9, help="Explained variance at which the span stops growing."),
+    max_features: int = typer.Option(8, min=1, max=32, help="Largest span."),
+    save: str = typer.Option(None, help="Store the result as analysis run concept_search/<SAVE>."),
+    json_out: bool = JSON,
+) -> None:
+    """Features that carry a concept, the few whose decoder span captures it, and its geometry."""
+    result = Atlas(atlas).concept_search(concept, saes=list(sae_id) or None, min_selectivity=min_selectivity,
+                                         target=target, max_features=max_features, save=save)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    print_table(f"concept {result.concept['name']} ({result.kind}); best SAE {result.best}",
+                ["sae_id", "span", "explained", "score", "fit"],
+                [(sid, s["span"], s["explained"][-1] if s["explained"] else 0.0, s["score"],
+                  _fit_line(s["fit"])) for sid, s in result.per_sae.items()])
+    _show("concept features", result.features.head(30), False)
+
+
+def _fit_line(fit: dict) -> str:
+    if "lda_accuracy" in fit:
+        return f"LDA accuracy {fit['lda_accuracy']:.3f} (chance {fit['chance']:.3f})"
+    if "r2" in fit:
+        return (f"circle R2 {fit['r2']:.3f} (loo {fit['r2_loo']:.3f}), cyclic {fit['cyclic_order']}, "
+                f"period {fit['fitted_period']:.2f}")
+    return fit.get("note", "")
 
 
 def register(app: typer.Typer) -> None:

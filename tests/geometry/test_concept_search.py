@@ -79,3 +79,10 @@ def test_concept_search_bad_input():
     with pytest.raises(InvalidInputError, match="decoder"):
         search_concept(p["X"], p["A"], p["values"], p["W"][:5], "ordered", 7)
     assert concept_features(np.zeros((4, 3)), np.array([0, 0, 1, 1])).height == 0
+
+
+def test_categories_with_too_few_prompts_say_why():
+    from geometry.concept_search import span_fit
+
+    fit = span_fit(np.eye(6, 4), np.array([0, 1, 2, 0, 1, 2]), np.eye(4)[:, :2], "categories", 3)
+    assert fit["score"] is None and "at least 3 prompts" in fit["note"]

@@ -1,0 +1,100 @@
+"""Atlas.concept_search on the small atlas: per-SAE concept features equal a direct
+recomputation at the concept tokens, the run is stored, and CLI / HTTP answer the same."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from api import Atlas
+from geometry.concept_search import concept_features
+from saes.formats import load_any
+from saes.intervene.concepts import CategoryConcept, colours, load_concept
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+
+
+@pytest.fixture(scope="module")
+def atlas(small_atlas: dict[str, Any]) -> Atlas:
+    return Atlas(small_atlas["root"])
+
+
+def _direct_features(atlas: Atlas, small_atlas: dict[str, Any], sae_index: int, concept: CategoryConcept) -> np.ndarray:
+    """Feature activations at each prompt's value token, one prompt at a time (tiny vocab:
+    one token per word)."""
+    sae_id, hook = small_atlas["sae_ids"][sae_index], small_atlas["hooks"][sae_index]
+    sae = load_any(AtlasLayout(small_atlas["root"]).require_sae(sae_id))
+    handle = atlas.model()
+    rows = []
+    for prompt in concept.prompts():
+        tokens = handle.to_tokens(prompt.text)
+        words = handle.tokenizer.convert_ids_to_tokens(tokens[0].tolist())
+        pos = words.index(concept.values[prompt.value].lower())
+        _, cache = handle.bridge.run_with_cache(tokens, names_filter=lambda n: n == hook)
+        rows.append(sae.encode(cache[hook][0, pos]).detach().numpy())
+    return np.stack(rows)
+
+
+def test_categories_match_direct_encoding_and_are_stored(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
+    vocab = atlas.model().tokenizer.get_vocab()
+    concept = colours()
+    concept.values = [v for v in concept.values if v in vocab]  # the tiny vocabulary has some colours
+    assert len(concept.values) >= 3
+    result = atlas.concept_search(concept, min_selectivity=0.3, save="colours-test")
+    assert result.kind == "categories" and set(result.per_sae) == set(small_atlas["sae_ids"])
+    assert result.best in result.per_sae
+    for i, sae_id in enumerate(small_atlas["sae_ids"]):
+        direct = concept_features(_direct_features(atlas, small_atlas, i, concept),
+                                  np.array([p.value for p in concept.prompts()]), min_selectivity=0.3)
+        mine = result.features.filter(result.features["sae_id"] == sae_id)
+        assert sorted(mine["latent"].to_list()) == sorted(direct["latent"].to_list())
+        assert set(mine.filter(mine["selective"])["latent"].to_list()) == set(
+            direct.filter(direct["selective"])["latent"].to_list())
+        summary = result.per_sae[sae_id]
+        span = mine.filter(mine["span_order"].is_not_null()).sort("span_order")["latent"].to_list()
+        assert span == summary["span"] and len(span) <= 8
+        if summary["span"]:
+            assert 0 <= summary["fit"]["lda_accuracy"] <= 1 and summary["fit"]["chance"] == 1 / len(concept.values)
+    stored = atlas.analysis("concept_search", "colours-test")
+    assert stored.table.height == result.features.height and stored.meta["summary"]["best"] == result.best
+    assert json.dumps(result.to_dict())  # JSON-ready
+
+
+def test_ordered_concept_reports_a_circle_fit(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
+    sae_id = small_atlas["sae_ids"][1]
+    result = atlas.concept_search(load_concept("weekdays"), saes=[sae_id], min_selectivity=0.3)
+    summary = result.per_sae[sae_id]
+    assert result.kind == "ordered" and summary["span"]
+    assert {"r2", "r2_loo", "cyclic_order", "fitted_period"} <= set(summary["fit"])
+    assert summary["explained"] == sorted(summary["explained"])
+
+
+def test_concept_search_bad_input(atlas: Atlas) -> None:
+    with pytest.raises(InvalidInputError, match="unknown concept"):
+        atlas.concept_search("planets")
+    with pytest.raises(InvalidInputError, match="target"):
+        atlas.concept_search("colours", target=0)
+    with pytest.raises(InvalidInputError, match="2 distinct values"):
+        atlas.concept_search({"kind": "categories", "values": ["red"], "templates": ["{value}"]})
+
+
+def test_concept_search_cli(small_atlas: dict[str, Any], tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    spec = tmp_path / "c.json"
+    spec.write_text(json.dumps({"name": "pets", "kind": "categories", "values": ["cat", "dog", "horse"],
+                                "templates": ["the {value} is red", "we saw a {value} in the park",
+                                              "a {value} is a kind of animal"]}))
+    out = CliRunner().invoke(app, ["search", "concept", str(small_atlas["root"]), str(spec), "--json",
+                                   "--min-selectivity", "0.3"])
+    assert out.exit_code == 0, out.output
+    body = json.loads(out.output)
+    assert body["kind"] == "categories" and body["concept"]["name"] == "pets"
+    assert all("lda_accuracy" in s["fit"] or s["span"] == [] for s in body["per_sae"].values())
+    bad = CliRunner().invoke(app, ["search", "concept", str(small_atlas["root"]), "planets"])
+    assert bad.exit_code != 0 and "unknown concept" in bad.output
