@@ -32,7 +32,7 @@ from api import atlas_meaning, atlas_search, atlas_sources
 from api.atlas_meaning import Pool
 from api.display import AnalysisResult, Feature, TextSearch, TokenFeatures
 from api.display_meaning import ConceptResult, ContrastResult
-from store.errors import InvalidInputError, NotFoundError
+from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.layout import AtlasLayout
 from store.search import matches_frame
 
@@ -72,9 +72,62 @@ class Atlas:
         return self.layout.sae_ids()
 
     def saes(self) -> pl.DataFrame:
-        """One row per SAE: id, hook, architecture, widths and held-out metrics."""
-        rows = [self.sae_info(sae_id) for sae_id in self.sae_ids]
+        """One row per SAE: id, hook, architecture, widths, held-out metrics and `status`:
+        "ok", or "damaged" with `problem` naming the damaged file and its repair."""
+        rows = [self.sae_status(sae_id) for sae_id in self.sae_ids]
         return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"sae_id": pl.String})
+
+    def sae_status(self, sae_id: str) -> dict[str, Any]:
+        """`sae_info` plus `status` "ok"; for a damaged SAE (`damage`) what atlas.json
+        records of it, `status` "damaged" and the `problem`."""
+        problem = self._damage_or_missing(sae_id)
+        if problem is None:
+            return {**self.sae_info(sae_id), "status": "ok", "problem": None}
+        recorded = self.meta.get("saes", {}).get(sae_id, {})
+        keys = ("hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")
+        return {"sae_id": sae_id, **{key: recorded.get(key) for key in keys},
+                "source": (recorded.get("source") or {}).get("source") or "trained",
+                "suspect": bool(recorded.get("suspect")), "status": "damaged", "problem": self._describe(problem)}
+
+    def damage(self, sae_id: str) -> IntegrityError | None:
+        """What makes an SAE unservable: the IntegrityError of a missing, truncated or
+        mismatched file among its config, weights, summary tables, map and index; None when
+        they verify (or are not built yet). Loads and keeps what its pages read, so the first
+        call is the SAE's preload; the answer is kept for the life of the Atlas."""
+        def check() -> IntegrityError | None:
+            try:
+                self.sae_info(sae_id)
+                atlas_sources.verify_weights(self.root, sae_id)
+                for load in (self._tables, self.map):
+                    try:
+                        load(sae_id)
+                    except NotFoundError:  # not summarized / no map yet: pages show what exists
+                        pass
+                if atlas_search.has_index(self.root, sae_id):
+                    atlas_search.load_index(self._cache, self.root, sae_id)
+            except IntegrityError as exc:
+                return exc
+            return None
+
+        self.layout.require_sae(sae_id)
+        return self._cache.get(("damage", sae_id), check)
+
+    def damaged(self) -> dict[str, str]:
+        """The damaged SAEs (`damage`) and what is wrong with each: the file (relative to the
+        atlas), the problem and the repair."""
+        return {sae_id: self._describe(problem) for sae_id in self.sae_ids
+                if (problem := self._damage_or_missing(sae_id))}
+
+    def _describe(self, problem: IntegrityError) -> str:
+        path = Path(problem.path)
+        shown = path.relative_to(self.root) if path.is_relative_to(self.root) else path
+        return f"{shown}: {problem.problem}. To repair: {problem.repair}"
+
+    def _damage_or_missing(self, sae_id: str) -> IntegrityError | None:
+        try:
+            return self.damage(sae_id)
+        except IntegrityError as exc:  # registered in atlas.json, cfg.json missing
+            return exc
 
     def add_sae(self, source: str | Path, *, hook: str | None = None, sae_id: str | None = None,
                 link: bool = False, force: bool = False, registry: str | Path | None = None,
@@ -130,15 +183,11 @@ class Atlas:
 
     def preload(self) -> None:
         """Load now what feature pages and searches read (summary tables, maps, indexes and
-        the neighbour tables of every SAE pair of one width), so that no request pays for it."""
-        for sae_id in self.sae_ids:
-            self.sae_info(sae_id)
-            for load in (self._tables, self.map):
-                try:
-                    load(sae_id)
-                except NotFoundError:  # not summarized / no map yet: pages show what exists
-                    pass
-        indexed = [s for s in self.sae_ids if atlas_search.has_index(self.root, s)]
+        the neighbour tables of every SAE pair of one width), so that no request pays for it.
+        A damaged SAE (`damage`) does not stop the others: it is reported by `saes()` and
+        its own pages raise the IntegrityError."""
+        damaged = self.damaged()
+        indexed = [s for s in self.sae_ids if s not in damaged and atlas_search.has_index(self.root, s)]
         atlas_search.preload(self._cache, self.root, indexed)
 
     # features -----------------------------------------------------------------------------
@@ -155,6 +204,8 @@ class Atlas:
                                            "max_act", "decoder_norm")}
         stats["quantiles"] = dict(zip(map(str, tables.params.get("quantile_levels", [])), row["quantiles"] or [], strict=False))
         top = tables.examples_for(index, "top").head(examples)
+        cross_layer = self._cross_layer(sae_id, index, min(neighbours, 5)) if atlas_search.has_index(
+            self.root, sae_id) else ([], None)
         return Feature(
             sae_id=sae_id,
             index=index,
@@ -166,10 +217,23 @@ class Atlas:
             bottom_logits=_logits(row, "bottom"),
             neighbours=self._if_indexed(sae_id, lambda: atlas_search.similar(
                 self._cache, self.root, sae_id, index, neighbours)),
-            cross_layer=self._if_indexed(sae_id, lambda: atlas_search.cross_layer(
-                self._cache, self.root, sae_id, index, min(neighbours, 5))),
+            cross_layer=self._if_indexed(sae_id, lambda: cross_layer[0]),
             map_position=self._map_position(sae_id, index),
+            damaged_saes=cross_layer[1],
         )
+
+    def _cross_layer(self, sae_id: str, index: int, k: int) -> tuple[list[Any], dict[str, str] | None]:
+        """A feature card's cross-layer matches, and the damaged SAEs left out of them (named
+        with their problem; None when none is)."""
+        try:
+            return atlas_search.cross_layer(self._cache, self.root, sae_id, index, k), None
+        except IntegrityError:
+            damaged = self.damaged()
+            if not damaged or sae_id in damaged:
+                raise
+        healthy = [s for s in self.sae_ids if s not in damaged]
+        matches = atlas_search.cross_layer(self._cache, self.root, sae_id, index, k, among=healthy)
+        return matches, damaged
 
     def examples(self, sae_id: str, index: int, kind: str | None = None) -> pl.DataFrame:
         """All stored example contexts of a feature (top-k and activation bands)."""
@@ -234,7 +298,7 @@ class Atlas:
     def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5) -> TextSearch:
         """Run the model on `text` and encode each token with each SAE: per token, the `k`
         most active features. Loads the model (atlas.json "model") on first use."""
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or not text:
             raise InvalidInputError("text must be a non-empty string")
         if len(text) > MAX_TEXT_CHARS:
             raise InvalidInputError(f"text is {len(text)} characters; the maximum is {MAX_TEXT_CHARS}")
@@ -303,6 +367,37 @@ class Atlas:
         for sid in ids:
             self.layout.require_sae(sid)
         return ids
+
+    # interventions (api.interventions; the model runs in saes.intervene) ----------------
+    def run(self, text: str, edits: list[Any] | None = None, *, sae_ids: list[str] | None = None,
+            k: int = 10) -> Any:
+        """Run the model on `text` with `sae_ids` (and every SAE an edit names) spliced in,
+        error term kept, and `edits` applied (dicts or `saes.intervene.edits` specs):
+        next-token predictions vs clean, and each SAE's feature activations."""
+        from api import interventions
+
+        return interventions.run(self, text, edits, sae_ids=sae_ids, k=k)
+
+    def steer(self, text: str, edits: list[Any] | None = None, *, sae: str | None = None,
+              feature: int | None = None, alpha: float = 4.0, max_new_tokens: int = 20,
+              temperature: float = 0.0, seed: int = 0) -> Any:
+        """Generate from `text` without and with the edits (or one steer of `sae`/`feature`
+        by `alpha` at every position), same seed; the texts and the next-token shift."""
+        from api import interventions
+
+        if edits is None and sae is not None and feature is not None:
+            edits = [{"kind": "steer", "sae": sae, "feature": feature, "alpha": alpha}]
+        return interventions.steer(self, text, edits or [], max_new_tokens=max_new_tokens,
+                                   temperature=temperature, seed=seed)
+
+    def attribute(self, text: str, target: Any, *, sae_ids: list[str] | None = None, top: int = 20,
+                  verify: int = 5) -> Any:
+        """Activation x gradient attribution of `target` (a token, or `{"kind": "logit" |
+        "logit_diff" | "loss", ...}`) to the features of `sae_ids` (default: all) on `text`,
+        with the completeness check and the top features' true ablation effects."""
+        from api import interventions
+
+        return interventions.attribute_text(self, text, target, sae_ids=sae_ids, top=top, verify=verify)
 
     def _run_model(self, run: Any) -> Any:
         """`run()` holding the model lock (one model run at a time per Atlas)."""
@@ -390,9 +485,10 @@ def _logits(row: dict[str, Any], side: str) -> list[dict[str, Any]]:
 
 
 def _vector(values: Any, widths: set[int]) -> np.ndarray:
+    """`values` as a float32 direction, scaled by its largest entry first so that neither
+    huge nor tiny finite numbers overflow or vanish."""
     try:
-        with np.errstate(over="ignore"):  # values beyond float32 become inf and are rejected below
-            array = np.asarray(values, dtype=np.float32).reshape(-1)
+        array = np.asarray(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"vector must be a list of numbers ({exc})") from exc
     valid = " or ".join(map(str, sorted(widths))) or "(no SAEs)"
@@ -400,4 +496,4 @@ def _vector(values: Any, widths: set[int]) -> np.ndarray:
         raise InvalidInputError(f"vector has {array.shape[0]} entries; the SAEs' d_in is {valid}")
     if not np.all(np.isfinite(array)) or not np.any(array):
         raise InvalidInputError("vector must be finite and not all zero")
-    return array
+    return (array / np.abs(array).max()).astype(np.float32)

@@ -7,6 +7,7 @@ import typer
 from api.commands import (
     analyze_circular,
     analyze_geometry,
+    attribute,
     cache,
     demo,
     feature,
@@ -14,6 +15,7 @@ from api.commands import (
     index,
     search,
     serve,
+    steer,
     summarize,
     train,
 )
@@ -28,7 +30,7 @@ app = typer.Typer(
 analyze_app = typer.Typer(help="Geometry analyses over an atlas.", no_args_is_help=True)
 app.add_typer(analyze_app, name="analyze")
 
-for module in (cache, train, eval_command, import_sae, summarize, index, demo, serve, feature, search):
+for module in (cache, train, eval_command, import_sae, summarize, index, demo, serve, feature, search, steer, attribute):
     module.register(app)
 analyze_circular.register_analyze(analyze_app)
 analyze_geometry.register_analyze(analyze_app)

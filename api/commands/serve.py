@@ -19,6 +19,8 @@ def serve_command(
     workers: int = typer.Option(1, min=1, max=64, help="Worker processes (each loads the indexes once)."),
     token: str = typer.Option(None, envvar=ENV_TOKEN, help="Require 'Authorization: Bearer TOKEN'."),
     allow_analyses: bool = typer.Option(False, "--allow-analyses", help="Allow POST endpoints that run analyses."),
+    allow_interventions: bool = typer.Option(False, "--allow-interventions",
+                                             help="Allow POST /run, /steer, /attribute (they run the model)."),
     max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY, min=1024, help="Largest request body accepted."),
     threads: int = typer.Option(None, min=1, max=256,
                                 help="Compute threads per worker (default: the cores divided among the workers)."),
@@ -26,7 +28,7 @@ def serve_command(
 ) -> None:
     """Serve the atlas over HTTP: JSON API (OpenAPI at /openapi.json) and the explorer at /."""
     settings = ServerSettings(root=atlas, token=token or None, allow_analyses=allow_analyses,
-                              max_body_bytes=max_body_bytes, threads=threads)
+                              max_body_bytes=max_body_bytes, threads=threads, allow_interventions=allow_interventions)
     serve(settings, host=host, port=port, workers=workers, log_level=log_level)
 
 

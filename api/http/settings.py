@@ -9,6 +9,7 @@ from pathlib import Path
 ENV_ROOT = "SAE_ATLAS_ROOT"
 ENV_TOKEN = "SAE_ATLAS_TOKEN"
 ENV_ALLOW_ANALYSES = "SAE_ATLAS_ALLOW_ANALYSES"
+ENV_ALLOW_INTERVENTIONS = "SAE_ATLAS_ALLOW_INTERVENTIONS"
 ENV_MAX_BODY = "SAE_ATLAS_MAX_BODY_BYTES"
 ENV_THREADS = "SAE_ATLAS_THREADS"
 DEFAULT_MAX_BODY = 256 * 1024
@@ -25,10 +26,12 @@ class ServerSettings:
     allow_analyses: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY
     threads: int | None = None
+    allow_interventions: bool = False  # POST /run, /steer, /attribute (they run the model)
 
     def to_env(self) -> dict[str, str]:
         """The settings as environment variables (for `uvicorn --workers` processes)."""
         env = {ENV_ROOT: str(self.root), ENV_ALLOW_ANALYSES: "1" if self.allow_analyses else "0",
+               ENV_ALLOW_INTERVENTIONS: "1" if self.allow_interventions else "0",
                ENV_MAX_BODY: str(self.max_body_bytes)}
         if self.token:
             env[ENV_TOKEN] = self.token
@@ -46,6 +49,7 @@ class ServerSettings:
             root=Path(root),
             token=os.environ.get(ENV_TOKEN) or None,
             allow_analyses=os.environ.get(ENV_ALLOW_ANALYSES) == "1",
+            allow_interventions=os.environ.get(ENV_ALLOW_INTERVENTIONS) == "1",
             max_body_bytes=int(os.environ.get(ENV_MAX_BODY, DEFAULT_MAX_BODY)),
             threads=int(os.environ[ENV_THREADS]) if os.environ.get(ENV_THREADS) else None,
         )

@@ -22,6 +22,7 @@ Spearman correlation and the share of matching signs.
 from __future__ import annotations
 
 import re
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -169,7 +170,8 @@ class Attribution:
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     if len(a) < 2:
-        return {"pearson": float("nan"), "spearman": float("nan"), "sign_agreement": float(np.mean(np.sign(a) == np.sign(b)))}
+        signs = float(np.mean(np.sign(a) == np.sign(b))) if len(a) else float("nan")
+        return {"pearson": float("nan"), "spearman": float("nan"), "sign_agreement": signs}
 
     def corr(x: np.ndarray, y: np.ndarray) -> float:
         return float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else float("nan")
@@ -216,7 +218,9 @@ def attribute(
         return f_hook
 
     hooks = linearizing_hooks(handle) + [(h, splice_hook(h)) for h in dict.fromkeys(h for h, _ in splice.saes.values())]
-    with torch.enable_grad(), _only_biases_need_grad(handle.bridge) as biases:
+    with torch.enable_grad(), _only_biases_need_grad(handle.bridge) as biases, warnings.catch_warnings():
+        # freezing a norm scale is meant to edit it (TransformerLens warns about any such edit)
+        warnings.filterwarnings("ignore", message="A forward hook edited hook_scale")
         logits = handle.bridge.run_with_hooks(token_ids_T[None], fwd_hooks=hooks)[0]
         value, offset = fn(logits)
         value.backward()

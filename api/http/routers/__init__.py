@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.http.routers import analyses, features, saes, search, service
+from api.http.routers import analyses, features, interventions, saes, search, service
 
-DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, analyses.router]
+DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, analyses.router, interventions.router]
 SERVICE_ROUTER = service.router

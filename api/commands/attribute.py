@@ -1,0 +1,49 @@
+"""`sae-atlas attribute ATLAS TEXT --target TOKEN`: which features drive a prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from api.atlas import Atlas
+from api.commands.common import handle_errors, print_json, print_table
+
+
+@handle_errors
+def attribute_command(
+    atlas: Path = typer.Argument(..., help="Atlas directory."),
+    text: str = typer.Argument(..., help="The prompt."),
+    target: str = typer.Option(None, help="Target token (exactly one token, e.g. ' Friday')."),
+    other: str = typer.Option(None, help="With --kind logit_diff: the token subtracted."),
+    kind: str = typer.Option("logit", help="logit, logit_diff or loss."),
+    position: int = typer.Option(-1, help="Position whose prediction is the target."),
+    sae: list[str] = typer.Option(None, "--sae", help="SAEs to attribute to (repeatable; default: all)."),
+    top: int = typer.Option(20, min=1, max=200, help="Features to list."),
+    verify: int = typer.Option(5, min=0, max=20, help="Top features checked by true ablation."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Activation x gradient attribution through the spliced SAEs, with the completeness
+    check and the top features' true ablation effects."""
+    spec = {"kind": kind, "token": target, "other": other, "position": position}
+    result = Atlas(atlas).attribute(text, spec, sae_ids=sae or None, top=top, verify=verify)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    typer.echo(f"target {kind} {target!r}{'' if other is None else ' - ' + repr(other)} = {result.total:.4g}")
+    print_table("top features", ["sae_id", "feature", "attribution", "max_act", "token"],
+                [[f["sae_id"], f["feature"], f["attribution"], f["max_act"], repr(result.tokens[f["top_position"]])]
+                 for f in result.features])
+    print_table("completeness (parts sum to the target)", ["sae_id", "features", "error", "sae_bias", "model_bias",
+                                                          "sum", "total", "ok"],
+                [[p["sae_id"], p["features"], p["error"], p["sae_bias"], p["model_bias"], p["sum"], p["total"],
+                  p["ok"]] for p in result.parts])
+    if result.verification:
+        print_table("attribution vs true ablation effect", ["sae_id", "feature", "attribution", "ablation_effect"],
+                    [[v["sae_id"], v["feature"], v["attribution"], v["ablation_effect"]] for v in result.verification])
+        typer.echo("agreement: " + ", ".join(f"{k} {v:.3g}" for k, v in result.agreement.items()))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `attribute` verb."""
+    app.command("attribute")(attribute_command)

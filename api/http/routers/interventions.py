@@ -1,0 +1,160 @@
+"""`POST /run`, `/steer`, `/attribute`: interventions on the atlas's model.
+
+Off unless the server was started with `--allow-interventions` (403 otherwise). Each
+request is bounded (prompt characters and tokens, new tokens, edits; see
+`api.interventions`) and runs on the worker's one-thread model queue, first come first
+served, like text search."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep, sae_id_checked
+from api.http.json_body import json_body
+from api.http.routers.params import DATA_ERRORS, error_responses
+from api.http.schemas import MAX_SAES_PER_QUERY, Number, SafeId
+from api.interventions import MAX_CHARS, MAX_EDITS, MAX_NEW_TOKENS
+from saes.intervene.attribution import Target
+from saes.intervene.edits import Edit
+
+router = APIRouter(tags=["interventions"], responses={**DATA_ERRORS, **error_responses(400, 403, 404, 413)})
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=MAX_CHARS, description="the prompt")
+
+
+class RunRequest(_Request):
+    """A forward pass with SAEs spliced in and edits applied."""
+
+    edits: list[Edit] = Field(default_factory=list, max_length=MAX_EDITS)
+    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
+                                         description="SAEs to splice in besides those the edits name")
+    k: int = Field(default=10, ge=1, le=50, description="next tokens to list")
+
+
+class SteerRequest(_Request):
+    """Baseline vs edited generation with one seed."""
+
+    edits: list[Edit] = Field(min_length=1, max_length=MAX_EDITS)
+    max_new_tokens: int = Field(default=20, ge=1, le=MAX_NEW_TOKENS)
+    temperature: float = Field(default=0.0, ge=0.0, le=10.0, description="0: greedy")
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+
+
+class AttributeRequest(_Request):
+    """Feature attribution of a target on the prompt."""
+
+    target: Target | str = Field(description="a token string (its logit at the last position) or a target")
+    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
+                                         description="SAEs to attribute to (default: all)")
+    top: int = Field(default=20, ge=1, le=200)
+    verify: int = Field(default=5, ge=0, le=20, description="top features checked by true ablation")
+
+
+class TokenProb(BaseModel):
+    token: str
+    token_id: int
+    p_edited: float
+    p_clean: float
+
+
+class Act(BaseModel):
+    latent: int
+    act: float
+
+
+class RunResult(BaseModel):
+    text: str
+    tokens: list[str]
+    token_ids: list[int]
+    edits: list[dict[str, Any]]
+    next_tokens: list[TokenProb]
+    kl: Number
+    features: dict[str, list[list[Act]]]
+
+
+class Shift(BaseModel):
+    token: str
+    token_id: int
+    p_baseline: float
+    p_edited: float
+
+
+class SteerResult(BaseModel):
+    prompt: str
+    baseline_text: str
+    edited_text: str
+    baseline_ids: list[int]
+    edited_ids: list[int]
+    rising: list[Shift]
+    falling: list[Shift]
+    kl: Number
+    edits: list[dict[str, Any]]
+    temperature: float
+    seed: int
+
+
+class AttributedFeature(BaseModel):
+    sae_id: str
+    feature: int
+    attribution: Number
+    max_act: Number
+    top_position: int
+    ablation_effect: Number = None
+
+
+class AttributionResult(BaseModel):
+    text: str
+    tokens: list[str]
+    target: dict[str, Any]
+    total: Number
+    features: list[AttributedFeature]
+    token_attr: dict[str, list[Number]]
+    token_error: dict[str, list[Number]]
+    parts: list[dict[str, Any]]
+    complete: bool
+    tolerance: dict[str, float]
+    verification: list[AttributedFeature]
+    agreement: dict[str, Number]
+
+
+def _allowed(settings: Any) -> None:
+    if not settings.allow_interventions:
+        raise HTTPException(status_code=403,
+                            detail="interventions are off on this server; start it with --allow-interventions")
+
+
+async def _queued(queue: Any, work: Any) -> Response:
+    result = await asyncio.get_running_loop().run_in_executor(queue, work)
+    return json_body(result.to_dict())
+
+
+@router.post("/run", summary="Run the model with SAEs spliced in and features edited", response_model=RunResult)
+async def post_run(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: RunRequest) -> Response:
+    _allowed(settings)
+    ids = [sae_id_checked(s) for s in body.sae_ids or []]
+    return await _queued(queue, lambda: atlas.run(body.text, body.edits, sae_ids=ids, k=body.k))
+
+
+@router.post("/steer", summary="Generate without and with feature edits (same seed)", response_model=SteerResult)
+async def post_steer(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: SteerRequest) -> Response:
+    _allowed(settings)
+    return await _queued(queue, lambda: atlas.steer(body.text, body.edits, max_new_tokens=body.max_new_tokens,
+                                                    temperature=body.temperature, seed=body.seed))
+
+
+@router.post("/attribute", summary="Attribute a target to SAE features (activation x gradient)",
+             response_model=AttributionResult)
+async def post_attribute(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep,
+                         body: AttributeRequest) -> Response:
+    _allowed(settings)
+    ids = [sae_id_checked(s) for s in body.sae_ids] if body.sae_ids else None
+    return await _queued(queue, lambda: atlas.attribute(body.text, body.target, sae_ids=ids, top=body.top,
+                                                        verify=body.verify))
