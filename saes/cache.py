@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from saes.corpus import CorpusSpec, iter_blocks
+from saes.hook_fns import capture_hooks
 from saes.models import ModelHandle
 from store.activations import ActivationWriter
 from store.dtypes import parse_dtype
@@ -57,24 +58,13 @@ def _check_model_matches(layout: AtlasLayout, spec: Any) -> None:
             )
 
 
-def _capture_hooks(hooks: list[str], store: dict[str, torch.Tensor]) -> list[tuple[str, Any]]:
-    def make(name: str) -> Any:
-        def capture(tensor: torch.Tensor, hook: Any) -> torch.Tensor:
-            store[name] = tensor.detach()
-            return tensor
-
-        return capture
-
-    return [(name, make(name)) for name in hooks]
-
-
 def run_hooks(handle: ModelHandle, tokens: torch.Tensor, hooks: list[str]) -> dict[str, torch.Tensor]:
     """Activations `[batch, pos, d]` of `hooks` from one forward pass stopped after the deepest."""
     stop = max(handle.hook_layer(h) for h in hooks) + 1
     captured: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
         handle.bridge.run_with_hooks(
-            tokens, fwd_hooks=_capture_hooks(hooks, captured), stop_at_layer=max(stop, 1)
+            tokens, fwd_hooks=capture_hooks(hooks, captured), stop_at_layer=max(stop, 1)
         )
     missing = [h for h in hooks if h not in captured]
     if missing:

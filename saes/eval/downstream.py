@@ -18,16 +18,13 @@ from typing import Any
 
 import torch
 
+from saes.hook_fns import HookFn, replace_hook
 from saes.sae.base import SAE
 
 
-def _replacement(fill: Callable[[torch.Tensor], torch.Tensor], keep_BT: torch.Tensor) -> Callable:
+def _replacement(fill: Callable[[torch.Tensor], torch.Tensor], keep_BT: torch.Tensor) -> HookFn:
     """A hook fn that returns `fill(act)` except at positions where `keep_BT` is True."""
-
-    def hook_fn(act: torch.Tensor, hook: Any) -> torch.Tensor:
-        return torch.where(keep_BT[..., None].to(act.device), act, fill(act).to(act.dtype))
-
-    return hook_fn
+    return replace_hook(lambda act: torch.where(keep_BT[..., None].to(act.device), act, fill(act).to(act.dtype)))
 
 
 def _sae_fill(sae: SAE) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from saes.hook_fns import capture_hook, replace_hook
 from store.errors import InvalidInputError
 
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
@@ -267,6 +269,18 @@ class RunOutput:
     logits: torch.Tensor | None  # [N, d_vocab]
 
 
+def _patched(act_NTD: torch.Tensor, *, values_ND: torch.Tensor, pos_N: torch.Tensor) -> torch.Tensor:
+    """A copy of `act_NTD` with row n's position `pos_N[n]` set to `values_ND[n]`."""
+    out = act_NTD.clone()
+    out[torch.arange(len(out)), pos_N] = values_ND.to(out.dtype)
+    return out
+
+
+def _append_at(sink: list[torch.Tensor], act_NTD: torch.Tensor, *, pos_N: torch.Tensor) -> None:
+    """Append row n's activation at position `pos_N[n]` (float32, detached) to `sink`."""
+    sink.append(act_NTD[torch.arange(len(act_NTD)), pos_N].detach().float().clone())
+
+
 @torch.inference_mode()
 def run_prompts(
     handle: Any,
@@ -303,21 +317,9 @@ def run_prompts(
         cpos = batch.concept_pos[sl]
         fwd_hooks = []
         if patch is not None:
-            vals = patch.values_ND[sl]
-
-            def patch_fn(act: torch.Tensor, hook: Any, vals: torch.Tensor = vals, cpos: torch.Tensor = cpos) -> torch.Tensor:
-                act = act.clone()
-                act[torch.arange(len(act)), cpos] = vals.to(act.dtype)
-                return act
-
-            fwd_hooks.append((patch.hook, patch_fn))
+            fwd_hooks.append((patch.hook, replace_hook(partial(_patched, values_ND=patch.values_ND[sl], pos_N=cpos))))
         for name in hooks:
-
-            def capture_fn(act: torch.Tensor, hook: Any, name: str = name, cpos: torch.Tensor = cpos) -> torch.Tensor:
-                acts[name].append(act[torch.arange(len(act)), cpos].detach().float().clone())
-                return act
-
-            fwd_hooks.append((name, capture_fn))
+            fwd_hooks.append((name, capture_hook(partial(_append_at, acts[name], pos_N=cpos))))
         out = handle.bridge.run_with_hooks(toks, fwd_hooks=fwd_hooks, stop_at_layer=stop)
         if logits:
             out_logits.append(out[rows, batch.final_pos[sl]].float())
