@@ -40,10 +40,18 @@ def by_vector(
 
 
 def cross_layer(
-    cache: atlas_sources.ResourceCache, root: Path, sae_id: str, latent: int, k: int
+    cache: atlas_sources.ResourceCache, root: Path, sae_id: str, latent: int, k: int,
+    among: list[str] | None = None,
 ) -> list[Match]:
-    """This latent's `k` best matches in every other SAE of the same width, by layer."""
-    return _search(cache, root).flow(sae_id, latent, k=k)
+    """This latent's `k` best matches in every other SAE of the same width (or of those
+    in `among`), by layer."""
+    filters = Filters() if among is None else Filters(sae_ids=tuple(among))
+    return _search(cache, root).flow(sae_id, latent, k=k, filters=filters)
+
+
+def load_index(cache: atlas_sources.ResourceCache, root: Path, sae_id: str) -> None:
+    """Load (and keep) the SAE's index, checked against its current weights."""
+    _search(cache, root).sae_index(sae_id)
 
 
 def preload(cache: atlas_sources.ResourceCache, root: Path, sae_ids: list[str]) -> None:

@@ -43,7 +43,8 @@ class ResourceCache:
 
 # feature tables -----------------------------------------------------------------------
 def feature_tables(root: Path, sae_id: str) -> FeatureTables:
-    """The verified summary tables of one SAE (IntegrityError if not summarized)."""
+    """The verified summary tables of one SAE (NotFoundError if not summarized,
+    IntegrityError if damaged)."""
     return FeatureTables(root, sae_id)
 
 
@@ -61,6 +62,14 @@ def load_sae(root: Path, sae_id: str) -> Any:
     from saes.atlas_saes import load_atlas_sae
 
     return load_atlas_sae(root, sae_id)
+
+
+def verify_weights(root: Path, sae_id: str) -> None:
+    """Check the SAE's weights against the sha256 its cfg.json records (IntegrityError naming
+    the file and the repair if they differ or are missing; hashed once per process)."""
+    from store.integrity import verify_sae_weights
+
+    verify_sae_weights(root, sae_id)
 
 
 def sae_config(root: Path, sae_id: str) -> dict[str, Any]:

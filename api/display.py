@@ -66,6 +66,7 @@ class Feature:
     neighbours: list[dict[str, Any]] | None = None
     cross_layer: list[dict[str, Any]] | None = None
     map_position: dict[str, Any] | None = None
+    damaged_saes: dict[str, str] | None = None  # SAEs left out of cross_layer: id -> problem
 
     def to_dict(self) -> dict[str, Any]:
         """The feature as JSON-ready data."""

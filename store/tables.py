@@ -23,7 +23,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError, InvalidInputError
+from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.layout import AtlasLayout, created_with
 
 TABLES_FORMAT = "sae-atlas-feature-tables"
@@ -273,11 +273,17 @@ class OccurrenceWriter:
 
 # reading ----------------------------------------------------------------------------------
 def read_sidecar(root: str | Path, sae_id: str) -> dict[str, Any]:
-    """The validated `tables.json` of an SAE (IntegrityError if missing, corrupt or outdated)."""
+    """The validated `tables.json` of an SAE: NotFoundError when the SAE was not summarized,
+    IntegrityError when it is missing beside its tables, corrupt or outdated."""
     repair = summarize_repair(root, sae_id)
-    path = AtlasLayout(root).require_sae(sae_id) / TABLES_FILE
+    folder = AtlasLayout(root).require_sae(sae_id)
+    path = folder / TABLES_FILE
     if not path.exists():
-        raise IntegrityError(path, "the SAE has no feature summary tables yet", repair)
+        present = [name for name in (FEATURES_FILE, EXAMPLES_FILE, OCCURRENCE_FILE) if (folder / name).exists()]
+        if present:
+            raise IntegrityError(path, f"file is missing while {', '.join(present)} exist", repair)
+        raise NotFoundError(f"SAE {sae_id!r} has no feature summary tables yet; run `sae-atlas summarize "
+                            f"--atlas {root} --sae {sae_id}`")
     sidecar = read_json(path, repair)
     if not isinstance(sidecar, dict) or sidecar.get("format") != TABLES_FORMAT:
         raise IntegrityError(path, "not a feature-tables sidecar", repair)

@@ -74,7 +74,7 @@ class SaeInfo(BaseModel):
     """One SAE: its hook, architecture, widths and the held-out metrics recorded at training."""
 
     sae_id: str
-    hook: str
+    hook: str | None
     architecture: str | None
     d_in: int | None
     d_sae: int | None
@@ -85,6 +85,8 @@ class SaeInfo(BaseModel):
     source: str = Field(default="trained", description="'trained', or the SOURCE it was imported from")
     suspect: bool = Field(default=False, description="imported with --force despite the misload guard")
 
+    damaged_saes: dict[str, str] | None = Field(
+        default=None, description="SAEs not served because a file is damaged: SAE id -> the file and its repair")
 
 class FeatureRow(BaseModel):
     """One row of the per-latent table."""
@@ -101,6 +103,10 @@ class FeaturePage(BaseModel):
     """A page of the per-latent table."""
 
     total: int
+    status: Literal["ok", "damaged"] = Field(
+        default="ok", description="'damaged': a file of the SAE is missing, truncated or corrupt; its pages "
+        "answer 500 naming it")
+    problem: str | None = Field(default=None, description="for a damaged SAE: the file, what is wrong, the repair")
     offset: int
     rows: list[FeatureRow]
 
@@ -210,6 +216,8 @@ class TokenActivation(BaseModel):
     """A feature active on a token."""
 
     latent: int
+    damaged_saes: dict[str, str] | None = Field(
+        default=None, description="damaged SAEs left out of cross_layer: SAE id -> the damaged file and its repair")
     act: Number
 
 

@@ -189,7 +189,7 @@ def test_sidecar_problems(tmp_path):
     sidecar_path.write_text(good.replace('"schema_version": 1', '"schema_version": 99'))
     _assert_integrity(tmp_path, TABLES_FILE, "version 99")
     sidecar_path.unlink()
-    _assert_integrity(tmp_path, TABLES_FILE, "no feature summary")
+    _assert_integrity(tmp_path, TABLES_FILE, "file is missing while features.parquet")
     with pytest.raises(NotFoundError, match="sae-a"):
         FeatureTables(tmp_path, "nope")
 

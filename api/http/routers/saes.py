@@ -14,9 +14,9 @@ router = APIRouter(responses=DATA_ERRORS)
 ONE_SAE = error_responses(400, 404)
 
 
-@router.get("/saes", tags=["saes"], summary="The SAEs of the atlas", response_model=list[SaeInfo])
+@router.get("/saes", tags=["saes"], summary="The SAEs of the atlas (damaged ones marked)", response_model=list[SaeInfo])
 async def list_saes(atlas: AtlasDep) -> Response:
-    return json_body([atlas.sae_info(s) for s in atlas.sae_ids])
+    return json_body([atlas.sae_status(s) for s in atlas.sae_ids])
 
 
 @router.get("/saes/{sae_id}", tags=["saes"], summary="One SAE", response_model=SaeInfo, responses=ONE_SAE)

@@ -28,8 +28,10 @@ Guarded = Annotated[None, Depends(require_token)]
 def health(request: Request, atlas: AtlasDep, settings: SettingsDep) -> Health:
     if not token_ok(request):
         return Health(status="ok")
-    return Health(status="ok", saes=len(atlas.sae_ids), worker_pid=os.getpid(), auth=bool(settings.token),
-                  analyses_allowed=settings.allow_analyses)
+    damaged = atlas.damaged()
+    return Health(status="ok", saes=len(atlas.sae_ids) - len(damaged), worker_pid=os.getpid(),
+                  auth=bool(settings.token), analyses_allowed=settings.allow_analyses,
+                  damaged_saes=damaged or None)
 
 
 @router.get("/openapi.json", include_in_schema=False, responses=error_responses(401))
