@@ -68,6 +68,8 @@ class Health(BaseModel):
     worker_pid: int | None = None
     auth: bool | None = Field(default=None, description="whether data endpoints need a bearer token")
     analyses_allowed: bool | None = None
+    damaged_saes: dict[str, str] | None = Field(
+        default=None, description="SAEs not served because a file is damaged: SAE id -> the file and its repair")
 
 
 class SaeInfo(BaseModel):
@@ -84,9 +86,11 @@ class SaeInfo(BaseModel):
     dead_fraction: Number
     source: str = Field(default="trained", description="'trained', or the SOURCE it was imported from")
     suspect: bool = Field(default=False, description="imported with --force despite the misload guard")
+    status: Literal["ok", "damaged"] = Field(
+        default="ok", description="'damaged': a file of the SAE is missing, truncated or corrupt; its pages "
+        "answer 500 naming it")
+    problem: str | None = Field(default=None, description="for a damaged SAE: the file, what is wrong, the repair")
 
-    damaged_saes: dict[str, str] | None = Field(
-        default=None, description="SAEs not served because a file is damaged: SAE id -> the file and its repair")
 
 class FeatureRow(BaseModel):
     """One row of the per-latent table."""
@@ -103,10 +107,6 @@ class FeaturePage(BaseModel):
     """A page of the per-latent table."""
 
     total: int
-    status: Literal["ok", "damaged"] = Field(
-        default="ok", description="'damaged': a file of the SAE is missing, truncated or corrupt; its pages "
-        "answer 500 naming it")
-    problem: str | None = Field(default=None, description="for a damaged SAE: the file, what is wrong, the repair")
     offset: int
     rows: list[FeatureRow]
 
