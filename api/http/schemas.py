@@ -199,6 +199,8 @@ class Feature(BaseModel):
     neighbours: list[Match] | None
     cross_layer: list[Match] | None
     map_position: MapPosition | None
+    damaged_saes: dict[str, str] | None = Field(
+        default=None, description="damaged SAEs left out of cross_layer: SAE id -> the damaged file and its repair")
 
 
 class MapColumns(BaseModel):
@@ -216,8 +218,6 @@ class TokenActivation(BaseModel):
     """A feature active on a token."""
 
     latent: int
-    damaged_saes: dict[str, str] | None = Field(
-        default=None, description="damaged SAEs left out of cross_layer: SAE id -> the damaged file and its repair")
     act: Number
 
 
