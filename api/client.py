@@ -104,10 +104,11 @@ class AtlasClient:
     def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> dict[str, Any]:
         """Features centred on / promoting a token (string or id)."""
         params: dict[str, Any] = {"k": k}
-        params["token_id" if isinstance(token, int) else "token"] = token
         if sae_id:
             params["sae_id"] = sae_id
-        return self._call("GET", "/search/token", params=params)
+        if isinstance(token, int):
+            return self._call("GET", f"/search/token/{token}", params=params)
+        return self._call("GET", "/search/token", params={**params, "token": token})
 
     def map(self, sae_id: str) -> pl.DataFrame:
         """The SAE's 2-D feature map."""

@@ -23,6 +23,7 @@ from api.atlas import Atlas
 from api.http.deps import require_token
 from api.http.errors import install_error_handlers
 from api.http.guards import BodyLimit
+from api.http.openapi import atlas_openapi
 from api.http.routers import DATA_ROUTERS, SERVICE_ROUTER
 from api.http.settings import ServerSettings
 from api.http.workers import run_workers
@@ -46,6 +47,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         openapi_url=None,  # served by the service router, behind the token
     )
     app.state.atlas = atlas
+    app.openapi = lambda: atlas_openapi(app, atlas)  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.model_queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
     install_error_handlers(app)

@@ -9,19 +9,33 @@ models must say exactly what is sent: floats that may be NaN are nullable (NaN i
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from api.atlas import MAX_K, MAX_TEXT_CHARS
 
 MAX_VECTOR = 65536
 MAX_SAES_PER_QUERY = 64
-SAE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+ID_PATTERN = r"^[A-Za-z0-9](\.?[A-Za-z0-9_-])*\.?$"
+"""`store.layout.check_id` as a JSON-schema pattern (with maxLength 128): a letter or digit,
+then letters, digits, '.', '_' or '-', never '..'."""
 Number = float | None  # NaN and infinities are sent as null
 
 
+def _integral(value: Any) -> Any:
+    """A JSON number with no fraction (`3.0`) as an int; anything else unchanged."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+"""An integer as JSON Schema means it: `3` or `3.0`, never `true` or `"3"` (with `_Strict`)."""
+SafeId = Annotated[str, Field(max_length=128, pattern=ID_PATTERN)]
+
+
 class _Strict(BaseModel):
+    """A request body: unknown fields rejected, no type coercion (`true` is not 1)."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
@@ -30,23 +44,26 @@ class TextQuery(_Strict):
     """Which features fire on each token of `text`."""
 
     text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, description="text to run through the model")
-    sae_ids: list[str] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
-                                      description="SAEs to encode with (default: all)")
-    k: StrictInt = Field(default=5, ge=1, le=MAX_K, description="features per token and SAE")
+    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
+                                         description="SAEs to encode with (default: all)")
+    k: JsonInt = Field(default=5, ge=1, le=MAX_K, description="features per token and SAE")
 
 
 class VectorQuery(_Strict):
     """Features whose decoder directions are nearest to `vector`."""
 
-    vector: list[float] = Field(min_length=1, max_length=MAX_VECTOR, description="a direction of length d_in")
-    sae_id: str | None = Field(default=None, description="one SAE (default: all SAEs of that width)")
-    k: StrictInt = Field(default=10, ge=1, le=MAX_K)
+    vector: list[float] = Field(min_length=1, max_length=MAX_VECTOR,
+                                description="a direction of length d_in, not all zero",
+                                json_schema_extra={"contains": {"not": {"const": 0}}})
+    sae_id: SafeId | None = Field(default=None, description="one SAE (default: all SAEs of that width)")
+    k: JsonInt = Field(default=10, ge=1, le=MAX_K)
 
 
 class CircularRequest(_Strict):
     """Run circular-feature discovery on one SAE (needs `--allow-analyses`)."""
 
-    max_tokens: StrictInt = Field(default=20_000, ge=256, le=1_000_000)
+    sae_id: SafeId
+    max_tokens: JsonInt = Field(default=20_000, ge=256, le=1_000_000)
 
 
 # responses -----------------------------------------------------------------------------

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, StrictInt
+from pydantic import BaseModel, Field
 
 from api.atlas import MAX_K, MAX_TEXT_CHARS
-from api.http.schemas import MAX_SAES_PER_QUERY, Number, _Strict
+from api.http.schemas import MAX_SAES_PER_QUERY, JsonInt, Number, SafeId, _Strict
 
 MAX_TEXTS_PER_SET = 256
 MAX_PERMUTATIONS = 100_000
-Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, pattern=f"[^{PY_WHITESPACE}]",
+                            description="a text with at least one non-space character")]
 
 
 class ContrastQuery(_Strict):
@@ -20,14 +22,14 @@ class ContrastQuery(_Strict):
 
     texts_a: list[Text] = Field(min_length=2, max_length=MAX_TEXTS_PER_SET, description="first set of texts")
     texts_b: list[Text] = Field(min_length=2, max_length=MAX_TEXTS_PER_SET, description="second set of texts")
-    sae_ids: list[str] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
-                                      description="SAEs to encode with (default: all)")
-    k: StrictInt = Field(default=20, ge=1, le=MAX_K, description="features returned")
+    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
+                                         description="SAEs to encode with (default: all)")
+    k: JsonInt = Field(default=20, ge=1, le=MAX_K, description="features returned")
     pool: Literal["max", "mean"] = Field(default="max", description="pooling of a text's token activations")
-    n_permutations: StrictInt = Field(default=20_000, ge=100, le=MAX_PERMUTATIONS)
+    n_permutations: JsonInt = Field(default=20_000, ge=100, le=MAX_PERMUTATIONS)
     alpha: float = Field(default=0.05, gt=0, lt=1, description="false discovery rate for 'significant'")
     duplicate_threshold: float = Field(default=0.9, ge=-1, le=1, description="decoder cosine of duplicates")
-    seed: StrictInt = Field(default=0, ge=0, le=2**31 - 1)
+    seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
 
 
 class ContrastFeature(BaseModel):
@@ -62,3 +64,67 @@ class ContrastResult(BaseModel):
     n_tested: dict[str, int]
     n_significant: int
     features: list[ContrastFeature]
+
+
+class ConceptSpec(_Strict):
+    """A user concept: values and prompt templates with one `{value}` slot (and, for
+    ordered arithmetic prompts, `{offset}` phrases)."""
+
+    name: str = Field(default="custom", max_length=64)
+    kind: Literal["ordered", "categories"] = "ordered"
+    values: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(min_length=2, max_length=64)
+    templates: list[Annotated[str, Field(min_length=7, max_length=256)]] = Field(min_length=1, max_length=16)
+    offsets: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=31)
+
+
+class ConceptQuery(_Strict):
+    """Which features carry a concept, and which few span it."""
+
+    concept: Literal["weekdays", "months", "colours"] | ConceptSpec = Field(
+        description="a built-in concept name or a concept of your own")
+    sae_ids: list[str] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
+                                      description="SAEs to search (default: all)")
+    min_fire_rate: float = Field(default=0.5, gt=0, le=1, description="share of a value's prompts a feature fires on")
+    min_selectivity: float = Field(default=0.5, gt=0, le=1, description="share of variance the value explains")
+    target: float = Field(default=0.9, gt=0, le=1, description="explained variance at which the span stops")
+    max_features: int = Field(default=8, ge=1, le=32)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+
+
+class ConceptFeature(BaseModel):
+    """A feature firing on the concept tokens; `span_order` is its place in the span (null: not in it)."""
+
+    sae_id: str
+    hook: str
+    latent: int
+    selective: bool
+    selectivity: Number
+    fire_rate: Number
+    mean_act: Number
+    value: str
+    span_order: int | None
+
+
+class ConceptSaeSummary(BaseModel):
+    """One SAE's answer: the span (latents in the order chosen), cumulative explained
+    variance, and the span's geometry fit (circle probe fields for an ordered concept,
+    `lda_accuracy` and `chance` for categories, `note` when the span is too small)."""
+
+    hook: str
+    kind: str
+    n_features: int
+    n_selective: int
+    span: list[int]
+    explained: list[Number]
+    fit: dict[str, object]
+    score: Number
+
+
+class ConceptSearchResult(BaseModel):
+    """Concept search over SAEs; `best` is the SAE whose span fits best on held-out prompts."""
+
+    concept: dict[str, object]
+    kind: str
+    best: str
+    per_sae: dict[str, ConceptSaeSummary]
+    features: list[ConceptFeature]

@@ -64,7 +64,7 @@ def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, A
     assert text["tokens"] == ["<s>", "the", "cat", "sat"] and len(text["features"][a]) == 4
     token = http.get("/search/token", params={"token": "cat", "k": 3}).json()
     assert token["token"] == "cat" and len(token["promoting"]) == 3
-    assert http.get("/search/token", params={"token_id": token["token_id"]}).json()["token_id"] == token["token_id"]
+    assert http.get(f"/search/token/{token['token_id']}").json()["token_id"] == token["token_id"]
 
 
 def test_analyses_endpoints(http: httpx.Client) -> None:
@@ -75,16 +75,16 @@ def test_analyses_endpoints(http: httpx.Client) -> None:
     png = http.get("/analyses/planted/figures/demo-run.png")
     assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
     _error(http.get("/analyses/planted/missing-run"), 404, "demo-run")
-    _error(http.get("/analyses/planted/figures/demo-run.json"), 404)
-    _error(http.post("/analyses/circular/x"), 403, "--allow-analyses")
+    _error(http.post("/analyses/circular", json={"sae_id": "x"}), 403, "--allow-analyses")
 
 
 @pytest.mark.parametrize("path,status,needle", [
     ("/saes/nope", 404, "valid"),
     ("/saes/nope/features/0", 404, "unknown SAE id"),
     ("/saes/..%2F..%2Fetc/features/0", 404, ""),
-    ("/saes/%2E%2E/features/0", 400, "invalid SAE id"),
-    ("/saes/..%5C..%5Cetc/features/0", 400, "invalid SAE id"),
+    ("/saes/%2E%2E/features/0", 422, "sae_id"),
+    ("/saes/..%5C..%5Cetc/features/0", 422, "sae_id"),
+    ("/saes/a..b", 422, "sae_id"),
     ("/saes/{a}/features/-1", 422, "index"),
     ("/saes/{a}/features/abc", 422, "index"),
     ("/saes/{a}/features/64", 404, "valid 0..63"),
@@ -94,10 +94,13 @@ def test_analyses_endpoints(http: httpx.Client) -> None:
     ("/saes/{a}/features/3/similar?k=two", 422, "k"),
     ("/saes/{a}/features/3?examples=500", 422, "examples"),
     ("/saes/{a}/features?sort=evil", 422, "sort"),
-    ("/search/token", 400, "exactly one"),
+    ("/search/token", 422, "token"),
+    ("/search/token/-1", 422, "token_id"),
+    ("/search/token/true", 422, "token_id"),
     ("/search/token?token=zzzz-not-a-token", 404, "vocabulary"),
     ("/analyses/..%2F..%2Fetc/passwd", 404, ""),
-    ("/analyses/%2E%2E/figures/atlas.json", 400, "invalid analysis kind"),
+    ("/analyses/%2E%2E/figures/atlas.json", 422, "kind"),
+    ("/analyses/planted/figures/demo-run.json", 422, "name"),
     ("/analyses/planted/figures/..%2F..%2Fatlas.json", 404, ""),
     ("/no/such/endpoint", 404, "no such endpoint"),
 ])
@@ -112,13 +115,18 @@ def test_bad_get_requests(http: httpx.Client, small_atlas: dict[str, Any], path:
     ("/search/text", {"text": "x" * 5000}, 422, "text"),
     ("/search/text", {"text": 12}, 422, "text"),
     ("/search/text", {"text": "the", "k": 1000}, 422, "k"),
-    ("/search/text", {"text": "the", "sae_ids": ["../x"]}, 400, "invalid SAE id"),
+    ("/search/text", {"text": "the", "sae_ids": ["../x"]}, 422, "sae_ids"),
+    ("/search/text", {"text": "the", "k": True}, 422, "k"),
+    ("/search/text", {"text": "the", "k": "2"}, 422, "k"),
+    ("/search/text", {"text": "the", "k": 2.5}, 422, "k"),
     ("/search/text", {"text": "the", "sae_ids": ["nope"]}, 404, "unknown SAE id"),
     ("/search/text", {"text": "the", "extra": 1}, 422, "extra"),
     ("/search/vector", {"vector": [1.0, 2.0]}, 400, "d_in is 32"),
     ("/search/vector", {"vector": ["a"] * 32}, 422, "vector"),
     ("/search/vector", {"vector": [0.0] * 32}, 400, "zero"),
     ("/search/vector", {"vector": [1.0] * 32, "k": -1}, 422, "k"),
+    ("/search/vector", {"vector": [1.0] * 32, "k": True}, 422, "k"),
+    ("/search/vector", {"vector": [True] * 32}, 422, "vector"),
     ("/search/vector", {"vector": [1.0] * 32, "sae_id": "nope"}, 404, "unknown SAE id"),
 ])
 def test_bad_post_bodies(http: httpx.Client, path: str, body: dict[str, Any], status: int, needle: str) -> None:
@@ -157,7 +165,7 @@ def test_token_auth(token_server: Any, small_atlas: dict[str, Any]) -> None:
         assert client.get("/openapi.json", headers=ok).json()["paths"]
         assert client.get("/saes", headers=ok).status_code == 200
         assert client.get(f"/saes/{a}/features/0", headers=ok).json()["index"] == 0
-        _error(client.post(f"/analyses/circular/{a}", headers=ok, json={"max_tokens": 10}), 422, "max_tokens")
+        _error(client.post("/analyses/circular", headers=ok, json={"sae_id": a, "max_tokens": 10}), 422, "max_tokens")
     with httpx.Client(base_url=token_server.url, timeout=30) as browser:  # the explorer: /?token= once
         assert "/static/app.js" in browser.get("/", params={"token": TOKEN}).text
         assert browser.cookies.get("sae_atlas_token") == TOKEN
@@ -174,3 +182,14 @@ def test_health_never_names_the_atlas(http: httpx.Client, small_atlas: dict[str,
 def test_static_files_stay_in_the_explorer_folder(http: httpx.Client) -> None:
     for path in ("/static/..%2Fatlas.py", "/static/%2E%2E", "/static/missing.js", "/static/..%2F..%2Fpyproject.toml"):
         assert http.get(path).status_code == 404, path
+
+
+def test_json_integers_and_extreme_vectors(http: httpx.Client, small_atlas: dict[str, Any]) -> None:
+    """`3.0` is an integer in JSON Schema (so accepted as 3); a direction of huge or tiny finite
+    numbers is still a direction (same answer as the unit vector)."""
+    b = small_atlas["sae_ids"][1]
+    unit = http.post("/search/vector", json={"vector": [0.5] * 32, "sae_id": b, "k": 3}).json()
+    assert len(http.post("/search/vector", json={"vector": [0.5] * 32, "sae_id": b, "k": 3.0}).json()) == 3
+    for scale in (1e300, 1e-310):
+        hits = http.post("/search/vector", json={"vector": [scale] * 32, "sae_id": b, "k": 3}).json()
+        assert [h["latent"] for h in hits] == [u["latent"] for u in unit], scale

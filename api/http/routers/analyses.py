@@ -4,12 +4,12 @@ Analyses are plain functions run in the server's thread pool."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, Response
 
 from api.http.deps import AtlasDep, SettingsDep, sae_id_checked
 from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, Kind, SaeId, error_responses
+from api.http.routers.params import DATA_ERRORS, FigureName, Kind, Run, error_responses
 from api.http.schemas import Analysis, AnalysisRunFiles, CircularRequest
 from store.layout import check_id
 
@@ -23,22 +23,20 @@ async def list_analyses(atlas: AtlasDep) -> Response:
 
 
 @router.get("/analyses/{kind}/{run}", summary="One geometry result", response_model=Analysis, responses=LOOKUP)
-def get_analysis(atlas: AtlasDep, kind: str = Kind, run: str = Path(max_length=128)) -> Response:
+def get_analysis(atlas: AtlasDep, kind: str = Kind, run: str = Run) -> Response:
     return json_body(atlas.analysis(check_id(kind, "analysis kind"), check_id(run, "run name")).to_dict())
 
 
 @router.get("/analyses/{kind}/figures/{name}", summary="A stored figure (PNG)", response_class=FileResponse,
             responses={200: {"content": {"image/png": {}}, "description": "the PNG"}, **LOOKUP})
-def get_figure(atlas: AtlasDep, kind: str = Kind, name: str = Path(max_length=200)) -> FileResponse:
+def get_figure(atlas: AtlasDep, kind: str = Kind, name: str = FigureName) -> FileResponse:
     return FileResponse(atlas.figure_path(check_id(kind, "analysis kind"), name), media_type="image/png")
 
 
-@router.post("/analyses/circular/{sae_id}",
-             summary="Run circular-feature discovery (server started with --allow-analyses)",
+@router.post("/analyses/circular",
+             summary="Run circular-feature discovery on one SAE (server started with --allow-analyses)",
              response_model=Analysis, responses={**LOOKUP, **error_responses(403, 413)})
-def run_circular(atlas: AtlasDep, settings: SettingsDep, sae_id: str = SaeId,
-                 body: CircularRequest | None = None) -> Response:
+def run_circular(atlas: AtlasDep, settings: SettingsDep, body: CircularRequest) -> Response:
     if not settings.allow_analyses:
         raise HTTPException(status_code=403, detail="this server is read-only; start it with --allow-analyses")
-    body = body or CircularRequest()
-    return json_body(atlas.run_circular(sae_id_checked(sae_id), max_tokens=body.max_tokens).to_dict())
+    return json_body(atlas.run_circular(sae_id_checked(body.sae_id), max_tokens=body.max_tokens).to_dict())

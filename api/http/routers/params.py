@@ -8,14 +8,17 @@ from typing import Any
 from fastapi import Path, Query
 
 from api.atlas import MAX_K
-from api.http.schemas import ErrorBody
+from api.http.schemas import ID_PATTERN, ErrorBody
 
 MAX_INDEX = 2**31 - 1
 MAX_LIST = 1000
-SaeId = Path(description="SAE id, e.g. blocks.6.hook_resid_post-topk-4608", max_length=128)
+SaeId = Path(description="SAE id, e.g. blocks.6.hook_resid_post-topk-4608", max_length=128, pattern=ID_PATTERN)
 Index = Path(ge=0, le=MAX_INDEX, description="latent index")
 K = Query(10, ge=1, le=MAX_K, description=f"number of results (1..{MAX_K})")
-Kind = Path(max_length=128, description="analysis kind, e.g. circular")
+Kind = Path(max_length=128, pattern=ID_PATTERN, description="analysis kind, e.g. circular")
+Run = Path(max_length=128, pattern=ID_PATTERN, description="run name")
+FigureName = Path(max_length=128, pattern=ID_PATTERN.removesuffix(r"\.?$") + r"\.png$",
+                  description="a PNG file of the kind's folder, e.g. <run>.png")
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

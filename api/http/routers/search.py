@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
 from api.atlas import MAX_K
 from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, MAX_INDEX, Index, K, SaeId, error_responses
-from api.http.schemas import Match, TextQuery, TextSearch, TokenSearch, VectorQuery
+from api.http.schemas import ID_PATTERN, Match, TextQuery, TextSearch, TokenSearch, VectorQuery
 from api.http.schemas_meaning import ContrastQuery, ContrastResult
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404)})
@@ -59,15 +59,24 @@ async def search_contrast(atlas: AtlasDep, queue: ModelQueueDep, query: Contrast
     return json_body(result.to_dict())
 
 
-@router.get("/search/token", summary="Features centred on / promoting a token", response_model=TokenSearch)
+@router.get("/search/token", summary="Features centred on / promoting a token string", response_model=TokenSearch)
 def search_token(
     atlas: AtlasDep,
-    token: str | None = Query(None, min_length=1, max_length=256, description="token string"),
-    token_id: int | None = Query(None, ge=0, le=MAX_INDEX, description="token id"),
-    sae_id: str | None = Query(None, max_length=128),
+    token: str = Query(min_length=1, max_length=256, description="token string, as the tokenizer writes it"),
+    sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
     k: int = K,
 ) -> Response:
-    if (token is None) == (token_id is None):
-        raise HTTPException(status_code=400, detail="give exactly one of 'token' or 'token_id'")
-    target = token if token is not None else token_id
-    return json_body(atlas.search_token(target, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dict())
+    return json_body(atlas.search_token(token, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dict())
+
+
+@router.get("/search/token/{token_id}", summary="Features centred on / promoting a token id",
+            response_model=TokenSearch)
+def search_token_id(
+    atlas: AtlasDep,
+    token_id: int = Path(ge=0, le=MAX_INDEX, description="token id"),
+    sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
+    k: int = K,
+) -> Response:
+    return json_body(atlas.search_token(token_id, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dict())
+
+
