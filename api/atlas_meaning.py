@@ -24,6 +24,7 @@ from store.errors import InvalidInputError
 __all__ = ["Pool", "check_texts", "concept_search", "contrast", "load_concept", "save_concept_run"]
 MAX_TEXTS = 1000
 MAX_SPAN = 32
+MAX_PROMPTS = 4096
 CONCEPT_KIND = "concept_search"
 
 
@@ -106,6 +107,9 @@ def concept_search(
     if not 1 <= max_features <= MAX_SPAN:
         raise InvalidInputError(f"max_features must be in 1..{MAX_SPAN}, got {max_features}")
     kind = "categories" if isinstance(concept, CategoryConcept) else "ordered"
+    n_prompts = len(concept.prompts())
+    if n_prompts > MAX_PROMPTS:
+        raise InvalidInputError(f"concept {concept.name!r} renders {n_prompts} prompts; the maximum is {MAX_PROMPTS}")
     acts = run_locked(lambda: concept_feature_acts(handle, saes, hooks, concept))
     per_sae, frames = {}, []
     for sid, sae in saes.items():

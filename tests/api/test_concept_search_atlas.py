@@ -98,3 +98,25 @@ def test_concept_search_cli(small_atlas: dict[str, Any], tmp_path: Any) -> None:
     assert all("lda_accuracy" in s["fit"] or s["span"] == [] for s in body["per_sae"].values())
     bad = CliRunner().invoke(app, ["search", "concept", str(small_atlas["root"]), "planets"])
     assert bad.exit_code != 0 and "unknown concept" in bad.output
+
+
+def test_concept_search_over_http(server: Any, small_atlas: dict[str, Any]) -> None:
+    import httpx
+
+    sae_id = small_atlas["sae_ids"][0]
+    body = {"concept": {"name": "pets", "kind": "categories", "values": ["cat", "dog", "horse"],
+                        "templates": ["the {value} is red", "we saw a {value} in the park", "a {value} is a kind of animal"]},
+            "sae_ids": [sae_id], "min_selectivity": 0.3}
+    answer = httpx.post(server.url + "/search/concept", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert data["kind"] == "categories" and data["best"] == sae_id and set(data["per_sae"]) == {sae_id}
+    assert all(f["sae_id"] == sae_id for f in data["features"])
+    builtin = httpx.post(server.url + "/search/concept", json={"concept": "weekdays", "sae_ids": [sae_id]}, timeout=60)
+    assert builtin.status_code == 200 and builtin.json()["kind"] == "ordered"
+    bad = httpx.post(server.url + "/search/concept", json={**body, "concept": "planets"}, timeout=30)
+    assert bad.status_code == 422
+    huge = {"name": "x", "values": [f"v{i}" for i in range(64)], "templates": ["{offset} after {value}"] * 16,
+            "offsets": [f"o{i}" for i in range(31)]}
+    bad = httpx.post(server.url + "/search/concept", json={"concept": huge}, timeout=30)
+    assert bad.status_code == 400 and "maximum" in bad.text
