@@ -10,9 +10,9 @@ that fixes the reconstruction:
 - `l0`: L0 far (over 3x) from the release's recorded L0 or the config's k;
 - `transposed`: a square SAE reconstructs much better once `W_enc` and `W_dec` are swapped
   and transposed (a non-square one fails the readers' shape checks, which say so);
+- `apply_b_dec_to_input`: it reconstructs once the input bias convention is flipped;
 - `normalisation`: it reconstructs once inputs are rescaled (a missing or wrong
   `expected_average_only_in` factor); the factor that works is reported;
-- `apply_b_dec_to_input`: it reconstructs once the input bias convention is flipped;
 - `hook`: it reconstructs another cached hook of the same width much better;
 - `fvu`: it reconstructs worse than the mean (FVU > 1) for no reason found above;
 - `dead`: no latent fires at all.
@@ -96,17 +96,17 @@ def _good(fvu: float, baseline: float) -> bool:
 def _diagnose_fvu(sae: SAE, rows: torch.Tensor, fvu: float, other_hooks: dict[str, torch.Tensor],
                   hook: str) -> Problem:
     sample = rows[:DIAGNOSIS_TOKENS]
+    flipped = _fvu(_bias_flipped(sae), sample)
+    if _good(flipped, fvu):
+        return Problem("apply_b_dec_to_input", f"FVU {fvu:.3g} > 1, but {flipped:.3g} with "
+                       f"apply_b_dec_to_input={not sae.cfg.apply_b_dec_to_input}: the input-bias "
+                       "convention of the format was read wrongly")
     scored = [(_fvu(_rescaled(sae, s), sample), s) for s in _SCALES]
     best, scale = min(scored)
     if _good(best, fvu):
         return Problem("normalisation", f"FVU {fvu:.3g} > 1, but {best:.3g} once inputs are scaled by "
                        f"{scale:g}: the SAE expects normalised activations (normalize_activations / "
                        "norm_scaling_factor missing or wrong)")
-    flipped = _fvu(_bias_flipped(sae), sample)
-    if _good(flipped, fvu):
-        return Problem("apply_b_dec_to_input", f"FVU {fvu:.3g} > 1, but {flipped:.3g} with "
-                       f"apply_b_dec_to_input={not sae.cfg.apply_b_dec_to_input}: the input-bias "
-                       "convention of the format was read wrongly")
     for other, other_rows in other_hooks.items():
         other_fvu = _fvu(sae, other_rows[:DIAGNOSIS_TOKENS])
         if _good(other_fvu, fvu):
