@@ -3,10 +3,15 @@
 ```
 atlas.json                 schema version, model spec, hooks, SAEs, created-with versions
 activations/<hook>/        manifest.json + shard-00000.safetensors ...
-saes/<sae_id>/             cfg.json, sae_weights.safetensors, training.json, checkpoints/,
+saes/<sae_id>/             cfg.json, sae_weights.safetensors, training.json (trained) or
+                           source.json (imported: provenance), eval.json, checkpoints/,
                            features.parquet, examples.parquet, index.faiss, map.parquet
 analyses/<kind>/<run>.*    geometry results with their parameters
 ```
+
+`atlas.json["saes"][sae_id]` records each SAE's hook, architecture, widths and held-out
+metrics; an imported one also has `source` (kind, SOURCE, format) and `suspect` (kept with
+`--force` despite the misload guard).
 """
 
 from __future__ import annotations
