@@ -52,6 +52,15 @@ class Blocks:
     is_bos: torch.Tensor  # [n, T] bool: BOS and special (separator) positions
 
 
+@dataclass
+class TokenRows:
+    """Token rows of consecutive blocks, flattened (BOS / special positions left out if asked)."""
+
+    acts: torch.Tensor  # [n, D] float32
+    token_ids: torch.Tensor  # [n] int64
+    positions: torch.Tensor  # [n] int64, position within the block
+
+
 class ActivationWriter:
     """Streams blocks of activations for one hook into shards, resuming an unfinished cache."""
 
@@ -326,6 +335,24 @@ class ActivationReader:
                 block_index=st.torch("block_index", sl).long(),
                 is_bos=self._bos_mask(toks, pos),
             )
+
+    def rows(self, split: Split = "all", *, max_tokens: int | None = None,
+             exclude_bos: bool = True) -> Iterator[TokenRows]:
+        """The token rows of a split in cache order, one shard at a time, at most
+        `max_tokens` of them (all when None); BOS and special positions left out by default."""
+        if max_tokens is not None and max_tokens <= 0:
+            raise InvalidInputError(f"max_tokens must be positive, got {max_tokens}")
+        left = max_tokens
+        for blocks in self.blocks(split):
+            keep = ~blocks.is_bos.reshape(-1) if exclude_bos else slice(None)
+            out = TokenRows(blocks.acts.reshape(-1, self.d)[keep], blocks.token_ids.reshape(-1)[keep],
+                            blocks.positions.reshape(-1)[keep])
+            if left is not None:
+                out = TokenRows(out.acts[:left], out.token_ids[:left], out.positions[:left])
+                left -= len(out.token_ids)
+            yield out
+            if left == 0:
+                return
 
     def count_tokens(self, split: Split = "all", exclude_bos: bool = True) -> int:
         """Number of token rows `batches` would draw from a split in one pass."""

@@ -76,22 +76,12 @@ def sae_activation_matrix(
 ) -> tuple[sp.csr_matrix, np.ndarray]:
     """Encode a hook's cached activations block by block into a CSR matrix
     `[tokens, d_sae]` of feature activations (non-zeros only) and the token ids."""
-    chunks, ids, total = [], [], 0
-    for blocks in reader.blocks(split=split):
-        acts = blocks.acts.reshape(-1, blocks.acts.shape[-1])
-        toks = blocks.token_ids.reshape(-1)
-        if exclude_bos:
-            keep = ~blocks.is_bos.reshape(-1)
-            acts, toks = acts[keep], toks[keep]
-        if max_tokens is not None:
-            acts, toks = acts[: max_tokens - total], toks[: max_tokens - total]
-        f = sae.encode(acts.to(sae.W_enc.dtype)).float().numpy()
+    chunks, ids = [], []
+    for rows in reader.rows(split, max_tokens=max_tokens, exclude_bos=exclude_bos):
+        f = sae.encode(rows.acts.to(sae.W_enc.dtype)).float().numpy()
         chunks.append(sp.csr_matrix(np.where(f > 0, f, 0.0).astype(np.float32)))
-        ids.append(toks.numpy())
-        total += len(toks)
-        if max_tokens is not None and total >= max_tokens:
-            break
-    if not chunks or total == 0:
+        ids.append(rows.token_ids.numpy())
+    if sum(len(i) for i in ids) == 0:
         raise InvalidInputError(f"no tokens in split {split!r} of hook {reader.hook!r}")
     return sp.vstack(chunks, format="csr"), np.concatenate(ids)
 

@@ -209,20 +209,10 @@ def run_feature_hierarchy(
 # --------------------------------------------------------------------------- probes
 def _hook_acts(atlas: str | Path, hook: str, max_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`(acts [N, d], token_ids [N], positions [N])` from the start of a hook's cache (BOS excluded)."""
-    acts, toks, pos, total = [], [], [], 0
-    for blocks in ActivationReader(atlas, hook).blocks(split="all"):
-        n, T, _ = blocks.acts.shape
-        keep = ~blocks.is_bos.reshape(-1)
-        acts.append(blocks.acts.reshape(n * T, -1)[keep].numpy())
-        toks.append(blocks.token_ids.reshape(-1)[keep].numpy())
-        pos.append(np.tile(np.arange(T), n)[keep.numpy()])
-        total += int(keep.sum())
-        if total >= max_tokens:
-            break
-    if not acts:
+    rows = list(ActivationReader(atlas, hook).rows("all", max_tokens=max_tokens))
+    if not rows:
         raise InvalidInputError(f"hook {hook!r} has no cached tokens")
-    return (np.concatenate(acts)[:max_tokens], np.concatenate(toks)[:max_tokens],
-            np.concatenate(pos)[:max_tokens])
+    return tuple(torch.cat([getattr(r, name) for r in rows]).numpy() for name in ("acts", "token_ids", "positions"))
 
 
 def run_probe(

@@ -34,17 +34,6 @@ DEFAULT_CE_BLOCKS = 8
 CE_BATCH_BLOCKS = 4
 
 
-def _heldout_tokens(reader: ActivationReader, n_tokens: int) -> Iterator[torch.Tensor]:
-    """Non-BOS activation rows of the held-out split, in order, at most `n_tokens`."""
-    left = n_tokens
-    for blocks in reader.blocks(split="heldout"):
-        rows = blocks.acts[~blocks.is_bos]
-        yield rows[:left]
-        left -= min(left, rows.shape[0])
-        if left == 0:
-            return
-
-
 def _limited(batches: Iterable[torch.Tensor], n_tokens: int) -> Iterator[torch.Tensor]:
     left = n_tokens
     for batch in batches:
@@ -93,7 +82,8 @@ def evaluate_sae(
     was_training = sae.training
     sae.eval()
     try:
-        rows = _heldout_tokens(reader, n_tokens) if reader is not None else _limited(reader_or_batches, n_tokens)
+        rows = ((r.acts for r in reader.rows("heldout", max_tokens=n_tokens)) if reader is not None
+                else _limited(reader_or_batches, n_tokens))
         metrics = reconstruction_metrics(sae, rows)
         if model_handle is not None:
             target = model_handle.check_hook(hook or reader.hook)

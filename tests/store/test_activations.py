@@ -48,6 +48,23 @@ def test_splits_are_disjoint_and_cover(tmp_path):
     assert len(held) == 2
 
 
+def test_rows_are_in_cache_order_without_bos_and_capped(tmp_path):
+    acts, toks = write_cache(tmp_path, n_blocks=10, t=4)
+    reader = ActivationReader(tmp_path, HOOK)
+    rows = list(reader.rows("all"))
+    assert len(rows) == 4  # one chunk per shard of 3 blocks
+    assert torch.equal(torch.cat([r.acts for r in rows]), acts[:, 1:].reshape(-1, 8))
+    assert torch.equal(torch.cat([r.token_ids for r in rows]), toks[:, 1:].reshape(-1))
+    assert torch.equal(torch.cat([r.positions for r in rows]), torch.tensor([1, 2, 3] * 10))
+    capped = list(reader.rows("all", max_tokens=11))
+    assert [len(r.token_ids) for r in capped] == [9, 2]
+    assert torch.equal(torch.cat([r.acts for r in capped]), acts[:, 1:].reshape(-1, 8)[:11])
+    with_bos = torch.cat([r.token_ids for r in reader.rows("heldout", exclude_bos=False)])
+    assert torch.equal(with_bos, toks[9])
+    with pytest.raises(InvalidInputError, match="max_tokens must be positive"):
+        next(reader.rows(max_tokens=0))
+
+
 def test_batches_shuffled_seeded_and_exclude_bos(tmp_path):
     acts, toks = write_cache(tmp_path, n_blocks=30, shard_blocks=4)
     reader = ActivationReader(tmp_path, HOOK)
