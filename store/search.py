@@ -1,5 +1,6 @@
 """Feature search over the atlas' FAISS indexes: similar features, nearest to a vector,
-cross-layer flow, with density / dead / SAE filters.
+cross-layer flow, with density / dead / SAE / layer filters and geometry filters (circle
+membership, period, lobe) from `store.feature_records`.
 
 `FeatureSearch(root)` loads each index once (memory-mapped where FAISS allows) and keeps
 it for the life of the object, so one query costs one index search. Unfiltered `similar`
@@ -21,6 +22,7 @@ import polars as pl
 import torch
 
 from store.errors import InvalidInputError, NotFoundError
+from store.feature_records import geometry_latents, read_records, record_paths
 from store.index import (
     SearchIndex,
     check_build_complete,
@@ -68,10 +70,17 @@ class Filters:
     exclude_dead: bool = False
     sae_ids: tuple[str, ...] | None = None
     layers: tuple[int, ...] | None = None
+    in_circle: bool | None = None  # member of a circle (geometry.parquet); False: of none
+    period: float | None = None  # in a circle of this fitted period (within 0.5)
+    lobe: int | None = None  # in this co-occurrence lobe
 
     @property
     def needs_density(self) -> bool:
         return self.exclude_dead or self.min_density is not None or self.max_density is not None
+
+    @property
+    def needs_geometry(self) -> bool:
+        return self.in_circle is not None or self.period is not None or self.lobe is not None
 
 
 def matches_frame(matches: list[Match]) -> pl.DataFrame:
@@ -97,6 +106,7 @@ class FeatureSearch:
         self._densities: dict[str, np.ndarray] = {}
         self._rows: dict[str, np.ndarray] = {}
         self._tables: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
+        self._geometry: dict[tuple[Any, ...], tuple[set[int], set[int]]] = {}
 
     # loading ---------------------------------------------------------------------------
     def sae_index(self, sae_id: str) -> tuple[SearchIndex, dict[str, Any]]:
@@ -158,6 +168,8 @@ class FeatureSearch:
             return False
         if filters.layers is not None and layer not in filters.layers:
             return False
+        if filters.needs_geometry and not self._geometry_allowed(sae_id, latent, filters):
+            return False
         if not filters.needs_density:
             return True
         dens = float(self.density(sae_id)[latent])
@@ -167,9 +179,22 @@ class FeatureSearch:
             return False
         return filters.max_density is None or dens <= filters.max_density
 
+    def _geometry_allowed(self, sae_id: str, latent: int, filters: Filters) -> bool:
+        """The geometry filters against the SAE's geometry records (read once per version)."""
+        sidecar = record_paths(self.root, sae_id, "geometry")[1]
+        key = (sae_id, filters.period, filters.lobe, sidecar.stat().st_mtime_ns if sidecar.exists() else 0)
+        if key not in self._geometry:
+            records = read_records(self.root, sae_id, "geometry")
+            self._geometry[key] = geometry_latents(records, period=filters.period, lobe=filters.lobe)
+        circle, lobe = self._geometry[key]
+        if filters.in_circle is not None or filters.period is not None:
+            if (latent in circle) != (True if filters.in_circle is None else filters.in_circle):
+                return False
+        return filters.lobe is None or latent in lobe
+
     def _hits(self, index: SearchIndex, resolve: Any, query: np.ndarray, k: int, filters: Filters,
               skip: tuple[str, int] | None) -> list[Match]:
-        fetch = min(index.ntotal, (k + 1) * _OVERFETCH if (filters.needs_density or filters.sae_ids
+        fetch = min(index.ntotal, (k + 1) * _OVERFETCH if (filters.needs_density or filters.needs_geometry or filters.sae_ids
                                                           or filters.layers) else k + 1)
         while True:
             scores, ids = index.search(query[None, :], fetch)
@@ -286,7 +311,8 @@ class FeatureSearch:
             index, info = self.sae_index(other)
             if info["d"] != query.shape[0] or (filters.layers is not None and info["layer"] not in filters.layers):
                 continue
-            table = None if filters.needs_density else self._table_hits(sae_id, latent, other, k)
+            table = None if filters.needs_density or filters.needs_geometry else self._table_hits(
+                sae_id, latent, other, k)
             matches.extend(table if table is not None else
                            self._hits(index, self._resolver_sae(other), query, k, filters, None))
         return sorted(matches, key=lambda m: (m.layer, m.sae_id, m.rank))

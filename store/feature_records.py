@@ -1,0 +1,98 @@
+"""Per-feature records beside an SAE's summary tables: `saes/<id>/geometry.parquet` (which
+geometry results a feature belongs to) and `saes/<id>/labels.parquet` (its offline label
+and imported explanations).
+
+Each table is written atomically with a sidecar `<name>.json` (written last) holding the
+schema version, the file's sha256 and row count; readers verify both and raise
+`IntegrityError` naming the file and the command that rebuilds it. A table that was never
+written reads as empty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import polars as pl
+
+from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from store.errors import IntegrityError
+from store.layout import AtlasLayout, created_with
+from store.tables import conform
+
+RecordTable = Literal["geometry", "labels"]
+RECORDS_SCHEMA_VERSION = 1
+
+GEOMETRY_SCHEMA: dict[str, pl.DataType] = {
+    "sae_id": pl.String(),
+    "latent": pl.Int64(),
+    "kind": pl.String(),  # circle | concept | hierarchy | lobe
+    "run": pl.String(),  # the analysis run it came from
+    "group": pl.Int64(),  # cluster id, lobe id, or place in a concept span
+    "name": pl.String(),  # concept / hierarchy node / cluster name
+    "in_circle": pl.Boolean(),
+    "period": pl.Float64(),  # fitted period of the circle (null when not measured)
+    "score": pl.Float64(),  # the result's own quality score
+}
+LABELS_SCHEMA: dict[str, pl.DataType] = {
+    "sae_id": pl.String(),
+    "latent": pl.Int64(),
+    "source": pl.String(),  # "auto" (computed offline) or the name of an imported explanation set
+    "text": pl.String(),
+}
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {"geometry": GEOMETRY_SCHEMA, "labels": LABELS_SCHEMA}
+REPAIR = {"geometry": "re-run `sae-atlas search geometry {root} --rebuild`",
+          "labels": "re-run `sae-atlas search labels {root} --rebuild`"}
+
+
+def record_paths(root: str | Path, sae_id: str, table: RecordTable) -> tuple[Path, Path]:
+    """`(parquet, sidecar json)` of one record table of an SAE."""
+    folder = AtlasLayout(root).require_sae(sae_id)
+    return folder / f"{table}.parquet", folder / f"{table}.json"
+
+
+def write_records(root: str | Path, sae_id: str, table: RecordTable, frame: pl.DataFrame) -> Path:
+    """Write a record table (conformed to its schema) and then its sidecar; returns the parquet path."""
+    frame = conform(frame, SCHEMAS[table], f"{table} records of {sae_id}")
+    path, sidecar = record_paths(root, sae_id, table)
+    with atomic_path(path) as tmp:
+        frame.write_parquet(tmp, compression="zstd")
+    atomic_write_json(sidecar, {"schema_version": RECORDS_SCHEMA_VERSION, "table": table, "rows": frame.height,
+                                "sha256": sha256_file(path), "created_with": created_with()})
+    return path
+
+
+def read_records(root: str | Path, sae_id: str, table: RecordTable) -> pl.DataFrame:
+    """A verified record table of an SAE (empty when never written)."""
+    path, sidecar = record_paths(root, sae_id, table)
+    repair = REPAIR[table].format(root=root)
+    if not sidecar.exists():
+        if path.exists():
+            raise IntegrityError(sidecar, "is missing beside its table (an interrupted write)", repair)
+        return pl.DataFrame(schema=SCHEMAS[table])
+    meta = read_json(sidecar, repair)
+    if not path.exists():
+        raise IntegrityError(path, "is missing", repair)
+    if sha256_file(path) != meta.get("sha256"):
+        raise IntegrityError(path, "sha256 does not match its sidecar (corrupt or truncated)", repair)
+    frame = pl.read_parquet(path)
+    if frame.height != meta.get("rows"):
+        raise IntegrityError(path, f"has {frame.height} rows; its sidecar says {meta.get('rows')}", repair)
+    return frame
+
+
+PERIOD_TOLERANCE = 0.5  # a fitted period matches a wanted one within this distance
+
+
+def geometry_latents(
+    records: pl.DataFrame, *, in_circle: bool | None = None, period: float | None = None, lobe: int | None = None,
+) -> tuple[set[int], set[int]]:
+    """From an SAE's geometry records: the latents in a circle (with a fitted period within
+    `PERIOD_TOLERANCE` of `period` when given) and the latents of lobe `lobe` (empty set
+    when no lobe is asked for). `in_circle` does not narrow the sets; callers test
+    membership against it (False: not in such a circle)."""
+    circle = records.filter(pl.col("in_circle"))
+    if period is not None:
+        circle = circle.filter((pl.col("period") - period).abs() <= PERIOD_TOLERANCE)
+    lobes = records.filter((pl.col("kind") == "lobe") & (pl.col("group") == lobe)) if lobe is not None else records.clear()
+    return set(circle["latent"].to_list()), set(lobes["latent"].to_list())
