@@ -13,6 +13,7 @@ to `saes/<sae_id>/` with `source.json` (provenance) and `eval.json`, and registe
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 
 from saes.eval.downstream import downstream_metrics
-from saes.eval.evaluate import evaluate_sae, write_eval
+from saes.eval.evaluate import EVAL_FILE, evaluate_sae, write_eval
 from saes.formats import declared_normalization, detect_layout, load_any
 from saes.formats.hooks import to_atlas_hook
 from saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
@@ -34,7 +35,7 @@ from saes.importing_guard import Problem, check_sae
 from saes.importing_sources import ResolvedSource, resolve_source
 from saes.sae.base import SAE
 from store.activations import ActivationReader
-from store.atomic import atomic_write_json, sha256_file
+from store.atomic import atomic_write_json, read_json, sha256_file
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout, check_id, created_with
 
@@ -252,6 +253,9 @@ def import_sae(
     sae.cfg.model_name = sae.cfg.model_name or str(meta.get("model_name", ""))
     sae_id = check_id(sae_id or f"{target}-{sae.cfg.architecture}-{sae.cfg.d_sae}-{_slug(resolved.source)}", "SAE id")
     if (layout.sae_dir(sae_id) / "cfg.json").exists() or sae_id in (meta.get("saes") or {}):
+        finished = _finish_interrupted(layout, sae_id, resolved.source)
+        if finished is not None:
+            return finished
         raise InvalidInputError(f"SAE id {sae_id!r} already exists in {layout.root}; choose another with --id")
     staging = layout.root / STAGING_DIR / sae_id
     shutil.rmtree(staging, ignore_errors=True)
@@ -289,8 +293,27 @@ def import_sae(
         os.replace(staging, layout.sae_dir(sae_id))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            staging.parent.rmdir()  # only when no other import is staged
     _register(layout, sae_id, stored, metrics, provenance)
     return ImportResult(sae_id, target, stored.cfg.architecture, metrics, problems, provenance)
+
+
+def _finish_interrupted(layout: AtlasLayout, sae_id: str, source: str) -> ImportResult | None:
+    """The result of an import of `source` as `sae_id` that was moved into place but killed
+    before `atlas.json` recorded it, now registered; None when that is not the case."""
+    folder = layout.sae_dir(sae_id)
+    if sae_id in (layout.read_meta().get("saes") or {}) or not (folder / SOURCE_FILE).is_file():
+        return None
+    repair = f"remove {folder} and import again"
+    provenance = read_json(folder / SOURCE_FILE, repair)
+    if provenance.get("source") != source:
+        return None
+    record = read_json(folder / EVAL_FILE, repair)
+    sae = load_saelens(folder)
+    _register(layout, sae_id, sae, record["metrics"], provenance)
+    problems = [Problem(p["cause"], p["message"]) for p in provenance.get("problems", [])]
+    return ImportResult(sae_id, sae.cfg.hook_name, sae.cfg.architecture, record["metrics"], problems, provenance)
 
 
 def _register(layout: AtlasLayout, sae_id: str, sae: SAE, metrics: dict[str, Any], provenance: dict[str, Any]) -> None:

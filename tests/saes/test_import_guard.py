@@ -186,3 +186,18 @@ def test_not_cached_hook_is_evaluated_on_a_streamed_sample(atlas, w, tmp_path: P
     record = json.loads((AtlasLayout(atlas["root"]).sae_dir("mid") / "eval.json").read_text())
     assert record["parameters"]["split"] == "streamed" and 0 < record["metrics"]["n_tokens"] <= 512
     assert "ce_loss_score" in record["metrics"]
+
+
+def test_import_killed_before_registration_is_finished_by_rerunning(atlas, w, tmp_path: Path) -> None:
+    source = write_gemma_scope(_gemma_dir(tmp_path, "killed"), w)
+    first = _import(atlas, source, sae_id="killed", with_model=False)
+    layout = AtlasLayout(atlas["root"])
+    meta = layout.read_meta()
+    meta["saes"].pop("killed")  # as if killed between the move into saes/ and atlas.json
+    layout.write_meta(meta)
+    again = _import(atlas, source, sae_id="killed", with_model=False)
+    assert again.metrics == first.metrics and "killed" in layout.read_meta()["saes"]
+    assert not (layout.root / ".import-staging").exists()
+    other = write_gemma_scope(_gemma_dir(tmp_path, "other"), w)
+    with pytest.raises(InvalidInputError, match="already exists"):
+        _import(atlas, other, sae_id="killed", with_model=False)
