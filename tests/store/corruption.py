@@ -1,0 +1,316 @@
+"""The corruption battery: damage one file of the small test atlas, run every read path,
+and classify each answer.
+
+Every kind of atlas file is flipped (one byte inverted in the middle), truncated (to half
+its size) or deleted on a fresh copy of the atlas. Each read path (`PROBES`: the Atlas
+facade, the activation reader, training's resume check, `index --rebuild`, and the HTTP
+app) then answers; its outcome is
+
+- `same`: the answer equals the one from the undamaged atlas;
+- `refused`: an `AtlasError` (or an HTTP error body) that names the damaged file and says
+  how to repair it;
+- `reported`: an answer that differs only by reporting the damage (names the file and the
+  repair), e.g. `/saes` listing the damaged SAE as such;
+- `unclear`: an error that names another file or no repair;
+- `crash`: an exception that is not the project's own;
+- `silent`: a different answer that does not mention the damage.
+
+Only the first three are acceptable. `python -m tests.store.corruption` runs the battery
+and writes the table into RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from store.errors import AtlasError
+from store.tables import load_occurrence
+from tests.api.small_atlas import HOOKS, PLANTED_KIND, PLANTED_RUN, build_small_atlas
+
+SAE0, SAE1 = (f"{hook}-topk-64" for hook in HOOKS)
+ACCEPTABLE = ("same", "refused", "reported")
+DAMAGES = ("flip", "truncate", "delete")
+TEXT = "the cat sat on the mat"
+FEATURE = 3
+TABLE_START = "<!-- corruption-table:start -->"
+TABLE_END = "<!-- corruption-table:end -->"
+
+# file kind -> its path in the atlas; the second SAE (layer 1) and the first hook are damaged,
+# so the first SAE's pages show what a damaged neighbour does to them
+FILES: dict[str, str] = {
+    "atlas.json": "atlas.json",
+    "activations manifest.json": f"activations/{HOOKS[0]}/manifest.json",
+    "activation shard": f"activations/{HOOKS[0]}/shard-00003.safetensors",
+    "cfg.json": f"saes/{SAE1}/cfg.json",
+    "sae_weights.safetensors": f"saes/{SAE1}/sae_weights.safetensors",
+    "sparsity.safetensors": f"saes/{SAE1}/sparsity.safetensors",
+    "training.json": f"saes/{SAE1}/training.json",
+    "eval.json": f"saes/{SAE1}/eval.json",
+    "features.parquet": f"saes/{SAE1}/features.parquet",
+    "examples.parquet": f"saes/{SAE1}/examples.parquet",
+    "tables.json": f"saes/{SAE1}/tables.json",
+    "occurrence.npz": f"saes/{SAE1}/occurrence.npz",
+    "index.faiss": f"saes/{SAE1}/index.faiss",
+    "index.json": f"saes/{SAE1}/index.json",
+    "map.parquet": f"saes/{SAE1}/map.parquet",
+    "map.json": f"saes/{SAE1}/map.json",
+    "model.faiss": "indexes/model.faiss",
+    "model.json": "indexes/model.json",
+    "analysis .json": f"analyses/{PLANTED_KIND}/{PLANTED_RUN}.json",
+    "analysis .parquet": f"analyses/{PLANTED_KIND}/{PLANTED_RUN}.parquet",
+    "analysis .png": f"analyses/{PLANTED_KIND}/{PLANTED_RUN}.png",
+}
+
+
+def build_battery_atlas(root: Path) -> Path:
+    """The small test atlas plus an eval.json per SAE (activation metrics only)."""
+    from saes.eval.evaluate import evaluate_atlas_sae
+
+    build_small_atlas(root)
+    for sae_id in (SAE0, SAE1):
+        evaluate_atlas_sae(root, sae_id, n_tokens=512, with_model=False)
+    return root
+
+
+def damage(path: Path, kind: str) -> None:
+    """Flip (invert one byte in the middle), truncate (to half) or delete `path`."""
+    if kind == "delete":
+        path.unlink()
+        return
+    data = bytearray(path.read_bytes())
+    if kind == "flip":
+        data[len(data) // 2] ^= 0xFF
+    elif kind == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        raise ValueError(kind)
+    path.write_bytes(bytes(data))
+
+
+# probes ---------------------------------------------------------------------------------
+def _atlas(root: Path) -> Any:
+    from api.atlas import Atlas
+
+    return Atlas(root)
+
+
+def _feature(sae_id: str) -> Callable[[Path], Any]:
+    return lambda root: _atlas(root).feature(sae_id, FEATURE).to_dict()
+
+
+def _vector(root: Path) -> Any:
+    direction = np.linspace(-1.0, 1.0, 32, dtype=np.float32)
+    return _atlas(root).search_vector(direction, k=5).to_dicts()
+
+
+def _token(root: Path) -> Any:
+    return _atlas(root).search_token(TOKEN_ID, k=5).to_dict()
+
+
+def _analysis(root: Path) -> Any:
+    atlas = _atlas(root)
+    result = atlas.analysis(PLANTED_KIND, PLANTED_RUN).to_dict()
+    return {"runs": atlas.analyses().to_dicts(), "run": result,
+            "figure": atlas.figure_path(PLANTED_KIND, f"{PLANTED_RUN}.png").read_bytes().hex()}
+
+
+def _activations(root: Path) -> Any:
+    from store.activations import ActivationReader
+
+    reader = ActivationReader(root, HOOKS[0])
+    return [float(b.acts.double().sum()) for b in reader.blocks("heldout")]
+
+
+def _train(root: Path) -> Any:
+    from saes.train.atlas import train_saes
+    from saes.train.config import TrainConfig
+
+    return train_saes(root, HOOKS, architecture="topk", d_sae=64, k=4,
+                      train_cfg=TrainConfig(total_tokens=256 * 20, batch_size=256, progress=False))
+
+
+def _rebuild(root: Path) -> Any:
+    from store.index import build_atlas_indexes
+
+    infos = build_atlas_indexes(root, rebuild=True)
+    return [(i.get("sae_id", "model"), i["type"], i["n"], i["weights_sha256"]) for i in infos]
+
+
+HTTP_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("GET", "/saes", None),
+    ("GET", f"/saes/{SAE0}/features/{FEATURE}", None),
+    ("GET", f"/saes/{SAE1}/features/{FEATURE}", None),
+    ("GET", f"/saes/{SAE0}/features/{FEATURE}/flow", None),
+    ("GET", f"/saes/{SAE1}/features/{FEATURE}/similar?k=5", None),
+    ("GET", f"/saes/{SAE1}/map", None),
+    ("POST", "/search/vector", {"vector": np.linspace(-1.0, 1.0, 32).tolist(), "k": 5}),
+    ("GET", "/analyses", None),
+    ("GET", f"/analyses/{PLANTED_KIND}/{PLANTED_RUN}", None),
+]
+TOKEN_ID = 0  # replaced by a token id of the atlas' examples when the battery starts
+
+
+def _http(root: Path) -> Any:
+    """(status, body) of each request, or the error that stops the app from starting."""
+    from starlette.testclient import TestClient
+
+    from api.http import ServerSettings, create_app
+
+    answers = []
+    with TestClient(create_app(ServerSettings(root=root)), raise_server_exceptions=False) as client:
+        for method, url, body in [*HTTP_REQUESTS, ("GET", f"/search/token?token_id={TOKEN_ID}", None)]:
+            response = client.request(method, url, json=body)
+            try:
+                payload = response.json()
+            except ValueError:
+                payload = response.text
+            answers.append((url, response.status_code, payload))
+    return answers
+
+
+PROBES: dict[str, Callable[[Path], Any]] = {
+    "saes": lambda root: _atlas(root).saes().to_dicts(),
+    "feature (healthy SAE)": _feature(SAE0),
+    "feature (damaged SAE)": _feature(SAE1),
+    "examples": lambda root: _atlas(root).examples(SAE1, FEATURE).to_dicts(),
+    "similar": lambda root: _atlas(root).similar(SAE1, FEATURE, k=5).to_dicts(),
+    "flow": lambda root: _atlas(root).flow(SAE0, FEATURE).to_dicts(),
+    "search_vector": _vector,
+    "search_text": lambda root: _atlas(root).search_text(TEXT, k=3).to_dict(),
+    "search_token": _token,
+    "map": lambda root: _atlas(root).map(SAE1).to_dicts(),
+    "occurrence": lambda root: [m.sum() for m in load_occurrence(root, SAE1)],
+    "analyses": _analysis,
+    "activations": _activations,
+    "http": _http,
+    "train (resume check)": _train,
+    "index --rebuild": _rebuild,
+}
+WRITERS = ("train (resume check)", "index --rebuild")  # each runs on its own damaged copy
+
+
+# classification -------------------------------------------------------------------------
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _names(text: str, damaged: Path) -> bool:
+    """Whether an error text names the damaged file and a repair."""
+    lowered = text.lower()
+    return damaged.name in text and ("repair" in lowered or "sae-atlas " in lowered or "re-run" in lowered)
+
+
+def _compare(value: Any, baseline: Any, damaged: Path) -> str:
+    if _canonical(value) == _canonical(baseline):
+        return "same"
+    return "reported" if _names(_canonical(value), damaged) else "silent"
+
+
+def _http_outcome(answers: list[Any], baseline: list[Any], damaged: Path) -> str:
+    outcomes = []
+    for (_, status, body), (_, base_status, base_body) in zip(answers, baseline, strict=True):
+        if status == base_status and _canonical(body) == _canonical(base_body):
+            outcomes.append("same")
+        elif status >= 400:
+            outcomes.append("refused" if _names(_canonical(body), damaged) else "unclear")
+        else:
+            outcomes.append(_compare(body, base_body, damaged))
+    return worst(outcomes)
+
+
+def worst(outcomes: list[str]) -> str:
+    """The least acceptable of several outcomes."""
+    order = ("crash", "silent", "unclear", "refused", "reported", "same")
+    return min(outcomes, key=order.index) if outcomes else "same"
+
+
+def run_probe(name: str, root: Path, baseline: Any, damaged: Path) -> tuple[str, str]:
+    """`(outcome, detail)` of one probe on a damaged atlas."""
+    try:
+        value = PROBES[name](root)
+    except AtlasError as exc:
+        return ("refused" if _names(str(exc), damaged) else "unclear"), f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - anything else is a finding, reported as such
+        return "crash", f"{type(exc).__name__}: {exc}"
+    if name == "http":
+        return _http_outcome(value, baseline, damaged), _canonical(value)[:2000]
+    return _compare(value, baseline, damaged), _canonical(value)[:2000]
+
+
+def baselines(root: Path) -> dict[str, Any]:
+    """Every probe's answer on the undamaged atlas (which it must not change)."""
+    global TOKEN_ID
+    TOKEN_ID = int(_atlas(root).examples(SAE1, FEATURE)["token_id"][0])
+    return {name: probe(root) for name, probe in PROBES.items()}
+
+
+def run_case(source: Path, work: Path, kind: str, how: str, base: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Copy the atlas to `work`, damage one file, and run every probe on it (each probe
+    that writes, which may repair the damage, on a copy of its own)."""
+    results = {}
+    for name in PROBES:
+        copy = work if name not in WRITERS else work.with_name(f"{work.name}-{WRITERS.index(name)}")
+        if not copy.exists():
+            shutil.copytree(source, copy)
+            damage(copy / FILES[kind], how)
+        results[name] = run_probe(name, copy, base[name], copy / FILES[kind])
+    return results
+
+
+def cell(results: dict[str, tuple[str, str]]) -> str:
+    """A table cell: the overall outcome and which read paths refused or reported."""
+    overall = worst([outcome for outcome, _ in results.values()])
+    if overall == "same":
+        return "unaffected"
+    by = {o: [name for name, (out, _) in results.items() if out == o] for o in ("refused", "reported")}
+    parts = [f"{o} by {', '.join(names)}" for o, names in by.items() if names]
+    bad = [f"{name}: {out}" for name, (out, _) in results.items() if out not in ACCEPTABLE]
+    return "; ".join(bad + parts)
+
+
+def table(outcomes: dict[tuple[str, str], dict[str, tuple[str, str]]]) -> str:
+    """The markdown table file kind x damage -> outcome."""
+    lines = ["| file | " + " | ".join(DAMAGES) + " |", "|---|" + "---|" * len(DAMAGES)]
+    for kind in FILES:
+        lines.append(f"| {kind} | " + " | ".join(cell(outcomes[kind, how]) for how in DAMAGES) + " |")
+    return "\n".join(lines)
+
+
+def write_table(document: Path, rendered: str) -> None:
+    """Replace the generated block of `document` with `rendered`."""
+    text = document.read_text()
+    head, _, rest = text.partition(TABLE_START)
+    _, _, tail = rest.partition(TABLE_END)
+    document.write_text(f"{head}{TABLE_START}\n{rendered}\n{TABLE_END}{tail}")
+
+
+def generated_table(document: Path) -> str:
+    """The generated block currently in `document`."""
+    return document.read_text().partition(TABLE_START)[2].partition(TABLE_END)[0].strip()
+
+
+def main(argv: list[str]) -> None:
+    """Run the whole battery and write its table into RELIABILITY.md (or the path given)."""
+    import tempfile
+
+    document = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "RELIABILITY.md"
+    with tempfile.TemporaryDirectory() as tmp:
+        source = build_battery_atlas(Path(tmp) / "atlas")
+        base = baselines(source)
+        outcomes = {}
+        for kind in FILES:
+            for how in DAMAGES:
+                outcomes[kind, how] = run_case(source, Path(tmp) / f"case-{len(outcomes)}", kind, how, base)
+                print(kind, how, cell(outcomes[kind, how]), flush=True)
+    write_table(document, table(outcomes))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
