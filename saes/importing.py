@@ -14,7 +14,6 @@ to `saes/<sae_id>/` with `source.json` (provenance) and `eval.json`, and registe
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import os
 import re
@@ -36,7 +35,7 @@ from saes.importing_sources import ResolvedSource, resolve_source
 from saes.sae.base import SAE
 from store.activations import ActivationReader
 from store.atomic import atomic_write_json, read_json, sha256_file
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, UnknownHookError
 from store.layout import AtlasLayout, check_id, created_with
 
 SOURCE_FILE = "source.json"
@@ -86,29 +85,26 @@ def _slug(text: str) -> str:
     return slug[-48:].lstrip("-.") or "imported"
 
 
-def _atlas_hooks(layout: AtlasLayout, model_handle: Any) -> list[str]:
-    hooks = set(layout.cached_hooks())
-    if model_handle is not None:
-        hooks |= set(model_handle.hook_names)
-    return sorted(hooks)
-
-
 def _resolve_hook(sae: SAE, hook: str | None, layout: AtlasLayout, model: Any) -> tuple[str, str]:
-    """(the atlas hook to import at, the hook the SAE records); refuses a mismatch."""
+    """(the atlas hook to import at, the hook the SAE records); refuses a mismatch between
+    `--hook` and the recorded hook when both name hooks of this model."""
     recorded = sae.cfg.hook_name
     if not (hook or recorded):
         raise InvalidInputError("the SAE records no hook; pass the hook it reads with --hook "
                                 f"(cached: {', '.join(layout.cached_hooks()) or 'none'})")
-    valid = _atlas_hooks(layout, model() if not hook and recorded not in layout.cached_hooks() else None)
-    name = layout.read_meta().get("model_name", "the model")
-    try:
-        target = to_atlas_hook(hook or recorded, valid, model_name=name)
-    except InvalidInputError:
-        target = to_atlas_hook(hook or recorded, _atlas_hooks(layout, model()), model_name=name)
+    name = str(layout.read_meta().get("model_name", "the model"))
+
+    def to_hook(spelling: str) -> str:  # cached hooks first: the model is loaded only if needed
+        try:
+            return to_atlas_hook(spelling, layout.cached_hooks(), model_name=name)
+        except UnknownHookError:
+            return to_atlas_hook(spelling, model().hook_names, model_name=name)
+
+    target = to_hook(hook or recorded)
     if hook and recorded:
         try:
-            mapped = to_atlas_hook(recorded, _atlas_hooks(layout, model()), model_name=name)
-        except InvalidInputError:
+            mapped = to_hook(recorded)
+        except UnknownHookError:
             mapped = None  # a name from another model family: trust --hook
         if mapped is not None and mapped != target:
             raise MisloadError(
@@ -127,6 +123,7 @@ class _Activations:
         self.cached = hook in layout.cached_hooks()
         self.reader = ActivationReader(layout.root, hook) if self.cached else None
         self._streamed: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._rows: dict[str, torch.Tensor] = {}
         self._model = model
 
     @property
@@ -155,11 +152,17 @@ class _Activations:
     def rows(self, hook: str | None = None) -> torch.Tensor:
         """Up to n_tokens non-BOS rows `[n, d]` of the held-out split (or the streamed sample)."""
         hook = hook or self.hook
-        if hook != self.hook or self.cached:
-            reader = ActivationReader(self.layout.root, hook)
-            chunks = (b.acts[~b.is_bos].float() for b in reader.blocks(split="heldout"))
-            return torch.cat(list(itertools.islice(chunks, 64)))[: self.n_tokens]
-        return self._stream()[0]
+        if hook == self.hook and not self.cached:
+            return self._stream()[0]
+        if hook not in self._rows:
+            chunks, left = [], self.n_tokens
+            for blocks in ActivationReader(self.layout.root, hook).blocks(split="heldout"):
+                chunks.append(blocks.acts[~blocks.is_bos].float()[:left])
+                left -= chunks[-1].shape[0]
+                if left <= 0:
+                    break
+            self._rows[hook] = torch.cat(chunks)
+        return self._rows[hook]
 
     def same_width_hooks(self) -> dict[str, torch.Tensor]:
         others = [h for h in self.layout.cached_hooks()
