@@ -12,19 +12,21 @@ uses the identity instead of `A`, which is the unwhitened baseline.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
 from store.errors import InvalidInputError
 
-METRICS = ("causal", "euclidean")
+Metric = Literal["causal", "euclidean"]
+METRICS: tuple[Metric, ...] = get_args(Metric)
 
 
 @dataclass
 class CausalBasis:
     """A linear frame for unembedding vectors (`unembed`) and residual vectors (`embed`)."""
 
-    metric: str
+    metric: Metric
     mean_D: np.ndarray
     A_DD: np.ndarray  # acts on row vectors: g = (gamma - mean) @ A
     A_inv_DD: np.ndarray  # residual vectors: l = x @ A_inv (A symmetric, so A^{-T} = A^{-1})
@@ -63,7 +65,7 @@ def unembedding_rows(W_U_DV: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(W.T, dtype=np.float64)
 
 
-def causal_basis(gamma_VD: np.ndarray, *, metric: str = "causal", floor: float = 1e-6) -> CausalBasis:
+def causal_basis(gamma_VD: np.ndarray, *, metric: Metric = "causal", floor: float = 1e-6) -> CausalBasis:
     """The causal (whitened) or Euclidean (centred only) basis of unembedding rows `[V, d]`.
 
     Eigenvalues of the covariance below `floor` times the largest are raised to that

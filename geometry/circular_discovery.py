@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import polars as pl
@@ -26,13 +26,15 @@ from geometry.irreducibility import irreducibility
 from store.errors import IntegrityError, InvalidInputError
 
 ANALYSIS_KIND = "circular"
+ClusterMethod = Literal["graph", "spectral"]
+CLUSTER_METHODS: tuple[ClusterMethod, ...] = get_args(ClusterMethod)
 
 
 @dataclass
 class DiscoveryParams:
     """Parameters of a discovery run (recorded in `<run>.json`)."""
 
-    method: str = "graph"  # "graph" or "spectral"
+    method: ClusterMethod = "graph"
     k: int = 2  # graph: neighbours per feature
     threshold: float = 0.5  # graph: cosine cutoff
     n_clusters: int | None = None  # spectral: default min(F // 20, 256), at least 2
@@ -72,7 +74,7 @@ def cluster_features(W_dec_FD: np.ndarray, params: DiscoveryParams) -> list[np.n
             W_dec_FD, n, seed=params.seed, n_neighbors=params.n_neighbors,
             dense_max=params.dense_max, min_size=params.min_size,
         )
-    raise InvalidInputError(f"unknown clustering method {params.method!r}; valid: graph, spectral")
+    raise InvalidInputError(f"unknown clustering method {params.method!r}; valid: {', '.join(CLUSTER_METHODS)}")
 
 
 def cluster_reconstruction(

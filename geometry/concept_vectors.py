@@ -12,16 +12,18 @@ vocabulary tokens to ~0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 from sklearn.covariance import LedoitWolf
 
 from store.errors import InvalidInputError
 
-ESTIMATORS = ("lda", "mean")
+Estimator = Literal["lda", "mean"]
+ESTIMATORS: tuple[Estimator, ...] = get_args(Estimator)
 
 
-def concept_vector(g_ND: np.ndarray, *, estimator: str = "lda") -> np.ndarray:
+def concept_vector(g_ND: np.ndarray, *, estimator: Estimator = "lda") -> np.ndarray:
     """The concept vector `l_W [d]` of the basis vectors `g_ND` of a concept's tokens."""
     if estimator not in ESTIMATORS:
         raise InvalidInputError(f"unknown estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
@@ -75,7 +77,7 @@ def fit_concepts(
     g_VD: np.ndarray,
     concepts: dict[str, np.ndarray],
     *,
-    estimator: str = "lda",
+    estimator: Estimator = "lda",
     heldout_frac: float = 0.2,
     n_random: int = 1000,
     seed: int = 0,

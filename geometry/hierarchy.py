@@ -20,7 +20,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from geometry.causal import cosine
-from geometry.concept_vectors import concept_vector, fit_concepts
+from geometry.concept_vectors import Estimator, concept_vector, fit_concepts
 from geometry.trees import TokenizedTree
 from store.errors import InvalidInputError
 from store.vectors import unit_rows
@@ -36,7 +36,7 @@ class HierarchyResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def _vectors(g_VD: np.ndarray, token_ids: dict[str, np.ndarray], estimator: str) -> dict[str, np.ndarray]:
+def _vectors(g_VD: np.ndarray, token_ids: dict[str, np.ndarray], estimator: Estimator) -> dict[str, np.ndarray]:
     return {n: concept_vector(g_VD[ids], estimator=estimator) for n, ids in token_ids.items()}
 
 
@@ -74,7 +74,7 @@ def hierarchy_tests(
     g_VD: np.ndarray,
     tokenized: TokenizedTree,
     *,
-    estimator: str = "lda",
+    estimator: Estimator = "lda",
     heldout_frac: float = 0.2,
     seed: int = 0,
     shuffled_control: bool = True,

@@ -10,6 +10,7 @@ mean-prediction) baseline.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import numpy as np
 import polars as pl
@@ -18,7 +19,8 @@ from sklearn.metrics import r2_score
 
 from store.errors import InvalidInputError
 
-KINDS = ("diff_means", "logistic", "ridge")
+ProbeKind = Literal["diff_means", "logistic", "ridge"]
+KINDS: tuple[ProbeKind, ...] = get_args(ProbeKind)
 
 
 @dataclass
@@ -138,7 +140,7 @@ def compare_sparse_probes(
 
 
 def probe_layers(
-    layers: dict[str, np.ndarray], target_N: np.ndarray, kind: str = "logistic", *,
+    layers: dict[str, np.ndarray], target_N: np.ndarray, kind: ProbeKind = "logistic", *,
     test_frac: float = 0.25, seed: int = 0, **options: float,
 ) -> pl.DataFrame:
     """One probe of `kind` per layer (`{hook: X [N, d]}`, same rows and target for all):

@@ -18,7 +18,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -93,7 +93,7 @@ class ModelHandle:
         return None
 
     @property
-    def final_norm_kind(self) -> str:
+    def final_norm_kind(self) -> Literal["rms", "layer"]:
         """'rms' or 'layer' for the final norm convention."""
         return "rms" if "RMS" in type(self.bridge.ln_final).__name__ else "layer"
 

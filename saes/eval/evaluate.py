@@ -22,6 +22,7 @@ import torch
 from saes.atlas_saes import hook_of, load_atlas_sae
 from saes.eval.downstream import downstream_metrics
 from saes.eval.reconstruction import reconstruction_metrics
+from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.activations import ActivationReader
 from store.atomic import atomic_write_json
@@ -59,7 +60,7 @@ def evaluate_sae(
     sae: SAE,
     reader_or_batches: ActivationReader | Iterable[torch.Tensor],
     *,
-    model_handle: Any = None,
+    model_handle: ModelHandle | None = None,
     hook: str | None = None,
     n_tokens: int = DEFAULT_TOKENS,
     ce_blocks: int = DEFAULT_CE_BLOCKS,
@@ -111,7 +112,7 @@ def evaluate_atlas_sae(
     n_tokens: int = DEFAULT_TOKENS,
     ce_blocks: int = DEFAULT_CE_BLOCKS,
     with_model: bool = True,
-    model_handle: Any = None,
+    model_handle: ModelHandle | None = None,
 ) -> dict[str, Any]:
     """Evaluate one SAE of an atlas on its hook's held-out split and write its `eval.json`
     (`{"metrics", "parameters", "seconds", "created_with"}`).

@@ -10,11 +10,11 @@ the top answer among the concept's value tokens is the new one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from saes.intervene.concepts import Patch, TokenizedPrompts, run_prompts
+from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
 
@@ -53,7 +53,7 @@ def answer_metrics(
 
 
 def patched_logits(
-    handle: Any,
+    handle: ModelHandle,
     batch: TokenizedPrompts,
     hook: str | None = None,
     replacement_ND: torch.Tensor | None = None,

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from saes.hook_fns import capture_hook, replace_hook
+from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
@@ -283,7 +284,7 @@ def _append_at(sink: list[torch.Tensor], act_NTD: torch.Tensor, *, pos_N: torch.
 
 @torch.inference_mode()
 def run_prompts(
-    handle: Any,
+    handle: ModelHandle,
     batch: TokenizedPrompts,
     *,
     capture: Sequence[str] = (),
@@ -330,7 +331,7 @@ def run_prompts(
 
 
 def collect_concept_activations(
-    handle: Any, batch: TokenizedPrompts, hooks: Sequence[str], *, batch_size: int = 64
+    handle: ModelHandle, batch: TokenizedPrompts, hooks: Sequence[str], *, batch_size: int = 64
 ) -> dict[str, torch.Tensor]:
     """Activations `[N, d]` at the concept token for each hook (one pass per batch)."""
     if not hooks:

@@ -9,21 +9,35 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import torch
 from torch import nn
 
+from store.dtypes import DTypeName, dtype_name
 from store.errors import InvalidInputError
 
-ARCHITECTURES = ("standard", "topk", "batchtopk", "jumprelu", "matryoshka")
+if TYPE_CHECKING:
+    from saes.sae.registry import Architecture
+
+C = TypeVar("C")
+
+
+def config_from_dict(cls: type[C], data: dict[str, Any], what: str) -> C:
+    """`cls(**data)` for a config dataclass, rejecting unknown keys with the valid ones
+    (InvalidInputError naming `what`, e.g. "SAE config")."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise InvalidInputError(f"unknown {what} keys {unknown}; valid: {', '.join(sorted(names))}")
+    return cls(**data)
 
 
 @dataclass
 class SAEConfig:
     """Everything needed to rebuild an SAE; serialised into training.json and cfg.json."""
 
-    architecture: str
+    architecture: Architecture
     d_in: int
     d_sae: int
     k: int | None = None  # topk / batchtopk / matryoshka
@@ -34,7 +48,7 @@ class SAEConfig:
     jumprelu_init_threshold: float = 0.1  # inputs are scaled to E||x||^2 = d_in
     matryoshka_prefixes: list[int] = field(default_factory=list)  # empty -> d_sae/16../1
     apply_b_dec_to_input: bool = True
-    dtype: str = "float32"
+    dtype: DTypeName = "float32"
     # provenance (SAELens `metadata`)
     model_name: str = ""
     hook_name: str = ""
@@ -44,10 +58,13 @@ class SAEConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        from saes.sae.registry import ARCHITECTURES  # the registry imports this module
+
         if self.architecture not in ARCHITECTURES:
             raise InvalidInputError(
                 f"unknown SAE architecture {self.architecture!r}; valid: {', '.join(ARCHITECTURES)}"
             )
+        self.dtype = dtype_name(self.dtype, kind="SAE dtype")
         if self.d_in <= 0 or self.d_sae <= 0:
             raise InvalidInputError(f"d_in and d_sae must be positive, got {self.d_in}, {self.d_sae}")
         if self.architecture in ("topk", "batchtopk", "matryoshka"):
@@ -61,8 +78,8 @@ class SAEConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SAEConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        """Build from a dict, rejecting unknown keys with the list of valid ones."""
+        return config_from_dict(cls, data, "SAE config")
 
 
 class SAEOutput(NamedTuple):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from saes.sae.base import SAE, SAEConfig
@@ -13,7 +15,8 @@ from saes.sae.standard import StandardSAE
 from saes.sae.topk import TopKSAE
 from store.dtypes import parse_dtype
 
-SAE_CLASSES: dict[str, type[SAE]] = {
+Architecture = Literal["standard", "topk", "batchtopk", "jumprelu", "matryoshka"]
+SAE_CLASSES: dict[Architecture, type[SAE]] = {
     "standard": StandardSAE,
     "topk": TopKSAE,
     "batchtopk": BatchTopKSAE,
@@ -22,7 +25,10 @@ SAE_CLASSES: dict[str, type[SAE]] = {
 }
 
 
-def sae_class(architecture: str) -> type[SAE]:
+ARCHITECTURES: tuple[Architecture, ...] = tuple(SAE_CLASSES)  # the one list of architectures
+
+
+def sae_class(architecture: Architecture) -> type[SAE]:
     """The `SAE` subclass for an architecture name (config validation names the valid ones)."""
     return SAE_CLASSES[architecture]
 

@@ -11,12 +11,14 @@ the decoder row as stored.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 
 from store.errors import InvalidInputError
 
-NORM_KINDS = ("rms", "layer", "none")
+NormKind = Literal["rms", "layer", "none"]  # the final norm before the unembedding
+NORM_KINDS: tuple[NormKind, ...] = get_args(NormKind)
 
 
 @dataclass
@@ -30,7 +32,7 @@ class LogitEffects:
 
 
 def logit_directions(
-    W_dec_FD: torch.Tensor, final_norm_weight: torch.Tensor | None = None, norm_kind: str = "rms"
+    W_dec_FD: torch.Tensor, final_norm_weight: torch.Tensor | None = None, norm_kind: NormKind = "rms"
 ) -> torch.Tensor:
     """Decoder rows `[F, D]` mapped through the final norm convention (see module docstring)."""
     if norm_kind not in NORM_KINDS:
@@ -55,7 +57,7 @@ def logit_effects(
     W_U_DV: torch.Tensor,
     *,
     final_norm_weight: torch.Tensor | None = None,
-    norm_kind: str = "rms",
+    norm_kind: NormKind = "rms",
     n: int = 10,
     chunk: int = 512,
 ) -> LogitEffects:
@@ -79,7 +81,7 @@ def promoting_latents(
     token_id: int,
     *,
     final_norm_weight: torch.Tensor | None = None,
-    norm_kind: str = "rms",
+    norm_kind: NormKind = "rms",
     limit: int = 20,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Latents whose logit effect on `token_id` is largest: (latent ids, logit values), exact

@@ -24,7 +24,7 @@ from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from saes.sae.base import SAE
 from saes.summary.accumulator import SummaryAccumulator, SummaryParams
 from saes.summary.batch import BatchInfo
-from saes.summary.logits import logit_effects, vocab_strings
+from saes.summary.logits import NormKind, logit_effects, vocab_strings
 from store.activations import ActivationReader, Blocks
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
@@ -134,7 +134,7 @@ def summarize_sae(
     sae: SAE | None = None,
     W_U: torch.Tensor | None = None,  # noqa: N803 (TransformerLens name)
     final_norm_weight: torch.Tensor | None = None,
-    norm_kind: str = "rms",
+    norm_kind: NormKind = "rms",
     tokenizer: Any = None,
     n_tokens: int | None = None,
     top_k: int = 20,

@@ -12,7 +12,7 @@ import itertools
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from saes.formats.saelens import OUR_KEY
 from saes.sae.base import SAEConfig
@@ -25,7 +25,8 @@ from store.atomic import read_json
 from store.errors import InvalidInputError, UnknownHookError
 from store.layout import AtlasLayout, check_id
 
-DISTRIBUTE_MODES = ("auto", "ddp", "per_layer")
+Distribute = Literal["auto", "ddp", "per_layer"]
+DISTRIBUTE_MODES: tuple[Distribute, ...] = get_args(Distribute)
 DEFAULT_EXPANSION = 8
 HELDOUT_EVAL_TOKENS = 262_144
 
@@ -173,7 +174,7 @@ def train_saes(
     k: int | None = 32,
     sae_options: dict[str, Any] | None = None,
     train_cfg: TrainConfig | None = None,
-    distribute: str = "auto",
+    distribute: Distribute = "auto",
     overwrite: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Train one SAE per hook (default: every cached hook) and record them in atlas.json.

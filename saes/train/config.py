@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
+from saes.sae.base import config_from_dict
 from store.errors import InvalidInputError
 
-B_DEC_INITS = ("geometric_median", "mean", "zero")
+BDecInit = Literal["geometric_median", "mean", "zero"]
+B_DEC_INITS: tuple[BDecInit, ...] = get_args(BDecInit)
 
 
 def default_lr(d_sae: int) -> float:
@@ -41,7 +43,7 @@ class TrainConfig:
     aux_coefficient: float = 1.0 / 32.0
     scale_batches: int = 8  # batches used to estimate the input scale and variance
     normalize_inputs: bool = True  # scale inputs so E||x||^2 = d_in, folded at save
-    b_dec_init: str = "geometric_median"
+    b_dec_init: BDecInit = "geometric_median"
     seed: int = 0
     device: str = "cpu"
     log_every_steps: int = 10
@@ -112,10 +114,4 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build from a dict, rejecting unknown keys with the list of valid ones."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise InvalidInputError(
-                f"unknown training config keys {unknown}; valid: {', '.join(sorted(names))}"
-            )
-        return cls(**data)
+        return config_from_dict(cls, data, "training config")

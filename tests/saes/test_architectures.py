@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from saes.sae.base import ARCHITECTURES, SAE, SAEConfig
+from saes.sae.base import SAE, SAEConfig
 from saes.sae.batchtopk import threshold_rate
 from saes.sae.fast_topk import topk_sparse_forward
 from saes.sae.losses import StepInfo, auxk_select, dead_topk
 from saes.sae.matryoshka import matryoshka_prefixes
-from saes.sae.registry import build_sae
+from saes.sae.registry import ARCHITECTURES, build_sae
 from store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 
@@ -171,3 +171,22 @@ def test_dead_topk_picks_the_largest_dead_latents_only():
     assert dead_topk(pre, dead, 10).shape == (2, 3)  # at most the number of dead latents
     vals, idx = auxk_select(pre, dead, 2)
     assert torch.equal(vals, pre.gather(1, idx)) and vals.requires_grad
+
+
+def test_the_registry_is_the_one_list_of_architectures():
+    from typing import get_args
+
+    from saes.sae.registry import SAE_CLASSES, Architecture
+
+    assert ARCHITECTURES == tuple(SAE_CLASSES) == get_args(Architecture)
+    with pytest.raises(InvalidInputError, match="unknown SAE architecture 'gated'; valid: standard, topk"):
+        SAEConfig("gated", 4, 8)
+
+
+def test_sae_config_from_dict_rejects_unknown_keys_and_bad_dtypes():
+    cfg = SAEConfig("topk", 4, 8, k=2, dtype="torch.bfloat16")
+    assert cfg.dtype == "bfloat16" and SAEConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(InvalidInputError, match=r"unknown SAE config keys \['l1_coeff'\]; valid: .*l1_coefficient"):
+        SAEConfig.from_dict({**cfg.to_dict(), "l1_coeff": 1.0})
+    with pytest.raises(InvalidInputError, match="unknown SAE dtype 'int8'"):
+        SAEConfig("topk", 4, 8, k=2, dtype="int8")

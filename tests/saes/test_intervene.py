@@ -24,8 +24,8 @@ from saes.intervene.edits import (
 from saes.intervene.generate import compare, distribution_shift
 from saes.intervene.splice import Splice, run_spliced
 from saes.models import tiny_model
-from saes.sae.base import ARCHITECTURES, SAEConfig
-from saes.sae.registry import build_sae
+from saes.sae.base import SAEConfig
+from saes.sae.registry import ARCHITECTURES, build_sae
 from store.errors import InvalidInputError
 
 TEXT = "the cat sat on the mat and the dog ran"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from saes.sae.base import ARCHITECTURES, SAEConfig
-from saes.sae.registry import build_sae
+from saes.sae.base import SAEConfig
+from saes.sae.registry import ARCHITECTURES, build_sae
 from saes.train.config import TrainConfig, default_lr
 from saes.train.geometric_median import geometric_median
 from saes.train.scaling import fold_input_scale
