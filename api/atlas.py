@@ -220,6 +220,7 @@ class Atlas:
             cross_layer=self._if_indexed(sae_id, lambda: cross_layer[0]),
             map_position=self._map_position(sae_id, index),
             damaged_saes=cross_layer[1],
+            geometry=self._records(sae_id, "geometry").filter(pl.col("latent") == index).drop("sae_id").to_dicts(),
         )
 
     def _cross_layer(self, sae_id: str, index: int, k: int) -> tuple[list[Any], dict[str, str] | None]:
@@ -347,7 +348,8 @@ class Atlas:
         span's geometry (circle probe, cyclic order and period for an ordered concept;
         held-out LDA accuracy for categories). `concept`: a built-in name (weekdays,
         months, colours), a dict or JSON file (`values`, `templates`, `kind`), or a concept
-        object. `save` stores the result as analysis run `concept_search/<save>`."""
+        object. `save` stores the result as analysis run `concept_search/<save>` and
+        rebuilds the geometry records."""
         if not hasattr(concept, "prompts"):
             concept = atlas_meaning.load_concept(concept, categories=True)
         ids = self._sae_selection(saes)
@@ -358,7 +360,26 @@ class Atlas:
             concept, **options, run_locked=self._run_model)
         if save is not None:
             atlas_meaning.save_concept_run(self.root, save, result, {"saes": ids, **options})
+            self.rebuild_geometry()
         return result
+
+    def geometry_features(self, sae_id: str | None = None, *, in_circle: bool | None = None,
+                          period: float | None = None, lobe: int | None = None, kind: str | None = None) -> pl.DataFrame:
+        """Geometry records (circles, concept spans, hierarchy nodes, lobes) of the features
+        that pass the filters, e.g. every feature of a period-7 circle: `in_circle=True,
+        period=7`. Built from the stored analyses by `rebuild_geometry()`."""
+        frames = [atlas_meaning.select_geometry(self._records(sid, "geometry"), int(self.sae_info(sid)["d_sae"]),
+                                                in_circle=in_circle, period=period, lobe=lobe, kind=kind)
+                  for sid in ([sae_id] if sae_id is not None else self.sae_ids)]
+        return pl.concat(frames) if frames else pl.DataFrame()
+
+    def rebuild_geometry(self) -> dict[str, int]:
+        """Rewrite every SAE's geometry records from the stored analysis runs; rows per SAE."""
+        return atlas_meaning.rebuild_geometry(self.root)
+
+    def _records(self, sae_id: str, table: Any) -> pl.DataFrame:
+        self.layout.require_sae(sae_id)
+        return atlas_meaning.feature_records(self._cache, self.root, sae_id, table)
 
     def _sae_selection(self, saes: list[str] | None) -> list[str]:
         ids = list(saes) if saes else self.sae_ids

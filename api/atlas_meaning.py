@@ -12,14 +12,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from api.atlas_sources import ResourceCache
 from api.display_meaning import ConceptResult, ContrastResult
 from geometry.concept_search import search_concept
 from geometry.contrast import benjamini_hochberg, contrast_stats, duplicate_groups, ranked
+from geometry.feature_geometry import rebuild_geometry_records
 from geometry.results import write_analysis
 from saes.concept_features import concept_feature_acts
 from saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
 from saes.text_features import Pool, pooled_feature_acts
 from store.errors import InvalidInputError
+from store.feature_records import RecordTable, geometry_mask, read_records, record_paths
 
 __all__ = ["Pool", "check_texts", "concept_search", "contrast", "load_concept", "save_concept_run"]
 MAX_TEXTS = 1000
@@ -140,3 +143,24 @@ def save_concept_run(root: Path, run: str, result: ConceptResult, parameters: di
     return write_analysis(root, CONCEPT_KIND, run, parameters={"concept": result.concept, **parameters},
                           summary={"kind": result.kind, "best": result.best, "per_sae": result.per_sae},
                           tables={"main": result.features})
+
+
+def feature_records(cache: ResourceCache, root: Path, sae_id: str, table: RecordTable) -> pl.DataFrame:
+    """An SAE's record table (`geometry` or `labels`), read once per version of its sidecar."""
+    sidecar = record_paths(root, sae_id, table)[1]
+    version = str(sidecar.stat().st_mtime_ns) if sidecar.exists() else "none"
+    return cache.get(("records", sae_id, table, version), lambda: read_records(root, sae_id, table))
+
+
+def rebuild_geometry(root: Path) -> dict[str, int]:
+    """Rewrite every SAE's geometry records from the stored analyses; rows per SAE."""
+    return rebuild_geometry_records(root)
+
+
+def select_geometry(records: pl.DataFrame, n_latents: int, *, in_circle: bool | None, period: float | None,
+                    lobe: int | None, kind: str | None) -> pl.DataFrame:
+    """The records of the features that pass the geometry filters (`store.search.Filters`
+    semantics), optionally of one kind."""
+    mask = geometry_mask(records, n_latents, in_circle=in_circle, period=period, lobe=lobe)
+    selected = records.filter(pl.Series(mask[records["latent"].to_numpy()]))
+    return selected if kind is None else selected.filter(pl.col("kind") == kind)

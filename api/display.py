@@ -67,6 +67,7 @@ class Feature:
     cross_layer: list[dict[str, Any]] | None = None
     map_position: dict[str, Any] | None = None
     damaged_saes: dict[str, str] | None = None  # SAEs left out of cross_layer: id -> problem
+    geometry: list[dict[str, Any]] = field(default_factory=list)  # circles, concept spans, lobes it is in
 
     def to_dict(self) -> dict[str, Any]:
         """The feature as JSON-ready data."""

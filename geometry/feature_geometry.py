@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 
 from geometry.results import list_runs, read_analysis
-from store.feature_records import GEOMETRY_SCHEMA, read_records, write_records
+from store.feature_records import GEOMETRY_SCHEMA, write_records
 from store.layout import AtlasLayout
 
 Record = dict[str, Any]
@@ -104,8 +104,3 @@ def rebuild_geometry_records(root: str | Path) -> dict[str, int]:
         write_records(root, sae_id, "geometry", frame)
         counts[sae_id] = frame.height
     return counts
-
-
-def feature_geometry(root: str | Path, sae_id: str, latent: int) -> list[Record]:
-    """The geometry records of one feature (empty before the records are built)."""
-    return read_records(root, sae_id, "geometry").filter(pl.col("latent") == latent).to_dicts()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import polars as pl
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
@@ -84,15 +85,23 @@ def read_records(root: str | Path, sae_id: str, table: RecordTable) -> pl.DataFr
 PERIOD_TOLERANCE = 0.5  # a fitted period matches a wanted one within this distance
 
 
-def geometry_latents(
-    records: pl.DataFrame, *, in_circle: bool | None = None, period: float | None = None, lobe: int | None = None,
-) -> tuple[set[int], set[int]]:
-    """From an SAE's geometry records: the latents in a circle (with a fitted period within
-    `PERIOD_TOLERANCE` of `period` when given) and the latents of lobe `lobe` (empty set
-    when no lobe is asked for). `in_circle` does not narrow the sets; callers test
-    membership against it (False: not in such a circle)."""
-    circle = records.filter(pl.col("in_circle"))
-    if period is not None:
-        circle = circle.filter((pl.col("period") - period).abs() <= PERIOD_TOLERANCE)
-    lobes = records.filter((pl.col("kind") == "lobe") & (pl.col("group") == lobe)) if lobe is not None else records.clear()
-    return set(circle["latent"].to_list()), set(lobes["latent"].to_list())
+def geometry_mask(
+    records: pl.DataFrame, n_latents: int, *, in_circle: bool | None = None, period: float | None = None,
+    lobe: int | None = None,
+) -> np.ndarray:
+    """Which of an SAE's `n_latents` pass the geometry filters, from its geometry records:
+    in a circle (`in_circle` True, or a `period` given: with a fitted period within
+    `PERIOD_TOLERANCE` of it) or in none (`in_circle` False), and in lobe `lobe`."""
+    mask = np.ones(n_latents, dtype=bool)
+    if in_circle is not None or period is not None:
+        circle = records.filter(pl.col("in_circle"))
+        if period is not None:
+            circle = circle.filter((pl.col("period") - period).abs() <= PERIOD_TOLERANCE)
+        inside = np.zeros(n_latents, dtype=bool)
+        inside[circle["latent"].to_numpy()] = True
+        mask &= inside if in_circle is not False else ~inside
+    if lobe is not None:
+        members = np.zeros(n_latents, dtype=bool)
+        members[records.filter((pl.col("kind") == "lobe") & (pl.col("group") == lobe))["latent"].to_numpy()] = True
+        mask &= members
+    return mask

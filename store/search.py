@@ -22,7 +22,7 @@ import polars as pl
 import torch
 
 from store.errors import InvalidInputError, NotFoundError
-from store.feature_records import geometry_latents, read_records, record_paths
+from store.feature_records import geometry_mask, read_records, record_paths
 from store.index import (
     SearchIndex,
     check_build_complete,
@@ -106,7 +106,7 @@ class FeatureSearch:
         self._densities: dict[str, np.ndarray] = {}
         self._rows: dict[str, np.ndarray] = {}
         self._tables: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
-        self._geometry: dict[tuple[Any, ...], tuple[set[int], set[int]]] = {}
+        self._geometry: dict[tuple[Any, ...], np.ndarray] = {}
 
     # loading ---------------------------------------------------------------------------
     def sae_index(self, sae_id: str) -> tuple[SearchIndex, dict[str, Any]]:
@@ -182,15 +182,13 @@ class FeatureSearch:
     def _geometry_allowed(self, sae_id: str, latent: int, filters: Filters) -> bool:
         """The geometry filters against the SAE's geometry records (read once per version)."""
         sidecar = record_paths(self.root, sae_id, "geometry")[1]
-        key = (sae_id, filters.period, filters.lobe, sidecar.stat().st_mtime_ns if sidecar.exists() else 0)
+        version = sidecar.stat().st_mtime_ns if sidecar.exists() else 0
+        key = (sae_id, filters.in_circle, filters.period, filters.lobe, version)
         if key not in self._geometry:
             records = read_records(self.root, sae_id, "geometry")
-            self._geometry[key] = geometry_latents(records, period=filters.period, lobe=filters.lobe)
-        circle, lobe = self._geometry[key]
-        if filters.in_circle is not None or filters.period is not None:
-            if (latent in circle) != (True if filters.in_circle is None else filters.in_circle):
-                return False
-        return filters.lobe is None or latent in lobe
+            self._geometry[key] = geometry_mask(records, self.sae_index(sae_id)[0].ntotal, in_circle=filters.in_circle,
+                                                period=filters.period, lobe=filters.lobe)
+        return bool(self._geometry[key][latent])
 
     def _hits(self, index: SearchIndex, resolve: Any, query: np.ndarray, k: int, filters: Filters,
               skip: tuple[str, int] | None) -> list[Match]:

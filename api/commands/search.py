@@ -1,5 +1,5 @@
 """`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow,
-contrast of two text sets, concept search."""
+contrast of two text sets, concept search, geometry records."""
 
 from __future__ import annotations
 
@@ -177,6 +177,26 @@ def _fit_line(fit: dict) -> str:
         return (f"circle R2 {fit['r2']:.3f} (loo {fit['r2_loo']:.3f}), cyclic {fit['cyclic_order']}, "
                 f"period {fit['fitted_period']:.2f}")
     return fit.get("note", "")
+
+
+@search_app.command("geometry")
+@handle_errors
+def geometry_command(
+    atlas: Path = ATLAS,
+    sae_id: str = typer.Option(None, help="Only this SAE."),
+    in_circle: bool = typer.Option(None, "--in-circle/--not-in-circle", help="In a circle, or in none."),
+    period: float = typer.Option(None, help="In a circle of this fitted period (within 0.5)."),
+    lobe: int = typer.Option(None, help="In this co-occurrence lobe."),
+    kind: str = typer.Option(None, help="Only records of this kind: circle, concept, hierarchy, lobe."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="First rebuild the records from the stored analyses."),
+    json_out: bool = JSON,
+) -> None:
+    """Features by the geometry results they belong to (circles, concept spans, lobes)."""
+    handle = Atlas(atlas)
+    if rebuild:
+        handle.rebuild_geometry()
+    _show("geometry records", handle.geometry_features(sae_id, in_circle=in_circle, period=period, lobe=lobe,
+                                                       kind=kind), json_out)
 
 
 def register(app: typer.Typer) -> None:

@@ -201,6 +201,20 @@ class MapPosition(BaseModel):
     knn_overlap: Number
 
 
+class GeometryRecord(BaseModel):
+    """A geometry result a feature belongs to: a circle (`circle`: discovered cluster;
+    `concept`: selective feature of a concept search), a hierarchy node or a lobe."""
+
+    latent: int
+    kind: str
+    run: str
+    group: int | None = Field(description="cluster id, lobe id, or place in the concept's span")
+    name: str | None
+    in_circle: bool
+    period: Number = Field(description="fitted period of the circle (null: not measured)")
+    score: Number
+
+
 class Feature(BaseModel):
     """A feature page; `neighbours`/`cross_layer` are null before `sae-atlas index`,
     `map_position` before `sae-atlas analyze map`."""
@@ -218,6 +232,8 @@ class Feature(BaseModel):
     map_position: MapPosition | None
     damaged_saes: dict[str, str] | None = Field(
         default=None, description="damaged SAEs left out of cross_layer: SAE id -> the damaged file and its repair")
+    geometry: list[GeometryRecord] = Field(default_factory=list,
+                                           description="the geometry results the feature belongs to")
 
 
 class MapColumns(BaseModel):

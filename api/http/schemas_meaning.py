@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from api.atlas import MAX_K, MAX_TEXT_CHARS
-from api.http.schemas import MAX_SAES_PER_QUERY, JsonInt, Number, SafeId, _Strict
+from api.http.schemas import MAX_SAES_PER_QUERY, GeometryRecord, JsonInt, Number, SafeId, _Strict
 
 MAX_TEXTS_PER_SET = 256
 MAX_PERMUTATIONS = 100_000
@@ -128,3 +128,9 @@ class ConceptSearchResult(BaseModel):
     best: str
     per_sae: dict[str, ConceptSaeSummary]
     features: list[ConceptFeature]
+
+
+class GeometryFeature(GeometryRecord):
+    """A geometry record with its SAE."""
+
+    sae_id: str

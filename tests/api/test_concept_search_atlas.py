@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 
 from api import Atlas
@@ -120,3 +121,23 @@ def test_concept_search_over_http(server: Any, small_atlas: dict[str, Any]) -> N
             "offsets": [f"o{i}" for i in range(31)]}
     bad = httpx.post(server.url + "/search/concept", json={"concept": huge}, timeout=30)
     assert bad.status_code == 400 and "maximum" in bad.text
+
+
+def test_saved_concept_run_becomes_geometry_records(atlas: Atlas, small_atlas: dict[str, Any], server: Any) -> None:
+    import httpx
+
+    sae_id = small_atlas["sae_ids"][1]
+    result = atlas.concept_search("weekdays", saes=[sae_id], min_selectivity=0.3, save="week-geom")
+    selective = set(result.features.filter(result.features["selective"])["latent"].to_list())
+    assert selective
+    records = atlas.geometry_features(sae_id, kind="concept").filter(pl.col("run") == "week-geom")
+    assert set(records["latent"].to_list()) == selective
+    cyclic = bool(result.per_sae[sae_id]["fit"].get("cyclic_order"))
+    assert set(atlas.geometry_features(sae_id, in_circle=True)["latent"].to_list()) >= (selective if cyclic else set())
+    latent = min(selective)
+    page = atlas.feature(sae_id, latent)
+    assert any(r["kind"] == "concept" and r["run"] == "week-geom" for r in page.geometry)
+    served = httpx.get(f"{server.url}/saes/{sae_id}/features/{latent}", timeout=30).json()
+    assert any(r["run"] == "week-geom" for r in served["geometry"])
+    listed = httpx.get(f"{server.url}/search/geometry", params={"sae_id": sae_id, "kind": "concept"}, timeout=30)
+    assert listed.status_code == 200 and {r["latent"] for r in listed.json() if r["run"] == "week-geom"} == selective

@@ -7,7 +7,7 @@ import pytest
 
 from api.atlas_meaning import save_concept_run
 from api.display_meaning import ConceptResult
-from geometry.feature_geometry import feature_geometry, rebuild_geometry_records
+from geometry.feature_geometry import rebuild_geometry_records
 from geometry.results import write_analysis
 from store.errors import IntegrityError
 from store.feature_records import read_records, record_paths
@@ -65,7 +65,7 @@ def test_geometry_filters_return_exactly_the_planted_members(planted):
     assert _found(planted, Filters(in_circle=False)) == set(range(N_LATENTS)) - set(WEEK + MONTH + CLUSTER)
     assert _found(planted, Filters(lobe=3)) == {i for i in range(N_LATENTS) if i % 4 == 3}
     assert _found(planted, Filters(lobe=3, in_circle=True, period=7)) == {i for i in WEEK if i % 4 == 3}
-    records = feature_geometry(planted, SAE, WEEK[0])
+    records = read_records(planted, SAE, "geometry").filter(pl.col("latent") == WEEK[0]).to_dicts()
     assert {(r["kind"], r["run"]) for r in records} == {("concept", "week"), ("lobe", "lobes")}
     week = next(r for r in records if r["kind"] == "concept")
     assert week["in_circle"] and week["period"] == pytest.approx(7.1) and week["group"] == 0

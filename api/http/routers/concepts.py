@@ -1,17 +1,19 @@
 """`/search/concept`: which features carry a concept and which few span it (runs the model
-on the concept's prompts, on the worker's one-thread model queue)."""
+on the concept's prompts, on the worker's one-thread model queue); `/search/geometry`:
+features by the geometry results they belong to."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, error_responses
-from api.http.schemas_meaning import ConceptQuery, ConceptSearchResult
+from api.http.schemas_meaning import ConceptQuery, ConceptSearchResult, GeometryFeature
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404, 413)})
 
@@ -25,3 +27,17 @@ async def search_concept(atlas: AtlasDep, queue: ModelQueueDep, query: ConceptQu
     result = await asyncio.get_running_loop().run_in_executor(
         queue, lambda: atlas.concept_search(concept, saes=ids, **options))
     return json_body(result.to_dict())
+
+
+@router.get("/search/geometry", summary="Features in a circle, of a period, in a lobe", response_model=list[GeometryFeature])
+async def search_geometry(
+    atlas: AtlasDep,
+    sae_id: str | None = Query(None, max_length=128, description="one SAE (default: all)"),
+    in_circle: bool | None = Query(None, description="in a circle (true) or in none (false)"),
+    period: float | None = Query(None, gt=0, le=100_000, description="fitted period of the circle (within 0.5)"),
+    lobe: int | None = Query(None, ge=0, le=2**31 - 1, description="co-occurrence lobe"),
+    kind: Literal["circle", "concept", "hierarchy", "lobe"] | None = Query(None),
+) -> Response:
+    frame = atlas.geometry_features(sae_id_checked(sae_id) if sae_id else None, in_circle=in_circle, period=period,
+                                    lobe=lobe, kind=kind)
+    return json_body(frame.to_dicts())
