@@ -226,6 +226,94 @@ def _write_record(out_dir: Path, record: dict[str, Any]) -> None:
     atomic_write_json(Path(out_dir) / "training.json", record)
 
 
+class _Loop:
+    """The named steps of the training loop over one `_Run`: step, log, maybe-checkpoint."""
+
+    def __init__(self, run: _Run, out: Path | None, last: int) -> None:
+        self.run, self.out, self.last = run, out, last
+        self.cfg, self.ctx = run.cfg, run.ctx
+        self.is_main = self.ctx is None or self.ctx.is_main
+        model = loss_module(run.sae)
+        if self.ctx is not None and self.ctx.world_size > 1:
+            model = nn.parallel.DistributedDataParallel(model)
+        self.model = model
+        self.window: list[dict[str, float]] = []
+
+    def step(self, batch: torch.Tensor) -> dict[str, float]:
+        """One optimizer step on this rank's slice of a global batch; updates the step and
+        token counters and the dead-latent counters (all-reduced); returns the step's metrics."""
+        run, cfg = self.run, self.cfg
+        x = rank_slice(batch, self.ctx).to(run.device, torch.float32) * run.scale
+        info = StepInfo(
+            step=run.step,
+            total_steps=cfg.total_steps,
+            dead_mask=run.since_fired >= cfg.dead_window_tokens,
+            k_aux=cfg.k_aux,
+            aux_coefficient=cfg.aux_coefficient,
+            data_variance=run.data_variance,
+        )
+        loss, metrics, fired = optimizer_step(self.model, run.sae, run.optimizer, x, info, cfg.grad_clip)
+        run.scheduler.step()
+        with torch.no_grad():
+            all_reduce_(fired, self.ctx)
+            run.since_fired.add_(cfg.batch_size).masked_fill_(fired > 0, 0)
+        run.step += 1
+        run.tokens_seen += cfg.batch_size
+        row = {k: float(v) for k, v in metrics.items()}
+        row["loss"] = float(loss.detach())
+        return row
+
+    def log(self, row: dict[str, float]) -> None:
+        """Add a step's metrics to the window; every `log_every_steps` (and at the end) append
+        the window's means, averaged over ranks, to the history."""
+        run, cfg = self.run, self.cfg
+        self.window.append(row)
+        if run.step % cfg.log_every_steps and run.step != cfg.total_steps:
+            return
+        summary = _summarise(self.window)
+        summary_t = torch.tensor(list(summary.values()), dtype=torch.float64)
+        summary = dict(zip(summary, all_reduce_(summary_t, self.ctx, "mean").tolist(), strict=True))
+        summary.update(
+            step=run.step, tokens=run.tokens_seen, lr=run.scheduler.get_last_lr()[0],
+            dead_fraction=float((run.since_fired >= cfg.dead_window_tokens).float().mean()),
+        )
+        run.history.append(summary)
+        self.window = []
+
+    def maybe_checkpoint(self) -> None:
+        """Checkpoint (main rank, with an out_dir, before the last step) when the run crossed a
+        multiple of `checkpoint_every_tokens` or reached the requested stop."""
+        run, cfg, every = self.run, self.cfg, self.cfg.checkpoint_every_tokens
+        crossed = every and run.tokens_seen // every > (run.tokens_seen - cfg.batch_size) // every
+        if self.out is not None and self.is_main and run.step < cfg.total_steps and (crossed or run.step == self.last):
+            save_checkpoint(self.out, run.step, run.state())
+
+
+def _start(run: _Run, batches: BatchSource, out: Path | None) -> tuple[Iterator[torch.Tensor], int | None]:
+    """Resume `run` from the latest checkpoint in `out` (returning its step), or initialise it
+    from the first batches; returns the batch stream positioned at `run.step`."""
+    cfg, d_in = run.cfg, run.sae_cfg.d_in
+    resumed = None
+    if out is not None and (state := load_latest_checkpoint(out, map_location=run.device)) is not None:
+        run.load(state)
+        resumed = run.step
+    stream = _open_stream(batches, run.step)
+    if resumed is None:
+        n_first = min(cfg.scale_batches, cfg.total_steps)
+        first = [_checked(next(stream, None), i, cfg, d_in) for i in range(n_first)]
+        _initialise_from_data(run, first)
+        stream = itertools.chain(first, stream)
+    return stream, resumed
+
+
+def _heldout(sae: SAE, eval_batches: Iterable[torch.Tensor] | None) -> tuple[dict[str, Any] | None, torch.Tensor | None]:
+    """Held-out metrics and per-latent density of the folded SAE (None without eval batches)."""
+    if eval_batches is None:
+        return None, None
+    stats = reconstruction_stats(sae, eval_batches)
+    return (stats.result() if stats.n else {"n_tokens": 0}), stats.density()
+
+
 def train_sae(
     sae_cfg: SAEConfig,
     batches: BatchSource,
@@ -256,76 +344,28 @@ def train_sae(
     torch.manual_seed(cfg.seed)
     run = _Run(sae_cfg, cfg, device, ctx)
     out = Path(out_dir) if out_dir is not None else None
-    resumed = None
-    if out is not None and (state := load_latest_checkpoint(out, map_location=device)) is not None:
-        run.load(state)
-        resumed = run.step
-    stream = _open_stream(batches, run.step)
-    if resumed is None:
-        n_first = min(cfg.scale_batches, cfg.total_steps)
-        first = [_checked(next(stream, None), i, cfg, sae_cfg.d_in) for i in range(n_first)]
-        _initialise_from_data(run, first)
-        stream = itertools.chain(first, stream)
-
-    model = loss_module(run.sae)
-    if ctx is not None and world > 1:
-        model = nn.parallel.DistributedDataParallel(model)
-    is_main = ctx is None or ctx.is_main
-    every = cfg.checkpoint_every_tokens
-    window: list[dict[str, float]] = []
+    stream, resumed = _start(run, batches, out)
+    last = cfg.total_steps if stop_after_steps is None else min(cfg.total_steps, stop_after_steps)
+    loop = _Loop(run, out, last)
     bar = tqdm(
-        total=cfg.total_steps, initial=run.step, disable=not (cfg.progress and is_main),
+        total=cfg.total_steps, initial=run.step, disable=not (cfg.progress and loop.is_main),
         desc=f"train {sae_cfg.architecture} {sae_cfg.hook_name}".strip(), unit="step",
     )
     started = time.perf_counter()
-    last = cfg.total_steps if stop_after_steps is None else min(cfg.total_steps, stop_after_steps)
     run.sae.train()
     while run.step < last:
-        batch = _checked(next(stream, None), run.step, cfg, sae_cfg.d_in)
-        x = rank_slice(batch, ctx).to(device, torch.float32) * run.scale
-        info = StepInfo(
-            step=run.step,
-            total_steps=cfg.total_steps,
-            dead_mask=run.since_fired >= cfg.dead_window_tokens,
-            k_aux=cfg.k_aux,
-            aux_coefficient=cfg.aux_coefficient,
-            data_variance=run.data_variance,
-        )
-        loss, metrics, fired = optimizer_step(model, run.sae, run.optimizer, x, info, cfg.grad_clip)
-        run.scheduler.step()
-        with torch.no_grad():
-            all_reduce_(fired, ctx)
-            run.since_fired.add_(cfg.batch_size).masked_fill_(fired > 0, 0)
-        run.step += 1
-        run.tokens_seen += cfg.batch_size
-        row = {k: float(v) for k, v in metrics.items()}
-        row["loss"] = float(loss.detach())
-        window.append(row)
+        row = loop.step(_checked(next(stream, None), run.step, cfg, sae_cfg.d_in))
         bar.update(1)
         bar.set_postfix(L0=f"{row['l0']:.1f}", FVU=f"{row['fvu']:.3f}")
-        if run.step % cfg.log_every_steps == 0 or run.step == cfg.total_steps:
-            summary = _summarise(window)
-            summary_t = torch.tensor(list(summary.values()), dtype=torch.float64)
-            summary = dict(zip(summary, all_reduce_(summary_t, ctx, "mean").tolist(), strict=True))
-            summary.update(
-                step=run.step, tokens=run.tokens_seen, lr=run.scheduler.get_last_lr()[0],
-                dead_fraction=float((run.since_fired >= cfg.dead_window_tokens).float().mean()),
-            )
-            run.history.append(summary)
-            window = []
-        crossed = every and run.tokens_seen // every > (run.tokens_seen - cfg.batch_size) // every
-        if out is not None and is_main and run.step < cfg.total_steps and (crossed or run.step == last):
-            save_checkpoint(out, run.step, run.state())
+        loop.log(row)
+        loop.maybe_checkpoint()
     bar.close()
     folded = fold_input_scale(run.sae, run.scale).eval()
     final = dict(run.history[-1]) if run.history else {}
     final.update(wall_seconds=time.perf_counter() - started, input_scale=run.scale)
     if run.step < cfg.total_steps:
         return TrainResult(folded, final, None, run.history, run.scale, cfg, resumed)
-    heldout, density = (None, None)
-    if eval_batches is not None:
-        stats = reconstruction_stats(folded, eval_batches)
-        heldout, density = (stats.result() if stats.n else {"n_tokens": 0}), stats.density()
+    heldout, density = _heldout(folded, eval_batches)
     record = {
         "status": "complete",
         "sae_config": sae_cfg.to_dict(),
@@ -337,7 +377,7 @@ def train_sae(
         "history": run.history,
         "created_with": created_with(),
     }
-    if out is not None and is_main:
+    if out is not None and loop.is_main:
         from saes.formats.saelens import save_saelens
 
         save_saelens(folded, out, sparsity=density)
