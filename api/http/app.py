@@ -38,6 +38,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         faiss.omp_set_num_threads(settings.threads)
     atlas = Atlas(settings.root)
     atlas.preload()  # before the first request, in every worker
+    for sae_id, problem in atlas.damaged().items():  # served without it; /health and /saes say so
+        log.error("SAE %s is damaged and not served: %s", sae_id, problem)
     app = FastAPI(
         title="sae-atlas",
         version="1",

@@ -143,7 +143,8 @@ async function saesView() {
   view.replaceChildren(el("h2", {}, "SAEs"),
     table(["sae_id", "hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "source"], list, {
       sae_id: (r) => el("span", {}, el("a", { class: "feat", href: `#/saes/${enc(r.sae_id)}` }, r.sae_id),
-        r.suspect ? el("span", { class: "suspect", title: "imported with --force despite the misload guard" }, " suspect") : ""),
+        r.suspect ? el("span", { class: "suspect", title: "imported with --force despite the misload guard" }, " suspect") : "",
+        r.status === "damaged" ? el("span", { class: "suspect damaged", title: r.problem }, " damaged") : ""),
       fvu: (r) => (r.fvu === null ? "" : fmt(r.fvu)), k: (r) => (r.k === null ? "" : r.k),
       l0: (r) => (r.l0 === null ? "" : fmt(r.l0)) }));
 }
@@ -189,7 +190,9 @@ async function featureView(sae, index) {
       el("div", { class: "card" }, el("h3", {}, "Suppresses"), logits(f.bottom_logits, "logit-neg"))),
     el("div", { class: "grid" },
       el("div", { class: "card" }, el("h3", {}, "Similar features"), links(f.neighbours, "neighbours")),
-      el("div", { class: "card" }, el("h3", {}, "Cross-layer matches"), links(f.cross_layer, "cross-layer"))));
+      el("div", { class: "card" }, el("h3", {}, "Cross-layer matches"), links(f.cross_layer, "cross-layer"),
+        f.damaged_saes ? el("p", { id: "damaged-saes", class: "suspect" }, "left out (damaged): ",
+          Object.entries(f.damaged_saes).map(([id, problem]) => el("span", { title: problem }, id + " "))) : "")));
   drawHistogram(hist, f.histogram);
 }
 
