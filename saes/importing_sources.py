@@ -88,7 +88,7 @@ def read_registry(path: str | Path | None = None) -> dict[str, Any]:
     if not registry.is_file():
         raise NotFoundError(f"registry file {registry} does not exist")
     try:
-        data = yaml.safe_load(registry.read_text())
+        data = yaml.load(registry.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise InvalidInputError(f"{registry}: not valid YAML ({exc})") from exc
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
