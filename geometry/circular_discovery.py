@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from geometry import results
 from geometry.clusters import graph_clusters, spectral_clusters
 from geometry.irreducibility import irreducibility
-from store.errors import IntegrityError, InvalidInputError
+from store.errors import InvalidInputError
 
 ANALYSIS_KIND = "circular"
 ClusterMethod = Literal["graph", "spectral"]
@@ -231,12 +231,3 @@ def write_circular_run(
                                 summary=result.summary, tables={results.MAIN: result.table}, extra=extra)
     return run_paths(root, run)[0], js
 
-
-def read_circular_run(root: str | Path, run: str) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Read a stored run: `(table, meta)`; NotFoundError names the runs that exist."""
-    stored = results.read_analysis(root, ANALYSIS_KIND, run,
-                                   repair=f"re-run `sae-atlas analyze circular discover --run {run}`")
-    if stored.table is None:
-        raise IntegrityError(run_paths(root, run)[1], "the run records no table",
-                             f"re-run `sae-atlas analyze circular discover --run {run}`")
-    return stored.table, stored.meta

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import faiss
 import numpy as np
-import polars as pl
 
 from store.errors import InvalidInputError
 from store.vectors import unit_rows
@@ -58,17 +57,6 @@ def power_law_fit(eigenvalues: np.ndarray, ranks: tuple[int, int] = (10, 150)) -
     resid = y - (intercept + slope * x)
     r2 = 1.0 - float(resid @ resid) / max(float(((y - y.mean()) ** 2).sum()), 1e-300)
     return PowerLaw(float(slope), float(intercept), float(-slope), r2, lo, hi)
-
-
-def galaxy_table(decoders: dict[str, np.ndarray], ranks: tuple[int, int] = (10, 150), *, unit: bool = True) -> pl.DataFrame:
-    """One row per layer (`{name: W_dec [F, d]}`): power-law slope, alpha, fit R^2, ranks."""
-    rows = []
-    for name, W in decoders.items():
-        fit = power_law_fit(covariance_spectrum(W, unit=unit), ranks)
-        rows.append({"layer": name, "slope": fit.slope, "alpha": fit.alpha, "r2": fit.r2,
-                     "rank_lo": fit.lo, "rank_hi": fit.hi})
-    return pl.DataFrame(rows, schema={"layer": pl.String, "slope": pl.Float64, "alpha": pl.Float64,
-                                      "r2": pl.Float64, "rank_lo": pl.Int64, "rank_hi": pl.Int64})
 
 
 @dataclass

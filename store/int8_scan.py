@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from store.errors import InvalidInputError
+
 # Float32 rounding of the scaled integer scores, far above its real size (~1e-7 relative).
 _ROUNDING = 1e-5
 _QUERY_CHUNK = 32
@@ -42,7 +44,7 @@ class Int8Scan:
 
     def __init__(self, rows: np.ndarray, owner: object = None) -> None:
         if rows.ndim != 2 or 0 in rows.shape:
-            raise ValueError(f"Int8Scan needs at least one row of positive dimension, got shape {rows.shape}")
+            raise InvalidInputError(f"Int8Scan needs at least one row of positive dimension, got shape {rows.shape}")
         self.rows = rows
         self.owner = owner
         self.ntotal, self.d = rows.shape

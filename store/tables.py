@@ -110,12 +110,25 @@ def padded_list(
 
 
 def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
-    """`frame` with exactly `schema`'s columns, in order and cast to its dtypes (ValueError if not)."""
+    """`frame` with exactly `schema`'s columns, in order and cast to its dtypes
+    (InvalidInputError naming the columns that are missing, unexpected or not castable)."""
     missing = [c for c in schema if c not in frame.columns]
     extra = [c for c in frame.columns if c not in schema]
     if missing or extra:
-        raise ValueError(f"{what}: missing columns {missing}, unexpected columns {extra}")
-    return frame.select([pl.col(c).cast(t, strict=True) for c, t in schema.items()])
+        raise InvalidInputError(f"{what}: missing columns {missing}, unexpected columns {extra}")
+    try:
+        return frame.select([pl.col(c).cast(t, strict=True) for c, t in schema.items()])
+    except pl.exceptions.PolarsError as exc:
+        wrong = [c for c, t in schema.items() if frame.schema[c] != t and not _castable(frame[c], t)]
+        raise InvalidInputError(f"{what}: columns {wrong} cannot be cast to {[str(schema[c]) for c in wrong]}") from exc
+
+
+def _castable(column: pl.Series, dtype: pl.DataType) -> bool:
+    try:
+        column.cast(dtype, strict=True)
+    except pl.exceptions.PolarsError:
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -165,13 +178,13 @@ def write_tables(
     sae_dir = AtlasLayout(root).sae_dir(sae_id)
     features = conform(features, FEATURES_SCHEMA, FEATURES_FILE)
     if not np.array_equal(features["latent"].to_numpy(), np.arange(features.height)):
-        raise ValueError(f"{FEATURES_FILE}: rows must be latents 0..{features.height - 1} in order")
+        raise InvalidInputError(f"{FEATURES_FILE}: rows must be latents 0..{features.height - 1} in order")
     examples = conform(examples, EXAMPLES_SCHEMA, EXAMPLES_FILE).sort(
         ["latent", "band", "rank"], nulls_last=False, maintain_order=True
     )
     occurrence, pending = sae_dir / OCCURRENCE_FILE, sae_dir / PENDING_OCCURRENCE
     if not (occurrence.exists() or pending.exists()):
-        raise ValueError(f"{occurrence} must be written before the tables")
+        raise InvalidInputError(f"{occurrence} must be written (finish the OccurrenceWriter) before the tables")
     with tables_lock(sae_dir, exclusive=True):
         if pending.exists():
             os.replace(pending, occurrence)

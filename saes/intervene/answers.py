@@ -10,6 +10,7 @@ the top answer among the concept's value tokens is the new one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -67,5 +68,4 @@ def patched_logits(
         raise InvalidInputError("give both a hook and replacement activations, or neither")
     patch = None if hook is None else Patch(hook, torch.as_tensor(replacement_ND, dtype=torch.float32))
     out = run_prompts(handle, batch, capture=capture, patch=patch, logits=True, batch_size=batch_size)
-    assert out.logits is not None
-    return out.logits, out.acts
+    return cast(torch.Tensor, out.logits), out.acts  # logits=True: always present

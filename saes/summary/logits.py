@@ -75,27 +75,6 @@ def logit_effects(
     return LogitEffects(*(torch.cat([p[i] for p in parts]).cpu() for i in range(4)))
 
 
-def promoting_latents(
-    W_dec_FD: torch.Tensor,
-    W_U_DV: torch.Tensor,
-    token_id: int,
-    *,
-    final_norm_weight: torch.Tensor | None = None,
-    norm_kind: NormKind = "rms",
-    limit: int = 20,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Latents whose logit effect on `token_id` is largest: (latent ids, logit values), exact
-    over all latents (one matrix-vector product with that token's unembedding column)."""
-    _check_shapes(W_dec_FD, W_U_DV)
-    if not 0 <= token_id < W_U_DV.shape[1]:
-        raise InvalidInputError(f"token id {token_id} out of range: valid 0..{W_U_DV.shape[1] - 1}")
-    with torch.no_grad():
-        d = logit_directions(W_dec_FD, final_norm_weight, norm_kind)
-        effect = d @ W_U_DV[:, token_id].detach().float().to(d.device)
-        best = effect.topk(min(limit, len(effect)))
-    return best.indices.cpu(), best.values.cpu()
-
-
 def vocab_strings(tokenizer: object, d_vocab: int) -> list[str]:
     """The decoded text of every token id `0..d_vocab-1` (ids beyond the tokenizer give '')."""
     n = min(d_vocab, len(tokenizer))  # type: ignore[arg-type]

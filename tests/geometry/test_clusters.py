@@ -9,7 +9,6 @@ import scipy.sparse as sp
 from geometry.circular_discovery import (
     DiscoveryParams,
     discover_circular,
-    read_circular_run,
     write_circular_run,
 )
 from geometry.clusters import (
@@ -18,6 +17,7 @@ from geometry.clusters import (
     spectral_affinity,
     spectral_clusters,
 )
+from geometry.results import read_analysis
 from store.errors import InvalidInputError, NotFoundError
 from store.vectors import unit_rows
 
@@ -127,13 +127,14 @@ def test_discovery_ranks_the_circle_first_and_round_trips(tmp_path):
     assert len(top["proj_x"]) == len(top["proj_y"]) == min(top["n_tokens"], 1000)
 
     write_circular_run(tmp_path, "run1", result, extra={"sae_id": "planted"})
-    back, meta = read_circular_run(tmp_path, "run1")
+    stored = read_analysis(tmp_path, "circular", "run1")
+    back, meta = stored.table, stored.meta
     assert back.equals(table)
     on_disk = json.loads((tmp_path / "analyses" / "circular" / "run1.json").read_text())
     assert on_disk["parameters"]["method"] == "graph" and "created_with" in on_disk
     assert meta["sae_id"] == "planted"
     with pytest.raises(NotFoundError, match="run1"):
-        read_circular_run(tmp_path, "nope")
+        read_analysis(tmp_path, "circular", "nope")
 
 
 def test_discovery_checks_shapes():
@@ -183,7 +184,8 @@ def test_discover_from_an_atlas_through_the_cli(tmp_path):
     out = CliRunner().invoke(app, ["analyze", "circular", "discover", "--atlas", str(tmp_path),
                                    "--sae", "planted", "--split", "all", "--json"])
     assert out.exit_code == 0, out.output
-    table, meta = read_circular_run(tmp_path, "planted-graph")
+    stored = read_analysis(tmp_path, "circular", "planted-graph")
+    table, meta = stored.table, stored.meta
     assert table.row(0, named=True)["features"] == circle.tolist()
     assert meta["hook"] == hook and meta["figures"]
     assert (tmp_path / "analyses" / "circular" / meta["figures"][0]).stat().st_size > 1000

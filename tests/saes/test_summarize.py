@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from saes.sae.base import SAE, SAEConfig
 from saes.summary.accumulator import SummaryParams
 from saes.summary.bands import priority_keys
-from saes.summary.logits import logit_directions, logit_effects, promoting_latents
+from saes.summary.logits import logit_directions, logit_effects
 from saes.summary.run import summarize_blocks, summarize_sae
 from store.activations import ActivationReader, ActivationWriter, Blocks
 from store.errors import InvalidInputError
@@ -194,14 +194,10 @@ def test_features_for_a_token_and_occurrence(atlas):
     assert centred["latent"][0] == 0 and centred["n_examples"][0] == len(planted)
     sae = identity_sae()
     for token in (0, 5, 29):
-        ids, values = promoting_latents(sae.W_dec, W_U, token, limit=F)
         effect = (sae.W_dec @ W_U[:, token]).detach()
-        assert torch.equal(ids, effect.topk(F).indices) and torch.allclose(values, effect.topk(F).values)
         stored = tables.latents_promoting(token, limit=F)  # latents with the token in their top 10
         assert np.allclose(stored["logit"].to_numpy(), effect[stored["latent"].to_numpy()].numpy())
         assert stored["logit"].is_sorted(descending=True)
-    with pytest.raises(InvalidInputError, match="out of range"):
-        promoting_latents(sae.W_dec, W_U, 30)
     a = heldout_arrays(root)
     matrix, blocks = load_occurrence(root, "relu-id")
     assert np.array_equal(blocks, a["block"])

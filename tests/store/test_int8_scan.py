@@ -5,9 +5,11 @@ import faiss
 import numpy as np
 import pytest
 
-from store.index import build_atlas_indexes, load_index, sae_index_path, unit_rows
+from store.errors import InvalidInputError
+from store.index import build_atlas_indexes, load_index, sae_index_path
 from store.int8_scan import Int8Scan, quantize_rows
 from store.search import FeatureSearch
+from store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 
@@ -77,5 +79,5 @@ def test_large_exact_index_is_served_by_the_scan_over_mapped_rows(tmp_path):
 
 @pytest.mark.parametrize("shape", [(0, 8), (5, 0)])
 def test_degenerate_inputs_are_refused(shape):
-    with pytest.raises(ValueError, match="at least one row"):
+    with pytest.raises(InvalidInputError, match="at least one row"):
         Int8Scan(np.zeros(shape, dtype=np.float32))

@@ -218,13 +218,16 @@ def test_occurrence_matrix_streams_and_round_trips(tmp_path):
 
 
 def test_writer_rejects_bad_frames(tmp_path):
-    with pytest.raises(ValueError, match="density"):
+    with pytest.raises(InvalidInputError, match="density"):
         conform(_features().drop("density"), FEATURES_SCHEMA, FEATURES_FILE)
+    wrong_type = _features().with_columns(pl.lit("many").alias("n_active"))
+    with pytest.raises(InvalidInputError, match=r"columns \['n_active'\] cannot be cast"):
+        conform(wrong_type, FEATURES_SCHEMA, FEATURES_FILE)
     folder = AtlasLayout(tmp_path).sae_dir("s")
     folder.mkdir(parents=True)
-    with pytest.raises(ValueError, match="occurrence"):
+    with pytest.raises(InvalidInputError, match="occurrence"):
         write_tables(tmp_path, "s", _features(), _examples(), {})
-    with pytest.raises(ValueError, match="in order"):
+    with pytest.raises(InvalidInputError, match="in order"):
         write_tables(tmp_path, "s", _features().reverse(), _examples(), {})
 
 
