@@ -188,3 +188,41 @@ def test_registry_errors_list_what_is_valid(tmp_path: Path) -> None:
     assert HFPath.parse("hf://org/repo/a/b@v1") == HFPath("org/repo", "a/b", "v1")
     with pytest.raises(InvalidInputError):
         HFPath.parse("hf://org")
+
+
+def test_per_token_normalisation_is_refused_with_its_reason(tmp_path: Path) -> None:
+    for mode in ("constant_norm_rescale", "layer_norm"):
+        folder = tmp_path / mode
+        shutil.copytree(IMPORT / "saelens_norm", folder)
+        cfg = json.loads((folder / "cfg.json").read_text())
+        (folder / "cfg.json").write_text(json.dumps({**cfg, "normalize_activations": mode}))
+        with pytest.raises(InvalidInputError, match=f"{mode}.*cannot be folded"):
+            load_any(folder, norm_scaling_factor=1.0)
+
+
+def test_gemma_scope_sites_and_embedding_scale(tmp_path: Path, x: torch.Tensor) -> None:
+    from saes.formats.gemma_scope import gemma_scope_hook
+
+    for site, hook in (("res", "blocks.3.hook_resid_post"), ("mlp", "blocks.3.hook_mlp_out"),
+                       ("att", "blocks.3.attn.hook_z")):
+        folder = tmp_path / f"gemma-scope-2b-pt-{site}" / "layer_3" / "width_16k" / "average_l0_5"
+        folder.mkdir(parents=True)
+        assert gemma_scope_hook(folder) == hook
+    embedding = tmp_path / "gemma-scope-2b-pt-res" / "embedding" / "width_4k" / "average_l0_6"
+    shutil.copytree(GEMMA, embedding)
+    p = {k: torch.from_numpy(v) for k, v in np.load(GEMMA / "params.npz").items()}
+    sae = load_any(embedding)  # trained on embeddings scaled by sqrt(d_model)
+    assert sae.cfg.hook_name == "hook_embed"
+    pre = x @ (p["W_enc"] / 2.0) + p["b_enc"]
+    f = pre * (pre > p["threshold"])
+    _check(sae, x, f, f @ (p["W_dec"] * 2.0) + p["b_dec"])
+
+
+def test_llama_scope_transcoder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "tc"
+    shutil.copytree(LLAMA, folder)
+    hp = json.loads((folder / "hyperparams.json").read_text())
+    hp["hook_point_in"] = "blocks.1.ln2.hook_normalized"
+    (folder / "hyperparams.json").write_text(json.dumps(hp))
+    with pytest.raises(InvalidInputError, match="transcoder"):
+        load_any(folder)
