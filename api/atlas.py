@@ -221,6 +221,8 @@ class Atlas:
             map_position=self._map_position(sae_id, index),
             damaged_saes=cross_layer[1],
             geometry=self._records(sae_id, "geometry").filter(pl.col("latent") == index).drop("sae_id").to_dicts(),
+            **self._with_labels(pl.DataFrame({"sae_id": [sae_id], "latent": [index]})).select(
+                "label", "explanations").row(0, named=True),
         )
 
     def _cross_layer(self, sae_id: str, index: int, k: int) -> tuple[list[Any], dict[str, str] | None]:
@@ -262,7 +264,7 @@ class Atlas:
     def similar(self, sae_id: str, index: int, k: int = 10) -> pl.DataFrame:
         """The `k` latents of the same SAE whose decoder directions are nearest (cosine)."""
         index = self._check_latent(sae_id, index)
-        return matches_frame(atlas_search.similar(self._cache, self.root, sae_id, index, check_k(k)))
+        return self._with_labels(matches_frame(atlas_search.similar(self._cache, self.root, sae_id, index, check_k(k))))
 
     def search_vector(self, vector: Any, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
         """Latents whose decoder directions are nearest to `vector` (length d_in), in one SAE
@@ -272,13 +274,13 @@ class Atlas:
         widths = {i: int(self.sae_info(i)["d_in"]) for i in ids}
         v = _vector(vector, set(widths.values()))
         matching = [i for i, d in widths.items() if d == v.shape[0]]
-        return matches_frame(atlas_search.by_vector(self._cache, self.root, matching, v, k))
+        return self._with_labels(matches_frame(atlas_search.by_vector(self._cache, self.root, matching, v, k)))
 
     def flow(self, sae_id: str, index: int, k: int = 5) -> pl.DataFrame:
         """Cross-layer flow: the best-matching latents of this feature in the other SAEs of the
         model (by decoder cosine); columns sae_id, hook, latent, cosine."""
         index = self._check_latent(sae_id, index)
-        return matches_frame(atlas_search.cross_layer(self._cache, self.root, sae_id, index, check_k(k)))
+        return self._with_labels(matches_frame(atlas_search.cross_layer(self._cache, self.root, sae_id, index, check_k(k))))
 
     def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> TokenFeatures:
         """Features whose top examples centre on `token` and features whose logit effects
@@ -334,10 +336,12 @@ class Atlas:
         texts_a = atlas_meaning.check_texts(texts_a, "texts_a", MAX_TEXT_CHARS)
         texts_b = atlas_meaning.check_texts(texts_b, "texts_b", MAX_TEXT_CHARS)
         ids = self._sae_selection(saes)
-        return atlas_meaning.contrast(
+        result = atlas_meaning.contrast(
             self.model(), {s: self._sae(s) for s in ids}, {s: self.sae_info(s)["hook"] for s in ids},
             texts_a, texts_b, k=check_k(k), pool=pool, n_permutations=n_permutations, alpha=alpha,
             duplicate_threshold=duplicate_threshold, seed=seed, run_locked=self._run_model)
+        result.table = self._with_labels(result.table).drop("explanations")
+        return result
 
     def concept_search(self, concept: Any, *, saes: list[str] | None = None, min_fire_rate: float = 0.5,
                        min_selectivity: float = 0.5, target: float = 0.9, max_features: int = 8, seed: int = 0,
@@ -361,6 +365,7 @@ class Atlas:
         if save is not None:
             atlas_meaning.save_concept_run(self.root, save, result, {"saes": ids, **options})
             self.rebuild_geometry()
+        result.features = self._with_labels(result.features).drop("explanations")
         return result
 
     def geometry_features(self, sae_id: str | None = None, *, in_circle: bool | None = None,
@@ -376,6 +381,34 @@ class Atlas:
     def rebuild_geometry(self) -> dict[str, int]:
         """Rewrite every SAE's geometry records from the stored analysis runs; rows per SAE."""
         return atlas_meaning.rebuild_geometry(self.root)
+
+    def build_labels(self, saes: list[str] | None = None) -> dict[str, int]:
+        """Compute and store every (or each given) summarized SAE's offline labels; labels per SAE."""
+        return {sid: atlas_meaning.build_labels(self.root, sid, self._tables(sid)) for sid in self._sae_selection(saes)}
+
+    def import_explanations(self, sae_id: str, path: str | Path, *, source: str | None = None) -> int:
+        """Store explanations for one SAE from a Neuronpedia explanations export (.json) or a
+        CSV of feature,explanation; `source` (default: the file name) names the set."""
+        path = Path(path)
+        return atlas_meaning.import_explanations(self.root, sae_id, path, source or path.stem,
+                                                 int(self.sae_info(sae_id)["d_sae"]))
+
+    def search_labels(self, query: str, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
+        """Features whose label or imported explanations match `query` (BM25, local): columns
+        sae_id, latent, score, label, explanations."""
+        k = check_k(k)
+        ids = [sae_id] if sae_id is not None else self.sae_ids
+        labels = {sid: self._records(sid, "labels") for sid in ids}
+        hits = atlas_meaning.label_index(self._cache, self.root, labels).search(query, k)
+        return self._with_labels(hits).with_columns(pl.col("explanations").fill_null([]))
+
+    def _with_labels(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """`frame` (with sae_id, latent) plus `label` (offline) and `explanations` (imported) columns."""
+        schema = {"sae_id": pl.String, "latent": pl.Int64, "label": pl.String, "explanations": pl.List(pl.String)}
+        parts = [atlas_meaning.labels_by_latent(self._records(sid, "labels")).with_columns(pl.lit(sid).alias("sae_id"))
+                 for sid in frame["sae_id"].unique().to_list()] if frame.height else []
+        table = pl.concat([p.select(list(schema)) for p in parts]) if parts else pl.DataFrame(schema=schema)
+        return frame.join(table, on=["sae_id", "latent"], how="left")
 
     def _records(self, sae_id: str, table: Any) -> pl.DataFrame:
         self.layout.require_sae(sae_id)

@@ -19,10 +19,19 @@ from geometry.contrast import benjamini_hochberg, contrast_stats, duplicate_grou
 from geometry.feature_geometry import rebuild_geometry_records
 from geometry.results import write_analysis
 from saes.concept_features import concept_feature_acts
+from saes.explanations import read_explanations
 from saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
+from saes.labels import auto_labels
 from saes.text_features import Pool, pooled_feature_acts
 from store.errors import InvalidInputError
-from store.feature_records import RecordTable, geometry_mask, read_records, record_paths
+from store.feature_records import (
+    RecordTable,
+    geometry_mask,
+    read_records,
+    record_paths,
+    write_records,
+)
+from store.label_index import LabelIndex
 
 __all__ = ["Pool", "check_texts", "concept_search", "contrast", "load_concept", "save_concept_run"]
 MAX_TEXTS = 1000
@@ -147,9 +156,7 @@ def save_concept_run(root: Path, run: str, result: ConceptResult, parameters: di
 
 def feature_records(cache: ResourceCache, root: Path, sae_id: str, table: RecordTable) -> pl.DataFrame:
     """An SAE's record table (`geometry` or `labels`), read once per version of its sidecar."""
-    sidecar = record_paths(root, sae_id, table)[1]
-    version = str(sidecar.stat().st_mtime_ns) if sidecar.exists() else "none"
-    return cache.get(("records", sae_id, table, version), lambda: read_records(root, sae_id, table))
+    return cache.get(("records", sae_id, table, _version(root, sae_id, table)), lambda: read_records(root, sae_id, table))
 
 
 def rebuild_geometry(root: Path) -> dict[str, int]:
@@ -164,3 +171,49 @@ def select_geometry(records: pl.DataFrame, n_latents: int, *, in_circle: bool | 
     mask = geometry_mask(records, n_latents, in_circle=in_circle, period=period, lobe=lobe)
     selected = records.filter(pl.Series(mask[records["latent"].to_numpy()]))
     return selected if kind is None else selected.filter(pl.col("kind") == kind)
+
+
+AUTO = "auto"
+
+
+def build_labels(root: Path, sae_id: str, tables: Any) -> int:
+    """Compute the SAE's offline labels from its summary tables (`saes.labels`) and store
+    them beside any imported explanations; returns the number of labels."""
+    auto = auto_labels(tables.features, tables.examples).with_columns(
+        pl.lit(sae_id).alias("sae_id"), pl.lit(AUTO).alias("source"))
+    kept = read_records(root, sae_id, "labels").filter(pl.col("source") != AUTO)
+    write_records(root, sae_id, "labels", pl.concat([auto.select(kept.columns), kept]))
+    return auto.height
+
+
+def import_explanations(root: Path, sae_id: str, path: Path, source: str, d_sae: int) -> int:
+    """Store the explanations of `path` (`saes.explanations`) under `source`, replacing an
+    earlier import of that source; returns how many were stored."""
+    if not source or source == AUTO:
+        raise InvalidInputError(f"the source name must be non-empty and not {AUTO!r}")
+    new = read_explanations(path, d_sae).with_columns(pl.lit(sae_id).alias("sae_id"), pl.lit(source).alias("source"))
+    kept = read_records(root, sae_id, "labels").filter(pl.col("source") != source)
+    write_records(root, sae_id, "labels", pl.concat([kept, new.select(kept.columns)]))
+    return new.height
+
+
+def label_index(cache: ResourceCache, root: Path, labels: dict[str, pl.DataFrame]) -> LabelIndex:
+    """The BM25 index over the given SAEs' labels (built once per version of them)."""
+    versions = tuple(f"{sid}:{_version(root, sid, 'labels')}" for sid in sorted(labels))
+    return cache.get(("label-index", *versions), lambda: LabelIndex(pl.concat(list(labels.values()))))
+
+
+def _version(root: Path, sae_id: str, table: RecordTable) -> str:
+    """A record table's version: its sidecar's modification time (written last)."""
+    sidecar = record_paths(root, sae_id, table)[1]
+    return str(sidecar.stat().st_mtime_ns) if sidecar.exists() else "none"
+
+
+def labels_by_latent(labels: pl.DataFrame) -> pl.DataFrame:
+    """One row per labelled latent of an SAE's labels table: latent, label (the offline
+    one), explanations (imported texts)."""
+    auto = labels.filter(pl.col("source") == AUTO).select("latent", pl.col("text").alias("label"))
+    imported = (labels.filter(pl.col("source") != AUTO).group_by("latent")
+                .agg(pl.col("text").sort().alias("explanations")))
+    return auto.join(imported, on="latent", how="full", coalesce=True).with_columns(
+        pl.col("latent").cast(pl.Int64), pl.col("explanations").cast(pl.List(pl.String)))

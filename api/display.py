@@ -68,6 +68,8 @@ class Feature:
     map_position: dict[str, Any] | None = None
     damaged_saes: dict[str, str] | None = None  # SAEs left out of cross_layer: id -> problem
     geometry: list[dict[str, Any]] = field(default_factory=list)  # circles, concept spans, lobes it is in
+    label: str | None = None  # offline label from its statistics (null before `sae-atlas search labels --rebuild`)
+    explanations: list[str] | None = None  # imported explanations
 
     def to_dict(self) -> dict[str, Any]:
         """The feature as JSON-ready data."""

@@ -188,6 +188,8 @@ class Match(BaseModel):
     cosine: Number
     rank: int
     layer: int
+    label: str | None = Field(default=None, description="the latent's offline label")
+    explanations: list[str] | None = Field(default=None, description="imported explanations")
 
 
 class MapPosition(BaseModel):
@@ -234,6 +236,8 @@ class Feature(BaseModel):
         default=None, description="damaged SAEs left out of cross_layer: SAE id -> the damaged file and its repair")
     geometry: list[GeometryRecord] = Field(default_factory=list,
                                            description="the geometry results the feature belongs to")
+    label: str | None = Field(default=None, description="offline label computed from the feature's statistics")
+    explanations: list[str] | None = Field(default=None, description="imported explanations")
 
 
 class MapColumns(BaseModel):

@@ -49,6 +49,7 @@ class ContrastFeature(BaseModel):
     q_value: Number
     significant: bool
     group: int
+    label: str | None = None
 
 
 class ContrastResult(BaseModel):
@@ -103,6 +104,7 @@ class ConceptFeature(BaseModel):
     mean_act: Number
     value: str
     span_order: int | None
+    label: str | None = None
 
 
 class ConceptSaeSummary(BaseModel):

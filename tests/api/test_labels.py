@@ -1,0 +1,86 @@
+"""Offline labels and label search on the small atlas: labels are deterministic and follow
+the summary tables, a planted explanation is found by a word, and labels show on feature
+pages and in search results (Python, CLI, HTTP)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from api import Atlas
+from saes.labels import DEAD, auto_labels
+from store.errors import InvalidInputError
+from store.feature_records import read_records
+from store.tables import FeatureTables
+
+
+@pytest.fixture(scope="module")
+def labelled(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Atlas, dict[str, Any]]:
+    """A copy of the small atlas (labels are written into it) with labels built."""
+    root = tmp_path_factory.mktemp("labels") / "atlas"
+    shutil.copytree(small_atlas["root"], root)
+    atlas = Atlas(root)
+    assert atlas.build_labels() == {s: small_atlas["d_sae"] for s in small_atlas["sae_ids"]}
+    return atlas, {**small_atlas, "root": root}
+
+
+def test_auto_labels_follow_the_tables(labelled: tuple[Atlas, dict[str, Any]]) -> None:
+    atlas, facts = labelled
+    sae_id = facts["sae_ids"][1]
+    tables = FeatureTables(facts["root"], sae_id)
+    labels = auto_labels(tables.features, tables.examples)
+    assert labels.equals(auto_labels(tables.features, tables.examples))  # deterministic
+    for row in tables.features.select("latent", "n_active", "top_logit_tokens").iter_rows(named=True):
+        text = labels.filter(pl.col("latent") == row["latent"])["text"][0]
+        if row["n_active"] == 0:
+            assert text == DEAD
+        else:
+            assert f'promotes "{row["top_logit_tokens"][0].strip()}"' in text
+            top = tables.examples_for(row["latent"], "top")
+            centres = [t[c].strip() for t, c in zip(top["tokens"], top["centre"], strict=True)]
+            most = max(set(centres), key=lambda t: (centres.count(t), -min(i for i, c in enumerate(centres) if c == t)))
+            assert f'"{most}"' in text.split(" · ")[0]
+    stored = read_records(facts["root"], sae_id, "labels")
+    assert stored.filter(pl.col("source") == "auto").sort("latent")["text"].equals(labels["text"])
+
+
+def test_label_search_finds_a_planted_explanation(labelled: tuple[Atlas, dict[str, Any]], tmp_path: Path) -> None:
+    atlas, facts = labelled
+    a, b = facts["sae_ids"]
+    (tmp_path / "np.json").write_text(json.dumps([
+        {"modelId": "tiny", "layer": "1-res", "index": "17", "description": "days of the week, especially weekdays"},
+        {"modelId": "tiny", "layer": "1-res", "index": "3", "description": "numbers and counting"},
+    ]))
+    (tmp_path / "mine.csv").write_text("feature,explanation\n5,colour words like red\n9,weekday names in dates\n")
+    assert atlas.import_explanations(b, tmp_path / "np.json", source="neuronpedia") == 2
+    assert atlas.import_explanations(a, tmp_path / "mine.csv") == 2
+    hits = atlas.search_labels("weekday", k=5)
+    assert set(zip(hits["sae_id"], hits["latent"], strict=True)) == {(b, 17), (a, 9)}
+    assert hits["score"].to_list() == sorted(hits["score"].to_list(), reverse=True)
+    assert atlas.search_labels("counting numbers", sae_id=b, k=1)["latent"].to_list() == [3]
+    assert atlas.feature(b, 17).explanations == ["days of the week, especially weekdays"]
+    assert atlas.feature(b, 17).label  # the offline label is shown too
+    similar = atlas.similar(b, 17, k=3)
+    assert similar["label"].null_count() == 0
+    # re-importing a source replaces it; the offline labels stay
+    (tmp_path / "np.json").write_text(json.dumps({"explanations": [{"index": 4, "description": "punctuation"}]}))
+    atlas.import_explanations(b, tmp_path / "np.json", source="neuronpedia")
+    assert (b, 17) not in set(zip(*atlas.search_labels("weekday")[["sae_id", "latent"]].to_dict().values(), strict=True))
+    assert read_records(facts["root"], b, "labels").filter(pl.col("source") == "auto").height == facts["d_sae"]
+
+
+def test_label_search_bad_input(labelled: tuple[Atlas, dict[str, Any]], tmp_path: Path) -> None:
+    atlas, facts = labelled
+    with pytest.raises(InvalidInputError, match="letter or digit"):
+        atlas.search_labels("  !! ")
+    (tmp_path / "bad.csv").write_text("feature,explanation\n999,out of range\n")
+    with pytest.raises(InvalidInputError, match="out of range"):
+        atlas.import_explanations(facts["sae_ids"][0], tmp_path / "bad.csv")
+    (tmp_path / "bad.json").write_text("[{\"index\": 1}]")
+    with pytest.raises(InvalidInputError, match="description"):
+        atlas.import_explanations(facts["sae_ids"][0], tmp_path / "bad.json")
