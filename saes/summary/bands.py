@@ -85,19 +85,13 @@ class BandSampler:
     def entries(self, exponent: torch.Tensor) -> dict[str, torch.Tensor]:
         """Filled slots as flat tensors `latent`, `band`, `band_lo`, `band_hi`, `rank`,
         `act` and payload, sorted by latent, band, then activation (highest first)."""
-        row, slot = self.table.filled()
-        act = self.table.payload["value"][row, slot]
-        by_act = torch.sort(act, descending=True, stable=True).indices
-        order = by_act[torch.sort(row[by_act], stable=True).indices]
-        row, slot, act = row[order], slot[order], act[order]
-        _, counts = torch.unique_consecutive(row, return_counts=True)
-        rank = torch.arange(len(row), device=row.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        row, rank, act, payload = self.table.ranked()
         latent = torch.div(row, self.n_bands, rounding_mode="floor")
         band = row - latent * self.n_bands
         top = exponent[latent].double()
         out = {"latent": latent, "band": band, "band_lo": torch.exp2(top - band - 1),
                "band_hi": torch.exp2(top - band), "rank": rank, "act": act}
-        out.update({name: t[row, slot] for name, t in self.table.payload.items() if name != "value"})
+        out.update(payload)
         return out
 
     def state_nbytes(self) -> int:

@@ -66,6 +66,18 @@ class SlotTable:
         """(row, slot) of every non-empty slot."""
         return (self.score != self.empty).nonzero(as_tuple=True)
 
+    def ranked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Every filled slot, sorted by row and then by its payload `value` (highest first):
+        `(row, rank within the row, value, the other payload fields)`."""
+        row, slot = self.filled()
+        value = self.payload["value"][row, slot]
+        by_value = torch.sort(value, descending=True, stable=True).indices
+        order = by_value[torch.sort(row[by_value], stable=True).indices]
+        row, slot, value = row[order], slot[order], value[order]
+        _, counts = torch.unique_consecutive(row, return_counts=True)
+        rank = torch.arange(len(row), device=row.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        return row, rank, value, {name: t[row, slot] for name, t in self.payload.items() if name != "value"}
+
     def nbytes(self) -> int:
         """Bytes of state (fixed at construction)."""
         return sum(t.numel() * t.element_size() for t in (self.score, *self.payload.values()))

@@ -32,16 +32,8 @@ class TopExamples:
     def entries(self) -> dict[str, torch.Tensor]:
         """Filled slots as flat tensors `latent`, `rank`, `act` and payload, sorted by
         latent then activation (highest first)."""
-        latent, slot = self.table.filled()
-        act = self.table.payload["value"][latent, slot]
-        by_act = torch.sort(act, descending=True, stable=True).indices
-        order = by_act[torch.sort(latent[by_act], stable=True).indices]
-        latent, slot, act = latent[order], slot[order], act[order]
-        _, counts = torch.unique_consecutive(latent, return_counts=True)
-        rank = torch.arange(len(latent), device=latent.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-        out = {"latent": latent, "rank": rank, "act": act}
-        out.update({name: t[latent, slot] for name, t in self.table.payload.items() if name != "value"})
-        return out
+        latent, rank, act, payload = self.table.ranked()
+        return {"latent": latent, "rank": rank, "act": act, **payload}
 
     def state_nbytes(self) -> int:
         """Bytes of state held (fixed: d_sae * k slots)."""
