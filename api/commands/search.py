@@ -1,5 +1,5 @@
 """`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow,
-contrast of two text sets, concept search, geometry records."""
+contrast of two text sets, concept search, geometry records, labels."""
 
 from __future__ import annotations
 
@@ -197,6 +197,30 @@ def geometry_command(
         handle.rebuild_geometry()
     _show("geometry records", handle.geometry_features(sae_id, in_circle=in_circle, period=period, lobe=lobe,
                                                        kind=kind), json_out)
+
+
+@search_app.command("labels")
+@handle_errors
+def labels_command(
+    atlas: Path = ATLAS,
+    query: str = typer.Argument(None, help="Words to look for in labels and explanations."),
+    sae_id: str = typer.Option(None, help="Only this SAE (needed with --import)."),
+    k: int = K,
+    rebuild: bool = typer.Option(False, "--rebuild", help="First compute and store the offline labels."),
+    import_path: Path = typer.Option(None, "--import", help="First import explanations: Neuronpedia .json or .csv."),
+    source: str = typer.Option(None, help="Name of the imported set (default: the file name)."),
+    json_out: bool = JSON,
+) -> None:
+    """Find features by words in their offline labels and imported explanations (local BM25)."""
+    handle = Atlas(atlas)
+    if rebuild:
+        typer.echo(f"labels: {handle.build_labels([sae_id] if sae_id else None)}", err=True)
+    if import_path is not None:
+        if sae_id is None:
+            raise InvalidInputError("--import needs --sae-id: the SAE the explanations belong to")
+        typer.echo(f"imported {handle.import_explanations(sae_id, import_path, source=source)} explanations", err=True)
+    if query is not None:
+        _show(f"labels matching {query!r}", handle.search_labels(query, sae_id=sae_id, k=k), json_out)
 
 
 def register(app: typer.Typer) -> None:

@@ -136,3 +136,13 @@ class GeometryFeature(GeometryRecord):
     """A geometry record with its SAE."""
 
     sae_id: str
+
+
+class LabelHit(BaseModel):
+    """A label-search hit (BM25 over the offline label and the imported explanations)."""
+
+    sae_id: str
+    latent: int
+    score: float
+    label: str | None
+    explanations: list[str]

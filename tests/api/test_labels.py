@@ -84,3 +84,27 @@ def test_label_search_bad_input(labelled: tuple[Atlas, dict[str, Any]], tmp_path
     (tmp_path / "bad.json").write_text("[{\"index\": 1}]")
     with pytest.raises(InvalidInputError, match="description"):
         atlas.import_explanations(facts["sae_ids"][0], tmp_path / "bad.json")
+
+
+def test_labels_cli_and_http(labelled: tuple[Atlas, dict[str, Any]], tmp_path: Path) -> None:
+    import httpx
+    from typer.testing import CliRunner
+
+    from api.cli import app
+    from tests.api.conftest import LiveServer
+
+    atlas, facts = labelled
+    b = facts["sae_ids"][1]
+    (tmp_path / "x.csv").write_text("feature,explanation\n12,planets and moons of the solar system\n")
+    out = CliRunner().invoke(app, ["search", "labels", str(facts["root"]), "planet", "--sae-id", b,
+                                   "--import", str(tmp_path / "x.csv"), "--json"])
+    assert out.exit_code == 0, out.output
+    assert [h["latent"] for h in json.loads(out.output[out.output.index("["):])] == [12]
+    bad = CliRunner().invoke(app, ["search", "labels", str(facts["root"]), "--import", str(tmp_path / "x.csv")])
+    assert bad.exit_code != 0 and "--sae-id" in bad.output
+    with LiveServer(facts["root"]) as live:
+        hits = httpx.get(live.url + "/search/labels", params={"q": "solar planets", "k": 3}, timeout=30).json()
+        assert [(h["sae_id"], h["latent"]) for h in hits] == [(b, 12)]
+        page = httpx.get(f"{live.url}/saes/{b}/features/12", timeout=30).json()
+        assert page["explanations"] == ["planets and moons of the solar system"] and page["label"]
+        assert httpx.get(live.url + "/search/labels", params={"q": "!!"}, timeout=30).status_code == 400

@@ -1,6 +1,7 @@
-"""`/search/concept`: which features carry a concept and which few span it (runs the model
-on the concept's prompts, on the worker's one-thread model queue); `/search/geometry`:
-features by the geometry results they belong to."""
+"""Searches by meaning: `/search/concept` (which features carry a concept and which few
+span it; runs the model on the concept's prompts, on the worker's one-thread model queue),
+`/search/geometry` (features by the geometry results they belong to) and `/search/labels`
+(features whose labels or explanations match words)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from fastapi.responses import Response
 
 from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
 from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, error_responses
-from api.http.schemas_meaning import ConceptQuery, ConceptSearchResult, GeometryFeature
+from api.http.routers.params import DATA_ERRORS, K, error_responses
+from api.http.schemas_meaning import ConceptQuery, ConceptSearchResult, GeometryFeature, LabelHit
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404, 413)})
 
@@ -41,3 +42,13 @@ async def search_geometry(
     frame = atlas.geometry_features(sae_id_checked(sae_id) if sae_id else None, in_circle=in_circle, period=period,
                                     lobe=lobe, kind=kind)
     return json_body(frame.to_dicts())
+
+
+@router.get("/search/labels", summary="Features whose labels or explanations match words", response_model=list[LabelHit])
+async def search_labels(
+    atlas: AtlasDep,
+    q: str = Query(min_length=1, max_length=500, description="words to look for"),
+    sae_id: str | None = Query(None, max_length=128, description="one SAE (default: all)"),
+    k: int = K,
+) -> Response:
+    return json_body(atlas.search_labels(q, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dicts())
