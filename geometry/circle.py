@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geometry.spectra import check_concept_values
 from store.errors import InvalidInputError
 
 TWO_PI = 2.0 * np.pi
@@ -92,20 +93,6 @@ def value_angle(values: np.ndarray, period: float) -> np.ndarray:
     return TWO_PI * np.asarray(values, dtype=np.float64) / period
 
 
-def _check_inputs(X_ND: np.ndarray, values_N: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
-    X = np.asarray(X_ND, dtype=np.float64)
-    a = np.asarray(values_N)
-    if X.ndim != 2 or a.shape != (X.shape[0],):
-        raise InvalidInputError(f"need X [N, d] and values [N]; got {X.shape} and {a.shape}")
-    if period < 2:
-        raise InvalidInputError(f"period must be >= 2, got {period}")
-    if not np.issubdtype(a.dtype, np.integer) or a.min() < 0 or a.max() >= period:
-        raise InvalidInputError(f"values must be integers in [0, {period}), got {a.min()}..{a.max()}")
-    if X.shape[0] < 4:
-        raise InvalidInputError(f"need at least 4 samples, got {X.shape[0]}")
-    return X, a.astype(np.int64)
-
-
 def _lstsq_r2(F: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, float, float]:
     """Least squares `F B ~ T`; returns B, in-sample R^2 and leave-one-out R^2."""
     B, *_ = np.linalg.lstsq(F, T, rcond=None)
@@ -165,7 +152,9 @@ def fit_circle_probe(
 ) -> CircleProbe:
     """Fit a circle probe (see the module docstring) on the top `n_components` PCs; the
     null R^2 averages `n_null` seeded permutations of the value labels."""
-    X, a = _check_inputs(X_ND, values_N, period)
+    X, a = check_concept_values(X_ND, values_N, period)
+    if X.shape[0] < 4:
+        raise InvalidInputError(f"need at least 4 samples, got {X.shape[0]}")
     mean = X.mean(0)
     Xc = X - mean
     _, svals, Vt = np.linalg.svd(Xc, full_matrices=False)

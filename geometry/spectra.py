@@ -33,19 +33,28 @@ class Spectra:
             return np.where(k > 0, self.period / np.maximum(k, 1), np.inf)
 
 
+def check_concept_values(X_ND: np.ndarray, values_N: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(X as float64 [N, d], values [N])` after checking the shapes, `period >= 2` and that
+    every value is an integer in `[0, period)` (InvalidInputError otherwise)."""
+    X = np.asarray(X_ND, dtype=np.float64)
+    a = np.asarray(values_N)
+    if X.ndim != 2 or a.shape != (X.shape[0],):
+        raise InvalidInputError(f"need rows [N, d] and values [N]; got {X.shape} and {a.shape}")
+    if period < 2:
+        raise InvalidInputError(f"period must be >= 2, got {period}")
+    if not np.issubdtype(a.dtype, np.integer) or (a.size and (a.min() < 0 or a.max() >= period)):
+        span = f"{a.dtype} {a.min()}..{a.max()}" if a.size else f"empty {a.dtype}"
+        raise InvalidInputError(f"values must be integers in [0, {period}), got {span}")
+    return X, a.astype(np.int64)
+
+
 def fourier_power(acts_NF: np.ndarray, values_N: np.ndarray, period: int) -> Spectra:
     """Fourier power of each feature's per-value mean activation (see the module docstring).
 
     `acts_NF` may be a dense array or anything with `.toarray()` (a scipy sparse matrix);
     every concept value must occur at least once.
     """
-    A = acts_NF.toarray() if hasattr(acts_NF, "toarray") else np.asarray(acts_NF)
-    A = np.asarray(A, dtype=np.float64)
-    v = np.asarray(values_N)
-    if A.ndim != 2 or v.shape != (A.shape[0],):
-        raise InvalidInputError(f"need acts [N, F] and values [N]; got {A.shape} and {v.shape}")
-    if period < 2:
-        raise InvalidInputError(f"period must be >= 2, got {period}")
+    A, v = check_concept_values(acts_NF.toarray() if hasattr(acts_NF, "toarray") else acts_NF, values_N, period)
     counts = np.bincount(v, minlength=period)
     if len(counts) != period or (counts == 0).any():
         raise InvalidInputError(f"every concept value 0..{period - 1} must occur; counts {counts.tolist()}")
