@@ -160,3 +160,7 @@ def test_fourier_accepts_sparse_and_checks_coverage():
     assert fourier_power(acts, v, 7).power_FK.shape == (7, 3)
     with pytest.raises(InvalidInputError, match="every concept value"):
         fourier_power(np.ones((6, 2)), np.arange(6), 7)
+    with pytest.raises(InvalidInputError, match=r"values must be integers in \[0, 7\), got int64 -1\.\.5"):
+        fourier_power(np.ones((7, 2)), np.arange(-1, 6), 7)
+    with pytest.raises(InvalidInputError, match="need rows"):
+        fourier_power(np.ones(7), np.arange(7), 7)
