@@ -175,6 +175,8 @@ async function featureView(sae, index) {
   const info = (await saes()).find((r) => r.sae_id === sae);
   view.replaceChildren(
     el("h2", { id: "feature-title" }, `${sae} / feature ${index}`),
+    f.label ? el("p", { id: "feature-label" }, el("b", {}, "label "), f.label) : "",
+    ...(f.explanations || []).map((text) => el("p", { class: "explanation" }, el("b", {}, "explanation "), text)),
     info && info.suspect ? el("p", { id: "suspect-mark", class: "suspect" },
       "suspect: this SAE failed the import misload guard and was kept with --force (see its eval.json)") : "",
     el("p", { class: "muted" }, f.hook, " · ", mapNote, " · ",
@@ -188,12 +190,101 @@ async function featureView(sae, index) {
     el("div", { class: "grid" },
       el("div", { class: "card" }, el("h3", {}, "Promotes"), logits(f.top_logits, "logit-pos")),
       el("div", { class: "card" }, el("h3", {}, "Suppresses"), logits(f.bottom_logits, "logit-neg"))),
+    steerBox(sae, index, s.max_act),
     el("div", { class: "grid" },
       el("div", { class: "card" }, el("h3", {}, "Similar features"), links(f.neighbours, "neighbours")),
+      el("div", { class: "card" }, el("h3", {}, "Geometry"), geometryRecords(f.geometry || [])),
       el("div", { class: "card" }, el("h3", {}, "Cross-layer matches"), links(f.cross_layer, "cross-layer"),
         f.damaged_saes ? el("p", { id: "damaged-saes", class: "suspect" }, "left out (damaged): ",
           Object.entries(f.damaged_saes).map(([id, problem]) => el("span", { title: problem }, id + " "))) : "")));
   drawHistogram(hist, f.histogram);
+}
+
+function geometryRecords(records) {
+  if (!records.length) return el("span", { id: "geometry", class: "muted" }, "in no stored circle, concept span or lobe");
+  return el("div", { id: "geometry" }, table(["kind", "name", "run", "period", "score"], records, {
+    kind: (r) => r.in_circle ? `${r.kind} (circle)` : r.kind,
+    run: (r) => el("a", { href: `#/analyses/${enc(r.kind === "concept" ? "concept_search" : r.kind === "circle" ? "circular" : r.kind === "lobe" ? "lobes" : r.kind)}/${enc(r.run)}` }, r.run),
+  }));
+}
+
+// --- interventions (server started with --allow-interventions) -------------------------------
+function steerBox(sae, index, maxAct) {
+  const prompt = el("input", { id: "steer-prompt", type: "text", size: 50, value: "Today is Monday, so tomorrow is" });
+  const alpha = el("input", { id: "steer-alpha", type: "number", step: "any", value: String(2 * (maxAct || 2)) });
+  const tokens = el("input", { id: "steer-tokens", type: "number", min: 1, max: 64, value: 12 });
+  const out = el("div", { id: "steer-result" });
+  const run = async () => {
+    out.replaceChildren(el("span", { class: "muted" }, "generating..."));
+    try {
+      const r = await api("/steer", { text: prompt.value, max_new_tokens: Number(tokens.value),
+        edits: [{ kind: "steer", sae, feature: index, alpha: Number(alpha.value) }] });
+      out.replaceChildren(
+        table(["", "continuation"], [{ "": "baseline", continuation: r.baseline_text }, { "": "edited", continuation: r.edited_text }]),
+        el("p", { class: "muted" }, `KL(baseline || edited) ${fmt(r.kl)}`),
+        table(["token", "p_baseline", "p_edited"], r.rising.slice(0, 5), { token: (t) => el("code", {}, t.token) }));
+    } catch (err) {
+      out.replaceChildren(el("div", { class: "error" }, err.message));
+    }
+  };
+  return el("div", { class: "card", id: "steer-box" }, el("h3", {}, "Steer with this feature"),
+    el("div", {}, prompt), el("div", {}, "alpha ", alpha, " new tokens ", tokens, " ",
+      el("button", { id: "steer-run", onclick: run }, "Generate")), out);
+}
+
+function signed(tokens, values) {
+  const top = Math.max(1e-12, ...values.map((v) => Math.abs(v)));
+  return tokens.map((tok, i) => {
+    const a = Math.min(1, Math.abs(values[i]) / top).toFixed(2);
+    const rgb = values[i] >= 0 ? "220,50,47" : "38,139,210";
+    return el("span", { class: "t", title: fmt(values[i]), style: `background: rgba(${rgb},${a})` }, tok);
+  });
+}
+
+async function attributeView() {
+  const list = await saes();
+  const text = el("textarea", { id: "attr-text" });
+  text.value = sessionStorage.getItem("sae-atlas-attr-text") || "Today is Monday, so tomorrow is";
+  const target = el("input", { id: "attr-target", type: "text", value: sessionStorage.getItem("sae-atlas-attr-target") || " Tuesday" });
+  const select = el("select", { id: "attr-sae" }, el("option", { value: "" }, "all SAEs"),
+    list.map((s) => el("option", { value: s.sae_id }, s.sae_id)));
+  const out = el("div", { id: "attr-results" });
+  const run = async () => {
+    sessionStorage.setItem("sae-atlas-attr-text", text.value);
+    sessionStorage.setItem("sae-atlas-attr-target", target.value);
+    out.replaceChildren(el("span", { class: "muted" }, "attributing..."));
+    try {
+      const r = await api("/attribute", { text: text.value, target: target.value, sae_ids: select.value ? [select.value] : null });
+      out.replaceChildren(
+        el("p", {}, `logit of "${target.value}" = ${fmt(r.total)} · `, el("b", { id: "attr-complete" },
+          r.complete ? "complete" : "incomplete"), ` (parts sum to the total within ${r.tolerance.atol} + ${r.tolerance.rtol}·|total|)`),
+        ...Object.entries(r.token_attr).map(([sid, vals]) => el("div", { class: "tokens attr-row" }, el("b", {}, sid + " "), signed(r.tokens, vals))),
+        el("h3", {}, "Top features (red: raise the target, blue: lower it)"),
+        table(["feature", "attribution", "max_act", "token"], r.features, {
+          feature: (f) => featLink(f.sae_id, f.feature), token: (f) => el("code", {}, r.tokens[f.top_position]) }),
+        el("h3", {}, "Attribution vs true ablation effect"),
+        table(["feature", "attribution", "ablation_effect"], r.verification, { feature: (f) => featLink(f.sae_id, f.feature) }),
+        el("p", { class: "muted" }, Object.entries(r.agreement).map(([k, v]) => `${k} ${fmt(v)}`).join(" · ")));
+    } catch (err) {
+      out.replaceChildren(el("div", { class: "error" }, err.message));
+    }
+  };
+  view.replaceChildren(el("h2", {}, "Which features drive a prediction?"), text,
+    el("div", {}, "target token ", target, " ", select, " ", el("button", { id: "attr-run", onclick: run }, "Attribute")), out);
+}
+
+async function labelsView(query) {
+  const box = el("input", { id: "label-query", type: "search", placeholder: "words, e.g. weekday", value: query || "" });
+  const out = el("div", { id: "label-hits" });
+  const form = el("form", {}, box, el("button", { type: "submit" }, "Search labels"));
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); location.hash = `#/labels?q=${encodeURIComponent(box.value)}`; });
+  view.replaceChildren(el("h2", {}, "Find features by words"), form, out);
+  if (!query) return;
+  const hits = await api(`/search/labels?q=${encodeURIComponent(query)}&k=50`);
+  out.replaceChildren(hits.length ? table(["feature", "score", "label", "explanations"], hits, {
+    feature: (r) => featLink(r.sae_id, r.latent, `${r.sae_id} / ${r.latent}`),
+    explanations: (r) => r.explanations.join(" | "),
+  }) : el("span", { class: "muted" }, "no label or explanation matches"));
 }
 
 function drawHistogram(canvas, histogram) {
@@ -307,6 +398,8 @@ const ROUTES = [
   [/^#\/map(?:\/([^/?]+))?(?:\?highlight=(\d+))?$/, (m) => mapView(m[1] && decodeURIComponent(m[1]), m[2]), "nav-map"],
   [/^#\/analyses\/([^/]+)\/([^/]+)$/, (m) => analysisView(decodeURIComponent(m[1]), decodeURIComponent(m[2])), "nav-analyses"],
   [/^#\/analyses$/, () => analysesView(), "nav-analyses"],
+  [/^#\/labels(?:\?q=(.*))?$/, (m) => labelsView(m[1] && decodeURIComponent(m[1])), "nav-labels"],
+  [/^#\/attribute$/, () => attributeView(), "nav-attribute"],
   [/^(#\/?)?$/, () => textView(), "nav-text"],
 ];
 

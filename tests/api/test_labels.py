@@ -108,3 +108,31 @@ def test_labels_cli_and_http(labelled: tuple[Atlas, dict[str, Any]], tmp_path: P
         page = httpx.get(f"{live.url}/saes/{b}/features/12", timeout=30).json()
         assert page["explanations"] == ["planets and moons of the solar system"] and page["label"]
         assert httpx.get(live.url + "/search/labels", params={"q": "!!"}, timeout=30).status_code == 400
+
+
+def test_explorer_label_search_opens_a_labelled_feature(labelled: tuple[Atlas, dict[str, Any]], tmp_path: Path) -> None:
+    from tests.api.conftest import LiveServer
+    from tests.api.test_browser import CHROMIUM_ARGS, _chromium
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    atlas, facts = labelled
+    b = facts["sae_ids"][1]
+    (tmp_path / "y.csv").write_text("feature,explanation\n21,rivers and lakes\n")
+    atlas.import_explanations(b, tmp_path / "y.csv", source="browser")
+    executable = _chromium()
+    with LiveServer(facts["root"]) as live, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(live.url + "/#/labels")
+        page.fill("#label-query", "rivers")
+        page.press("#label-query", "Enter")
+        page.wait_for_selector("#label-hits a.feat")
+        page.click("#label-hits a.feat")
+        page.wait_for_selector("#feature-label")
+        assert page.inner_text("#feature-title") == f"{b} / feature 21"
+        assert "rivers and lakes" in page.inner_text(".explanation")
+        assert page.query_selector("#geometry") is not None
+        browser.close()
+    assert not errors, errors
