@@ -85,9 +85,9 @@ def _slug(text: str) -> str:
     return slug[-48:].lstrip("-.") or "imported"
 
 
-def _resolve_hook(sae: SAE, hook: str | None, layout: AtlasLayout, model: Any) -> tuple[str, str]:
-    """(the atlas hook to import at, the hook the SAE records); refuses a mismatch between
-    `--hook` and the recorded hook when both name hooks of this model."""
+def _resolve_hook(sae: SAE, hook: str | None, layout: AtlasLayout, model: Any) -> tuple[str, str, list[Problem]]:
+    """(the atlas hook to import at, the hook the SAE records, a `hook` problem when
+    `--hook` and the recorded hook both name hooks of this model and differ)."""
     recorded = sae.cfg.hook_name
     if not (hook or recorded):
         raise InvalidInputError("the SAE records no hook; pass the hook it reads with --hook "
@@ -107,12 +107,10 @@ def _resolve_hook(sae: SAE, hook: str | None, layout: AtlasLayout, model: Any) -
         except UnknownHookError:
             mapped = None  # a name from another model family: trust --hook
         if mapped is not None and mapped != target:
-            raise MisloadError(
-                f"import refused: hook mismatch: the SAE was trained on {recorded!r} ({mapped}) but "
-                f"--hook is {hook!r} ({target}); drop --hook or pass the SAE's own hook",
-                [Problem("hook", f"trained on {mapped}, asked for {target}")],
-            )
-    return target, recorded
+            return target, recorded, [Problem("hook", f"hook mismatch: the SAE was trained on {recorded!r} "
+                                              f"({mapped}) but --hook is {hook!r} ({target}); drop --hook "
+                                              "or pass the SAE's own hook")]
+    return target, recorded, []
 
 
 class _Activations:
@@ -179,6 +177,16 @@ class _Activations:
         return metrics
 
 
+def _verdict(problems: list[Problem]) -> dict[str, Any]:
+    """The guard's verdict as recorded in source.json and eval.json."""
+    return {"suspect": bool(problems), "problems": [p.to_dict() for p in problems]}
+
+
+def _refusal(problems: list[Problem]) -> str:
+    causes = "; ".join(f"{p.cause}: {p.message}" for p in problems)
+    return f"import refused: {causes}. Pass --force to keep it marked suspect"
+
+
 def _norm_scale(source: ResolvedSource, acts: _Activations, d_in: int) -> tuple[float, str]:
     """The `expected_average_only_in` factor: the registry's, else sqrt(d_in) / mean ||x||."""
     if source.norm_scaling_factor is not None:
@@ -241,7 +249,9 @@ def import_sae(
                                 f"{resolved.folder} is {folder_layout}, so the SAE must be copied (drop --link)")
     needs_scale = declared_normalization(resolved.folder) == "expected_average_only_in"
     sae = load_any(resolved.folder, norm_scaling_factor=1.0 if needs_scale else None)
-    target, recorded = _resolve_hook(sae, hook, layout, model)
+    target, recorded, hook_problems = _resolve_hook(sae, hook, layout, model)
+    if hook_problems and not force:
+        raise MisloadError(_refusal(hook_problems), hook_problems)
     acts = _Activations(layout, target, model, n_tokens)
     if acts.width != sae.cfg.d_in:
         raise MisloadError(f"import refused: d_in mismatch: the SAE has d_in={sae.cfg.d_in} but {target} has "
@@ -270,28 +280,25 @@ def import_sae(
         stored = load_saelens(staging)  # judge exactly what was written
         started = time.perf_counter()
         metrics = acts.metrics(stored, with_model, ce_blocks)
-        problems = check_sae(stored, acts.rows(), metrics, hook=target, expected_l0=resolved.expected_l0,
-                             other_hooks=acts.same_width_hooks())
+        problems = hook_problems + check_sae(stored, acts.rows(), metrics, hook=target,
+                                             expected_l0=resolved.expected_l0, other_hooks=acts.same_width_hooks())
         if problems and not force:
-            causes = "; ".join(f"{p.cause}: {p.message}" for p in problems)
-            raise MisloadError(f"import refused: {causes}. Pass --force to keep it marked suspect", problems)
+            raise MisloadError(_refusal(problems), problems)
         provenance = {
             "source": resolved.source, "kind": resolved.kind, "format": folder_layout,
             **resolved.provenance, "original_hook": recorded or None, "hook": target,
             "architecture": stored.cfg.architecture, "dtype": stored.cfg.dtype,
-            "original_files": _original_files(resolved.folder), "conversions": conversions,
-            "linked": link, "suspect": bool(problems), "problems": [p.to_dict() for p in problems],
-            "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "created_with": created_with(),
+            "original_files": _original_files(resolved.folder), "conversions": conversions, "linked": link,
+            **_verdict(problems), "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created_with": created_with(),
         }
         atomic_write_json(staging / SOURCE_FILE, provenance)
-        write_eval(staging, {
-            "metrics": metrics, "suspect": bool(problems), "problems": [p.to_dict() for p in problems],
-            "parameters": {"sae_id": sae_id, "hook": target, "architecture": stored.cfg.architecture,
-                           "split": "heldout" if acts.cached else "streamed", "n_tokens_requested": n_tokens,
-                           "ce_blocks_requested": ce_blocks if with_model else 0, "exclude_bos": True,
-                           "model": getattr(handle["model"], "name", None) if with_model else None},
-            "seconds": round(time.perf_counter() - started, 3),
-        })
+        parameters = {"sae_id": sae_id, "hook": target, "architecture": stored.cfg.architecture,
+                      "split": "heldout" if acts.cached else "streamed", "n_tokens_requested": n_tokens,
+                      "ce_blocks_requested": ce_blocks if with_model else 0, "exclude_bos": True,
+                      "model": getattr(handle["model"], "name", None) if with_model else None}
+        write_eval(staging, {"metrics": metrics, **_verdict(problems), "parameters": parameters,
+                             "seconds": round(time.perf_counter() - started, 3)})
         layout.sae_dir(sae_id).parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, layout.sae_dir(sae_id))
     finally:

@@ -116,6 +116,8 @@ def test_wrong_hook_is_refused(atlas, w, tmp_path: Path) -> None:
     source = write_saelens(tmp_path / "sl", w | {"threshold": w["threshold"]}, saelens_jumprelu_cfg(32, D_SAE, TARGET))
     with pytest.raises(MisloadError, match="hook mismatch"):
         _import(atlas, source, hook="model.layers.0")
+    forced = _import(atlas, source, hook="model.layers.0", sae_id="wrong-hook", force=True, with_model=False)
+    assert forced.hook == "blocks.0.hook_resid_post" and [p.cause for p in forced.problems][0] == "hook"
     with pytest.raises(UnknownHookError, match="valid hooks"):
         _import(atlas, source, hook="blocks.9.hook_resid_post")
 
