@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
 import torch
 
-from saes.eval.reconstruction import reconstruction_metrics
+from saes.eval.reconstruction import ReconstructionStats
 from saes.sae.base import SAE
 
 Cause = Literal["threshold", "l0", "transposed", "normalisation", "apply_b_dec_to_input", "hook", "fvu", "dead"]
@@ -50,43 +49,34 @@ class Problem:
         return asdict(self)
 
 
-def _fvu(sae: SAE, rows: torch.Tensor) -> float:
-    return float(reconstruction_metrics(sae, [rows])["fvu"])
-
-
-def _variant(sae: SAE, edit: Callable[[SAE], None]) -> SAE:
-    other = copy.deepcopy(sae)
-    with torch.no_grad():
-        edit(other)
-    return other
+@torch.no_grad()
+def _fvu(sae: SAE, rows: torch.Tensor, scale: float = 1.0) -> float:
+    """FVU of `sae` on `rows`; with `scale`, of the SAE with that input scale folded in
+    (`x_hat(scale * x) / scale`, exactly what folding it into the weights gives)."""
+    stats = ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae)
+    out = sae((rows * scale).to(sae.W_enc.dtype))
+    stats.update(rows, out.x_hat.float() / scale, out.feature_acts)
+    return float(stats.result()["fvu"])
 
 
 def _transposed(sae: SAE) -> SAE | None:
+    """A copy of a square SAE with `W_enc` and `W_dec` swapped and transposed (else None)."""
     if sae.cfg.d_in != sae.cfg.d_sae:
         return None  # non-square: the readers' shape checks already name a transposition
-
-    def swap(s: SAE) -> None:
-        W_enc = s.W_enc.detach().clone()
-        s.W_enc.copy_(s.W_dec.T)
-        s.W_dec.copy_(W_enc.T)
-
-    return _variant(sae, swap)
-
-
-def _rescaled(sae: SAE, scale: float) -> SAE:
-    def fold(s: SAE) -> None:
-        s.W_enc.mul_(scale)
-        s.W_dec.div_(scale)
-        s.b_dec.div_(scale)
-
-    return _variant(sae, fold)
-
-
-def _bias_flipped(sae: SAE) -> SAE:
     other = copy.deepcopy(sae)
-    other.cfg = copy.deepcopy(sae.cfg)
-    other.cfg.apply_b_dec_to_input = not sae.cfg.apply_b_dec_to_input
+    with torch.no_grad():
+        other.W_enc.copy_(sae.W_dec.T)
+        other.W_dec.copy_(sae.W_enc.T)
     return other
+
+
+def _bias_flipped_fvu(sae: SAE, rows: torch.Tensor) -> float:
+    """FVU with the other `apply_b_dec_to_input` convention (the config is restored)."""
+    sae.cfg.apply_b_dec_to_input = not sae.cfg.apply_b_dec_to_input
+    try:
+        return _fvu(sae, rows)
+    finally:
+        sae.cfg.apply_b_dec_to_input = not sae.cfg.apply_b_dec_to_input
 
 
 def _good(fvu: float, baseline: float) -> bool:
@@ -96,12 +86,12 @@ def _good(fvu: float, baseline: float) -> bool:
 def _diagnose_fvu(sae: SAE, rows: torch.Tensor, fvu: float, other_hooks: dict[str, torch.Tensor],
                   hook: str) -> Problem:
     sample = rows[:DIAGNOSIS_TOKENS]
-    flipped = _fvu(_bias_flipped(sae), sample)
+    flipped = _bias_flipped_fvu(sae, sample)
     if _good(flipped, fvu):
         return Problem("apply_b_dec_to_input", f"FVU {fvu:.3g} > 1, but {flipped:.3g} with "
                        f"apply_b_dec_to_input={not sae.cfg.apply_b_dec_to_input}: the input-bias "
                        "convention of the format was read wrongly")
-    scored = [(_fvu(_rescaled(sae, s), sample), s) for s in _SCALES]
+    scored = [(_fvu(sae, sample, s), s) for s in _SCALES]
     best, scale = min(scored)
     if _good(best, fvu):
         return Problem("normalisation", f"FVU {fvu:.3g} > 1, but {best:.3g} once inputs are scaled by "
