@@ -18,6 +18,7 @@ from api.interventions import MAX_EDITS, MAX_PROMPT_TOKENS
 from saes.intervene.concepts import weekdays
 from store.errors import InvalidInputError, NotFoundError
 from tests.api.conftest import LiveServer
+from tests.api.test_browser import CHROMIUM_ARGS, _chromium
 
 TEXT = "the cat sat on the mat"
 RUN = "weekdays-tiny"
@@ -193,3 +194,49 @@ def test_http_bad_input(live, atlas_dir, path, body, status, needle):
 def test_http_interventions_are_off_by_default(server):
     r = httpx.post(server.url + "/run", json={"text": TEXT}, timeout=30)
     assert r.status_code == 403 and "--allow-interventions" in r.json()["detail"]
+
+
+# ---------------------------------------------------------------- explorer
+
+
+@pytest.fixture(scope="module")
+def browser_page(atlas_dir: dict[str, Any]) -> Any:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    executable = _chromium()
+    with LiveServer(atlas_dir["root"], allow_interventions=True) as live, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.errors = errors
+        page.url_base = live.url
+        yield page
+        browser.close()
+
+
+def test_explorer_steer_box_and_attribution_view(browser_page: Any, atlas_dir: dict[str, Any]) -> None:
+    page = browser_page
+    sae = atlas_dir["sae_ids"][1]
+    page.goto(f"{page.url_base}/#/saes/{sae}/features/3")
+    page.wait_for_selector("#steer-box")
+    page.fill("#steer-prompt", "the cat sat on the mat")
+    page.fill("#steer-alpha", "40")
+    page.fill("#steer-tokens", "4")
+    page.click("#steer-run")
+    page.wait_for_selector("#steer-result table")
+    rows = page.locator("#steer-result table").first.inner_text()
+    assert "baseline" in rows and "edited" in rows
+    page.goto(f"{page.url_base}/#/attribute")
+    page.wait_for_selector("#attr-text")
+    page.fill("#attr-text", "the cat sat on the mat")
+    page.fill("#attr-target", "dog")
+    page.click("#attr-run")
+    page.wait_for_selector("#attr-complete")
+    assert page.inner_text("#attr-complete") == "complete"
+    assert page.locator(".attr-row").count() == len(atlas_dir["sae_ids"])
+    assert page.locator(".attr-row span.t").count() == 2 * 7  # BOS + 6 tokens per SAE
+    page.fill("#attr-target", "the cat")
+    page.click("#attr-run")
+    page.wait_for_selector("#attr-results .error")
+    assert "exactly one token" in page.inner_text("#attr-results .error")
+    assert page.errors == []
