@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import scipy.sparse as sp
 import torch
 
 from geometry.canvas import save_png
@@ -49,6 +48,7 @@ from geometry.figures_circular import (
 from geometry.results import MAIN, read_analysis, write_analysis
 from geometry.spectra import Spectra, cluster_by_period, fourier_power
 from saes.atlas_saes import hook_of, load_atlas_sae
+from saes.encode import sae_activation_matrix
 from saes.intervene.answers import answer_metrics, patched_logits
 from saes.intervene.concepts import (
     OrderedConcept,
@@ -63,27 +63,6 @@ from store.activations import ActivationReader
 from store.errors import InvalidInputError, NotFoundError
 
 # --------------------------------------------------------------------------- discovery
-
-
-@torch.inference_mode()
-def sae_activation_matrix(
-    sae: SAE,
-    reader: ActivationReader,
-    *,
-    split: str = "heldout",
-    max_tokens: int | None = None,
-    exclude_bos: bool = True,
-) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Encode a hook's cached activations block by block into a CSR matrix
-    `[tokens, d_sae]` of feature activations (non-zeros only) and the token ids."""
-    chunks, ids = [], []
-    for rows in reader.rows(split, max_tokens=max_tokens, exclude_bos=exclude_bos):
-        f = sae.encode(rows.acts.to(sae.W_enc.dtype)).float().numpy()
-        chunks.append(sp.csr_matrix(np.where(f > 0, f, 0.0).astype(np.float32)))
-        ids.append(rows.token_ids.numpy())
-    if sum(len(i) for i in ids) == 0:
-        raise InvalidInputError(f"no tokens in split {split!r} of hook {reader.hook!r}")
-    return sp.vstack(chunks, format="csr"), np.concatenate(ids)
 
 
 def discover_for_sae(

@@ -26,7 +26,6 @@ import numpy as np
 import polars as pl
 import torch
 
-from api.analyses.circular import sae_activation_matrix
 from geometry.canvas import save_png
 from geometry.causal import causal_basis, unembedding_rows
 from geometry.clusters import spectral_clusters
@@ -69,6 +68,7 @@ from geometry.trees import (
     wordnet_tree,
 )
 from saes.atlas_saes import load_atlas_sae
+from saes.encode import sae_activation_matrix
 from store.activations import ActivationReader
 from store.errors import InvalidInputError, NotFoundError
 from store.hooks import hook_layer
