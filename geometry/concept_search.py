@@ -31,6 +31,7 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score
 
 from geometry.circle import fit_circle_probe
 from store.errors import InvalidInputError
+from store.vectors import unit_rows
 
 MIN_PER_CATEGORY = 3
 ConceptKind = Literal["ordered", "categories"]
@@ -137,7 +138,7 @@ def greedy_span(
     if total <= 0 or len(candidates) == 0:
         return Span(chosen, explained, Q)
     W = np.asarray(W_dec_FD, dtype=np.float64)[np.asarray(candidates, dtype=np.int64)]
-    W = W / np.maximum(np.linalg.norm(W, axis=1, keepdims=True), 1e-12)
+    W = unit_rows(W, np.float64)
     residual = W.copy()  # candidate directions with the chosen span projected out
     available = np.ones(len(W), dtype=bool)
     current = 0.0
