@@ -68,7 +68,8 @@ class Atlas:
     # SAEs ---------------------------------------------------------------------------------
     @property
     def sae_ids(self) -> list[str]:
-        """Ids of the SAEs with saved weights."""
+        """Ids of the SAEs with saved weights or registered in atlas.json (a registered SAE
+        whose files are missing stays listed; reading it raises IntegrityError)."""
         return self.layout.sae_ids()
 
     def saes(self) -> pl.DataFrame:
