@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -17,6 +16,8 @@ from saes.intervene.concepts import (
     collect_concept_activations,
     tokenize_prompts,
 )
+from saes.models import ModelHandle
+from saes.sae.base import SAE
 
 
 @dataclass
@@ -30,7 +31,7 @@ class ConceptActivations:
 
 
 def concept_feature_acts(
-    handle: Any, saes: Mapping[str, Any], hooks: Mapping[str, str], concept: OrderedConcept | CategoryConcept,
+    handle: ModelHandle, saes: Mapping[str, SAE], hooks: Mapping[str, str], concept: OrderedConcept | CategoryConcept,
     *, batch_size: int = 64,
 ) -> ConceptActivations:
     """Activations at the concept token of every prompt of `concept` for `saes` (an id to a

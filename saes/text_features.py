@@ -10,19 +10,21 @@ the pooling.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 
 from saes.cache import run_hooks
+from saes.models import ModelHandle
+from saes.sae.base import SAE
 from store.errors import InvalidInputError
 
 Pool = Literal["max", "mean"]
 POOLS: tuple[str, ...] = ("max", "mean")
 
 
-def tokenize_texts(handle: Any, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+def tokenize_texts(handle: ModelHandle, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded token ids `[N, T]` of `texts` (BOS prepended) and their lengths `[N]`."""
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
         raise InvalidInputError("texts must be a non-empty list of non-empty strings")
@@ -46,8 +48,8 @@ def pool_tokens(f_NTF: torch.Tensor, lengths_N: torch.Tensor, pool: Pool) -> tor
 
 
 def pooled_feature_acts(
-    handle: Any,
-    saes: Mapping[str, Any],
+    handle: ModelHandle,
+    saes: Mapping[str, SAE],
     hooks: Mapping[str, str],
     texts: Sequence[str],
     *,
