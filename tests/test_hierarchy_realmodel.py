@@ -6,7 +6,7 @@ from threadpoolctl import threadpool_limits
 
 @pytest.mark.slow
 def test_smollm2_parent_child_orthogonality():
-    from api.analyses.geometry2 import run_hierarchy
+    from api.analyses.hierarchy import run_hierarchy
     from saes.models import load_model
 
     handle = load_model("smollm2-135m")

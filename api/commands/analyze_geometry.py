@@ -8,17 +8,13 @@ from typing import Any
 
 import typer
 
-from api.analyses.geometry2 import (
-    encoder_of,
-    load_tree,
-    run_crystals,
-    run_feature_hierarchy,
-    run_galaxy,
-    run_hierarchy,
-    run_lobes,
-    run_map,
-    run_probe,
-)
+from api.analyses.crystals import run_crystals
+from api.analyses.galaxy import run_galaxy
+from api.analyses.hierarchy import load_tree, run_feature_hierarchy, run_hierarchy
+from api.analyses.lobes import run_lobes
+from api.analyses.maps import run_map
+from api.analyses.probes import run_probe
+from api.analyses.run_files import encoder_of
 from api.commands.common import handle_errors, print_json, print_table
 from geometry.trees import tokenize_tree
 from saes.models import DEFAULT_MODEL, load_model

@@ -57,7 +57,8 @@ def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> N
 
 def _hierarchy_and_maps(handle: ModelHandle, atlas: Path, sae_ids: list[str], seed: int) -> None:
     """Hierarchy test on the curated tree (causal inner product) and a UMAP map per SAE."""
-    from api.analyses.geometry2 import run_hierarchy, run_map
+    from api.analyses.hierarchy import run_hierarchy
+    from api.analyses.maps import run_map
 
     layout = AtlasLayout(atlas)
     stored = layout.analysis_dir("hierarchy") / "curated-causal-lda.json"
