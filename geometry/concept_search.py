@@ -9,8 +9,10 @@ there `A [N, F]`, the value of each prompt, and the SAE's decoder rows `W_dec [F
    selective when the value explains at least `min_selectivity` of its activation
    variance (eta squared: between-value over total sum of squares).
 2. Span (`greedy_span`): the variation of the concept across values is the centred matrix
-   of per-value mean residuals `M [P, d]`. Selective features are added greedily, each
-   time the one whose decoder direction,
+   of per-value mean residuals `M [P, d]`; for ordered (cyclic) values only its part that
+   turns once around the cycle (`cyclic_component`, the first Fourier mode: each value's
+   own token identity is not the concept's order). Selective features are added greedily,
+   each time the one whose decoder direction,
    orthogonalised against those chosen, adds the most explained variance
    `||M Q||^2 / ||M||^2`, until `target` is reached or no candidate adds `min_gain`.
 3. Fit (`span_fit`): the activations projected on the span's orthonormal basis. Ordered
@@ -95,6 +97,16 @@ def value_means(Y_NK: np.ndarray, values_N: np.ndarray) -> np.ndarray:
     """Mean row per present value, `[P_present, K]`, values ascending."""
     present = np.unique(values_N)
     return np.stack([Y_NK[values_N == p].mean(0) for p in present])
+
+
+def cyclic_component(M_PD: np.ndarray, values_P: np.ndarray, period: int) -> np.ndarray:
+    """The part of the centred per-value means that turns once around the cycle: their
+    least-squares fit by `[cos 2 pi a / p, sin 2 pi a / p] B` (the first Fourier mode)."""
+    M = M_PD - M_PD.mean(0)
+    theta = 2 * np.pi * np.asarray(values_P, dtype=np.float64) / period
+    C = np.c_[np.cos(theta), np.sin(theta)]
+    B, *_ = np.linalg.lstsq(C, M, rcond=None)
+    return C @ B
 
 
 def concept_features(
@@ -202,6 +214,9 @@ def search_concept(
         raise InvalidInputError(f"decoder must be [F, d] = [{A.shape[1]}, {X.shape[1]}], got {W_dec_FD.shape}")
     features = concept_features(A, v, min_fire_rate=min_fire_rate, min_selectivity=min_selectivity)
     selective = features.filter(pl.col("selective"))["latent"].to_numpy()
-    span = greedy_span(value_means(X, v), W_dec_FD, selective, target=target, min_gain=min_gain,
+    means = value_means(X, v)
+    if kind == "ordered":
+        means = cyclic_component(means, np.unique(v), n_values)
+    span = greedy_span(means, W_dec_FD, selective, target=target, min_gain=min_gain,
                        max_features=max_features)
     return ConceptSearchFit(kind, features, span, span_fit(X, v, span.basis_DK, kind, n_values, seed=seed))
