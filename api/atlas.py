@@ -510,9 +510,11 @@ class Atlas:
         return self._cache.get(("map", sae_id), lambda: atlas_sources.read_map(self.root, sae_id))
 
     def analyses(self) -> pl.DataFrame:
-        """Stored geometry results: kind, run, table file, figure files."""
+        """Stored geometry results: kind, run, table file, figure files, and `status` ("ok", or
+        "damaged" with the `problem`: which file, what is wrong, the repair)."""
         runs = atlas_sources.analysis_runs(self.root)
-        schema = {"kind": pl.String, "run": pl.String, "table": pl.String, "figures": pl.List(pl.String)}
+        schema = {"kind": pl.String, "run": pl.String, "table": pl.String, "figures": pl.List(pl.String),
+                  "status": pl.String, "problem": pl.String}
         return pl.DataFrame(runs, schema=schema)
 
     def analysis(self, kind: str, run: str) -> AnalysisResult:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import polars as pl
 import torch
 
+from geometry import results
 from store.atomic import read_json
 from store.errors import IntegrityError, NotFoundError
 from store.layout import AtlasLayout, check_id
@@ -120,57 +121,82 @@ def read_map(root: Path, sae_id: str) -> pl.DataFrame:
 
 
 def analysis_runs(root: Path) -> list[dict[str, Any]]:
-    """Every stored analysis run: kind, run, and its table / figure file names."""
+    """Every stored analysis run: kind, run, its table and figure file names, and `status`
+    ("ok", or "damaged" with the `problem`: the file, what is wrong and the repair). Every
+    file of every run is verified (`geometry.results.verify_run`, hashes cached per file
+    version), so a deleted or changed file shows here instead of a run going missing."""
     base = AtlasLayout(root).root / "analyses"
     if not base.is_dir():
         return []
-    runs = []
+    rows = []
     for kind_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-        for meta in sorted(kind_dir.glob("*.json")):
-            runs.append(_run_files(kind_dir, meta.stem))
-    return runs
+        kind = kind_dir.name
+        try:
+            runs = results.list_runs(root, kind) + results.unrecorded_runs(root, kind)
+        except IntegrityError as exc:  # the kind's runs.json itself is damaged
+            rows += [_run_row(kind_dir, p.stem, None, exc) for p in sorted(kind_dir.glob("*.json"))
+                     if p.name != results.RUNS_FILE]
+            continue
+        for run in sorted(runs):
+            try:
+                rows.append(_run_row(kind_dir, run, results.verify_run(root, kind, run), None))
+            except IntegrityError as exc:
+                rows.append(_run_row(kind_dir, run, None, exc))
+    return rows
 
 
-def _run_files(kind_dir: Path, run: str) -> dict[str, Any]:
-    table = kind_dir / f"{run}.parquet"
-    figures = sorted(p.name for p in kind_dir.glob("*.png") if p.name == f"{run}.png"
-                     or p.name.startswith(f"{run}."))
-    return {"kind": kind_dir.name, "run": run, "table": table.name if table.exists() else None,
-            "figures": figures}
+def _run_row(kind_dir: Path, run: str, meta: dict[str, Any] | None, problem: IntegrityError | None) -> dict[str, Any]:
+    """A listing row; the files come from the verified JSON, or by name for a damaged run or
+    one written before figures were recorded."""
+    main = ((meta or {}).get("tables") or {}).get(results.MAIN)
+    figures = results.figure_names(meta or {})
+    if meta is None or "figure_sha256" not in meta:
+        figures = sorted(p.name for p in kind_dir.glob("*.png") if p.name == f"{run}.png"
+                         or p.name.startswith(f"{run}."))
+    table = main["file"] if main else f"{run}.parquet" if (kind_dir / f"{run}.parquet").exists() else None
+    return {"kind": kind_dir.name, "run": run, "table": table, "figures": figures,
+            "status": "ok" if problem is None else "damaged",
+            "problem": None if problem is None else _atlas_relative(problem, kind_dir.parent.parent)}
+
+
+def _atlas_relative(problem: IntegrityError, root: Path) -> str:
+    """The error's message with its file relative to the atlas (listings do not reveal where it lives)."""
+    path = Path(problem.path)
+    shown = path.relative_to(root) if path.is_relative_to(root) else path
+    return f"{shown}: {problem.problem}. To repair: {problem.repair}"
 
 
 def analysis_run(root: Path, kind: str, run: str) -> tuple[dict[str, Any], dict[str, Any], pl.DataFrame | None]:
-    """`(files, meta, table)` of one run; NotFoundError names the runs of that kind."""
+    """`(files, meta, table)` of one run, every file verified (`geometry.results.read_analysis`);
+    NotFoundError names the runs of that kind and the kinds."""
     kind_dir = AtlasLayout(root).analysis_dir(kind)
-    check_id(run, "run name")
-    meta_path = kind_dir / f"{run}.json"
-    if not meta_path.exists():
-        runs = sorted(p.stem for p in kind_dir.glob("*.json")) if kind_dir.is_dir() else []
+    try:
+        stored = results.read_analysis(root, kind, check_id(run, "run name"))
+    except NotFoundError as exc:
         kinds = sorted({r["kind"] for r in analysis_runs(root)})
-        raise NotFoundError(
-            f"no {kind!r} analysis run {run!r}; runs of that kind: {', '.join(runs) or '(none)'}; "
-            f"kinds: {', '.join(kinds) or '(none)'}"
-        )
-    repair = f"re-run the {kind} analysis that wrote {run!r}"
-    meta = read_json(meta_path, repair)
-    files = _run_files(kind_dir, run)
-    table = None
-    if files["table"]:
-        try:
-            table = pl.read_parquet(kind_dir / files["table"])
-        except Exception as exc:  # polars raises several error types for unreadable parquet
-            raise IntegrityError(kind_dir / files["table"], f"not a readable parquet file ({exc})", repair) from exc
-    return files, meta, table
+        raise NotFoundError(f"{exc}; kinds: {', '.join(kinds) or '(none)'}") from exc
+    return _run_row(kind_dir, run, stored.meta, None), stored.meta, stored.table
 
 
 def figure_path(root: Path, kind: str, name: str) -> Path:
-    """The path of a PNG under `analyses/<kind>/` (NotFoundError if absent; no traversal)."""
+    """The path of a PNG under `analyses/<kind>/` after checking it against the sha256 its
+    run recorded (NotFoundError if no run has it; IntegrityError if it is damaged). Runs
+    written before figures were recorded serve theirs unverified."""
     kind_dir = AtlasLayout(root).analysis_dir(kind)
-    check_id(name, "figure name")
-    path = kind_dir / name
-    if not name.endswith(".png") or not path.is_file():
-        raise NotFoundError(f"no figure {name!r} under analyses/{kind}")
-    return path
+    path = kind_dir / check_id(name, "figure name")
+    if name.endswith(".png"):
+        owner = results.figure_owner(root, kind, name)  # verifies the owner's files, this one included
+        if owner is not None and name in owner[1].get("figure_sha256", {}):
+            return path
+        if path.is_file() and any(name == f"{run}.png" or name.startswith(f"{run}.")
+                                  for run in _runs_without_figure_checksums(root, kind)):
+            return path
+    raise NotFoundError(f"no figure {name!r} under analyses/{kind}")
+
+
+def _runs_without_figure_checksums(root: Path, kind: str) -> list[str]:
+    return [run for run in results.list_runs(root, kind)
+            if "figure_sha256" not in results.verify_run(root, kind, run)]
 
 
 def run_circular_discovery(root: Path, sae_id: str, max_tokens: int) -> dict[str, Any]:
@@ -178,5 +204,5 @@ def run_circular_discovery(root: Path, sae_id: str, max_tokens: int) -> dict[str
     from api.analyses.circular import discover_for_sae
 
     _, meta_path = discover_for_sae(root, sae_id, max_tokens=max_tokens)
-    return _run_files(meta_path.parent, meta_path.stem)
+    return {"kind": meta_path.parent.name, "run": meta_path.stem}
 

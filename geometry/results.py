@@ -1,16 +1,25 @@
-"""Writing and reading analysis results: `analyses/<kind>/<run>.parquet` (main table),
-optional `analyses/<kind>/<run>.<name>.parquet` (further tables) and
-`analyses/<kind>/<run>.json` with the parameters, summary, `created_with()` versions and
-each table's sha256 and row count.
+"""Writing and reading analysis results, every file verified on read.
 
-Every file is written atomically and the JSON last, so its presence marks a complete run;
-readers verify the checksums and raise IntegrityError naming the file and the command
-that rebuilds it. Any analysis kind can use this (hierarchy, probe, crystals, lobes,
-galaxy, ...).
+A run of kind `<kind>` named `<run>` is `analyses/<kind>/<run>.parquet` (main table),
+optional `<run>.<name>.parquet` (further tables), PNG figures beside them (the names in
+`extra["figures"]`, a list or a dict of names) and `<run>.json` with the parameters,
+summary, `created_with()` versions, each table's sha256 and row count and each figure's
+sha256 (`figure_sha256`). The kind's `runs.json` lists every completed run with the sha256
+of its JSON, so a run whose JSON is deleted or changed is reported, not dropped or served.
+
+Files are written atomically in that order (tables, figures, JSON, then `runs.json` under a
+lock), so a run is complete once `runs.json` lists it. Readers verify every checksum and
+raise IntegrityError naming the file and the command that rebuilds it. Folders written
+before `runs.json` existed are read as before (tables verified) and adopted into a
+`runs.json` by the next run written there.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,10 +27,13 @@ from typing import Any
 import polars as pl
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError, NotFoundError
+from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from store.integrity import verify_file
 from store.layout import AtlasLayout, check_id, created_with
 
 MAIN = "main"
+RUNS_FILE = "runs.json"
+FORMAT = 2  # runs.json and figure checksums
 
 
 @dataclass
@@ -46,6 +58,31 @@ def run_paths(root: str | Path, kind: str, run: str, table: str = MAIN) -> tuple
     return base / name, base / f"{run}.json"
 
 
+def run_repair(kind: str, run: str) -> str:
+    """What to do about a damaged run."""
+    return (f"re-run the {kind} analysis that wrote run {run!r} (`sae-atlas analyze {kind} ... --run {run}`), "
+            f"or delete analyses/{kind}/{run}.* and its entry in analyses/{kind}/{RUNS_FILE}")
+
+
+def figure_names(meta: dict[str, Any]) -> list[str]:
+    """The figure file names a run's JSON names (`figures`: a list, or a dict of names)."""
+    figures = meta.get("figures") or []
+    names = list(figures.values()) if isinstance(figures, dict) else figures
+    return [str(n) for n in names] if isinstance(names, list) else []
+
+
+@contextmanager
+def _runs_lock(folder: Path) -> Iterator[None]:
+    """An exclusive advisory lock on a kind's `runs.json` (writers only)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / f".{RUNS_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def write_analysis(
     root: str | Path,
     kind: str,
@@ -56,8 +93,9 @@ def write_analysis(
     tables: dict[str, pl.DataFrame] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a run's tables then its JSON atomically; return the JSON path. `tables` maps
-    a name to a frame (`"main"` becomes `<run>.parquet`)."""
+    """Write a run's tables, then its JSON, then its `runs.json` entry; return the JSON
+    path. `tables` maps a name to a frame (`"main"` becomes `<run>.parquet`); figures named
+    in `extra["figures"]` must already be written beside them (their sha256 is recorded)."""
     files = {}
     for name, frame in (tables or {}).items():
         path, _ = run_paths(root, kind, run, name)
@@ -65,31 +103,128 @@ def write_analysis(
             frame.write_parquet(tmp, compression="zstd")
         files[name] = {"file": path.name, "sha256": sha256_file(path), "rows": frame.height}
     _, js = run_paths(root, kind, run)
+    extra = extra or {}
+    figures = {}
+    for name in figure_names(extra):
+        figure = js.parent / check_id(name, "figure name")
+        if not figure.is_file():
+            raise InvalidInputError(f"figure {name!r} of analysis run {kind}/{run} was not written before the run")
+        figures[name] = sha256_file(figure)
     meta = {"kind": kind, "run": run, "parameters": parameters, "summary": summary or {},
-            "tables": files, "created_with": created_with(), **(extra or {})}
+            "tables": files, "created_with": created_with(), **extra, "figure_sha256": figures, "format": FORMAT}
     atomic_write_json(js, meta)
+    with _runs_lock(js.parent):
+        runs = _read_runs(js.parent, kind, writing=True)
+        if runs is None:  # a new folder, or one from before runs.json: adopt its runs as they are
+            runs = {p.stem: {"json": p.name, "sha256": sha256_file(p)} for p in sorted(js.parent.glob("*.json"))
+                    if p.name != RUNS_FILE}
+        runs[run] = {"json": js.name, "sha256": sha256_file(js)}
+        atomic_write_json(js.parent / RUNS_FILE, {"format": FORMAT, "runs": dict(sorted(runs.items()))})
     return js
 
 
+def _json_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.json") if p.name != RUNS_FILE) if folder.is_dir() else []
+
+
+def _read_runs(folder: Path, kind: str, *, writing: bool = False) -> dict[str, dict[str, str]] | None:
+    """The kind's `runs.json` entries (run -> json file, sha256), or None for a folder written
+    before it existed; IntegrityError when it is unreadable or (for readers) missing from a
+    folder whose runs were written with it."""
+    path = folder / RUNS_FILE
+    repair = (f"re-run the {kind} analyses (each run re-registers itself), or delete analyses/{kind}/ "
+              "to start the kind afresh")
+    if not path.exists():
+        if writing:
+            return None
+        for js in _json_files(folder):
+            try:
+                declared = read_json(js, repair).get("format")
+            except (IntegrityError, AttributeError):
+                continue
+            if declared == FORMAT:
+                raise IntegrityError(path, f"file is missing but run {js.stem!r} was recorded in it", repair)
+        return None
+    data = read_json(path, repair)
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("json"), str) and isinstance(e.get("sha256"), str)
+            for e in runs.values()):
+        raise IntegrityError(path, "not a runs index ({'runs': {run: {json, sha256}}})", repair)
+    return runs
+
+
 def list_runs(root: str | Path, kind: str) -> list[str]:
-    """Completed runs of one kind, sorted."""
-    base = AtlasLayout(root).analysis_dir(kind)
-    return sorted(p.stem for p in base.glob("*.json")) if base.is_dir() else []
+    """The runs of one kind, sorted: those its `runs.json` lists (every `<run>.json` in a folder
+    from before it existed). IntegrityError when `runs.json` is damaged."""
+    folder = AtlasLayout(root).analysis_dir(kind)
+    runs = _read_runs(folder, kind)
+    return sorted(runs) if runs is not None else [p.stem for p in _json_files(folder)]
+
+
+def unrecorded_runs(root: str | Path, kind: str) -> list[str]:
+    """Runs with a `<run>.json` that `runs.json` does not list (a write killed before it
+    finished); empty for a folder from before `runs.json`."""
+    folder = AtlasLayout(root).analysis_dir(kind)
+    runs = _read_runs(folder, kind)
+    return [] if runs is None else [p.stem for p in _json_files(folder) if p.stem not in runs]
+
+
+def verify_run(root: str | Path, kind: str, run: str, repair: str | None = None) -> dict[str, Any]:
+    """The run's JSON after checking the sha256 of every file of the run (JSON, tables,
+    figures) against what `runs.json` and the JSON record; NotFoundError lists the runs
+    that exist, IntegrityError names the damaged file."""
+    _, js = run_paths(root, kind, run)
+    repair = repair or run_repair(kind, run)
+    runs = _read_runs(js.parent, kind)
+    if runs is not None and run not in runs:
+        if js.exists():
+            raise IntegrityError(js, f"the run is not recorded in {RUNS_FILE} (its write did not finish)", repair)
+        raise NotFoundError(f"no {kind} analysis run {run!r}; runs: {', '.join(sorted(runs)) or '(none)'}")
+    if runs is None and not js.exists():
+        raise NotFoundError(f"no {kind} analysis run {run!r}; runs: {', '.join(list_runs(root, kind)) or '(none)'}")
+    if runs is not None:
+        try:
+            verify_file(js, runs[run]["sha256"], f"analyses/{kind}/{RUNS_FILE}", repair)
+        except IntegrityError:
+            fresh = _read_runs(js.parent, kind) or {}  # the run may have been rewritten meanwhile
+            verify_file(js, fresh.get(run, {}).get("sha256", ""), f"analyses/{kind}/{RUNS_FILE}", repair)
+    meta = read_json(js, repair)
+    if not isinstance(meta, dict):
+        raise IntegrityError(js, "not a JSON object", repair)
+    recorded = f"{js.name} (the run's JSON)"
+    for info in (meta.get("tables") or {}).values():
+        verify_file(js.parent / info["file"], info["sha256"], recorded, repair)
+    for name, sha in (meta.get("figure_sha256") or {}).items():
+        verify_file(js.parent / name, sha, recorded, repair)
+    return meta
 
 
 def read_analysis(root: str | Path, kind: str, run: str, repair: str | None = None) -> AnalysisRun:
-    """Read a run, verifying every table's checksum; NotFoundError lists the runs that exist."""
+    """Read a run after verifying every file of it (`verify_run`)."""
+    repair = repair or run_repair(kind, run)
+    meta = verify_run(root, kind, run, repair)
     _, js = run_paths(root, kind, run)
-    if not js.exists():
-        raise NotFoundError(f"no {kind} analysis run {run!r}; runs: {', '.join(list_runs(root, kind)) or '(none)'}")
-    repair = repair or f"re-run `sae-atlas analyze {kind} --atlas {root} --run {run}`"
-    meta = read_json(js, repair)
     tables = {}
     for name, info in meta.get("tables", {}).items():
         path = js.parent / info["file"]
-        if not path.exists():
-            raise IntegrityError(path, "file is missing", repair)
-        if sha256_file(path) != info["sha256"]:
-            raise IntegrityError(path, "sha256 does not match the run's JSON (corrupt or truncated)", repair)
-        tables[name] = pl.read_parquet(path)
+        try:
+            tables[name] = pl.read_parquet(path)
+        except Exception as exc:  # polars raises several error types for unreadable parquet
+            raise IntegrityError(path, f"not a readable parquet file ({exc})", repair) from exc
     return AnalysisRun(kind, run, tables, meta)
+
+
+def figure_owner(root: str | Path, kind: str, name: str) -> tuple[str, dict[str, Any]] | None:
+    """`(run, verified meta)` of the run whose JSON records figure `name`, or None."""
+    for run in list_runs(root, kind):
+        try:
+            meta = verify_run(root, kind, run)
+        except IntegrityError:
+            _, js = run_paths(root, kind, run)
+            if js.exists() and name in figure_names(read_json(js, run_repair(kind, run)) or {}):
+                raise
+            continue
+        if name in figure_names(meta):
+            return run, meta
+    return None

@@ -294,12 +294,14 @@ class TokenSearch(BaseModel):
 
 
 class AnalysisRunFiles(BaseModel):
-    """A stored analysis run and its files."""
+    """A stored analysis run and its files; a `damaged` run names the bad file and the repair."""
 
     kind: str
     run: str
     table: str | None
     figures: list[str]
+    status: Literal["ok", "damaged"]
+    problem: str | None = Field(description="for a damaged run: the file, what is wrong, the repair")
 
 
 class Analysis(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from store.atomic import atomic_path, atomic_write_json
+from store.atomic import atomic_path
 from store.layout import AtlasLayout
 
 HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
@@ -26,13 +26,12 @@ PLANTED_RUN = "demo-run"
 
 
 def _planted_analysis(root: Path) -> None:
-    """A result in the analyses layout: `<run>.parquet`, `<run>.json` and `<run>.png`."""
+    """A result in the analyses layout through `geometry.results.write_analysis`: the PNG
+    `<run>.png`, then `<run>.parquet`, `<run>.json` and the kind's `runs.json`."""
+    from geometry.results import write_analysis
+
     folder = AtlasLayout(root).analysis_dir(PLANTED_KIND)
     folder.mkdir(parents=True, exist_ok=True)
-    frame = pl.DataFrame({"cluster": [0, 1], "size": [3, 2], "score": [0.9, 0.4]})
-    with atomic_path(folder / f"{PLANTED_RUN}.parquet") as tmp:
-        frame.write_parquet(tmp)
-    atomic_write_json(folder / f"{PLANTED_RUN}.json", {"params": {"seed": 0}, "n_clusters": 2})
     import matplotlib
 
     matplotlib.use("Agg")
@@ -43,6 +42,9 @@ def _planted_analysis(root: Path) -> None:
     with atomic_path(folder / f"{PLANTED_RUN}.png") as tmp:
         fig.savefig(tmp, format="png", dpi=50)
     plt.close(fig)
+    frame = pl.DataFrame({"cluster": [0, 1], "size": [3, 2], "score": [0.9, 0.4]})
+    write_analysis(root, PLANTED_KIND, PLANTED_RUN, parameters={"seed": 0}, summary={"n_clusters": 2},
+                   tables={"main": frame}, extra={"figures": [f"{PLANTED_RUN}.png"]})
 
 
 def build_small_atlas(root: str | Path) -> dict[str, Any]:

@@ -69,7 +69,8 @@ def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, A
 
 def test_analyses_endpoints(http: httpx.Client) -> None:
     runs = http.get("/analyses").json()
-    assert {"kind": "planted", "run": "demo-run", "table": "demo-run.parquet", "figures": ["demo-run.png"]} in runs
+    assert {"kind": "planted", "run": "demo-run", "table": "demo-run.parquet", "figures": ["demo-run.png"],
+            "status": "ok", "problem": None} in runs
     result = http.get("/analyses/planted/demo-run").json()
     assert result["columns"] == ["cluster", "size", "score"] and result["n_rows"] == 2
     png = http.get("/analyses/planted/figures/demo-run.png")

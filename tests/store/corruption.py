@@ -165,7 +165,7 @@ def _http(root: Path) -> Any:
 
     answers = []
     with TestClient(create_app(ServerSettings(root=root)), raise_server_exceptions=False) as client:
-        for method, url, body in [*HTTP_REQUESTS, ("GET", f"/search/token?token_id={TOKEN_ID}", None)]:
+        for method, url, body in [*HTTP_REQUESTS, ("GET", f"/search/token/{TOKEN_ID}", None)]:
             response = client.request(method, url, json=body)
             try:
                 payload = response.json()
