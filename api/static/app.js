@@ -370,9 +370,11 @@ async function mapView(sae, highlight) {
 // --- geometry results -------------------------------------------------------------------------------
 async function analysesView() {
   const runs = await api("/analyses");
-  view.replaceChildren(el("h2", {}, "Geometry results"), runs.length ? table(["kind", "run", "figures"], runs, {
+  view.replaceChildren(el("h2", {}, "Geometry results"), runs.length ? table(["kind", "run", "figures", "status"], runs, {
     run: (r) => el("a", { class: "feat", href: `#/analyses/${enc(r.kind)}/${enc(r.run)}` }, r.run),
-    figures: (r) => r.figures.length }) : el("p", { class: "muted" }, "No analyses yet (sae-atlas analyze ...)."));
+    figures: (r) => r.figures.length,
+    status: (r) => (r.status === "ok" ? "ok" : el("span", { class: "error", title: r.problem }, "damaged: " + r.problem)) })
+    : el("p", { class: "muted" }, "No analyses yet (sae-atlas analyze ...)."));
 }
 
 async function analysisView(kind, run) {
