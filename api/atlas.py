@@ -11,9 +11,14 @@ atlas.search_text("the cat sat")      # which features fire on each token (runs 
 atlas.search_token("monday")          # features whose examples centre on / promote a token
 atlas.flow(sae_id, 12)                # best matches of the feature in the other layers' SAEs
 atlas.map(sae_id); atlas.analyses(); atlas.analysis(kind, run)
+atlas.contrast(texts_a, texts_b)      # features separating two sets of texts (runs the model)
+atlas.concept_search("weekdays")      # features carrying a concept, their span and its geometry
+atlas.geometry_features(in_circle=True, period=7)   # features by the geometry they belong to
+atlas.search_labels("weekday")        # features by words in their labels and explanations
 ```
 
-Everything is read lazily and kept: the model is loaded only by `search_text`. Results
+Everything is read lazily and kept: the model is loaded only by the searches that run it
+(text, contrast, concept). Results
 are dataclasses with `to_dict()` (what the HTTP service returns), `_repr_html_()` for
 Jupyter and, where a picture helps, `.plot()`.
 """
