@@ -15,14 +15,20 @@ import polars as pl
 from api.atlas_sources import ResourceCache
 from api.display_meaning import ConceptResult, ContrastResult
 from geometry.concept_search import search_concept
-from geometry.contrast import benjamini_hochberg, contrast_stats, duplicate_groups, ranked
+from geometry.contrast import (
+    MAX_PERMUTATIONS,
+    benjamini_hochberg,
+    contrast_stats,
+    duplicate_groups,
+    ranked,
+)
 from geometry.feature_geometry import rebuild_geometry_records
 from geometry.results import write_analysis
 from saes.concept_features import concept_feature_acts
 from saes.explanations import read_explanations
 from saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
 from saes.labels import auto_labels
-from saes.text_features import Pool, pooled_feature_acts
+from saes.text_features import POOLS, Pool, pooled_feature_acts
 from store.errors import InvalidInputError
 from store.feature_records import (
     RecordTable,
@@ -75,6 +81,10 @@ def contrast(
     grouped into near-duplicates by decoder cosine."""
     if not 0 < alpha < 1:
         raise InvalidInputError(f"alpha must be in (0, 1), got {alpha}")
+    if not 1 <= n_permutations <= MAX_PERMUTATIONS:  # checked before the model runs
+        raise InvalidInputError(f"n_permutations must be in 1..{MAX_PERMUTATIONS}, got {n_permutations}")
+    if pool not in POOLS:
+        raise InvalidInputError(f"unknown pooling {pool!r}; valid: {', '.join(POOLS)}")
     acts = run_locked(lambda: pooled_feature_acts(handle, saes, hooks, [*texts_a, *texts_b], pool=pool))
     n_a = len(texts_a)
     frames, n_tested = [], {}
