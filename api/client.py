@@ -18,7 +18,8 @@ from store.errors import AtlasError
 
 
 class AtlasHTTPError(AtlasError):
-    """An error answer from the service: `status` and the server's `detail`."""
+    """An error answer from the service: `status` and the server's `detail` (status 0: the
+    service could not be reached)."""
 
     def __init__(self, status: int, detail: str) -> None:
         self.http_status = status
@@ -45,15 +46,22 @@ class AtlasClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The answer to one request; AtlasHTTPError for an error answer or no answer."""
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:  # refused, unresolvable, timed out
+            raise AtlasHTTPError(0, f"cannot reach {self._http.base_url} ({type(exc).__name__}: {exc})") from exc
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)
             except ValueError:
                 detail = response.text
             raise AtlasHTTPError(response.status_code, str(detail))
-        return response.json()
+        return response
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._request(method, path, **kwargs).json()
 
     @staticmethod
     def _sae(sae_id: str) -> str:
@@ -124,7 +132,4 @@ class AtlasClient:
 
     def figure(self, kind: str, name: str) -> bytes:
         """The PNG bytes of a stored figure."""
-        response = self._http.get(f"/analyses/{quote(kind, safe='')}/figures/{quote(name, safe='')}")
-        if response.status_code >= 400:
-            raise AtlasHTTPError(response.status_code, response.json().get("detail", response.text))
-        return response.content
+        return self._request("GET", f"/analyses/{quote(kind, safe='')}/figures/{quote(name, safe='')}").content

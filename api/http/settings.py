@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from store.errors import InvalidInputError
+
 ENV_ROOT = "SAE_ATLAS_ROOT"
 ENV_TOKEN = "SAE_ATLAS_TOKEN"
 ENV_ALLOW_ANALYSES = "SAE_ATLAS_ALLOW_ANALYSES"
@@ -41,15 +43,26 @@ class ServerSettings:
 
     @classmethod
     def from_env(cls) -> ServerSettings:
-        """Settings from the environment (`SAE_ATLAS_ROOT` is required)."""
+        """Settings from the environment (`SAE_ATLAS_ROOT` is required); InvalidInputError
+        names a variable that is missing or not a positive integer."""
         root = os.environ.get(ENV_ROOT)
         if not root:
-            raise RuntimeError(f"{ENV_ROOT} is not set; start the server with `sae-atlas serve ATLAS`")
+            raise InvalidInputError(f"{ENV_ROOT} is not set; start the server with `sae-atlas serve ATLAS`")
         return cls(
             root=Path(root),
             token=os.environ.get(ENV_TOKEN) or None,
             allow_analyses=os.environ.get(ENV_ALLOW_ANALYSES) == "1",
             allow_interventions=os.environ.get(ENV_ALLOW_INTERVENTIONS) == "1",
-            max_body_bytes=int(os.environ.get(ENV_MAX_BODY, DEFAULT_MAX_BODY)),
-            threads=int(os.environ[ENV_THREADS]) if os.environ.get(ENV_THREADS) else None,
+            max_body_bytes=_env_int(ENV_MAX_BODY) or DEFAULT_MAX_BODY,
+            threads=_env_int(ENV_THREADS),
         )
+
+
+def _env_int(name: str) -> int | None:
+    """A positive integer environment variable, or None when unset."""
+    text = os.environ.get(name)
+    if not text:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise InvalidInputError(f"{name}={text!r} is not a positive integer")
+    return int(text)

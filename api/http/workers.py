@@ -43,7 +43,7 @@ def run_workers(*, host: str, port: int, workers: int, log_level: str) -> None:
     settings from this process' environment); blocks until they stop. Raises SystemExit(1)
     if a worker dies on its own."""
     if not hasattr(socket, "SO_REUSEPORT"):
-        raise RuntimeError("several workers need SO_REUSEPORT, which this platform lacks; use --workers 1")
+        raise InvalidInputError("several workers need SO_REUSEPORT, which this platform lacks; use --workers 1")
     try:
         reuseport_socket(host, port).close()  # fail here, in the parent, if the port is taken
     except OSError as exc:

@@ -27,6 +27,8 @@ def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
         text = client.search_text("the dog ran", sae_ids=[b], k=2)
         assert text == atlas.search_text("the dog ran", sae_ids=[b], k=2).to_dict()
         assert client.search_token("dog", k=3) == atlas.search_token("dog", k=3).to_dict()
+        dog = atlas.search_token("dog", k=3).token_id
+        assert client.search_token(dog, k=3) == atlas.search_token(dog, k=3).to_dict()
         assert client.map(b).height == small_atlas["d_sae"]
         assert client.analyses()["run"].to_list() == ["demo-run"]
         assert client.analysis("planted", "demo-run")["n_rows"] == 2
@@ -45,3 +47,30 @@ def test_client_token(token_server: Any, small_atlas: dict[str, Any]) -> None:
     assert info.value.http_status == 401
     with AtlasClient(token_server.url, token=TOKEN) as client:
         assert client.feature(small_atlas["sae_ids"][0], 1)["index"] == 1
+
+
+def test_client_names_an_unreachable_service() -> None:
+    from tests.api.conftest import free_port
+
+    with AtlasClient(f"http://127.0.0.1:{free_port()}", timeout=2) as client, \
+            pytest.raises(AtlasHTTPError, match="cannot reach") as info:
+        client.saes()
+    assert info.value.http_status == 0
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({}, "SAE_ATLAS_ROOT is not set"),
+    ({"SAE_ATLAS_ROOT": "/x", "SAE_ATLAS_THREADS": "two"}, "SAE_ATLAS_THREADS='two'"),
+    ({"SAE_ATLAS_ROOT": "/x", "SAE_ATLAS_MAX_BODY_BYTES": "-5"}, "SAE_ATLAS_MAX_BODY_BYTES"),
+])
+def test_worker_settings_from_a_bad_environment(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                                                needle: str) -> None:
+    from api.http.settings import ServerSettings
+    from store.errors import InvalidInputError
+
+    for name in ("SAE_ATLAS_ROOT", "SAE_ATLAS_THREADS", "SAE_ATLAS_MAX_BODY_BYTES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidInputError, match=needle):
+        ServerSettings.from_env()
