@@ -83,8 +83,8 @@ class ConceptQuery(_Strict):
 
     concept: Literal["weekdays", "months", "colours"] | ConceptSpec = Field(
         description="a built-in concept name or a concept of your own")
-    sae_ids: list[str] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
-                                      description="SAEs to search (default: all)")
+    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
+                                         description="SAEs to search (default: all)")
     min_fire_rate: float = Field(default=0.5, gt=0, le=1, description="share of a value's prompts a feature fires on")
     min_selectivity: float = Field(default=0.5, gt=0, le=1, description="share of variance the value explains")
     target: float = Field(default=0.9, gt=0, le=1, description="explained variance at which the span stops")

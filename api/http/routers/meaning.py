@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, K, error_responses
+from api.http.schemas import ID_PATTERN
 from api.http.schemas_meaning import ConceptQuery, ConceptSearchResult, GeometryFeature, LabelHit
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404, 413)})
@@ -33,7 +34,7 @@ async def search_concept(atlas: AtlasDep, queue: ModelQueueDep, query: ConceptQu
 @router.get("/search/geometry", summary="Features in a circle, of a period, in a lobe", response_model=list[GeometryFeature])
 async def search_geometry(
     atlas: AtlasDep,
-    sae_id: str | None = Query(None, max_length=128, description="one SAE (default: all)"),
+    sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
     in_circle: bool | None = Query(None, description="in a circle (true) or in none (false)"),
     period: float | None = Query(None, gt=0, le=100_000, description="fitted period of the circle (within 0.5)"),
     lobe: int | None = Query(None, ge=0, le=2**31 - 1, description="co-occurrence lobe"),
@@ -47,8 +48,9 @@ async def search_geometry(
 @router.get("/search/labels", summary="Features whose labels or explanations match words", response_model=list[LabelHit])
 async def search_labels(
     atlas: AtlasDep,
-    q: str = Query(min_length=1, max_length=500, description="words to look for"),
-    sae_id: str | None = Query(None, max_length=128, description="one SAE (default: all)"),
+    q: str = Query(min_length=1, max_length=500, pattern="[A-Za-z0-9]",
+               description="words to look for (at least one letter or digit)"),
+    sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
     k: int = K,
 ) -> Response:
     return json_body(atlas.search_labels(q, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dicts())
