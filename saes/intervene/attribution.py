@@ -14,7 +14,8 @@ with `g` the gradient at the hook. Each SAE's parts are checked against the targ
 through the model itself (the splice adds `decode(f) - decode(f).detach()`), so each
 SAE's attributions are computed in the same pass.
 
-The top features' attributions are then compared with their true ablation effect
+Features are ranked without the BOS position (SAEs are trained without it; its nodes
+still count towards completeness). The top features' attributions are then compared with their true ablation effect
 (target with the feature set to zero at every position, error term kept): Pearson and
 Spearman correlation and the share of matching signs.
 """
@@ -227,6 +228,9 @@ def attribute(
         bias_terms = [(_param_layer(n), float((p.detach() * p.grad).sum()))
                       for n, p in biases.items() if p.grad is not None]
     total = float(value.detach()) + offset
+    # SAEs are trained without the BOS position (its activations are outliers): its nodes
+    # count towards completeness but are not ranked, verified or edited
+    start = int(handle.bos_token_id is not None and int(token_ids_T[0]) == handle.bos_token_id)
     tol = ATOL + RTOL * abs(total)
     parts, rows, token_attr, token_error = [], [], {}, {}
     for sid, (hook, sae) in splice.saes.items():
@@ -243,18 +247,18 @@ def attribute(
         parts.append(row)
         token_attr[sid] = attr_TF.sum(1).tolist()
         token_error[sid] = (err * g).sum(1).tolist()
-        per_feat = attr_TF.sum(0)
+        ranked, codes = attr_TF[start:], f.detach()[0, start:]
+        per_feat = ranked.sum(0)
         order = per_feat.abs().argsort(descending=True)[:top]
-        codes = f.detach()[0]
         for i in order.tolist():
             if codes[:, i].abs().max() == 0:
                 continue
             rows.append({"sae_id": sid, "feature": i, "attribution": float(per_feat[i]),
-                         "max_act": float(codes[:, i].max()), "top_position": int(attr_TF[:, i].abs().argmax())})
+                         "max_act": float(codes[:, i].max()), "top_position": start + int(ranked[:, i].abs().argmax())})
     features = pl.DataFrame(rows, schema={"sae_id": pl.String, "feature": pl.Int64, "attribution": pl.Float64,
                                           "max_act": pl.Float64, "top_position": pl.Int64})
     features = features.sort(pl.col("attribution").abs(), descending=True).head(top)
-    verification = _verify(handle, token_ids_T, splice, fn, total, features.head(verify))
+    verification = _verify(handle, token_ids_T, splice, fn, total, features.head(verify), start)
     agreement = _agreement(np.array([v["attribution"] for v in verification]),
                            np.array([v["ablation_effect"] for v in verification]))
     tokens = handle.tokenizer.convert_ids_to_tokens(token_ids_T.tolist())
@@ -263,11 +267,12 @@ def attribute(
 
 
 def _verify(
-    handle: Any, token_ids_T: torch.Tensor, splice: Splice, fn: Any, total: float, top: pl.DataFrame
+    handle: Any, token_ids_T: torch.Tensor, splice: Splice, fn: Any, total: float, top: pl.DataFrame, start: int
 ) -> list[dict[str, Any]]:
-    """Each top feature's attribution next to `target(clean) - target(feature ablated)`."""
+    """Each top feature's attribution next to `target(clean) - target(feature ablated)`
+    (ablated at every position from `start`)."""
     out = []
-    everywhere = torch.ones(len(token_ids_T), dtype=torch.bool)
+    everywhere = torch.arange(len(token_ids_T)) >= start
     bare = Splice(dict(splice.saes))
     for row in top.iter_rows(named=True):
         hook, sae = splice.saes[row["sae_id"]]

@@ -106,7 +106,7 @@ def build_splice(
 
 @dataclass
 class SpliceRun:
-    """Logits `[T, V]` of one sequence and each spliced SAE's code `[T, F]`."""
+    """Logits `[T, V]` and each spliced SAE's code `[T, F]` (`[B, T, ...]` for a batch)."""
 
     logits_TV: torch.Tensor
     codes: dict[str, torch.Tensor]
@@ -114,11 +114,16 @@ class SpliceRun:
 
 @torch.inference_mode()
 def run_spliced(handle: Any, token_ids_T: torch.Tensor, splice: Splice) -> SpliceRun:
-    """One forward pass of one token sequence with `splice` applied."""
-    if token_ids_T.ndim != 1 or len(token_ids_T) == 0:
-        raise InvalidInputError(f"need one non-empty token sequence, got shape {tuple(token_ids_T.shape)}")
+    """One forward pass of one token sequence `[T]` (or a batch `[B, T]` whose rows share
+    the edits' positions) with `splice` applied."""
+    if token_ids_T.ndim not in (1, 2) or token_ids_T.shape[-1] == 0:
+        raise InvalidInputError(f"need token ids [T] or [B, T], got shape {tuple(token_ids_T.shape)}")
     for h in splice.hooks:
         handle.check_hook(h)
     record: dict[str, torch.Tensor] = {}
-    logits = handle.bridge.run_with_hooks(token_ids_T[None], fwd_hooks=splice.fwd_hooks(record))
-    return SpliceRun(logits[0].float(), {sid: f[0].float() for sid, f in record.items()})
+    batch = token_ids_T if token_ids_T.ndim == 2 else token_ids_T[None]
+    logits = handle.bridge.run_with_hooks(batch, fwd_hooks=splice.fwd_hooks(record)).float()
+    codes = {sid: f.float() for sid, f in record.items()}
+    if token_ids_T.ndim == 1:
+        return SpliceRun(logits[0], {sid: f[0] for sid, f in codes.items()})
+    return SpliceRun(logits, codes)

@@ -1,0 +1,153 @@
+"""Interventions on the real SmolLM2-135M (slow: loads the model).
+
+The atlas is built in the test the way users build one, kept small: a corpus of the
+built-in concept paragraphs (weekdays, months, numbers, categories) with some standard
+library docstrings, activations cached at one layer, and a TopK SAE trained on them.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from api.analyses.circular import run_circle_analysis, write_concept_run
+from api.atlas import Atlas
+from api.interventions import AtlasSources
+from saes.builtin_text import WEEKDAYS, concept_document, docstrings_of, stdlib_source_files
+from saes.encode import sae_activation_matrix
+from saes.intervene.concepts import value_token_ids, weekdays
+from saes.intervene.edits import RotateEdit
+from saes.intervene.splice import build_splice, run_spliced
+from store.activations import ActivationReader
+
+pytestmark = pytest.mark.slow
+
+LAYER = 4
+HOOK = f"blocks.{LAYER}.hook_resid_post"
+PROMPT = "Today is Monday, so tomorrow is"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    from saes.cache import cache_activations
+    from saes.corpus import CorpusSpec
+    from saes.models import load_model
+    from saes.train.atlas import train_saes
+    from saes.train.config import TrainConfig
+
+    handle = load_model("smollm2-135m")
+    root = tmp_path_factory.mktemp("realmodel") / "atlas"
+    rng = random.Random(0)
+    docs = [concept_document(rng, 12) for _ in range(250)]
+    for f in stdlib_source_files()[:30]:
+        docs += docstrings_of(f)[:4]
+    rng.shuffle(docs)
+    corpus = root.parent / "corpus.txt"
+    corpus.write_text("\n\n".join(docs))
+    cache_activations(handle, root, [HOOK], corpus=CorpusSpec(source=str(corpus), context_size=64),
+                      n_tokens=16_000, progress=False)
+    trained = train_saes(root, [HOOK], architecture="topk", d_sae=1024, k=16,
+                         train_cfg=TrainConfig(total_tokens=64_000, batch_size=512, progress=False))
+    sae_id = trained[HOOK]["sae_id"]
+    atlas = Atlas(root, model=handle)
+    acts, token_ids = sae_activation_matrix(atlas._sae(sae_id), ActivationReader(root, HOOK), split="all")
+    return {"atlas": atlas, "sae_id": sae_id, "acts": acts.tocsc(), "token_ids": token_ids, "handle": handle}
+
+
+def _token(handle, text: str) -> int:
+    ids = handle.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == 1, (text, ids)
+    return ids[0]
+
+
+def _selectivity(built, token_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per feature: firing rate on the given tokens, and elsewhere."""
+    on = np.isin(built["token_ids"], token_ids)
+    fires = built["acts"] > 0
+    rate_on = np.asarray(fires[on].mean(0)).ravel()
+    rate_off = np.asarray(fires[~on].mean(0)).ravel()
+    return rate_on, rate_off
+
+
+def _p(out, token: int) -> float:
+    return float(torch.softmax(out.logits_TV[-1].double(), -1)[token])
+
+
+def test_ablating_weekday_features_hurts_more_than_random_features(built):
+    atlas, sid, handle = built["atlas"], built["sae_id"], built["handle"]
+    days = [_token(handle, " " + d) for d in WEEKDAYS]
+    rate_on, rate_off = _selectivity(built, days)
+    clean = atlas.run(PROMPT, sae_ids=[sid])
+    monday = [i for i, t in enumerate(clean.tokens) if t.strip() == "Monday"][0]
+    active = clean.codes[sid][monday] > 0
+    weekday = [int(i) for i in np.argsort(-(rate_on - rate_off))
+               if rate_on[i] > 0.3 and rate_on[i] > 5 * rate_off[i] and active[i]][:8]
+    assert len(weekday) >= 2, "the SAE learned no weekday features"
+    answer = _token(handle, " Tuesday")
+    p_clean = _p(clean, answer)
+
+    def drop(features: list[int]) -> float:
+        edits = [{"kind": "ablate", "sae": sid, "feature": f} for f in features]
+        return p_clean - _p(atlas.run(PROMPT, edits), answer)
+
+    density = np.asarray((built["acts"] > 0).mean(0)).ravel()
+    rng = np.random.default_rng(0)
+    random_drops = []
+    for _ in range(5):
+        picked = []
+        for f in weekday:  # a random feature of matched density for each weekday feature
+            near = [int(i) for i in np.argsort(np.abs(density - density[f]))[:40] if i not in weekday + picked]
+            picked.append(int(rng.choice(near)))
+        random_drops.append(drop(picked))
+    weekday_drop = drop(weekday)
+    print(f"P(' Tuesday') {p_clean:.3f}; weekday ablation drop {weekday_drop:.3f}; random {random_drops}")
+    assert weekday_drop > 0.05
+    assert weekday_drop > max(random_drops)
+
+
+def test_steering_with_a_friday_feature_raises_p_friday(built):
+    """The " Friday" feature is the one attribution ranks first for the " Friday" logit
+    after "Today is Thursday, so tomorrow is"; steered into the weekday token of the Monday
+    prompt it raises P(" Friday")."""
+    atlas, sid, handle = built["atlas"], built["sae_id"], built["handle"]
+    friday = _token(handle, " Friday")
+    attribution = atlas.attribute("Today is Thursday, so tomorrow is", " Friday", verify=3)
+    assert attribution.complete
+    top = next(f for f in attribution.features if f["attribution"] > 0)
+    edit = {"kind": "steer", "sae": sid, "feature": top["feature"], "alpha": top["max_act"], "at": {"match": "Monday"}}
+    base, out = atlas.run(PROMPT), atlas.run(PROMPT, [edit])
+    steered = atlas.steer(PROMPT, [edit], max_new_tokens=3)
+    print(f"Friday feature {top['feature']} (agreement {attribution.agreement}): P(' Friday') "
+          f"{_p(base, friday):.4f} -> {_p(out, friday):.4f}; {steered.baseline_text!r} -> {steered.edited_text!r}")
+    assert _p(out, friday) > _p(base, friday) + 0.05
+    assert any(r["token_id"] == friday for r in steered.rising[:5])
+
+
+def test_rotation_on_the_weekday_circle_beats_a_random_plane(built):
+    """Rotate the weekday token by k steps on the stored circle planes of layers 2-6 (the
+    49 arithmetic prompts, batched) and count how often the answer moves by k."""
+    atlas, handle = built["atlas"], built["handle"]
+    layers = [2, 3, 4, 5, 6]
+    analysis = run_circle_analysis(handle, weekdays(), layers)
+    write_concept_run(atlas.root, "weekdays", analysis, model=handle.name)
+    batch = analysis.batch
+    pos = int(batch.concept_pos[0])
+    assert (batch.concept_pos == pos).all() and (batch.lengths == batch.lengths[0]).all()
+    cand = torch.tensor(value_token_ids(handle.tokenizer, analysis.concept))
+    answers = torch.tensor([p.answer for p in batch.prompts])
+    sources = AtlasSources(atlas)
+    tokens = [""] * int(batch.lengths[0])
+    hits = {"circle": 0, "random_plane": 0}
+    for k in (1, 2, 3):
+        for baseline in hits:
+            specs = [RotateEdit(circle="weekdays", layer=ly, steps=k, baseline=baseline, at=[pos], seed=k)
+                     for ly in layers]
+            logits = run_spliced(handle, batch.tokens, build_splice(sources, [], specs, tokens)).logits_TV[:, -1]
+            top = logits[:, cand].argmax(1)
+            hits[baseline] += int((top == (answers + k) % 7).sum())
+    n = 3 * len(batch)
+    print(f"answer moved by k: circle {hits['circle']}/{n}, random plane {hits['random_plane']}/{n}")
+    assert hits["circle"] > hits["random_plane"]
