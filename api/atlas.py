@@ -39,7 +39,7 @@ from api.display import AnalysisResult, Feature, TextSearch, TokenFeatures
 from api.display_meaning import ConceptResult, ContrastResult
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.layout import AtlasLayout
-from store.search import matches_frame
+from store.search import Filters, matches_frame
 
 MAX_K = 100
 MAX_TEXT_CHARS = 2000
@@ -272,15 +272,19 @@ class Atlas:
         index = self._check_latent(sae_id, index)
         return self._with_labels(matches_frame(atlas_search.similar(self._cache, self.root, sae_id, index, check_k(k))))
 
-    def search_vector(self, vector: Any, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
+    def search_vector(self, vector: Any, *, sae_id: str | None = None, k: int = 10, in_circle: bool | None = None,
+                      period: float | None = None, lobe: int | None = None) -> pl.DataFrame:
         """Latents whose decoder directions are nearest to `vector` (length d_in), in one SAE
-        or, by default, in every SAE of that width; columns sae_id, latent, cosine."""
+        or, by default, in every SAE of that width; columns sae_id, latent, cosine. The
+        geometry filters (`in_circle`, `period`, `lobe`) keep the features whose geometry
+        records match (see `geometry_features`)."""
         k = check_k(k)
         ids = [sae_id] if sae_id is not None else self.sae_ids
         widths = {i: int(self.sae_info(i)["d_in"]) for i in ids}
         v = _vector(vector, set(widths.values()))
         matching = [i for i, d in widths.items() if d == v.shape[0]]
-        return self._with_labels(matches_frame(atlas_search.by_vector(self._cache, self.root, matching, v, k)))
+        filters = Filters(in_circle=in_circle, period=period, lobe=lobe)
+        return self._with_labels(matches_frame(atlas_search.by_vector(self._cache, self.root, matching, v, k, filters)))
 
     def flow(self, sae_id: str, index: int, k: int = 5) -> pl.DataFrame:
         """Cross-layer flow: the best-matching latents of this feature in the other SAEs of the

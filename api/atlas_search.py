@@ -5,6 +5,7 @@ FAISS allows): similar features, nearest to a vector, cross-layer flow. Each ret
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,13 +31,15 @@ def similar(cache: atlas_sources.ResourceCache, root: Path, sae_id: str, latent:
 
 
 def by_vector(
-    cache: atlas_sources.ResourceCache, root: Path, sae_ids: list[str], vector_D: np.ndarray, k: int
+    cache: atlas_sources.ResourceCache, root: Path, sae_ids: list[str], vector_D: np.ndarray, k: int,
+    filters: Filters = Filters(),
 ) -> list[Match]:
-    """The `k` latents over `sae_ids` whose decoder directions are nearest to `vector_D`."""
+    """The `k` latents over `sae_ids` whose decoder directions are nearest to `vector_D`
+    (and pass `filters`, e.g. the geometry filters)."""
     search = _search(cache, root)
     if len(sae_ids) == 1:
-        return search.by_vector(vector_D, k, sae_id=sae_ids[0])
-    return search.by_vector(vector_D, k, filters=Filters(sae_ids=tuple(sae_ids)))
+        return search.by_vector(vector_D, k, sae_id=sae_ids[0], filters=filters)
+    return search.by_vector(vector_D, k, filters=replace(filters, sae_ids=tuple(sae_ids)))
 
 
 def cross_layer(

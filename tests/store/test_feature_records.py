@@ -79,3 +79,18 @@ def test_records_are_empty_before_a_build_and_damage_is_named(planted):
     path.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(IntegrityError, match="geometry.parquet"):
         read_records(planted, SAE, "geometry")
+
+
+def test_atlas_vector_search_takes_the_geometry_filters(planted):
+    from api import Atlas
+    from store.layout import AtlasLayout
+
+    layout = AtlasLayout(planted)
+    if not layout.atlas_json.exists():
+        layout.atlas_json.write_text('{"schema_version": 1, "saes": {}}')
+    rebuild_geometry_records(planted)
+    atlas = Atlas(planted)
+    hits = atlas.search_vector(np.ones(16), k=N_LATENTS, in_circle=True, period=7)
+    assert set(hits["latent"].to_list()) == set(WEEK)
+    assert set(atlas.geometry_features(SAE, lobe=3, kind="lobe")["latent"].to_list()) == {
+        i for i in range(N_LATENTS) if i % 4 == 3}
