@@ -59,7 +59,7 @@ from saes.intervene.concepts import (
 )
 from saes.intervene.edits import CirclePlane
 from saes.sae.base import SAE
-from store.activations import ActivationReader
+from store.activations import ActivationReader, Split
 from store.errors import InvalidInputError, NotFoundError
 
 # --------------------------------------------------------------------------- discovery
@@ -71,7 +71,7 @@ def discover_for_sae(
     params: DiscoveryParams | None = None,
     *,
     run: str | None = None,
-    split: str = "heldout",
+    split: Split = "heldout",
     max_tokens: int | None = 200_000,
     vocab: list[str] | None = None,
     figures: int = 3,

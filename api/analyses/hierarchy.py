@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
 from api.analyses.run_files import encoder_of, run_figure
-from geometry.causal import causal_basis, unembedding_rows
-from geometry.concept_vectors import concept_vector
+from geometry.causal import Metric, causal_basis, unembedding_rows
+from geometry.concept_vectors import Estimator, concept_vector
 from geometry.figures import hierarchy_figure
 from geometry.hierarchy import (
     HierarchyResult,
@@ -34,10 +34,11 @@ from geometry.trees import (
 )
 from saes.atlas_saes import load_atlas_sae
 from saes.encode import sae_activation_matrix
-from store.activations import ActivationReader
+from store.activations import ActivationReader, Split
 from store.errors import InvalidInputError, NotFoundError
 
 TREES = ("curated", "wordnet")
+Match = Literal["decoder", "activation"]  # how a concept finds its SAE latent
 
 
 def load_tree(spec: str | Path = "curated", *, wordnet_root: str = "entity.n.01") -> ConceptTree:
@@ -71,8 +72,8 @@ def run_hierarchy(
     tokenizer: Any,
     *,
     tree: str | Path = "curated",
-    metric: str = "causal",
-    estimator: str = "lda",
+    metric: Metric = "causal",
+    estimator: Estimator = "lda",
     min_tokens: int = 5,
     max_nodes: int | None = None,
     heldout_frac: float = 0.2,
@@ -112,10 +113,10 @@ def run_feature_hierarchy(
     tokenizer: Any,
     *,
     tree: str | Path = "curated",
-    match: str = "decoder",
-    metric: str = "causal",
+    match: Match = "decoder",
+    metric: Metric = "causal",
     min_tokens: int = 5,
-    split: str = "heldout",
+    split: Split = "heldout",
     max_tokens: int = 200_000,
     seed: int = 0,
     run: str | None = None,
