@@ -185,7 +185,10 @@ def span_fit(
         if k < 2:
             return {"dimension": k, "score": None,
                     "note": "a circle needs a span of at least 2 selective features"}
-        probe = fit_circle_probe(Z, values_N, n_values, n_components=min(5, k), seed=seed)
+        try:
+            probe = fit_circle_probe(Z, values_N, n_values, n_components=min(5, k), seed=seed)
+        except InvalidInputError as exc:  # e.g. the prompts' activations barely vary inside the span
+            return {"dimension": k, "score": None, "note": str(exc)}
         out = {"dimension": k, **probe.summary()}
         out["score"] = probe.r2_loo if probe.cyclic_order else probe.r2_loo / 2
         return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from api.atlas import MAX_K, MAX_TEXT_CHARS
 from api.http.schemas import MAX_SAES_PER_QUERY, GeometryRecord, JsonInt, Number, SafeId, _Strict
@@ -67,15 +67,42 @@ class ContrastResult(BaseModel):
     features: list[ContrastFeature]
 
 
-class ConceptSpec(_Strict):
-    """A user concept: values and prompt templates with one `{value}` slot (and, for
-    ordered arithmetic prompts, `{offset}` phrases)."""
+def _distinct(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise ValueError("concept values must be distinct")
+    return values
 
+
+ConceptValue = Annotated[str, Field(min_length=1, max_length=64, pattern="[A-Za-z0-9]",
+                                    description="a value (at least one letter or digit)")]
+ConceptTemplate = Annotated[str, Field(min_length=7, max_length=256, pattern=r"^[^{}]*\{value\}[^{}]*$",
+                                       description="a prompt with exactly one {value} slot and no other braces")]
+
+
+def _values(minimum: int) -> object:
+    return Field(min_length=minimum, max_length=64, json_schema_extra={"uniqueItems": True},
+                 description="distinct values")
+
+
+class OrderedConceptSpec(_Strict):
+    """Your own ordered (cyclic) concept: values in order and prompt templates."""
+
+    kind: Literal["ordered"]
     name: str = Field(default="custom", max_length=64)
-    kind: Literal["ordered", "categories"] = "ordered"
-    values: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(min_length=2, max_length=64)
-    templates: list[Annotated[str, Field(min_length=7, max_length=256)]] = Field(min_length=1, max_length=16)
-    offsets: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=31)
+    values: Annotated[list[ConceptValue], AfterValidator(_distinct)] = _values(3)
+    templates: list[ConceptTemplate] = Field(min_length=1, max_length=16)
+
+
+class CategoryConceptSpec(_Strict):
+    """Your own unordered concept (categories) and prompt templates."""
+
+    kind: Literal["categories"]
+    name: str = Field(default="custom", max_length=64)
+    values: Annotated[list[ConceptValue], AfterValidator(_distinct)] = _values(2)
+    templates: list[ConceptTemplate] = Field(min_length=1, max_length=16)
+
+
+ConceptSpec = Annotated[OrderedConceptSpec | CategoryConceptSpec, Field(discriminator="kind")]
 
 
 class ConceptQuery(_Strict):
@@ -88,8 +115,8 @@ class ConceptQuery(_Strict):
     min_fire_rate: float = Field(default=0.5, gt=0, le=1, description="share of a value's prompts a feature fires on")
     min_selectivity: float = Field(default=0.5, gt=0, le=1, description="share of variance the value explains")
     target: float = Field(default=0.9, gt=0, le=1, description="explained variance at which the span stops")
-    max_features: int = Field(default=8, ge=1, le=32)
-    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    max_features: JsonInt = Field(default=8, ge=1, le=32)
+    seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
 
 
 class ConceptFeature(BaseModel):

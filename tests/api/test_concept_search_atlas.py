@@ -117,10 +117,11 @@ def test_concept_search_over_http(server: Any, small_atlas: dict[str, Any]) -> N
     assert builtin.status_code == 200 and builtin.json()["kind"] == "ordered"
     bad = httpx.post(server.url + "/search/concept", json={**body, "concept": "planets"}, timeout=30)
     assert bad.status_code == 422
-    huge = {"name": "x", "values": [f"v{i}" for i in range(64)], "templates": ["{offset} after {value}"] * 16,
-            "offsets": [f"o{i}" for i in range(31)]}
-    bad = httpx.post(server.url + "/search/concept", json={"concept": huge}, timeout=30)
-    assert bad.status_code == 400 and "maximum" in bad.text
+    for concept in ({**body["concept"], "templates": ["no slot here"]},  # every template needs one {value}
+                    {**body["concept"], "values": ["cat", "cat", "dog"]},  # distinct values
+                    {**body["concept"], "kind": "ordered", "values": ["cat", "dog"]}):  # a cycle needs 3
+        bad = httpx.post(server.url + "/search/concept", json={**body, "concept": concept}, timeout=30)
+        assert bad.status_code == 422, (concept, bad.text)
 
 
 def test_saved_concept_run_becomes_geometry_records(atlas: Atlas, small_atlas: dict[str, Any], server: Any) -> None:

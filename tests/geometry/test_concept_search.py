@@ -86,3 +86,10 @@ def test_categories_with_too_few_prompts_say_why():
 
     fit = span_fit(np.eye(6, 4), np.array([0, 1, 2, 0, 1, 2]), np.eye(4)[:, :2], "categories", 3)
     assert fit["score"] is None and "at least 3 prompts" in fit["note"]
+
+
+def test_a_span_without_variation_says_why_instead_of_failing():
+    from geometry.concept_search import span_fit
+
+    fit = span_fit(np.ones((14, 4)), np.arange(14) % 7, np.eye(4)[:, :2], "ordered", 7)
+    assert fit["score"] is None and "fewer than 2 dimensions" in fit["note"]
