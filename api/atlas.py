@@ -455,13 +455,14 @@ class Atlas:
                                    temperature=temperature, seed=seed)
 
     def attribute(self, text: str, target: Any, *, sae_ids: list[str] | None = None, top: int = 20,
-                  verify: int = 5) -> Any:
+                  verify: int = 5, mode: str = "linearized") -> Any:
         """Activation x gradient attribution of `target` (a token, or `{"kind": "logit" |
         "logit_diff" | "loss", ...}`) to the features of `sae_ids` (default: all) on `text`,
-        with the completeness check and the top features' true ablation effects."""
+        with the completeness check and the top features' true ablation effects. `mode`:
+        "linearized" (parts sum to the target) or "gradient" (the model's own gradient)."""
         from api import interventions
 
-        return interventions.attribute_text(self, text, target, sae_ids=sae_ids, top=top, verify=verify)
+        return interventions.attribute_text(self, text, target, sae_ids=sae_ids, top=top, verify=verify, mode=mode)
 
     def _run_model(self, run: Any) -> Any:
         """`run()` holding the model lock (one model run at a time per Atlas)."""

@@ -132,11 +132,12 @@ class AttributionView:
     tolerance: dict[str, float]
     verification: list[dict[str, Any]]
     agreement: dict[str, float]
+    mode: str
 
     @classmethod
     def build(cls, text: str, tokens: list[str], a: Attribution) -> AttributionView:
         return cls(text, tokens, a.target, a.total, a.features.to_dicts(), a.token_attr, a.token_error, a.parts,
-                   a.complete, a.tolerance, a.verification, a.agreement)
+                   a.complete, a.tolerance, a.verification, a.agreement, a.mode)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,7 +150,7 @@ class AttributionView:
         rows = "".join(f"<div><b>{_esc(sid)}</b> {signed_tokens(self.tokens, vals)}</div>"
                        for sid, vals in self.token_attr.items())
         check = "complete" if self.complete else "INCOMPLETE"
-        return (f"<div>target {_esc(self.target)} = {_fmt(self.total)} ({check} within "
+        return (f"<div>{self.mode} attribution of {_esc(self.target)} = {_fmt(self.total)} ({check} within "
                 f"{self.tolerance['atol']} + {self.tolerance['rtol']}|total|)</div>{rows}"
                 + _frame_html(self.features[:10], ["sae_id", "feature", "attribution", "max_act", "top_position"])
                 + "<div>attribution vs ablation effect "

@@ -162,10 +162,12 @@ def steer(atlas: Atlas, text: str, edits: Sequence[Any], *, max_new_tokens: int 
 
 
 def attribute_text(atlas: Atlas, text: str, target: Any, *, sae_ids: Sequence[str] | None = None,
-                   top: int = 20, verify: int = 5) -> AttributionView:
+                   top: int = 20, verify: int = 5, mode: str = "linearized") -> AttributionView:
     """Attribute `target` (a token, or a Target) to the features of `sae_ids` (default:
     every SAE of the atlas) on `text`, with the completeness and ablation checks."""
     tgt = parse_target(target)
+    if mode not in ("linearized", "gradient"):
+        raise InvalidInputError(f"unknown attribution mode {mode!r}; valid: linearized, gradient")
     if not 1 <= top <= 200 or not 0 <= verify <= 20:
         raise InvalidInputError(f"top must be in 1..200 and verify in 0..20, got {top}, {verify}")
     ids = _sae_ids(atlas, sae_ids) or atlas.sae_ids
@@ -175,5 +177,5 @@ def attribute_text(atlas: Atlas, text: str, target: Any, *, sae_ids: Sequence[st
     tokens_T, toks = _tokenize(handle, text)
     splice = build_splice(AtlasSources(atlas), ids, [], toks)
     with atlas._model_lock:
-        result = attribute(handle, tokens_T, splice, tgt, top=top, verify=verify)
+        result = attribute(handle, tokens_T, splice, tgt, top=top, verify=verify, mode=mode)
     return AttributionView.build(text, toks, result)

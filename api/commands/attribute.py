@@ -21,12 +21,13 @@ def attribute_command(
     sae: list[str] = typer.Option(None, "--sae", help="SAEs to attribute to (repeatable; default: all)."),
     top: int = typer.Option(20, min=1, max=200, help="Features to list."),
     verify: int = typer.Option(5, min=0, max=20, help="Top features checked by true ablation."),
+    mode: str = typer.Option("linearized", help="linearized (parts sum to the target) or gradient (model's own)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Activation x gradient attribution through the spliced SAEs, with the completeness
     check and the top features' true ablation effects."""
     spec = {"kind": kind, "token": target, "other": other, "position": position}
-    result = Atlas(atlas).attribute(text, spec, sae_ids=sae or None, top=top, verify=verify)
+    result = Atlas(atlas).attribute(text, spec, sae_ids=sae or None, top=top, verify=verify, mode=mode)
     if json_out:
         print_json(result.to_dict())
         return

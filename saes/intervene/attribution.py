@@ -15,7 +15,11 @@ through the model itself (the splice adds `decode(f) - decode(f).detach()`), so 
 SAE's attributions are computed in the same pass.
 
 Features are ranked without the BOS position (SAEs are trained without it; its nodes
-still count towards completeness). The top features' attributions are then compared with their true ablation effect
+still count towards completeness). With `mode="gradient"` nothing is frozen: the attributions are the model's own first-order
+estimates (on SmolLM2 they track the ablation effects much better, see the README) but
+the parts no longer sum to the target, which the completeness check then reports.
+
+The top features' attributions are then compared with their true ablation effect
 (target with the feature set to zero at every position, error term kept): Pearson and
 Spearman correlation and the share of matching signs.
 """
@@ -38,6 +42,7 @@ from saes.intervene.splice import Splice, run_spliced
 from store.errors import InvalidInputError
 
 ATOL, RTOL = 1e-3, 1e-3
+AttributionMode = Literal["linearized", "gradient"]
 _LAYER = re.compile(r"\.(?:h|layers|blocks)\.(\d+)\.")
 _UPSTREAM = ("embed", "wte", "wpe")
 
@@ -163,6 +168,7 @@ class Attribution:
     verification: list[dict[str, Any]]  # top features: attribution vs ablation effect
     agreement: dict[str, float]
     tolerance: dict[str, float]
+    mode: str = "linearized"
 
     @property
     def complete(self) -> bool:
@@ -190,9 +196,12 @@ def attribute(
     *,
     top: int = 20,
     verify: int = 5,
+    mode: AttributionMode = "linearized",
 ) -> Attribution:
     """Attribute `target` to the features of the SAEs in `splice` (its edits are ignored:
-    attribution explains the clean model); verify the `verify` largest by ablation."""
+    attribution explains the clean model); verify the `verify` largest by ablation. `mode`
+    "linearized" freezes the nonlinearities (parts sum to the target); "gradient" uses the
+    model's own gradient (no completeness, often closer to the ablation effects)."""
     if not splice.saes:
         raise InvalidInputError("attribution needs at least one spliced SAE")
     for h, _ in splice.saes.values():
@@ -218,7 +227,7 @@ def attribute(
 
         return f_hook
 
-    hooks = linearizing_hooks(handle) + [(h, splice_hook(h)) for h in dict.fromkeys(h for h, _ in splice.saes.values())]
+    hooks = (linearizing_hooks(handle) if mode == "linearized" else []) + [(h, splice_hook(h)) for h in dict.fromkeys(h for h, _ in splice.saes.values())]
     with torch.enable_grad(), _only_biases_need_grad(handle.bridge) as biases, warnings.catch_warnings():
         # freezing a norm scale is meant to edit it (TransformerLens warns about any such edit)
         warnings.filterwarnings("ignore", message="A forward hook edited hook_scale")
@@ -263,7 +272,7 @@ def attribute(
                            np.array([v["ablation_effect"] for v in verification]))
     tokens = handle.tokenizer.convert_ids_to_tokens(token_ids_T.tolist())
     return Attribution(tokens, target.model_dump(), total, features, token_attr, token_error, parts,
-                       verification, agreement, {"atol": ATOL, "rtol": RTOL})
+                       verification, agreement, {"atol": ATOL, "rtol": RTOL}, mode)
 
 
 def _verify(

@@ -169,6 +169,9 @@ def test_http_run_steer_attribute(live, atlas, atlas_dir):
     r = httpx.post(live.url + "/attribute", json={"text": TEXT, "target": "dog", "verify": 2}, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["complete"] is True and r.json()["features"]
+    r = httpx.post(live.url + "/attribute", json={"text": TEXT, "target": "dog", "verify": 2, "mode": "gradient"},
+                   timeout=60)
+    assert r.status_code == 200 and r.json()["mode"] == "gradient"
 
 
 @pytest.mark.parametrize("path,body,status,needle", [
@@ -183,6 +186,7 @@ def test_http_run_steer_attribute(live, atlas, atlas_dir):
     ("/steer", {"text": TEXT, "max_new_tokens": 10_000,
                 "edits": [{"kind": "steer", "sae": "SID", "feature": 0, "alpha": 1}]}, 422, "max_new_tokens"),
     ("/attribute", {"text": TEXT, "target": "the cat"}, 400, "exactly one token"),
+    ("/attribute", {"text": TEXT, "target": "dog", "mode": "magic"}, 422, "mode"),
 ])
 def test_http_bad_input(live, atlas_dir, path, body, status, needle):
     body = json.loads(json.dumps(body).replace("SID", atlas_dir["sae_ids"][0]))

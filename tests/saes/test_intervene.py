@@ -277,3 +277,15 @@ def test_generation_is_seeded_and_reports_the_shift(handle, tokens, planted):
     assert same > 0
     assert distribution_shift(handle.tokenizer, torch.ones(50), torch.ones(50))[2] == pytest.approx(0.0, abs=1e-12)
     assert math.isfinite(greedy.kl)
+
+
+def test_gradient_mode_uses_the_model_gradient(handle, tokens, planted):
+    """Without linearisation the final RMS norm is scale invariant (x . grad = 0 through it),
+    so the parts no longer add up to the logit and the check says so."""
+    hook, sae, _ = planted
+    sp = Splice({"p": (hook, sae)})
+    lin = attribute(handle, tokens, sp, Target(kind="logit", token=TARGET), verify=0)
+    grad = attribute(handle, tokens, sp, Target(kind="logit", token=TARGET), verify=0, mode="gradient")
+    assert lin.complete and not grad.complete and grad.mode == "gradient"
+    assert grad.parts[0]["sum"] == pytest.approx(0.0, abs=1e-3)
+    assert grad.total == pytest.approx(lin.total, abs=1e-5)

@@ -19,7 +19,7 @@ from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, error_responses
 from api.http.schemas import MAX_SAES_PER_QUERY, Number, SafeId
 from api.interventions import MAX_CHARS, MAX_EDITS, MAX_NEW_TOKENS
-from saes.intervene.attribution import Target
+from saes.intervene.attribution import AttributionMode, Target
 from saes.intervene.edits import Edit
 
 router = APIRouter(tags=["interventions"], responses={**DATA_ERRORS, **error_responses(400, 403, 404, 413)})
@@ -56,6 +56,8 @@ class AttributeRequest(_Request):
                                          description="SAEs to attribute to (default: all)")
     top: int = Field(default=20, ge=1, le=200)
     verify: int = Field(default=5, ge=0, le=20, description="top features checked by true ablation")
+    mode: AttributionMode = Field(default="linearized", description="linearized: parts sum to the target; "
+                                  "gradient: the model's own gradient")
 
 
 class TokenProb(BaseModel):
@@ -123,6 +125,7 @@ class AttributionResult(BaseModel):
     tolerance: dict[str, float]
     verification: list[AttributedFeature]
     agreement: dict[str, Number]
+    mode: str
 
 
 def _allowed(settings: Any) -> None:
@@ -157,4 +160,4 @@ async def post_attribute(atlas: AtlasDep, settings: SettingsDep, queue: ModelQue
     _allowed(settings)
     ids = [sae_id_checked(s) for s in body.sae_ids] if body.sae_ids else None
     return await _queued(queue, lambda: atlas.attribute(body.text, body.target, sae_ids=ids, top=body.top,
-                                                        verify=body.verify))
+                                                        verify=body.verify, mode=body.mode))
