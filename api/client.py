@@ -118,6 +118,29 @@ class AtlasClient:
             return self._call("GET", f"/search/token/{token}", params=params)
         return self._call("GET", "/search/token", params={**params, "token": token})
 
+    def contrast(self, texts_a: list[str], texts_b: list[str], *, saes: list[str] | None = None,
+                 **options: Any) -> dict[str, Any]:
+        """Features separating two sets of texts (`Atlas.contrast`; options: k, pool,
+        n_permutations, alpha, duplicate_threshold, seed)."""
+        return self._call("POST", "/search/contrast", json={"texts_a": texts_a, "texts_b": texts_b,
+                                                           "sae_ids": saes, **options})
+
+    def concept_search(self, concept: str | dict[str, Any], *, saes: list[str] | None = None,
+                       **options: Any) -> dict[str, Any]:
+        """Features carrying a concept, their span and its geometry (`Atlas.concept_search`;
+        a built-in name or a spec with kind, values, templates)."""
+        return self._call("POST", "/search/concept", json={"concept": concept, "sae_ids": saes, **options})
+
+    def geometry_features(self, sae_id: str | None = None, **filters: Any) -> pl.DataFrame:
+        """Features by the geometry results they belong to (in_circle, period, lobe, kind)."""
+        params = {k: v for k, v in {"sae_id": sae_id, **filters}.items() if v is not None}
+        return pl.DataFrame(self._call("GET", "/search/geometry", params=params))
+
+    def search_labels(self, query: str, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
+        """Features whose labels or explanations match `query`."""
+        params: dict[str, Any] = {"q": query, "k": k, **({"sae_id": sae_id} if sae_id else {})}
+        return pl.DataFrame(self._call("GET", "/search/labels", params=params))
+
     def map(self, sae_id: str) -> pl.DataFrame:
         """The SAE's 2-D feature map."""
         return pl.DataFrame(self._call("GET", f"/saes/{self._sae(sae_id)}/map"))

@@ -136,3 +136,21 @@ def test_explorer_label_search_opens_a_labelled_feature(labelled: tuple[Atlas, d
         assert page.query_selector("#geometry") is not None
         browser.close()
     assert not errors, errors
+
+
+def test_client_meaning_searches_mirror_the_atlas(labelled: tuple[Atlas, dict[str, Any]]) -> None:
+    from api.client import AtlasClient
+    from tests.api.conftest import LiveServer
+
+    atlas, facts = labelled
+    b = facts["sae_ids"][1]
+    texts_a = ["the cat is red", "the cat is blue", "the cat is green"]
+    texts_b = ["the chair is red", "the chair is blue", "the chair is green"]
+    with LiveServer(facts["root"]) as live, AtlasClient(live.url) as client:
+        remote = client.contrast(texts_a, texts_b, saes=[b], k=5, n_permutations=500)
+        local = atlas.contrast(texts_a, texts_b, saes=[b], k=5, n_permutations=500)
+        assert [f["latent"] for f in remote["features"]] == local.table["latent"].to_list()
+        remote_c = client.concept_search("weekdays", saes=[b], min_selectivity=0.3)
+        assert remote_c["per_sae"][b]["span"] == atlas.concept_search("weekdays", saes=[b], min_selectivity=0.3).per_sae[b]["span"]
+        assert client.search_labels("promotes", k=3)["latent"].to_list() == atlas.search_labels("promotes", k=3)["latent"].to_list()
+        assert client.geometry_features(b).height == atlas.geometry_features(b).height
