@@ -319,29 +319,66 @@ async function mapView(sae, highlight) {
   select.onchange = () => { location.hash = `#/map/${enc(select.value)}`; };
   const canvas = el("canvas", { id: "map-canvas", width: 720, height: 520 });
   const tip = document.getElementById("map-tip") || document.body.appendChild(el("div", { id: "map-tip" }));
-  view.replaceChildren(el("h2", {}, "Feature map"), el("div", {}, "SAE ", select), canvas,
-    el("p", { class: "muted", id: "map-note" }, "Hover a point for its latent; click to open the feature."));
+  const colourBy = el("select", { id: "map-colour" });
+  const query = el("input", { id: "map-search", type: "search", placeholder: "highlight by label words" });
+  const note = el("p", { class: "muted", id: "map-note" }, "Hover a point for its latent; click to open the feature.");
+  view.replaceChildren(el("h2", {}, "Feature map"),
+    el("div", {}, "SAE ", select, " colour by ", colourBy, " ", query), canvas, note);
   let data;
   try { data = await api(`/saes/${enc(sae)}/map`); } catch (err) {
-    document.getElementById("map-note").replaceChildren(el("span", { class: "error" }, err.message));
+    note.replaceChildren(el("span", { class: "error" }, err.message));
     return;
   }
   const n = data.latent.length;
+  const labelColumns = Object.keys(data).filter((c) => !["latent", "x", "y", "knn_overlap"].includes(c));
+  const circle = new Set((await api(`/search/geometry?sae_id=${enc(sae)}&in_circle=true`)).map((r) => r.latent));
+  for (const c of [...labelColumns, "in a circle"]) colourBy.appendChild(el("option", { value: c }, c));
+  const overlap = data.knn_overlap.filter((v) => v !== null);
+  if (overlap.length) note.append(` kNN overlap of the layout: ${fmt(overlap.reduce((a, b) => a + b, 0) / overlap.length)}.`);
+  let matches = new Set();
   const [minX, maxX] = [Math.min(...data.x), Math.max(...data.x)];
   const [minY, maxY] = [Math.min(...data.y), Math.max(...data.y)];
   const px = (i) => 20 + ((data.x[i] - minX) / (maxX - minX || 1)) * (canvas.width - 40);
   const py = (i) => canvas.height - 20 - ((data.y[i] - minY) / (maxY - minY || 1)) * (canvas.height - 40);
   const ctx = canvas.getContext("2d");
-  for (let i = 0; i < n; i++) {
-    const cluster = data.cluster ? data.cluster[i] : null;
-    ctx.fillStyle = cluster === null || cluster === undefined || cluster < 0 ? "#999" : PALETTE[cluster % PALETTE.length];
-    const big = String(data.latent[i]) === highlight;
-    ctx.beginPath();
-    ctx.arc(px(i), py(i), big ? 6 : 3, 0, 2 * Math.PI);
-    ctx.fill();
-    if (big) { ctx.strokeStyle = "#000"; ctx.stroke(); }
-  }
-  canvas.dataset.points = String(n);
+  const colour = (i) => {
+    if (colourBy.value === "in a circle") return circle.has(data.latent[i]) ? "#d62728" : "#ccc";
+    const v = data[colourBy.value] ? data[colourBy.value][i] : null;
+    return v === null || v === undefined || v < 0 ? "#999" : PALETTE[v % PALETTE.length];
+  };
+  const draw = () => {
+    ctx.clearRect(0, 0, canvas.width, canvas.height);
+    for (let i = 0; i < n; i++) {
+      ctx.fillStyle = colour(i);
+      const big = String(data.latent[i]) === highlight || matches.has(data.latent[i]);
+      ctx.globalAlpha = matches.size && !big ? 0.25 : 1;
+      ctx.beginPath();
+      ctx.arc(px(i), py(i), big ? 6 : 3, 0, 2 * Math.PI);
+      ctx.fill();
+      if (big) { ctx.strokeStyle = "#000"; ctx.stroke(); }
+    }
+    ctx.globalAlpha = 1;
+    if (colourBy.value !== "in a circle" && data[colourBy.value]) {  // name each group at its centre
+      const sums = new Map();
+      for (let i = 0; i < n; i++) {
+        const g = data[colourBy.value][i];
+        const [x, y, c] = sums.get(g) || [0, 0, 0];
+        sums.set(g, [x + px(i), y + py(i), c + 1]);
+      }
+      ctx.fillStyle = "#000";
+      ctx.font = "11px sans-serif";
+      for (const [g, [x, y, c]] of sums) if (g !== null && g >= 0) ctx.fillText(`${colourBy.value} ${g}`, x / c, y / c);
+    }
+    canvas.dataset.points = String(n);
+    canvas.dataset.highlighted = String(matches.size);
+  };
+  colourBy.onchange = draw;
+  query.onchange = async () => {
+    matches = new Set(query.value.trim() ? (await api(`/search/labels?q=${enc(query.value)}&sae_id=${enc(sae)}&k=100`))
+      .map((h) => h.latent) : []);
+    draw();
+  };
+  draw();
   const nearest = (event) => {
     const rect = canvas.getBoundingClientRect();
     const x = event.clientX - rect.left, y = event.clientY - rect.top;
@@ -358,7 +395,8 @@ async function mapView(sae, highlight) {
     tip.style.display = "block";
     tip.style.left = event.clientX + 12 + "px";
     tip.style.top = event.clientY + 12 + "px";
-    tip.textContent = `latent ${data.latent[i]}` + (data.cluster ? ` · cluster ${data.cluster[i]}` : "");
+    tip.textContent = `latent ${data.latent[i]}` + labelColumns.map((c) => ` · ${c} ${data[c][i]}`).join("")
+      + (circle.has(data.latent[i]) ? " · in a circle" : "");
   };
   canvas.onmouseleave = () => { tip.style.display = "none"; };
   canvas.onclick = (event) => {

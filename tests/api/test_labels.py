@@ -134,6 +134,15 @@ def test_explorer_label_search_opens_a_labelled_feature(labelled: tuple[Atlas, d
         assert page.inner_text("#feature-title") == f"{b} / feature 21"
         assert "rivers and lakes" in page.inner_text(".explanation")
         assert page.query_selector("#geometry") is not None
+        # the map: label words highlight matching points, colouring switches to circle membership
+        page.goto(f"{live.url}/#/map/{b}")
+        page.wait_for_selector("#map-canvas[data-points]")
+        assert page.get_attribute("#map-canvas", "data-highlighted") == "0"
+        page.fill("#map-search", "rivers")
+        page.press("#map-search", "Enter")
+        page.wait_for_selector('#map-canvas[data-highlighted="1"]')
+        page.select_option("#map-colour", "in a circle")
+        assert "kNN overlap" in page.inner_text("#map-note")
         browser.close()
     assert not errors, errors
 
