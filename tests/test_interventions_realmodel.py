@@ -109,20 +109,21 @@ def test_ablating_weekday_features_hurts_more_than_random_features(built):
 
 
 def test_steering_with_a_friday_feature_raises_p_friday(built):
-    """The " Friday" feature is the one attribution ranks first for the " Friday" logit
-    after "Today is Thursday, so tomorrow is"; steered into the weekday token of the Monday
-    prompt it raises P(" Friday")."""
+    """The " Friday" feature (the one firing most selectively on " Friday" tokens), steered
+    into the weekday token of a prompt whose answer copies that day, raises P(" Friday")."""
     atlas, sid, handle = built["atlas"], built["sae_id"], built["handle"]
     friday = _token(handle, " Friday")
-    attribution = atlas.attribute("Today is Thursday, so tomorrow is", " Friday", verify=3)
-    assert attribution.complete
-    top = next(f for f in attribution.features if f["attribution"] > 0)
-    edit = {"kind": "steer", "sae": sid, "feature": top["feature"], "alpha": top["max_act"], "at": {"match": "Monday"}}
-    base, out = atlas.run(PROMPT), atlas.run(PROMPT, [edit])
-    steered = atlas.steer(PROMPT, [edit], max_new_tokens=3)
-    print(f"Friday feature {top['feature']} (agreement {attribution.agreement}): P(' Friday') "
-          f"{_p(base, friday):.4f} -> {_p(out, friday):.4f}; {steered.baseline_text!r} -> {steered.edited_text!r}")
-    assert _p(out, friday) > _p(base, friday) + 0.05
+    rate_on, rate_off = _selectivity(built, [friday])
+    feature = int(np.argmax(rate_on - 5 * rate_off))
+    assert rate_on[feature] > 0.5
+    alpha = float(built["acts"][:, feature].max())
+    prompt = "The meeting is on Monday. The meeting is on"
+    edit = {"kind": "steer", "sae": sid, "feature": feature, "alpha": alpha, "at": {"match": "Monday"}}
+    base, out = atlas.run(prompt), atlas.run(prompt, [edit])
+    steered = atlas.steer(prompt, [edit], max_new_tokens=3)
+    print(f"Friday feature {feature}: P(' Friday') {_p(base, friday):.4f} -> {_p(out, friday):.4f}; "
+          f"{steered.baseline_text!r} -> {steered.edited_text!r}")
+    assert _p(out, friday) > 2 * _p(base, friday)
     assert any(r["token_id"] == friday for r in steered.rising[:5])
 
 
