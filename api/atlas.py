@@ -415,7 +415,7 @@ class Atlas:
     def _with_labels(self, frame: pl.DataFrame) -> pl.DataFrame:
         """`frame` (with sae_id, latent) plus `label` (offline) and `explanations` (imported) columns."""
         schema = {"sae_id": pl.String, "latent": pl.Int64, "label": pl.String, "explanations": pl.List(pl.String)}
-        parts = [atlas_meaning.labels_by_latent(self._records(sid, "labels")).with_columns(pl.lit(sid).alias("sae_id"))
+        parts = [atlas_meaning.labels_by_latent(self._cache, self.root, sid).with_columns(pl.lit(sid).alias("sae_id"))
                  for sid in frame["sae_id"].unique().to_list()] if frame.height else []
         table = pl.concat([p.select(list(schema)) for p in parts]) if parts else pl.DataFrame(schema=schema)
         return frame.join(table, on=["sae_id", "latent"], how="left")

@@ -219,9 +219,14 @@ def _version(root: Path, sae_id: str, table: RecordTable) -> str:
     return str(sidecar.stat().st_mtime_ns) if sidecar.exists() else "none"
 
 
-def labels_by_latent(labels: pl.DataFrame) -> pl.DataFrame:
+def labels_by_latent(cache: ResourceCache, root: Path, sae_id: str) -> pl.DataFrame:
     """One row per labelled latent of an SAE's labels table: latent, label (the offline
-    one), explanations (imported texts)."""
+    one), explanations (imported texts); computed once per version of the table."""
+    key = ("labels-by-latent", sae_id, _version(root, sae_id, "labels"))
+    return cache.get(key, lambda: _labels_by_latent(feature_records(cache, root, sae_id, "labels")))
+
+
+def _labels_by_latent(labels: pl.DataFrame) -> pl.DataFrame:
     auto = labels.filter(pl.col("source") == AUTO).select("latent", pl.col("text").alias("label"))
     imported = (labels.filter(pl.col("source") != AUTO).group_by("latent")
                 .agg(pl.col("text").sort().alias("explanations")))
