@@ -23,6 +23,7 @@ from saes.intervene.generate import compare
 from saes.intervene.splice import build_splice, run_spliced
 from saes.sae.base import SAE
 from store.errors import InvalidInputError, NotFoundError
+from store.tables import FEATURES_FILE
 
 if TYPE_CHECKING:
     from api.atlas import Atlas
@@ -80,11 +81,11 @@ class AtlasSources:
         return self.atlas.sae_info(sae_id)["hook"]
 
     def feature_mean(self, sae_id: str, feature: int) -> float | None:
+        """The feature's mean activation from the summaries; None if not summarized."""
         self.atlas._check_latent(sae_id, feature)
-        try:
-            return float(self.atlas._tables(sae_id).feature(feature)["mean_act"])
-        except NotFoundError:
+        if not (self.atlas.layout.require_sae(sae_id) / FEATURES_FILE).exists():
             return None
+        return float(self.atlas._tables(sae_id).feature(feature)["mean_act"])
 
     def plane(self, run: str, layer: int | None) -> CirclePlane:
         plane = read_circle_plane(self.atlas.root, run, layer)
