@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from saes.devices import resolve_device
 from saes.formats.saelens import CFG_FILE, load_saelens
 from saes.sae.base import SAE
 from store.errors import InvalidInputError
@@ -23,14 +24,15 @@ def _repair(sae_id: str) -> str:
     return f"re-train or re-import SAE {sae_id!r}"
 
 
-def load_atlas_sae(root: str | Path, sae_id: str, *, device: str | torch.device = "cpu") -> SAE:
-    """SAE `sae_id` of the atlas at `root`, in eval mode on `device` (NotFoundError for an
+def load_atlas_sae(root: str | Path, sae_id: str, *, device: str | torch.device | None = None) -> SAE:
+    """SAE `sae_id` of the atlas at `root`, in eval mode on `device` (`saes.devices.resolve_device`:
+    None is `$SAE_ATLAS_DEVICE`, else cpu) (NotFoundError for an
     unknown id, IntegrityError for a missing, truncated or mismatched file). The weights'
     sha256 is checked first (`store.integrity.verify_sae_weights`, hashed once per process
     per file version)."""
     folder = AtlasLayout(root).require_sae(sae_id)
     verify_sae_weights(root, sae_id)
-    return load_saelens(folder, device=device).eval()
+    return load_saelens(folder, device=resolve_device(device)).eval()
 
 
 def atlas_sae_hook(root: str | Path, sae_id: str) -> str:

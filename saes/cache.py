@@ -59,12 +59,13 @@ def _check_model_matches(layout: AtlasLayout, spec: Any) -> None:
 
 
 def run_hooks(handle: ModelHandle, tokens: torch.Tensor, hooks: list[str]) -> dict[str, torch.Tensor]:
-    """Activations `[batch, pos, d]` of `hooks` from one forward pass stopped after the deepest."""
+    """Activations `[batch, pos, d]` of `hooks` from one forward pass stopped after the deepest
+    (on the model's device; `tokens` are moved there)."""
     stop = max(handle.hook_layer(h) for h in hooks) + 1
     captured: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
         handle.bridge.run_with_hooks(
-            tokens, fwd_hooks=capture_hooks(hooks, captured), stop_at_layer=max(stop, 1)
+            tokens.to(handle.device), fwd_hooks=capture_hooks(hooks, captured), stop_at_layer=max(stop, 1)
         )
     missing = [h for h in hooks if h not in captured]
     if missing:

@@ -80,6 +80,11 @@ class ModelHandle:
     hook_names: list[str] = field(repr=False)
 
     @property
+    def device(self) -> torch.device:
+        """The device the model's weights live on."""
+        return next(self.bridge.parameters()).device
+
+    @property
     def W_U(self) -> torch.Tensor:  # noqa: N802 (TransformerLens name)
         """Unembedding `[d_model, d_vocab]`."""
         return self.bridge.W_U
@@ -257,20 +262,34 @@ def _resolve(spec: str | dict[str, Any]) -> tuple[str, Any, Any, str]:
     )
 
 
-def load_model(spec: str | dict[str, Any] = DEFAULT_MODEL, *, cache: bool = True) -> ModelHandle:
+def load_model(
+    spec: str | dict[str, Any] = DEFAULT_MODEL,
+    *,
+    cache: bool = True,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+) -> ModelHandle:
     """Load a model through `TransformerBridge.boot_transformers` and describe it.
 
-    With `cache=True` a spec loaded before in this process returns the same handle.
+    The weights are moved once to `device` in `dtype` (`saes.devices`: None reads
+    `$SAE_ATLAS_DEVICE` / `$SAE_ATLAS_DTYPE`, default cpu / float32). With `cache=True` a
+    spec loaded before in this process on the same device and dtype returns the same handle.
     """
     from transformer_lens.model_bridge import TransformerBridge
 
+    from saes.devices import resolve_device, resolve_dtype
+
     spec = normalize_spec(spec)
-    key = json.dumps(spec, sort_keys=True)
+    where = resolve_device(device)
+    weights = resolve_dtype(dtype, where)
+    key = json.dumps([spec, str(where), str(weights)], sort_keys=True)
     if cache and key in _LOADED:
         return _LOADED[key]
     name, hf_model, tokenizer, bridge_name = _resolve(spec)
     bridge = TransformerBridge.boot_transformers(bridge_name, hf_model=hf_model, tokenizer=tokenizer)
     bridge.eval()
+    if where.type != "cpu" or weights != torch.float32:
+        bridge.to(where, weights)
     handle = ModelHandle(
         bridge=bridge,
         tokenizer=bridge.tokenizer,

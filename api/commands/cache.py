@@ -7,8 +7,10 @@ from pathlib import Path
 import typer
 
 from api.commands.common import handle_errors, print_json, print_table
+from api.commands.device_options import device_option, model_dtype_option
 from saes.cache import CacheSummary, cache_activations
 from saes.corpus import CorpusSpec
+from saes.devices import use_by_default
 from saes.models import DEFAULT_MODEL, load_model
 
 
@@ -50,8 +52,11 @@ def cache_command(
     shard_blocks: int = typer.Option(64, min=1, help="Blocks per shard file."),
     seed: int = typer.Option(0, help="Seed of the document order."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
 ) -> None:
     """Cache activations of several hooks in one pass; re-running resumes an interrupted run."""
+    use_by_default(device, model_dtype)
     handle = load_model(model)
     hooks = list(hook) or handle.default_hooks(layers)
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context,

@@ -14,10 +14,12 @@ import typer
 
 from api.commands.cache import print_cache_summary
 from api.commands.common import console, handle_errors, print_table
+from api.commands.device_options import device_option, model_dtype_option
 from api.commands.summarize import print_reports
 from saes.atlas_saes import load_atlas_sae
 from saes.cache import cache_activations, run_hooks
 from saes.corpus import CorpusSpec
+from saes.devices import use_by_default
 from saes.eval.evaluate import evaluate_atlas_sae
 from saes.intervene.concepts import load_concept
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
@@ -102,7 +104,7 @@ def _circles(handle: ModelHandle, atlas: Path) -> None:
 
 def _train_and_evaluate(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int, seed: int) -> list[str]:
     results = train_saes(atlas, hooks, architecture="topk", expansion=8, k=32,
-                         train_cfg=TrainConfig(total_tokens=train_tokens, seed=seed))
+                         train_cfg=TrainConfig(total_tokens=train_tokens, seed=seed, device=str(handle.device)))
     layout = AtlasLayout(atlas)
     rows = []
     for summary in results.values():
@@ -128,8 +130,11 @@ def demo_command(
     train_tokens: int = typer.Option(DEMO_TRAIN_TOKENS, min=4096, help="Training tokens per SAE."),
     layers: int = typer.Option(3, min=1, help="Layers spread over the depth."),
     seed: int = typer.Option(0, help="Seed for every random choice."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
 ) -> None:
     """Run every step on the default model and corpus, reusing steps that already finished."""
+    use_by_default(device, model_dtype)
     console.rule("[bold]1. model")
     handle = load_model(model)
     hooks = handle.default_hooks(layers)

@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 from api.commands.common import handle_errors, print_json, print_table
+from api.commands.device_options import device_option, model_dtype_option
+from saes.devices import use_by_default
 from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, evaluate_atlas_sae
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
@@ -36,8 +38,11 @@ def eval_command(
     ce_blocks: int = typer.Option(DEFAULT_CE_BLOCKS, min=1, help="Held-out blocks the model runs on for CE / KL."),
     no_model: bool = typer.Option(False, "--no-model", help="Skip the CE / KL metrics (no model forward passes)."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
 ) -> None:
     """Evaluate SAEs (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score), BOS excluded."""
+    use_by_default(device, model_dtype)
     layout = AtlasLayout(atlas)
     ids = list(sae) or layout.sae_ids()
     if not ids:

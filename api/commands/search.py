@@ -11,6 +11,8 @@ import typer
 
 from api.atlas import Atlas
 from api.commands.common import handle_errors, print_json, print_table
+from api.commands.device_options import device_option, model_dtype_option
+from saes.devices import use_by_default
 from store.errors import InvalidInputError
 
 search_app = typer.Typer(help="Search the features of an atlas.", no_args_is_help=True)
@@ -75,8 +77,10 @@ def _read_vector(value: str) -> list[float]:
 @handle_errors
 def text_command(atlas: Path = ATLAS, text: str = typer.Argument(...),
                  sae_id: list[str] = typer.Option([], help="SAE to encode with (repeatable; default all)."),
-                 k: int = typer.Option(3, "-k", "--k", min=1, max=100), json_out: bool = JSON) -> None:
+                 k: int = typer.Option(3, "-k", "--k", min=1, max=100), json_out: bool = JSON,
+                 device: str = device_option("cpu"), model_dtype: str = model_dtype_option()) -> None:
     """Which features fire on each token of a text (runs the model)."""
+    use_by_default(device, model_dtype)
     result = Atlas(atlas).search_text(text, sae_ids=list(sae_id) or None, k=k)
     if json_out:
         print_json(result.to_dict())

@@ -7,8 +7,10 @@ from pathlib import Path
 import typer
 
 from api.commands.common import handle_errors
+from api.commands.device_options import device_option, model_dtype_option
 from api.http import ServerSettings, serve
 from api.http.settings import DEFAULT_MAX_BODY, ENV_TOKEN
+from saes.devices import use_by_default
 
 
 @handle_errors
@@ -25,8 +27,11 @@ def serve_command(
     threads: int = typer.Option(None, min=1, max=256,
                                 help="Compute threads per worker (default: the cores divided among the workers)."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
+    device: str = device_option("cpu"),
+    model_dtype: str = model_dtype_option(),
 ) -> None:
     """Serve the atlas over HTTP: JSON API (OpenAPI at /openapi.json) and the explorer at /."""
+    use_by_default(device, model_dtype)  # the workers inherit it through the environment
     settings = ServerSettings(root=atlas, token=token or None, allow_analyses=allow_analyses,
                               max_body_bytes=max_body_bytes, threads=threads, allow_interventions=allow_interventions)
     serve(settings, host=host, port=port, workers=workers, log_level=log_level)

@@ -8,6 +8,8 @@ from typing import Any
 import typer
 
 from api.commands.common import console, handle_errors, print_json, print_table
+from api.commands.device_options import device_option, model_dtype_option
+from saes.devices import use_by_default
 from saes.summary.run import SummaryReport, summarize_sae
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
@@ -60,8 +62,11 @@ def summarize_command(
     force: bool = typer.Option(False, "--force", help="Recompute even when matching tables exist."),
     no_model: bool = typer.Option(False, "--no-model", help="Skip logit effects (do not load the model)."),
     json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
 ) -> None:
     """Summarize SAEs: density, quantiles, histograms, top and band examples, logit effects."""
+    use_by_default(device, model_dtype)
     layout = AtlasLayout(atlas)
     ids = list(sae) or layout.sae_ids()
     if not ids:
