@@ -14,8 +14,9 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import polars as pl
 import torch
 from tqdm.auto import tqdm
@@ -81,32 +82,13 @@ def summarize_blocks(
 ) -> SummaryAccumulator:
     """Stream whole blocks through `sae` into a new accumulator (and `occurrence`), stopping
     after `n_tokens` non-BOS tokens (rounded up to whole blocks)."""
-    param = next(sae.parameters())
-    acc = SummaryAccumulator(sae.cfg.d_sae, params, param.device)
+    acc = SummaryAccumulator(sae.cfg.d_sae, params, next(sae.parameters()).device)
     bar = tqdm(total=n_tokens or total_tokens, unit="tok", desc="summarize", disable=not progress)
     with torch.no_grad():
         for raw in blocks:
-            n, T, D = raw.acts.shape
-            for chunk in block_batches([raw], max(1, batch_tokens // T)):
+            for chunk in block_batches([raw], max(1, batch_tokens // raw.acts.shape[1])):
                 chunk = _take_tokens(chunk, None if n_tokens is None else n_tokens - acc.n_tokens)
-                n = len(chunk.block_index)
-                x = chunk.acts.reshape(n * T, D).to(param.device, param.dtype)
-                f = sae.encode(x).float()
-                info = BatchInfo(
-                    token_ids=chunk.token_ids.reshape(-1).to(param.device),
-                    block=chunk.block_index[:, None].expand(n, T).reshape(-1).to(param.device),
-                    pos=chunk.positions.reshape(-1).to(param.device),
-                    doc=chunk.doc_ids.reshape(-1).to(param.device),
-                    valid=~chunk.is_bos.reshape(-1).to(param.device),
-                    context=T,
-                )
-                before = acc.n_tokens
-                entries = acc.update(f, info)
-                if occurrence is not None:
-                    cell = torch.div(entries.t, T, rounding_mode="floor") * f.shape[1] + entries.latent
-                    fired = torch.bincount(cell, minlength=n * f.shape[1]).reshape(n, -1)
-                    occurrence.append(chunk.block_index.numpy(), fired.cpu().numpy())
-                bar.update(acc.n_tokens - before)
+                bar.update(summarize_chunk(sae, acc, chunk, occurrence))
                 if n_tokens is not None and acc.n_tokens >= n_tokens:
                     bar.close()
                     return acc
@@ -114,7 +96,37 @@ def summarize_blocks(
     return acc
 
 
-def _existing(root: str | Path, sae_id: str, params: dict[str, Any]) -> dict[str, Any] | None:
+def summarize_chunk(sae: SAE, acc: SummaryAccumulator, chunk: Blocks, occurrence: OccurrenceSink | None) -> int:
+    """Encode one batch of whole blocks with `sae` into `acc` (and its per-block firing
+    counts into `occurrence`); return the number of non-BOS tokens added."""
+    param = next(sae.parameters())
+    n, T, D = chunk.acts.shape
+    with torch.no_grad():
+        f = sae.encode(chunk.acts.reshape(n * T, D).to(param.device, param.dtype)).float()
+    info = BatchInfo(
+        token_ids=chunk.token_ids.reshape(-1).to(param.device),
+        block=chunk.block_index[:, None].expand(n, T).reshape(-1).to(param.device),
+        pos=chunk.positions.reshape(-1).to(param.device),
+        doc=chunk.doc_ids.reshape(-1).to(param.device),
+        valid=~chunk.is_bos.reshape(-1).to(param.device),
+        context=T,
+    )
+    before = acc.n_tokens
+    entries = acc.update(f, info)
+    if occurrence is not None:
+        cell = torch.div(entries.t, T, rounding_mode="floor") * f.shape[1] + entries.latent
+        fired = torch.bincount(cell, minlength=n * f.shape[1]).reshape(n, -1)
+        occurrence.append(chunk.block_index.cpu().numpy(), fired.cpu().numpy())
+    return acc.n_tokens - before
+
+
+class OccurrenceSink(Protocol):
+    """Where per-block firing counts go (`store.tables.OccurrenceWriter` or a resumable spool)."""
+
+    def append(self, block_index: np.ndarray, counts_nF: np.ndarray) -> None: ...  # noqa: N803
+
+
+def existing_summary(root: str | Path, sae_id: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """The sidecar of a completed summary with these parameters whose files verify, else None."""
     try:
         sidecar = read_sidecar(root, sae_id)
@@ -168,15 +180,9 @@ def summarize_sae(
         raise InvalidInputError(f"n_tokens must be positive, got {n_tokens}")
     summary = SummaryParams(top_k=top_k, window_before=window[0], window_after=window[1],
                             n_bands=n_bands, per_band=per_band, seed=seed)
-    use_logits = W_U is not None and W_U.shape[0] == sae.cfg.d_in
-    record = {
-        **summary.to_dict(),
-        "hook": hook,
-        "split": SPLIT,
-        "requested_tokens": n_tokens,
-        "logit_effects": {"norm_kind": norm_kind, "d_vocab": int(W_U.shape[1])} if use_logits else None,
-    }
-    done = None if force else _existing(root, sae_id, record)
+    record = summary_record(sae, hook, summary, {"split": SPLIT, "requested_tokens": n_tokens}, W_U, norm_kind)
+    use_logits = record["logit_effects"] is not None
+    done = None if force else existing_summary(root, sae_id, record)
     if done is not None:
         files = done["files"]
         return SummaryReport(sae_id, hook, done["params"]["n_tokens"], files["features.parquet"]["rows"],
@@ -192,18 +198,50 @@ def summarize_sae(
         occurrence.close()
     if acc.n_tokens == 0:
         raise InvalidInputError(f"the held-out split of hook {hook!r} has no non-BOS tokens")
+    return write_summary(root, sae_id, sae, acc, record, started, W_U=W_U if use_logits else None,
+                         final_norm_weight=final_norm_weight, norm_kind=norm_kind, tokenizer=tokenizer)
+
+
+def summary_record(sae: SAE, hook: str, params: SummaryParams, source: dict[str, Any],
+                   W_U: torch.Tensor | None, norm_kind: NormKind) -> dict[str, Any]:  # noqa: N803
+    """The parameters recorded in tables.json (compared to skip a finished summary)."""
+    use_logits = W_U is not None and W_U.shape[0] == sae.cfg.d_in
+    return {
+        **params.to_dict(),
+        "hook": hook,
+        **source,
+        "logit_effects": {"norm_kind": norm_kind, "d_vocab": int(W_U.shape[1])} if use_logits else None,
+    }
+
+
+def write_summary(
+    root: Path,
+    sae_id: str,
+    sae: SAE,
+    acc: SummaryAccumulator,
+    record: dict[str, Any],
+    started: float,
+    *,
+    W_U: torch.Tensor | None,  # noqa: N803
+    final_norm_weight: torch.Tensor | None,
+    norm_kind: NormKind,
+    tokenizer: Any,
+) -> SummaryReport:
+    """Turn a finished accumulator into `features.parquet` / `examples.parquet` (the pending
+    occurrence matrix must be finished) and write them with `record` in tables.json."""
+    use_logits = record["logit_effects"] is not None
     vocab = None
     if tokenizer is not None:
         vocab = pl.Series(vocab_strings(tokenizer, int(W_U.shape[1]) if use_logits else len(tokenizer)), dtype=pl.String)
     effects = None
     if use_logits:
         effects = logit_effects(sae.W_dec, W_U, final_norm_weight=final_norm_weight, norm_kind=norm_kind,
-                                n=summary.n_logits)
+                                n=acc.params.n_logits)
     features = acc.features_frame(sae.W_dec.norm(dim=1), effects, vocab)
     examples = acc.examples_frame(vocab)
     n_dead = int((features["n_active"] == 0).sum())
-    record.update(n_tokens=acc.n_tokens, n_dead=n_dead)
+    record = {**record, "n_tokens": acc.n_tokens, "n_dead": n_dead}
     write_tables(root, sae_id, features, examples, record)
     seconds = time.perf_counter() - started
-    return SummaryReport(sae_id, hook, acc.n_tokens, features.height, n_dead, examples.height, use_logits,
+    return SummaryReport(sae_id, record["hook"], acc.n_tokens, features.height, n_dead, examples.height, use_logits,
                          seconds, acc.n_tokens / max(seconds, 1e-9), False)
