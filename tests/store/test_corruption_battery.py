@@ -14,10 +14,7 @@ from tests.store import corruption as battery
 
 OUTCOMES: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
 CASES = [(kind, how) for kind in battery.FILES for how in battery.DAMAGES]
-PENDING = pytest.mark.xfail(strict=False, reason="analysis files carry no checksums yet (issue 17, item 4)")
-PARAMS = [pytest.param(kind, how, id=f"{kind}-{how}".replace(" ", "_"),
-                       marks=[PENDING] if kind.startswith("analysis") else [])
-          for kind, how in CASES]
+PARAMS = [pytest.param(kind, how, id=f"{kind}-{how}".replace(" ", "_")) for kind, how in CASES]
 RELIABILITY = Path(__file__).resolve().parents[2] / "RELIABILITY.md"
 
 
