@@ -28,6 +28,7 @@ from saes.concept_features import concept_feature_acts
 from saes.explanations import read_explanations
 from saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
 from saes.labels import auto_labels
+from saes.models import ModelHandle
 from saes.text_features import POOLS, Pool, pooled_feature_acts
 from store.errors import InvalidInputError
 from store.feature_records import (
@@ -62,7 +63,7 @@ def check_texts(texts: Sequence[str], what: str, max_chars: int) -> list[str]:
 
 
 def contrast(
-    handle: Any,
+    handle: ModelHandle,
     saes: dict[str, Any],
     hooks: dict[str, str],
     texts_a: list[str],
@@ -109,7 +110,7 @@ def contrast(
 
 
 def concept_search(
-    handle: Any,
+    handle: ModelHandle,
     saes: dict[str, Any],
     hooks: dict[str, str],
     concept: OrderedConcept | CategoryConcept,

@@ -17,6 +17,7 @@ import polars as pl
 import torch
 
 from geometry import results
+from saes.models import ModelHandle
 from store.atomic import read_json
 from store.errors import IntegrityError, NotFoundError
 from store.layout import AtlasLayout, check_id
@@ -100,7 +101,7 @@ def load_model(spec: Any) -> Any:
     return load(spec)
 
 
-def run_hooks(handle: Any, tokens: torch.Tensor, hooks: list[str]) -> dict[str, torch.Tensor]:
+def run_hooks(handle: ModelHandle, tokens: torch.Tensor, hooks: list[str]) -> dict[str, torch.Tensor]:
     """Activations `[1, T, d]` of `hooks` for `tokens`."""
     from saes.cache import run_hooks as run
 

@@ -21,6 +21,7 @@ from saes.intervene.attribution import Target, attribute
 from saes.intervene.edits import CirclePlane, Edit
 from saes.intervene.generate import compare
 from saes.intervene.splice import build_splice, run_spliced
+from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.errors import InvalidInputError, NotFoundError
 from store.tables import FEATURES_FILE
@@ -100,7 +101,7 @@ def _check_features(atlas: Atlas, specs: list[Any]) -> None:
                 atlas._check_latent(spec.sae, feature)
 
 
-def _tokenize(handle: Any, text: str, room: int = 0) -> tuple[torch.Tensor, list[str]]:
+def _tokenize(handle: ModelHandle, text: str, room: int = 0) -> tuple[torch.Tensor, list[str]]:
     """Token ids `[T]` (BOS first) and token strings of a prompt within the bounds, with
     `room` positions left in the model's context for generated tokens."""
     if not isinstance(text, str) or not text.strip():

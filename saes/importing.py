@@ -32,6 +32,7 @@ from saes.formats.hooks import to_atlas_hook
 from saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
 from saes.importing_guard import Problem, check_sae
 from saes.importing_sources import ResolvedSource, resolve_source
+from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.activations import ActivationReader
 from store.atomic import atomic_write_json, read_json, sha256_file
@@ -225,7 +226,7 @@ def import_sae(
     n_tokens: int = DEFAULT_TOKENS,
     ce_blocks: int = DEFAULT_CE_BLOCKS,
     with_model: bool = True,
-    model_handle: Any = None,
+    model_handle: ModelHandle = None,
 ) -> ImportResult:
     """Import SOURCE (a folder in a known layout, `RELEASE/SAE_ID`, `hf://org/repo/path[@rev]`)
     into the atlas at `atlas` (see the module doc). Raises MisloadError naming the cause

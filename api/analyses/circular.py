@@ -58,6 +58,7 @@ from saes.intervene.concepts import (
     value_token_ids,
 )
 from saes.intervene.edits import CirclePlane
+from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.activations import ActivationReader, Split
 from store.errors import InvalidInputError, NotFoundError
@@ -141,7 +142,7 @@ class CircleAnalysis:
 
 
 def run_circle_analysis(
-    handle: Any,
+    handle: ModelHandle,
     concept: OrderedConcept,
     layers: list[int],
     *,
@@ -220,7 +221,7 @@ def _circ_error(a: np.ndarray, b: np.ndarray, period: int) -> float:
 
 
 def run_intervention(
-    handle: Any,
+    handle: ModelHandle,
     analysis: CircleAnalysis,
     layer: int,
     *,

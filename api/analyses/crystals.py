@@ -15,10 +15,11 @@ from api.analyses.run_files import encoder_of, run_figure
 from geometry.crystals import CrystalResult, crystal_quality, difference_vectors, relation_pairs
 from geometry.figures import crystals_figure
 from geometry.results import write_analysis
+from saes.models import ModelHandle
 
 
 @torch.inference_mode()
-def word_vectors(handle: Any, token_ids: np.ndarray, hook: str | None = None) -> np.ndarray:
+def word_vectors(handle: ModelHandle, token_ids: np.ndarray, hook: str | None = None) -> np.ndarray:
     """Representations `[N, d]` of single tokens: rows of the input embedding `W_E`, or the
     residual at `hook` on the prompt `[BOS, token]` (last position)."""
     ids = np.asarray(token_ids, dtype=np.int64)
@@ -32,7 +33,7 @@ def word_vectors(handle: Any, token_ids: np.ndarray, hook: str | None = None) ->
 
 
 def run_crystals(
-    handle: Any, *, hook: str | None = None, n_null: int = 50, test_frac: float = 0.3, seed: int = 0,
+    handle: ModelHandle, *, hook: str | None = None, n_null: int = 50, test_frac: float = 0.3, seed: int = 0,
     atlas: str | Path | None = None, run: str | None = None,
 ) -> tuple[CrystalResult, dict[str, Any]]:
     """Crystal quality of the built-in word-pair relations on a model's embeddings (or the

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from saes.intervene.edits import AblateEdit, compile_edit
 from saes.intervene.splice import Splice, run_spliced
+from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
 ATOL, RTOL = 1e-3, 1e-3
@@ -102,7 +103,7 @@ def target_fn(tokenizer: Any, target: Target, token_ids_T: torch.Tensor) -> Any:
     return lambda lg: (lg[pos, a] - lg[pos, b], 0.0)
 
 
-def linearizing_hooks(handle: Any) -> list[tuple[str, Any]]:
+def linearizing_hooks(handle: ModelHandle) -> list[tuple[str, Any]]:
     """Forward hooks that freeze attention patterns, norm scales and MLP gates (values
     unchanged, gradients through them cut; see the module docstring)."""
     names = set(handle.hook_names)
@@ -189,7 +190,7 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 
 
 def attribute(
-    handle: Any,
+    handle: ModelHandle,
     token_ids_T: torch.Tensor,
     splice: Splice,
     target: Target,
@@ -276,7 +277,7 @@ def attribute(
 
 
 def _verify(
-    handle: Any, token_ids_T: torch.Tensor, splice: Splice, fn: Any, total: float, top: pl.DataFrame, start: int
+    handle: ModelHandle, token_ids_T: torch.Tensor, splice: Splice, fn: Any, total: float, top: pl.DataFrame, start: int
 ) -> list[dict[str, Any]]:
     """Each top feature's attribution next to `target(clean) - target(feature ablated)`
     (ablated at every position from `start`)."""

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from saes.intervene.splice import Splice
+from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
 
@@ -42,7 +43,7 @@ class Generation:
 
 @torch.inference_mode()
 def generate_tokens(
-    handle: Any,
+    handle: ModelHandle,
     prompt_ids_T: torch.Tensor,
     splice: Splice,
     *,
@@ -93,7 +94,7 @@ def distribution_shift(
 
 
 def compare(
-    handle: Any,
+    handle: ModelHandle,
     prompt: str,
     prompt_ids_T: torch.Tensor,
     baseline: Splice,

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from saes.intervene.edits import CirclePlane, CompiledEdit, compile_edit, resolve_positions
+from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.errors import InvalidInputError
 
@@ -113,7 +114,7 @@ class SpliceRun:
 
 
 @torch.inference_mode()
-def run_spliced(handle: Any, token_ids_T: torch.Tensor, splice: Splice) -> SpliceRun:
+def run_spliced(handle: ModelHandle, token_ids_T: torch.Tensor, splice: Splice) -> SpliceRun:
     """One forward pass of one token sequence `[T]` (or a batch `[B, T]` whose rows share
     the edits' positions) with `splice` applied."""
     if token_ids_T.ndim not in (1, 2) or token_ids_T.shape[-1] == 0:
