@@ -28,7 +28,7 @@ import torch
 from saes.eval.downstream import downstream_metrics
 from saes.eval.evaluate import EVAL_FILE, evaluate_sae, write_eval
 from saes.formats import declared_normalization, detect_layout, load_any
-from saes.formats.hooks import to_atlas_hook
+from saes.formats.foreign_hooks import to_atlas_hook
 from saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
 from saes.importing_guard import Problem, check_sae
 from saes.importing_sources import ResolvedSource, resolve_source

@@ -36,7 +36,7 @@ from saes.formats.common import (
     reject_unknown,
     take,
 )
-from saes.formats.hooks import hook_from_module
+from saes.formats.foreign_hooks import hook_from_module
 from saes.sae.base import SAE
 from store.errors import IntegrityError, InvalidInputError
 

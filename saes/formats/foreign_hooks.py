@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 
 from store.errors import UnknownHookError
+from store.hooks import BLOCK_HOOK
 
-_TL_BLOCK = re.compile(r"^blocks\.(\d+)\.(hook_\w+)$")
 _HF_MODULE = re.compile(
     r"^(?:[\w.]*\.)?(?:layers|h|blocks)\.(\d+)"
     r"(?:\.(mlp|self_attn|attn|attention))?$"
@@ -46,7 +46,7 @@ def _candidates(name: str) -> list[str]:
     """TransformerLens spellings `name` may stand for, most literal first."""
     name = name.strip()
     out = [name]
-    match = _TL_BLOCK.match(name)
+    match = BLOCK_HOOK.match(name)
     if match and match.group(2) == "hook_resid_pre" and int(match.group(1)) > 0:
         out.append(f"blocks.{int(match.group(1)) - 1}.hook_resid_post")
     if hook_from_module(name):
