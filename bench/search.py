@@ -1,18 +1,25 @@
 """Search latency: exact FAISS vs numpy brute force, and the approximate index at scale.
 
-    python bench/search.py [--sizes 16384,100000] [--approx-rows 1000000] [--d 768]
+    python bench/search.py [--sizes 16384,100000] [--approx-rows 1000000] [--d 768] [--background-load N]
 
 Exact search is timed three ways: FAISS `IndexFlatIP`, the certified 8-bit scan
 (`store.int8_scan.Int8Scan`, which the atlas uses for large exact indexes) and numpy.
 Rows are unit vectors drawn around random cluster centres (so the approximate index
 is tested on structured data); queries are held-out points from the same distribution,
 one at a time. Prints p50/p99 latency per query, the speed-up ratios and recall@10.
+`--background-load N` keeps N other processes busy (single-threaded float GEMMs) while
+everything is timed, as on a service that has other work in flight. The int8 scan is timed
+with all torch threads and with its default (1); the ratios use the default.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +33,22 @@ from store.index import build_atlas_indexes, build_index
 from store.int8_scan import Int8Scan
 from store.search import FeatureSearch
 from store.vectors import unit_rows
+
+_SPIN = "import os, numpy as np\nparent = os.getppid()\na = np.random.rand(512, 512)\nwhile os.getppid() == parent: a @ a"
+
+
+@contextlib.contextmanager
+def background_load(processes: int):
+    """`processes` busy single-threaded GEMM loops for the duration (they also stop if we die)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    spinners = [subprocess.Popen([sys.executable, "-c", _SPIN], env=env) for _ in range(processes)]
+    try:
+        time.sleep(1.0 if processes else 0.0)
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 def clustered(n: int, d: int, rng: np.random.Generator, centres: np.ndarray) -> np.ndarray:
@@ -85,7 +108,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="FAISS threads while building.")
     parser.add_argument("--query-threads", type=int, default=1, help="FAISS threads while timing queries.")
     parser.add_argument("--clusters", type=int, default=3000, help="Gaussian mixture components on the sphere.")
+    parser.add_argument("--background-load", type=int, default=0, help="Busy processes running while timing.")
     args = parser.parse_args()
+    with background_load(args.background_load):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Build the data and time every method (inside whatever load `main` set up)."""
     faiss.omp_set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     centres = unit_rows(rng.standard_normal((args.clusters, args.d)).astype(np.float32))
@@ -96,8 +126,10 @@ def main() -> None:
         print(f"exact top-10 over {n} rows, d {args.d}")
         faiss_p50 = report("FAISS IndexFlatIP", latencies(lambda q, ix=index: ix.search(q, 10), queries, args.query_threads))
         scan = Int8Scan(rows)
-        scan_p50 = report(f"Int8Scan ({torch.get_num_threads()} torch threads)",
-                          latencies(lambda q, s=scan: s.search(q, 10), queries, args.query_threads))
+        for threads in sorted({torch.get_num_threads(), scan.threads}, reverse=True):  # the default last
+            scan.threads = threads
+            scan_p50 = report(f"Int8Scan ({threads} torch threads)",
+                              latencies(lambda q, s=scan: s.search(q, 10), queries, args.query_threads))
         numpy_p50 = report("numpy brute force", latencies(
             lambda q, r=rows: np.argpartition(-(r @ q[0]), 10)[:10], queries, args.query_threads))
         scan.candidates_seen = 0

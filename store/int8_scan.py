@@ -11,9 +11,19 @@ so every row's true score lies in a known interval around its 8-bit score. The k
 lower bound L is a score that at least k rows reach; a row whose upper bound is below L
 cannot be among the top k. The remaining candidates (usually a few dozen) are re-scored
 in float32 against the full rows, so the result is the exact top k, not an approximation.
+
+Only the integer product runs in torch, with `threads` threads (1 by default); the bounds,
+the pruning and the re-scoring are single-threaded numpy. Measured with other processes
+busy (`bench/search.py --background-load`), every extra torch thread and every small
+multi-threaded op waits on a preempted sibling thread: 2 threads were 1.4x (100k rows) to
+4.5x (16k rows) slower than 1, where on idle cores they were faster (BENCHMARKS.md).
 """
 
 from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -23,6 +33,19 @@ from store.errors import InvalidInputError
 # Float32 rounding of the scaled integer scores, far above its real size (~1e-7 relative).
 _ROUNDING = 1e-5
 _QUERY_CHUNK = 32
+_THREADS_LOCK = threading.Lock()  # torch's thread count is process state: one change at a time
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the block with `threads` torch threads, then restore the previous count."""
+    with _THREADS_LOCK:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
 
 def quantize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -39,12 +62,16 @@ class Int8Scan:
     `rows` (float32, [n, d]) is kept by reference (it may be a memory-mapped FAISS index's
     storage) and read only for the candidates. Has the `ntotal`, `d` and `search` of a FAISS
     index, so callers can use either; `owner` is whatever must stay alive for `rows` to be
-    valid (the FAISS index whose storage they view).
+    valid (the FAISS index whose storage they view). `threads` is the torch thread count of
+    the integer product.
     """
 
-    def __init__(self, rows: np.ndarray, owner: object = None) -> None:
+    def __init__(self, rows: np.ndarray, owner: object = None, threads: int = 1) -> None:
         if rows.ndim != 2 or 0 in rows.shape:
             raise InvalidInputError(f"Int8Scan needs at least one row of positive dimension, got shape {rows.shape}")
+        if threads < 1:
+            raise InvalidInputError(f"Int8Scan needs at least one thread, got {threads}")
+        self.threads = threads
         self.rows = rows
         self.owner = owner
         self.ntotal, self.d = rows.shape
@@ -59,12 +86,11 @@ class Int8Scan:
             norms_residual.append(np.linalg.norm((block - decoded).astype(np.float64), axis=1))
             norms_decoded.append(np.linalg.norm(decoded.astype(np.float64), axis=1))
         self.codes = torch.from_numpy(np.concatenate(codes))
-        self.scale = torch.from_numpy(np.concatenate(scale))
+        self.scale = np.concatenate(scale)
         decoded_norm = np.concatenate(norms_decoded)
         # Per-row error bound = residual_weight * ||q|| + decoded_norm * ||q - q̂|| + rounding.
-        self.residual_weight = torch.from_numpy(
-            (np.concatenate(norms_residual) + _ROUNDING * decoded_norm).astype(np.float32))
-        self.decoded_norm = torch.from_numpy(decoded_norm.astype(np.float32))
+        self.residual_weight = (np.concatenate(norms_residual) + _ROUNDING * decoded_norm).astype(np.float32)
+        self.decoded_norm = decoded_norm.astype(np.float32)
         self.candidates_seen = 0  # re-scored rows over all queries, for diagnostics
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -77,19 +103,21 @@ class Int8Scan:
             chunk = queries[start:start + _QUERY_CHUNK]
             codes, scale = quantize_rows(chunk)
             residual = np.linalg.norm(chunk - codes.astype(np.float32) * scale[:, None], axis=1)
-            dots = torch._int_mm(self.codes, torch.from_numpy(codes.T.copy())).T.contiguous()
+            with torch_threads(self.threads):
+                dots = torch._int_mm(self.codes, torch.from_numpy(codes.T.copy())).T.contiguous().numpy()
             for j, query in enumerate(chunk):
                 scores[start + j], ids[start + j] = self._exact_top(
                     query, dots[j], float(scale[j]), float(np.linalg.norm(query)), float(residual[j]), k)
         return scores, ids
 
-    def _exact_top(self, query: np.ndarray, dots: torch.Tensor, scale: float, norm: float,
+    def _exact_top(self, query: np.ndarray, dots: np.ndarray, scale: float, norm: float,
                    residual: float, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top `k` of one query from its integer scores: bound, prune, re-score in float32."""
-        approx = dots.float().mul_(self.scale).mul_(scale)
-        bound = self.residual_weight.mul(norm).add_(self.decoded_norm, alpha=residual).add_(_ROUNDING)
-        floor = torch.topk(approx - bound, k, sorted=False).values.min()
-        candidates = torch.nonzero(approx.add_(bound) >= floor).squeeze(1).numpy()
+        approx = dots.astype(np.float32) * self.scale * np.float32(scale)
+        bound = self.residual_weight * np.float32(norm) + self.decoded_norm * np.float32(residual) + np.float32(_ROUNDING)
+        lower = approx - bound
+        floor = np.partition(lower, len(lower) - k)[len(lower) - k]  # k-th largest lower bound
+        candidates = np.flatnonzero(approx + bound >= floor)
         self.candidates_seen += len(candidates)
         exact = np.asarray(self.rows[candidates], dtype=np.float32) @ query
         order = np.lexsort((candidates, -exact))[:k]  # best first, lower id on a tie

@@ -4,6 +4,7 @@ including on near-ties an 8-bit score alone cannot order, and serves large atlas
 import faiss
 import numpy as np
 import pytest
+import torch
 
 from store.errors import InvalidInputError
 from store.index import build_atlas_indexes, load_index, sae_index_path
@@ -81,3 +82,22 @@ def test_large_exact_index_is_served_by_the_scan_over_mapped_rows(tmp_path):
 def test_degenerate_inputs_are_refused(shape):
     with pytest.raises(InvalidInputError, match="at least one row"):
         Int8Scan(np.zeros(shape, dtype=np.float32))
+
+
+def test_integer_product_runs_with_the_scan_threads_and_restores_torch_threads(monkeypatch):
+    rng = np.random.default_rng(3)
+    rows = unit_rows(rng.standard_normal((400, 16)))
+    queries = rng.standard_normal((40, 16)).astype(np.float32)
+    seen = []
+    int_mm = torch._int_mm
+    monkeypatch.setattr(torch, "_int_mm", lambda a, b: seen.append(torch.get_num_threads()) or int_mm(a, b))
+    before = torch.get_num_threads()
+    for threads in (1, 2):
+        seen.clear()
+        scores, ids = Int8Scan(rows, threads=threads).search(queries, 5)
+        assert seen == [threads, threads]  # two query chunks, each with the scan's thread count
+        assert torch.get_num_threads() == before
+        np.testing.assert_array_equal(ids, exhaustive(rows, queries, 5)[1])
+    assert Int8Scan(rows).threads == 1  # the default chosen under load (BENCHMARKS.md)
+    with pytest.raises(InvalidInputError, match="at least one thread"):
+        Int8Scan(rows, threads=0)
