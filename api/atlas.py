@@ -10,7 +10,7 @@ atlas.search_vector(v, k=10)          # features nearest to a direction
 atlas.search_text("the cat sat")      # which features fire on each token (runs the model)
 atlas.search_token("monday")          # features whose examples centre on / promote a token
 atlas.flow(sae_id, 12)                # best matches of the feature in the other layers' SAEs
-atlas.map(sae_id); atlas.analyses(); atlas.analysis(kind, run)
+atlas.map(sae_id, basis="decoder"); atlas.analyses(); atlas.analysis(kind, run)
 atlas.contrast(texts_a, texts_b)      # features separating two sets of texts (runs the model)
 atlas.concept_search("weekdays")      # features carrying a concept, their span and its geometry
 atlas.geometry_features(in_circle=True, period=7)   # features by the geometry they belong to
@@ -37,6 +37,7 @@ from api import atlas_meaning, atlas_search, atlas_sources
 from api.atlas_meaning import Pool
 from api.display import AnalysisResult, Feature, TextSearch, TokenFeatures
 from api.display_meaning import ConceptResult, ContrastResult
+from geometry.maps import Basis, basis_frame, map_scores
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.layout import AtlasLayout
 from store.search import Filters, matches_frame
@@ -514,8 +515,18 @@ class Atlas:
         return self._cache.get(("vocab",), load)
 
     # maps and geometry --------------------------------------------------------------------
-    def map(self, sae_id: str) -> pl.DataFrame:
-        """The SAE's 2-D feature map (latent, x, y, and cluster when present)."""
+    def map(self, sae_id: str, basis: Basis = "decoder") -> pl.DataFrame:
+        """The SAE's 2-D feature map in one basis ("decoder": UMAP of the decoder rows;
+        "cooccurrence": UMAP of the activation co-occurrence graph): latent, x, y, knn_overlap,
+        and label columns such as cluster when present."""
+        return basis_frame(self._stored_map(sae_id)[0], basis)
+
+    def map_scores(self, sae_id: str) -> dict[str, dict[str, float | None]]:
+        """Per built map basis: mean kNN overlap on its own neighbours, the chance level, and
+        the share of the other basis' neighbours it keeps (`geometry.maps.map_scores`)."""
+        return map_scores(*self._stored_map(sae_id))
+
+    def _stored_map(self, sae_id: str) -> tuple[pl.DataFrame, dict[str, Any]]:
         self.layout.require_sae(sae_id)
         return self._cache.get(("map", sae_id), lambda: atlas_sources.read_map(self.root, sae_id))
 

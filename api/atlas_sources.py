@@ -109,16 +109,17 @@ def run_hooks(handle: ModelHandle, tokens: torch.Tensor, hooks: list[str]) -> di
 
 
 # maps and analyses -----------------------------------------------------------------------
-def read_map(root: Path, sae_id: str) -> pl.DataFrame:
-    """The SAE's verified map table (`geometry.maps`: latent, x, y, knn_overlap, label
-    columns such as cluster), or NotFoundError when none was built."""
+def read_map(root: Path, sae_id: str) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The SAE's verified map table (`geometry.maps`: latent, x, y, knn_overlap, the
+    co-occurrence basis' columns, label columns such as cluster) and its sidecar, or
+    NotFoundError when none was built."""
     from geometry.maps import MAP_FILE, MAP_META
     from geometry.maps import read_map as read
 
     folder = AtlasLayout(root).require_sae(sae_id)
     if not (folder / MAP_FILE).exists() and not (folder / MAP_META).exists():  # one without the other is damage
         raise NotFoundError(f"SAE {sae_id!r} has no map yet; build it with `sae-atlas analyze map`")
-    return read(root, sae_id)[0]
+    return read(root, sae_id)
 
 
 def analysis_runs(root: Path) -> list[dict[str, Any]]:

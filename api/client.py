@@ -8,13 +8,16 @@ status and the server's message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
 import polars as pl
 
 from store.errors import AtlasError
+
+if TYPE_CHECKING:
+    from geometry.maps import Basis
 
 
 class AtlasHTTPError(AtlasError):
@@ -141,9 +144,14 @@ class AtlasClient:
         params: dict[str, Any] = {"q": query, "k": k, **({"sae_id": sae_id} if sae_id else {})}
         return pl.DataFrame(self._call("GET", "/search/labels", params=params))
 
-    def map(self, sae_id: str) -> pl.DataFrame:
-        """The SAE's 2-D feature map."""
-        return pl.DataFrame(self._call("GET", f"/saes/{self._sae(sae_id)}/map"))
+    def map(self, sae_id: str, basis: Basis = "decoder") -> pl.DataFrame:
+        """The SAE's 2-D feature map in one basis ("decoder" or "cooccurrence")."""
+        body = self._call("GET", f"/saes/{self._sae(sae_id)}/map", params={"basis": basis})
+        return pl.DataFrame({k: v for k, v in body.items() if k not in ("basis", "scores")})
+
+    def map_scores(self, sae_id: str) -> dict[str, dict[str, float | None]]:
+        """Per built map basis, how faithful its map is (kNN overlap, chance, other basis kept)."""
+        return self._call("GET", f"/saes/{self._sae(sae_id)}/map")["scores"]
 
     def analyses(self) -> pl.DataFrame:
         """Stored geometry results."""

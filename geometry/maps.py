@@ -1,31 +1,43 @@
-"""2-D maps of an SAE's features: UMAP (McInnes et al. 2018) of the unit decoder rows with
-the cosine metric, seeded, stored per feature in `saes/<sae_id>/map.parquet` (columns
-latent, x, y, knn_overlap and any attached cluster-label columns) with a `map.json`
-sidecar (parameters, checksum, created_with).
+"""2-D maps of an SAE's features in two bases, seeded UMAP (McInnes et al. 2018) both:
+`decoder`, the unit decoder rows with the cosine metric, and `cooccurrence`, the graph of
+each feature's strongest co-occurrence partners (`geometry.lobes.cooccurrence_knn`, built
+from the summary's occurrence matrix). Stored per feature in `saes/<sae_id>/map.parquet`
+(columns latent, x, y, knn_overlap, then cooc_x, cooc_y, cooc_knn_overlap when the
+co-occurrence map was built, then any attached cluster-label columns) with a `map.json`
+sidecar (parameters, per-basis scores, checksum, created_with).
 
-The kNN-overlap score is the fraction of each feature's `k` nearest neighbours (by
-cosine in the full space) that are also among its `k` nearest in the map; its mean says
-how far the map can be trusted, beside the chance level `k / (F - 1)`.
+The kNN-overlap score is the fraction of each feature's `k` nearest neighbours in its
+basis (cosine neighbours of the decoder rows; strongest co-occurrence partners) that are
+also among its `k` nearest in the map; its mean says how far the map can be trusted,
+beside the chance level `k / (F - 1)`. Each map is also scored on the other basis'
+neighbours, so a user sees which basis a map is faithful to.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import faiss
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
 from geometry.clusters import knn_cosine
+from geometry.lobes import cooccurrence_knn
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError, InvalidInputError
+from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.layout import AtlasLayout, created_with
 from store.vectors import unit_rows
 
 MAP_FILE, MAP_META = "map.parquet", "map.json"
 BASE_COLUMNS = ("latent", "x", "y", "knn_overlap")
+COOC_COLUMNS = ("cooc_x", "cooc_y", "cooc_knn_overlap")
+Basis = Literal["decoder", "cooccurrence"]
+BASIS_COLUMNS: dict[str, tuple[str, str, str]] = {"decoder": BASE_COLUMNS[1:], "cooccurrence": COOC_COLUMNS}
+RESERVED_COLUMNS = BASE_COLUMNS + COOC_COLUMNS
 
 
 def umap_coords(
@@ -42,6 +54,44 @@ def umap_coords(
     return np.asarray(reducer.fit_transform(unit), dtype=np.float32)
 
 
+def cooccurrence_neighbours(affinity_FF: sp.spmatrix, k: int) -> np.ndarray:
+    """Each feature's `k` strongest co-occurrence partners `[F, k]`, strongest first; -1
+    fills the row of a feature with fewer partners."""
+    A = sp.csr_matrix(affinity_FF)
+    out = np.full((A.shape[0], k), -1, dtype=np.int64)
+    for i in range(A.shape[0]):
+        lo, hi = A.indptr[i], A.indptr[i + 1]
+        order = np.argsort(-A.data[lo:hi], kind="stable")[:k]
+        out[i, : len(order)] = A.indices[lo:hi][order]
+    return out
+
+
+def cooccurrence_coords(
+    affinity_FF: sp.spmatrix, *, n_neighbors: int = 15, min_dist: float = 0.1, seed: int = 0,
+    n_epochs: int | None = None,
+) -> np.ndarray:
+    """Seeded 2-D UMAP coordinates `[F, 2]` from a precomputed kNN graph: each feature's
+    `n_neighbors - 1` strongest co-occurrence partners at distance `1 - affinity` (a feature
+    with fewer partners keeps only those; one with none is placed by the layout alone)."""
+    import umap
+
+    A = sp.csr_matrix(affinity_FF)
+    F = A.shape[0]
+    if F <= n_neighbors:
+        raise InvalidInputError(f"a map needs more features ({F}) than n_neighbors ({n_neighbors})")
+    partners = cooccurrence_neighbours(A, n_neighbors - 1)
+    knn_idx = np.concatenate([np.arange(F)[:, None], partners], axis=1)  # UMAP expects each point first
+    weight = np.asarray(A[np.repeat(np.arange(F), n_neighbors - 1), np.maximum(partners, 0).ravel()]).reshape(F, -1)
+    knn_dist = np.concatenate([np.zeros((F, 1)), np.where(partners >= 0, 1.0 - weight, 1.0)], axis=1)
+    reducer = umap.UMAP(n_neighbors=n_neighbors, min_dist=min_dist, random_state=seed, n_epochs=n_epochs,
+                        n_components=2, n_jobs=1, precomputed_knn=(knn_idx, knn_dist.astype(np.float32)))
+    with warnings.catch_warnings():  # no search index: the map never transforms new points; a
+        warnings.filterwarnings("ignore", message=".*knn_search_index.*")  # dead latent has no edge
+        warnings.filterwarnings("ignore", message=".*disconnected from the manifold.*")
+        coords = reducer.fit_transform(np.zeros((F, 1), dtype=np.float32))  # the graph carries the data
+    return np.asarray(coords, dtype=np.float32)
+
+
 def _knn_l2(X: np.ndarray, k: int, batch: int = 8192) -> np.ndarray:
     X = np.ascontiguousarray(X, dtype=np.float32)
     index = faiss.IndexFlatL2(X.shape[1])
@@ -56,34 +106,56 @@ def _knn_l2(X: np.ndarray, k: int, batch: int = 8192) -> np.ndarray:
     return out
 
 
+def kept_neighbours(neighbours_FK: np.ndarray, coords_F2: np.ndarray) -> np.ndarray:
+    """Per feature, the share of its listed neighbours (`[F, k]`, -1 = none) found among
+    its `k` nearest in the map; NaN for a feature with none listed."""
+    high = np.asarray(neighbours_FK, dtype=np.int64)
+    coords = np.asarray(coords_F2, dtype=np.float32)
+    n, k = high.shape
+    if coords.shape != (n, 2):
+        raise InvalidInputError(f"coordinates must be [{n}, 2], got {coords.shape}")
+    if not 1 <= k < n:
+        raise InvalidInputError(f"k must be in 1..{n - 1}, got {k}")
+    low = _knn_l2(coords, k)
+    listed = high >= 0
+    hits = ((high[:, :, None] == low[:, None, :]).any(axis=2) & listed).sum(axis=1)
+    count = listed.sum(axis=1)
+    return np.where(count > 0, hits / np.maximum(count, 1), np.nan)
+
+
+def decoder_neighbours(W_dec_FD: np.ndarray, k: int) -> np.ndarray:
+    """Each feature's `k` nearest decoder rows by cosine `[F, k]`."""
+    F = np.asarray(W_dec_FD).shape[0]
+    if not 1 <= k < F:
+        raise InvalidInputError(f"k must be in 1..{F - 1}, got {k}")
+    return knn_cosine(unit_rows(W_dec_FD), k)[1]
+
+
 def knn_overlap(W_dec_FD: np.ndarray, coords_F2: np.ndarray, k: int = 10) -> np.ndarray:
     """Per feature, the share of its `k` cosine neighbours (full space) kept among its `k`
     nearest neighbours in the map."""
-    unit = unit_rows(W_dec_FD)
-    coords = np.asarray(coords_F2, dtype=np.float32)
-    if coords.shape != (unit.shape[0], 2):
-        raise InvalidInputError(f"coordinates must be [{unit.shape[0]}, 2], got {coords.shape}")
-    if not 1 <= k < unit.shape[0]:
-        raise InvalidInputError(f"k must be in 1..{unit.shape[0] - 1}, got {k}")
-    _, high = knn_cosine(unit, k)
-    low = _knn_l2(coords, k)
-    hits = (np.sort(high, axis=1)[:, :, None] == np.sort(low, axis=1)[:, None, :]).any(axis=2).sum(axis=1)
-    return hits / k
+    return kept_neighbours(decoder_neighbours(W_dec_FD, k), coords_F2)
 
 
 @dataclass
 class FeatureMap:
-    """A map of one SAE: coordinates, per-feature overlap, and the parameters used."""
+    """A map of one SAE in one basis: coordinates, per-feature overlap with the basis' own
+    neighbours (and with the other basis' when measured), and the parameters used."""
 
     coords_F2: np.ndarray
     overlap_F: np.ndarray
     params: dict[str, Any]
+    other_overlap_F: np.ndarray | None = None
 
     @property
     def summary(self) -> dict[str, float]:
         n, k = len(self.overlap_F), self.params["k_overlap"]
-        return {"knn_overlap_mean": float(self.overlap_F.mean()), "knn_overlap_median": float(np.median(self.overlap_F)),
-                "chance": k / max(n - 1, 1), "n_features": n}
+        out = {"knn_overlap_mean": float(np.nanmean(self.overlap_F)),
+               "knn_overlap_median": float(np.nanmedian(self.overlap_F)),
+               "chance": k / max(n - 1, 1), "n_features": n}
+        if self.other_overlap_F is not None:
+            out["other_basis_overlap_mean"] = float(np.nanmean(self.other_overlap_F))
+        return out
 
 
 def feature_map(
@@ -97,18 +169,75 @@ def feature_map(
     return FeatureMap(coords, knn_overlap(W_dec_FD, coords, k_overlap), params)
 
 
-def map_frame(fmap: FeatureMap, labels: dict[str, np.ndarray] | None = None) -> pl.DataFrame:
-    """The per-feature map table: latent, x, y, knn_overlap, then one column per label set."""
+def basis_maps(
+    W_dec_FD: np.ndarray, occ_BF: sp.spmatrix | np.ndarray, *, measure: str = "jaccard", k_overlap: int = 10,
+    n_neighbors: int = 15, min_dist: float = 0.1, seed: int = 0, n_epochs: int | None = None,
+) -> dict[str, FeatureMap]:
+    """The decoder map and the co-occurrence map of one SAE, each scored on its own basis'
+    neighbours (`overlap_F`) and on the other basis' (`other_overlap_F`)."""
+    if occ_BF.shape[1] != len(W_dec_FD):
+        raise InvalidInputError(f"occurrence matrix has {occ_BF.shape[1]} features, the decoder {len(W_dec_FD)}")
+    decoder = feature_map(W_dec_FD, k_overlap=k_overlap, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed,
+                          n_epochs=n_epochs)
+    affinity = cooccurrence_knn(occ_BF, measure=measure, k=max(k_overlap, n_neighbors))
+    coords = cooccurrence_coords(affinity, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed, n_epochs=n_epochs)
+    cooc_nbrs, dec_nbrs = cooccurrence_neighbours(affinity, k_overlap), decoder_neighbours(W_dec_FD, k_overlap)
+    cooc = FeatureMap(coords, kept_neighbours(cooc_nbrs, coords), decoder.params | {
+        "metric": f"cooccurrence-{measure}", "method": "umap-precomputed-knn"}, kept_neighbours(dec_nbrs, coords))
+    decoder.other_overlap_F = kept_neighbours(cooc_nbrs, decoder.coords_F2)
+    return {"decoder": decoder, "cooccurrence": cooc}
+
+
+def map_frame(fmap: FeatureMap, labels: dict[str, np.ndarray] | None = None, *,
+              cooccurrence: FeatureMap | None = None) -> pl.DataFrame:
+    """The per-feature map table: latent, x, y, knn_overlap, the co-occurrence map's
+    cooc_x, cooc_y, cooc_knn_overlap when given, then one column per label set."""
     n = len(fmap.coords_F2)
-    frame = pl.DataFrame({"latent": np.arange(n, dtype=np.int32), "x": fmap.coords_F2[:, 0],
-                          "y": fmap.coords_F2[:, 1], "knn_overlap": fmap.overlap_F.astype(np.float32)})
+    columns = {"latent": np.arange(n, dtype=np.int32), "x": fmap.coords_F2[:, 0], "y": fmap.coords_F2[:, 1],
+               "knn_overlap": fmap.overlap_F.astype(np.float32)}
+    if cooccurrence is not None:
+        columns |= dict(zip(COOC_COLUMNS, (cooccurrence.coords_F2[:, 0], cooccurrence.coords_F2[:, 1],
+                                           cooccurrence.overlap_F.astype(np.float32)), strict=True))
+    frame = pl.DataFrame(columns).with_columns(pl.col(pl.Float32).fill_nan(None))  # no score: null, not NaN
     return with_labels(frame, labels or {})
+
+
+def stored_summary(maps: dict[str, FeatureMap]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Parameters and summary for `map.json`: the decoder map's at the top level, the
+    co-occurrence map's (when built) under "cooccurrence"."""
+    params, summary = dict(maps["decoder"].params), dict(maps["decoder"].summary)
+    if "cooccurrence" in maps:
+        params["cooccurrence"], summary["cooccurrence"] = maps["cooccurrence"].params, maps["cooccurrence"].summary
+    return params, summary
+
+
+def basis_frame(frame: pl.DataFrame, basis: Basis) -> pl.DataFrame:
+    """One basis of a stored map table as latent, x, y, knn_overlap and the label columns;
+    NotFoundError when that basis was not built."""
+    if basis not in BASIS_COLUMNS:
+        raise InvalidInputError(f"unknown map basis {basis!r}; valid: {', '.join(BASIS_COLUMNS)}")
+    x, y, overlap = BASIS_COLUMNS[basis]
+    if x not in frame.columns:
+        raise NotFoundError(f"this map has no {basis} basis; build it with `sae-atlas analyze map` after "
+                            "`sae-atlas summarize` (the co-occurrence map needs the occurrence matrix)")
+    labels = [c for c in frame.columns if c not in RESERVED_COLUMNS]
+    return frame.select("latent", pl.col(x).alias("x"), pl.col(y).alias("y"), pl.col(overlap).alias("knn_overlap"),
+                        *labels)
+
+
+def map_scores(frame: pl.DataFrame, meta: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Per built basis: its mean kNN overlap on its own neighbours, chance level, and the
+    mean share of the other basis' neighbours it keeps (None where not measured)."""
+    summary = meta.get("summary") or {}
+    sources = {"decoder": summary, "cooccurrence": summary.get("cooccurrence") or {}}
+    return {basis: {key: sources[basis].get(key) for key in ("knn_overlap_mean", "chance", "other_basis_overlap_mean")}
+            for basis, (x, _, _) in BASIS_COLUMNS.items() if x in frame.columns}
 
 
 def with_labels(frame: pl.DataFrame, labels: dict[str, np.ndarray]) -> pl.DataFrame:
     """`frame` with label columns added or replaced (one int64 label per feature; -1 = none)."""
     for name, values in labels.items():
-        if name in BASE_COLUMNS:
+        if name in RESERVED_COLUMNS:
             raise InvalidInputError(f"label column name {name!r} is reserved; pick another")
         arr = np.asarray(values, dtype=np.int64)
         if arr.shape != (frame.height,):
@@ -141,7 +270,7 @@ def write_map(root: str | Path, sae_id: str, frame: pl.DataFrame, params: dict[s
         frame.write_parquet(tmp, compression="zstd")
     atomic_write_json(folder / MAP_META, {
         "sae_id": sae_id, "sha256": sha256_file(path), "rows": frame.height, "params": params,
-        "summary": summary or {}, "label_columns": [c for c in frame.columns if c not in BASE_COLUMNS],
+        "summary": summary or {}, "label_columns": [c for c in frame.columns if c not in RESERVED_COLUMNS],
         "created_with": created_with()})
     return path
 

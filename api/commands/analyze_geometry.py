@@ -164,7 +164,8 @@ def map_command(
     seed: int = typer.Option(0, help="UMAP seed."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """UMAP map of each SAE's unit decoder rows into saes/<id>/map.parquet, with kNN overlap."""
+    """UMAP maps of each SAE into saes/<id>/map.parquet, with kNN overlap: of the unit decoder
+    rows, and of the activation co-occurrence graph once the SAE is summarized."""
     ids = _csv(sae) or AtlasLayout(atlas).sae_ids()
     if not ids:
         raise InvalidInputError(f"atlas {atlas} has no SAEs to map")
@@ -173,8 +174,9 @@ def map_command(
     if as_json:
         print_json({i: {"summary": r["summary"], "path": str(r["path"])} for i, r in results.items()})
         return
-    print_table("maps", ["sae", "features", "mean kNN overlap", "chance", "file"],
-                [(i, r["summary"]["n_features"], r["summary"]["knn_overlap_mean"], r["summary"]["chance"],
+    print_table("maps", ["sae", "features", "mean kNN overlap", "co-occurrence map's", "chance", "file"],
+                [(i, r["summary"]["n_features"], r["summary"]["knn_overlap_mean"],
+                  r["summary"].get("cooccurrence", {}).get("knn_overlap_mean", "not built"), r["summary"]["chance"],
                   str(r["path"])) for i, r in results.items()])
 
 

@@ -78,8 +78,8 @@ def _hierarchy_and_maps(handle: ModelHandle, atlas: Path, sae_ids: list[str], se
             fmap = json.loads(map_meta.read_text()).get("summary", {})
         else:
             fmap = run_map(atlas, sae_id, seed=seed)["summary"]
-        rows.append((sae_id, fmap.get("knn_overlap_mean")))
-    print_table("UMAP maps of the decoder rows", ["sae", "mean kNN overlap (10 neighbours)"], rows)
+        rows.append((sae_id, fmap.get("knn_overlap_mean"), fmap.get("cooccurrence", {}).get("knn_overlap_mean", "not built")))
+    print_table("UMAP maps (mean kNN overlap, 10 neighbours)", ["sae", "decoder rows", "co-occurrence"], rows)
 
 
 def _circles(handle: ModelHandle, atlas: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from api.atlas import MAX_K, MAX_TEXT_CHARS
+from geometry.maps import Basis
 
 MAX_VECTOR = 65536
 MAX_SAES_PER_QUERY = 64
@@ -240,11 +241,24 @@ class Feature(BaseModel):
     explanations: list[str] | None = Field(default=None, description="imported explanations")
 
 
+class MapScore(BaseModel):
+    """How faithful one map basis is: the mean share of each feature's k nearest neighbours
+    in that basis kept among its k nearest on the map, the chance level, and the mean share
+    of the other basis' neighbours the map keeps (null: not measured)."""
+
+    knn_overlap_mean: Number
+    chance: Number
+    other_basis_overlap_mean: Number
+
+
 class MapColumns(BaseModel):
-    """A 2-D map as columns of equal length (label columns such as `cluster` when present)."""
+    """A 2-D map in one basis as columns of equal length (label columns such as `cluster`
+    when present), with the kNN-overlap scores of every basis built for the SAE."""
 
     model_config = ConfigDict(extra="allow")
 
+    basis: Basis = Field(description="decoder: UMAP of the decoder rows; cooccurrence: of the co-occurrence graph")
+    scores: dict[Basis, MapScore] = Field(description="per built basis, how well its map keeps neighbourhoods")
     latent: list[int]
     x: list[Number]
     y: list[Number]

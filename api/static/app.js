@@ -312,7 +312,7 @@ function drawHistogram(canvas, histogram) {
 // --- map view -------------------------------------------------------------------------------------
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
-async function mapView(sae, highlight) {
+async function mapView(sae, highlight, basis = "decoder") {
   const list = await saes();
   sae = sae || list[0]?.sae_id;
   const select = saeSelect(list, sae, "map-sae");
@@ -322,10 +322,12 @@ async function mapView(sae, highlight) {
   const colourBy = el("select", { id: "map-colour" });
   const query = el("input", { id: "map-search", type: "search", placeholder: "highlight by label words" });
   const note = el("p", { class: "muted", id: "map-note" }, "Hover a point for its latent; click to open the feature.");
+  const basisSelect = el("select", { id: "map-basis", title: "kNN overlap: share of each feature's 10 nearest neighbours in the basis kept on the map" });
+  basisSelect.onchange = () => mapView(sae, highlight, basisSelect.value);
   view.replaceChildren(el("h2", {}, "Feature map"),
-    el("div", {}, "SAE ", select, " colour by ", colourBy, " ", query), canvas, note);
+    el("div", {}, "SAE ", select, " basis ", basisSelect, " colour by ", colourBy, " ", query), canvas, note);
   let data;
-  try { data = await api(`/saes/${enc(sae)}/map`); } catch (err) {
+  try { data = await api(`/saes/${enc(sae)}/map?basis=${enc(basis)}`); } catch (err) {
     note.replaceChildren(el("span", { class: "error" }, err.message));
     return;
   }
@@ -333,8 +335,14 @@ async function mapView(sae, highlight) {
   const labelColumns = Object.keys(data).filter((c) => !["latent", "x", "y", "knn_overlap"].includes(c));
   const circle = new Set((await api(`/search/geometry?sae_id=${enc(sae)}&in_circle=true`)).map((r) => r.latent));
   for (const c of [...labelColumns, "in a circle"]) colourBy.appendChild(el("option", { value: c }, c));
+  for (const [b, s] of Object.entries(data.scores)) {  // each basis with how faithful its map is
+    const other = s.other_basis_overlap_mean === null ? "" : `, other basis ${fmt(s.other_basis_overlap_mean)}`;
+    const score = s.knn_overlap_mean === null ? "" : ` (kNN overlap ${fmt(s.knn_overlap_mean)}${other}; chance ${fmt(s.chance)})`;
+    basisSelect.appendChild(el("option", { value: b }, b + score));
+  }
+  basisSelect.value = basis;
   const overlap = data.knn_overlap.filter((v) => v !== null);
-  if (overlap.length) note.append(` kNN overlap of the layout: ${fmt(overlap.reduce((a, b) => a + b, 0) / overlap.length)}.`);
+  if (overlap.length) note.append(` kNN overlap of the ${basis} layout: ${fmt(overlap.reduce((a, b) => a + b, 0) / overlap.length)}.`);
   let matches = new Set();
   const [minX, maxX] = [Math.min(...data.x), Math.max(...data.x)];
   const [minY, maxY] = [Math.min(...data.y), Math.max(...data.y)];
@@ -370,6 +378,7 @@ async function mapView(sae, highlight) {
       for (const [g, [x, y, c]] of sums) if (g !== null && g >= 0) ctx.fillText(`${colourBy.value} ${g}`, x / c, y / c);
     }
     canvas.dataset.points = String(n);
+    canvas.dataset.basis = basis;
     canvas.dataset.highlighted = String(matches.size);
   };
   colourBy.onchange = draw;

@@ -76,18 +76,33 @@ def build_small_atlas(root: str | Path) -> dict[str, Any]:
 
 
 def write_planted_map(root: str | Path, sae_id: str) -> pl.DataFrame:
-    """A map (latent, x, y, knn_overlap, cluster) from the first two principal directions of
-    the SAE's decoder rows, written with `geometry.maps.write_map` (UMAP is too slow to JIT
-    in a test fixture)."""
-    from geometry.maps import write_map
+    """A map in both bases from principal directions (UMAP is too slow to JIT in a test
+    fixture): decoder (latent, x, y, knn_overlap) from the SAE's decoder rows, co-occurrence
+    (cooc_x, cooc_y, cooc_knn_overlap) from its occurrence matrix, a `cluster` label, with
+    the overlap scores measured; written with `geometry.maps.write_map`."""
+    from geometry.lobes import cooccurrence_knn
+    from geometry.maps import (
+        FeatureMap,
+        cooccurrence_neighbours,
+        decoder_neighbours,
+        kept_neighbours,
+        map_frame,
+        stored_summary,
+        write_map,
+    )
     from saes.formats import load_any
+    from store.tables import load_occurrence
 
     W = load_any(AtlasLayout(root).require_sae(sae_id)).W_dec.detach().numpy()
-    W = W - W.mean(0)
-    _, _, Vt = np.linalg.svd(W, full_matrices=False)
-    xy = (W @ Vt[:2].T).astype(np.float32)
-    frame = pl.DataFrame({"latent": np.arange(len(W), dtype=np.int32), "x": xy[:, 0], "y": xy[:, 1],
-                          "knn_overlap": np.zeros(len(W), np.float32),
-                          "cluster": (np.arange(len(W)) % 4).astype(np.int64)})
-    write_map(root, sae_id, frame, {"method": "pca-planted"})
+    occ = load_occurrence(root, sae_id)[0]
+    dec_nbrs, cooc_nbrs = decoder_neighbours(W, 10), cooccurrence_neighbours(cooccurrence_knn(occ, k=10), 10)
+    maps = {}
+    for basis, X, own, other in (("decoder", W, dec_nbrs, cooc_nbrs),
+                                 ("cooccurrence", (occ != 0).T.toarray().astype(np.float32), cooc_nbrs, dec_nbrs)):
+        X = X - X.mean(0)
+        xy = (X @ np.linalg.svd(X, full_matrices=False)[2][:2].T).astype(np.float32)
+        maps[basis] = FeatureMap(xy, kept_neighbours(own, xy), {"method": "pca-planted", "k_overlap": 10},
+                                 kept_neighbours(other, xy))
+    frame = map_frame(maps["decoder"], {"cluster": np.arange(len(W)) % 4}, cooccurrence=maps["cooccurrence"])
+    write_map(root, sae_id, frame, *stored_summary(maps))
     return frame

@@ -86,6 +86,14 @@ def test_text_feature_neighbours_and_map(page: Any, server: Any, small_atlas: di
     page.mouse.click(box["x"] + hit[0], box["y"] + hit[1])
     page.wait_for_selector("#feature-title")
     page.screenshot(path=str(ARTIFACTS / "explorer-map-click.png"))
+    # the basis toggle lists both bases with their kNN-overlap scores and redraws the map
+    page.goto(server.url + f"/#/map/{sae}")
+    page.wait_for_selector("#map-canvas[data-basis='decoder']")
+    options = page.eval_on_selector_all("#map-basis option", "os => os.map((o) => [o.value, o.textContent])")
+    assert [v for v, _ in options] == ["decoder", "cooccurrence"] and all("kNN overlap" in t for _, t in options)
+    page.select_option("#map-basis", "cooccurrence")
+    page.wait_for_selector("#map-canvas[data-basis='cooccurrence']")
+    assert "cooccurrence layout" in page.inner_text("#map-note")
     # geometry results with their figure
     page.goto(server.url + "/#/analyses/planted/demo-run")
     page.wait_for_selector("#figures img")

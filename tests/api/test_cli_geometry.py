@@ -39,6 +39,8 @@ def test_geometry_verbs_write_results_the_atlas_serves(atlas_copy: tuple[Path, l
     maps = run("map", "--atlas", str(root), "--sae", sae_ids[0])
     summary = maps[sae_ids[0]]["summary"]
     assert summary["n_features"] == 64 and summary["knn_overlap_mean"] > summary["chance"]
+    cooc = summary["cooccurrence"]  # the summarized SAE gets its co-occurrence map too
+    assert cooc["knn_overlap_mean"] > cooc["chance"] and "other_basis_overlap_mean" in cooc
     frame = pl.read_parquet(maps[sae_ids[0]]["path"])
     assert frame["latent"].to_list() == list(range(64)) and {"x", "y"} <= set(frame.columns)
 
@@ -59,7 +61,7 @@ def test_geometry_verbs_write_results_the_atlas_serves(atlas_copy: tuple[Path, l
     atlas = Atlas(root)
     kinds = set(atlas.analyses()["kind"].to_list())
     assert {"galaxy", "probe", "lobes", "crystals", "hierarchy"} <= kinds
-    assert atlas.map(sae_ids[0]).height == 64
+    assert atlas.map(sae_ids[0]).height == atlas.map(sae_ids[0], "cooccurrence").height == 64
 
 
 def test_geometry_verbs_refuse_bad_arguments(atlas_copy: tuple[Path, list[str]]) -> None:

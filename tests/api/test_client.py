@@ -30,6 +30,8 @@ def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
         dog = atlas.search_token("dog", k=3).token_id
         assert client.search_token(dog, k=3) == atlas.search_token(dog, k=3).to_dict()
         assert client.map(b).height == small_atlas["d_sae"]
+        assert client.map(b, "cooccurrence").equals(atlas.map(b, "cooccurrence"), null_equal=True)
+        assert client.map_scores(b) == atlas.map_scores(b)
         assert client.analyses()["run"].to_list() == ["demo-run"]
         assert client.analysis("planted", "demo-run")["n_rows"] == 2
         assert client.figure("planted", "demo-run.png").startswith(b"\x89PNG")

@@ -58,6 +58,7 @@ def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, A
     assert {x["sae_id"] for x in flow} == {b} and len(flow) == 2
     themap = http.get(f"/saes/{b}/map").json()
     assert len(themap["latent"]) == small_atlas["d_sae"] and {"x", "y", "cluster"} <= set(themap)
+    assert themap["basis"] == "decoder" and "cooc_x" not in themap
     vec = http.post("/search/vector", json={"vector": [0.5] * 32, "sae_id": b, "k": 3}).json()
     assert len(vec) == 3 and all(v["sae_id"] == b for v in vec)
     text = http.post("/search/text", json={"text": "the cat sat", "sae_ids": [a], "k": 2}).json()
@@ -65,6 +66,25 @@ def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, A
     token = http.get("/search/token", params={"token": "cat", "k": 3}).json()
     assert token["token"] == "cat" and len(token["promoting"]) == 3
     assert http.get(f"/search/token/{token['token_id']}").json()["token_id"] == token["token_id"]
+
+
+def test_map_basis(http: httpx.Client, small_atlas: dict[str, Any]) -> None:
+    """`?basis=` picks the decoder or co-occurrence map; both carry every basis' scores."""
+    from geometry.maps import read_map
+
+    sae = small_atlas["sae_ids"][1]
+    stored, meta = read_map(small_atlas["root"], sae)
+    decoder = http.get(f"/saes/{sae}/map", params={"basis": "decoder"}).json()
+    cooc = http.get(f"/saes/{sae}/map", params={"basis": "cooccurrence"}).json()
+    assert cooc["basis"] == "cooccurrence" and cooc["latent"] == decoder["latent"]
+    assert cooc["x"] == pytest.approx(stored["cooc_x"].to_list()) and decoder["x"] == pytest.approx(stored["x"].to_list())
+    assert cooc["knn_overlap"] == pytest.approx(stored["cooc_knn_overlap"].to_list())
+    assert cooc["cluster"] == decoder["cluster"] == stored["cluster"].to_list()
+    assert cooc["scores"] == decoder["scores"] and set(cooc["scores"]) == {"decoder", "cooccurrence"}
+    score = cooc["scores"]["cooccurrence"]
+    assert score["knn_overlap_mean"] == pytest.approx(meta["summary"]["cooccurrence"]["knn_overlap_mean"])
+    assert 0 < score["chance"] < 1 and score["other_basis_overlap_mean"] is not None
+    _error(http.get(f"/saes/{sae}/map", params={"basis": "pca"}), 422, "basis")
 
 
 def test_analyses_endpoints(http: httpx.Client) -> None:

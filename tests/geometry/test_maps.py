@@ -4,14 +4,19 @@ import json
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from geometry.maps import (
     attach_labels,
+    basis_frame,
+    basis_maps,
     feature_map,
     knn_overlap,
     labels_from_clusters,
     map_frame,
+    map_scores,
     read_map,
+    stored_summary,
     write_map,
 )
 from geometry.results import list_runs, read_analysis, write_analysis
@@ -67,3 +72,59 @@ def test_results_round_trip(tmp_path):
         read_analysis(tmp_path, "hierarchy", "run1")
     with pytest.raises(InvalidInputError):
         write_analysis(tmp_path, "hierarchy", "../evil", parameters={})
+
+
+def _group_purity(coords_F2: np.ndarray, groups_F: np.ndarray, k: int = 10) -> float:
+    """Mean share of a planted-group member's k nearest map points in its own group."""
+    d = ((coords_F2[:, None] - coords_F2[None]) ** 2).sum(-1)
+    np.fill_diagonal(d, np.inf)
+    members = np.flatnonzero(groups_F >= 0)
+    nearest = np.argsort(d[members], axis=1)[:, :k]
+    return float((groups_F[nearest] == groups_F[members][:, None]).mean())
+
+
+def test_cooccurrence_map_separates_cofiring_groups(tmp_path):
+    """Two groups of latents that co-fire, decoder rows random: only the co-occurrence map
+    separates the groups, and each map's scores say which basis it keeps."""
+    rng = np.random.default_rng(0)
+    F, B = 121, 600
+    groups = np.repeat([0, 1, -1], [40, 40, 41])
+    occ = rng.random((B, F)) < 0.03
+    for g in (0, 1):
+        blocks = rng.random(B) < 0.3
+        occ[np.ix_(blocks, groups == g)] |= rng.random((blocks.sum(), 40)) < 0.7
+    occ[:, -1] = False  # a dead latent: no co-occurrence partner, no co-occurrence score
+    W = rng.normal(size=(F, 32))
+    maps = basis_maps(W, sp.csr_matrix(occ), k_overlap=10, n_neighbors=10, seed=0, n_epochs=100)
+    dec, cooc = maps["decoder"], maps["cooccurrence"]
+    purity = {b: _group_purity(m.coords_F2, groups) for b, m in maps.items()}
+    assert purity["cooccurrence"] > 0.9 and purity["decoder"] < 0.6, purity  # chance ~ 39/120
+    s_dec, s_cooc = dec.summary, cooc.summary
+    # each map keeps its own basis' neighbours better than the other map does
+    assert s_cooc["knn_overlap_mean"] > s_dec["other_basis_overlap_mean"]
+    assert s_dec["knn_overlap_mean"] > s_cooc["other_basis_overlap_mean"]
+    assert np.isnan(cooc.overlap_F[-1]) and np.isfinite(s_cooc["knn_overlap_mean"])
+    # stored beside the decoder map in map.parquet; each basis readable with its scores
+    (tmp_path / "saes" / "sae-a").mkdir(parents=True)
+    (tmp_path / "saes" / "sae-a" / "cfg.json").write_text("{}")
+    frame = map_frame(dec, {"group": groups}, cooccurrence=cooc)
+    write_map(tmp_path, "sae-a", frame, *stored_summary(maps))
+    table, meta = read_map(tmp_path, "sae-a")
+    assert meta["label_columns"] == ["group"]
+    as_cooc = basis_frame(table, "cooccurrence")
+    assert as_cooc.columns == ["latent", "x", "y", "knn_overlap", "group"]
+    np.testing.assert_allclose(as_cooc["x"].to_numpy(), cooc.coords_F2[:, 0])
+    assert as_cooc["knn_overlap"][-1] is None  # no score is null, not NaN
+    np.testing.assert_allclose(basis_frame(table, "decoder")["y"].to_numpy(), dec.coords_F2[:, 1])
+    scores = map_scores(table, meta)
+    assert scores["cooccurrence"]["knn_overlap_mean"] == pytest.approx(s_cooc["knn_overlap_mean"])
+    assert scores["decoder"]["other_basis_overlap_mean"] == pytest.approx(s_dec["other_basis_overlap_mean"])
+    with pytest.raises(InvalidInputError):
+        attach_labels(tmp_path, "sae-a", {"cooc_x": np.zeros(F)})
+    with pytest.raises(InvalidInputError):
+        basis_maps(W[:-1], sp.csr_matrix(occ))
+    # a map without the co-occurrence basis says how to build it
+    write_map(tmp_path, "sae-a", map_frame(dec), dec.params, dec.summary)
+    with pytest.raises(NotFoundError, match="summarize"):
+        basis_frame(read_map(tmp_path, "sae-a")[0], "cooccurrence")
+    assert list(map_scores(*read_map(tmp_path, "sae-a"))) == ["decoder"]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from api.http.deps import AtlasDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, SaeId, error_responses
 from api.http.schemas import MapColumns, SaeInfo
+from geometry.maps import Basis
 
 router = APIRouter(responses=DATA_ERRORS)
 ONE_SAE = error_responses(400, 404)
@@ -26,5 +27,9 @@ async def get_sae(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
 
 @router.get("/saes/{sae_id}/map", tags=["geometry"], summary="2-D feature map (columns)",
             response_model=MapColumns, responses=ONE_SAE)
-async def get_map(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
-    return json_body(atlas.map(sae_id_checked(sae_id)).to_dict(as_series=False))
+async def get_map(atlas: AtlasDep, sae_id: str = SaeId, basis: Basis = Query(
+        "decoder", description="decoder: UMAP of the decoder rows; cooccurrence: of the activation co-occurrence graph",
+)) -> Response:
+    sae_id = sae_id_checked(sae_id)
+    columns = atlas.map(sae_id, basis).to_dict(as_series=False)
+    return json_body({"basis": basis, "scores": atlas.map_scores(sae_id)} | columns)
