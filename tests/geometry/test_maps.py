@@ -98,7 +98,7 @@ def test_cooccurrence_map_separates_cofiring_groups(tmp_path):
     maps = basis_maps(W, sp.csr_matrix(occ), k_overlap=10, n_neighbors=10, seed=0, n_epochs=100)
     dec, cooc = maps["decoder"], maps["cooccurrence"]
     purity = {b: _group_purity(m.coords_F2, groups) for b, m in maps.items()}
-    assert purity["cooccurrence"] > 0.9 and purity["decoder"] < 0.6, purity  # chance ~ 39/120
+    assert purity["cooccurrence"] > 0.8 and purity["decoder"] < 0.6, purity  # chance ~ 39/120 (seed 0: 0.94, 0.37)
     s_dec, s_cooc = dec.summary, cooc.summary
     # each map keeps its own basis' neighbours better than the other map does
     assert s_cooc["knn_overlap_mean"] > s_dec["other_basis_overlap_mean"]
