@@ -42,7 +42,7 @@ class CacheSummary:
     already_complete: bool
 
 
-def _separator_ids(tokenizer: Any) -> list[int]:
+def separator_ids(tokenizer: Any) -> list[int]:
     """BOS / EOS / padding ids: positions left out of training and metrics."""
     ids = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
     return sorted({i for i in ids if i is not None})
@@ -111,7 +111,7 @@ def cache_activations(
             bos_token_id=handle.bos_token_id,
             prepend_bos=corpus.prepend_bos,
             shard_blocks=shard_blocks,
-            special_token_ids=_separator_ids(handle.tokenizer),
+            special_token_ids=separator_ids(handle.tokenizer),
             extra={"corpus": dataclasses.asdict(corpus), "target_blocks": target_blocks},
         )
         for hook in hooks

@@ -40,6 +40,22 @@ def heldout_start(n_blocks: int) -> int:
     return n_blocks - max(1, round(n_blocks * HELDOUT_FRACTION))
 
 
+def excluded_positions(token_ids: torch.Tensor, positions: torch.Tensor, *, prepend_bos: bool,
+                       special_ids: list[int | None]) -> torch.Tensor:
+    """Positions to leave out: BOS (position 0 when prepended) and special tokens.
+
+    Special tokens such as the EOS separators between documents carry activations as
+    outsized as BOS's, so they are excluded with it (as SAELens' exclude_special_tokens).
+    """
+    mask = torch.zeros_like(token_ids, dtype=torch.bool)
+    if prepend_bos:
+        mask |= positions == 0
+    special = sorted({i for i in special_ids if i is not None})
+    if special:
+        mask |= torch.isin(token_ids, torch.tensor(special, device=token_ids.device))
+    return mask
+
+
 @dataclass
 class Blocks:
     """Whole blocks read from one shard."""
@@ -304,20 +320,9 @@ class ActivationReader:
         return out
 
     def _bos_mask(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Positions to leave out: BOS (position 0 when prepended) and special tokens.
-
-        Special tokens such as the EOS separators between documents carry activations as
-        outsized as BOS's, so they are excluded with it (as SAELens' exclude_special_tokens).
-        """
-        mask = torch.zeros_like(token_ids, dtype=torch.bool)
-        if self.manifest["prepend_bos"]:
-            mask |= positions == 0
-        special = set(self.manifest.get("special_token_ids", []))
-        if self.manifest["bos_token_id"] is not None:
-            special.add(self.manifest["bos_token_id"])
-        if special:
-            mask |= torch.isin(token_ids, torch.tensor(sorted(special)))
-        return mask
+        m = self.manifest
+        return excluded_positions(token_ids, positions, prepend_bos=m["prepend_bos"],
+                                  special_ids=[*m.get("special_token_ids", []), m["bos_token_id"]])
 
     def blocks(self, split: Split = "all") -> Iterator[Blocks]:
         """Whole blocks of a split, in order, one shard at a time."""

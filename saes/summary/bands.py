@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from saes.summary.batch import ActiveEntries, BatchInfo, empty_payload, example_payload
-from saes.summary.slots import SlotTable
+from saes.summary.slots import SlotTable, with_tie_break
 
 _MASK32 = 0xFFFFFFFF
 
@@ -80,7 +80,8 @@ class BandSampler:
             payload = example_payload(f_NF, info, entries.t[j], entries.latent[j], self.before, self.after)
             return {**payload, "value": entries.value[j]}
 
-        self.table.offer(latent * self.n_bands + band[offer], _MASK32 - key, build)
+        token = info.global_id[entries.t[offer]]
+        self.table.offer(latent * self.n_bands + band[offer], with_tie_break(_MASK32 - key, token), build)
 
     def entries(self, exponent: torch.Tensor) -> dict[str, torch.Tensor]:
         """Filled slots as flat tensors `latent`, `band`, `band_lo`, `band_hi`, `rank`,

@@ -2,13 +2,14 @@
 
 Used for the exact top-k examples (row = latent, score = the activation's float32 bit
 pattern, which orders positive floats) and for the band samples (row = latent x band,
-score = 2**32 - 1 - priority key). Scores are integers in [0, 2**32). An update keeps
-only offers that beat their row's worst slot, ranks them per row with one sort of
-`row * 2**32 + (2**32 - 1 - score)`, merges
+score = 2**32 - 1 - priority key), each made unique per token by `with_tie_break` (the
+earlier token wins a tie), so which entries a row keeps does not depend on batching or
+on how the tokens were split between processes. Scores are integers in [0, 2**63). An
+update keeps only offers that beat their row's worst slot, ranks them per row (stable
+sorts by score, then row), merges
 each touched row with one `topk` over `[touched, 2 * slots]`, and writes the entering
 offers into the slots they evict, so untouched rows and surviving slots are never
-copied and payload (context windows) is built only for entering offers. Ties at the
-boundary are broken arbitrarily.
+copied and payload (context windows) is built only for entering offers.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from collections.abc import Callable
 
 import torch
 
-_TOP = (1 << 32) - 1
+_TOKEN = (1 << 31) - 1
+
+
+def with_tie_break(score: torch.Tensor, global_token: torch.Tensor) -> torch.Tensor:
+    """A score in [0, 2**32) made unique per token: `score * 2**31 + (2**31 - 1 - token)`
+    (token ids taken modulo 2**31), so of two equal scores the earlier token ranks higher."""
+    return score * (1 << 31) + (_TOKEN - (global_token & _TOKEN))
 
 
 class SlotTable:
@@ -33,12 +40,13 @@ class SlotTable:
 
     def offer(self, row: torch.Tensor, score: torch.Tensor,
               build: Callable[[torch.Tensor], dict[str, torch.Tensor]]) -> None:
-        """Offer entries (`row[i]`, integer `score[i]` in [0, 2**32)); `build(indices)` returns
+        """Offer entries (`row[i]`, integer `score[i]` in [0, 2**63)); `build(indices)` returns
         the payload of the offered entries at those indices (called once, for entries that enter)."""
         index = (score > self.score.min(dim=1).values[row]).nonzero(as_tuple=True)[0]
         if len(index) == 0:
             return
-        index = index[torch.sort(row[index] * (1 << 32) + (_TOP - score[index])).indices]
+        index = index[torch.sort(score[index], descending=True, stable=True).indices]
+        index = index[torch.sort(row[index], stable=True).indices]
         rows, counts = torch.unique_consecutive(row[index], return_counts=True)
         starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
         rank = torch.arange(len(index), device=index.device) - starts
@@ -67,12 +75,13 @@ class SlotTable:
         return (self.score != self.empty).nonzero(as_tuple=True)
 
     def ranked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Every filled slot, sorted by row and then by its payload `value` (highest first):
-        `(row, rank within the row, value, the other payload fields)`."""
+        """Every filled slot, sorted by row, then by its payload `value` (highest first), then
+        by score: `(row, rank within the row, value, the other payload fields)`."""
         row, slot = self.filled()
         value = self.payload["value"][row, slot]
-        by_value = torch.sort(value, descending=True, stable=True).indices
-        order = by_value[torch.sort(row[by_value], stable=True).indices]
+        order = torch.sort(self.score[row, slot], descending=True, stable=True).indices
+        order = order[torch.sort(value[order], descending=True, stable=True).indices]
+        order = order[torch.sort(row[order], stable=True).indices]
         row, slot, value = row[order], slot[order], value[order]
         _, counts = torch.unique_consecutive(row, return_counts=True)
         rank = torch.arange(len(row), device=row.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)

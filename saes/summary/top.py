@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from saes.summary.batch import ActiveEntries, BatchInfo, empty_payload, example_payload
-from saes.summary.slots import SlotTable
+from saes.summary.slots import SlotTable, with_tie_break
 
 
 class TopExamples:
@@ -26,7 +26,8 @@ class TopExamples:
             payload = example_payload(f_NF, info, entries.t[i], entries.latent[i], self.before, self.after)
             return {**payload, "value": entries.value[i]}
 
-        score = entries.value.float().view(torch.int32).long()  # monotone for positive floats
+        bits = entries.value.float().view(torch.int32).long()  # monotone for positive floats
+        score = with_tie_break(bits, info.global_id[entries.t])
         self.table.offer(entries.latent, score, build)
 
     def entries(self) -> dict[str, torch.Tensor]:
