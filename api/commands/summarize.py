@@ -1,4 +1,5 @@
-"""`sae-atlas summarize`: per-latent feature summaries of SAEs over held-out cached tokens."""
+"""`sae-atlas summarize`: per-latent feature summaries of SAEs over held-out cached tokens, or
+streamed from the model (`--from-model`, also under torchrun)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import typer
 
 from api.commands.common import console, handle_errors, print_json, print_table
 from api.commands.device_options import device_option, model_dtype_option
+from saes.corpus import CorpusSpec
 from saes.devices import use_by_default
+from saes.summary.accumulator import SummaryParams
 from saes.summary.run import SummaryReport, summarize_sae
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
@@ -54,7 +57,7 @@ def print_reports(reports: list[SummaryReport]) -> None:
 def summarize_command(
     atlas: Path = typer.Option(..., help="Atlas directory."),
     sae: list[str] = typer.Option([], help="SAE id to summarize (repeatable); default: every SAE."),
-    tokens: int = typer.Option(None, min=1, help="Held-out tokens to use per SAE (default: all)."),
+    tokens: int = typer.Option(None, min=1, help="Held-out tokens per SAE (default: all); with --from-model, corpus tokens to stream."),
     top_k: int = typer.Option(20, min=1, help="Top activating examples kept per latent."),
     before: int = typer.Option(16, min=0, help="Context tokens before each example's centre."),
     after: int = typer.Option(4, min=0, help="Context tokens after each example's centre."),
@@ -64,15 +67,36 @@ def summarize_command(
     json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
+    from_model: bool = typer.Option(False, "--from-model",
+                                    help="Stream --tokens tokens of --corpus through the model (no cache needed)."),
+    corpus: str = typer.Option("builtin", help="With --from-model: builtin, a .txt/.jsonl/.parquet file or folder."),
+    text_field: str = typer.Option("text", help="With --from-model: text field of .jsonl / .parquet records."),
+    context: int = typer.Option(128, min=2, help="With --from-model: block length in tokens."),
+    no_bos: bool = typer.Option(False, "--no-bos", help="With --from-model: do not start blocks with BOS."),
+    corpus_seed: int = typer.Option(0, help="With --from-model: seed of the document order."),
+    batch_blocks: int = typer.Option(8, min=1, help="With --from-model: blocks per forward pass."),
+    checkpoint_every: int = typer.Option(16, min=1, help="With --from-model: batches between resumable checkpoints."),
 ) -> None:
-    """Summarize SAEs: density, quantiles, histograms, top and band examples, logit effects."""
-    use_by_default(device, model_dtype)
+    """Summarize SAEs: density, quantiles, histograms, top and band examples, logit effects.
+
+    With --from-model the tokens come straight from model forwards (memory flat in
+    --tokens, resumable after a kill); under `torchrun --nproc_per_node=R -m api summarize
+    --from-model ...` the ranks split the batches and rank 0 writes the merged tables."""
     layout = AtlasLayout(atlas)
     ids = list(sae) or layout.sae_ids()
     if not ids:
         raise InvalidInputError(f"{atlas} has no SAEs yet; train one with `sae-atlas train --atlas {atlas}`")
     for sae_id in ids:
         layout.require_sae(sae_id)
+    if from_model:
+        _summarize_from_model(layout, ids, tokens, CorpusSpec(source=corpus, text_field=text_field,
+                              context_size=context, prepend_bos=not no_bos, seed=corpus_seed),
+                              SummaryParams(top_k=top_k, window_before=before, window_after=after, seed=seed),
+                              device=device, model_dtype=model_dtype, batch_blocks=batch_blocks,
+                              checkpoint_every=checkpoint_every, force=force, with_logits=not no_model,
+                              json_out=json_out)
+        return
+    use_by_default(device, model_dtype)
     model = {} if no_model else _model_tensors(layout)
     reports = []
     for sae_id in ids:
@@ -80,6 +104,33 @@ def summarize_command(
             console.print(f"summarizing {sae_id}")
         reports.append(summarize_sae(atlas, sae_id, n_tokens=tokens, top_k=top_k, window=(before, after),
                                      seed=seed, force=force, progress=not json_out, **model))
+    if json_out:
+        print_json(reports)
+    else:
+        print_reports(reports)
+
+
+def _summarize_from_model(layout: AtlasLayout, ids: list[str], tokens: int | None, corpus: CorpusSpec,
+                          params: SummaryParams, *, device: str, model_dtype: str, batch_blocks: int,
+                          checkpoint_every: int, force: bool, with_logits: bool, json_out: bool) -> None:
+    """The --from-model path, on one process or as one torchrun rank."""
+    from saes.models import load_model
+    from saes.summary.stream import summarize_from_model
+    from saes.train.distributed import init_distributed
+
+    if tokens is None:
+        raise InvalidInputError("--from-model needs --tokens (how many corpus tokens to stream)")
+    spec = layout.read_meta().get("model") if layout.atlas_json.exists() else None
+    if spec is None:
+        raise InvalidInputError(f"{layout.atlas_json} records no model; --from-model needs the atlas's model")
+    ctx = init_distributed()
+    where = use_by_default(device, model_dtype)
+    handle = load_model(spec, device=ctx.device(str(where)) if ctx else where)
+    reports = summarize_from_model(handle, layout.root, ids, corpus=corpus, n_tokens=tokens, params=params,
+                                   batch_blocks=batch_blocks, checkpoint_every=checkpoint_every,
+                                   with_logits=with_logits, progress=not json_out, force=force, ctx=ctx)
+    if ctx is not None and not ctx.is_main:
+        return
     if json_out:
         print_json(reports)
     else:

@@ -3,6 +3,7 @@ resume after a crash or kill -9, and 2 torchrun ranks (gloo) equal one process."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from polars.testing import assert_frame_equal
 
 import saes.summary.stream as stream
 from saes.atlas_saes import load_atlas_sae
+from saes.corpus import CorpusSpec
 from saes.summary.accumulator import SummaryParams
 from saes.summary.run import summarize_blocks, summary_record, write_summary
 from saes.summary.stream import STATE_DIR, summarize_from_model
@@ -145,5 +147,24 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
     make_atlas(tmp_path, with_cache=False)
     with pytest.raises(InvalidInputError, match="less than one block"):
         summarize_from_model(tiny(), tmp_path, corpus=CORPUS, n_tokens=8)
-    with pytest.raises(InvalidInputError, match="gave only"):
-        summarize_from_model(tiny(), tmp_path, corpus=CORPUS, n_tokens=16 * 10**6, progress=False)
+    short = tmp_path / "short.txt"
+    short.write_text("the cat sat on the mat . " * 20)
+    with pytest.raises(InvalidInputError, match="gave only 9 blocks of 16 tokens"):
+        summarize_from_model(tiny(), tmp_path, corpus=CorpusSpec(source=str(short), context_size=16),
+                             n_tokens=16 * 100, progress=False)
+
+
+def test_cli_from_model_writes_the_streamed_tables(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    make_atlas(tmp_path, with_cache=False)
+    result = CliRunner().invoke(app, ["summarize", "--atlas", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
+                                      "--context", "16", "--batch-blocks", str(BATCH_BLOCKS), "--device", "cpu",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    assert [r["skipped"] for r in json.loads(result.output)] == [False, False]
+    assert all(r.skipped for r in run_stream(tmp_path))  # the library call with the same arguments
+    missing = CliRunner().invoke(app, ["summarize", "--atlas", str(tmp_path), "--from-model"])
+    assert missing.exit_code == 2 and "needs --tokens" in missing.output
