@@ -75,7 +75,8 @@ def summarize_command(
     no_bos: bool = typer.Option(False, "--no-bos", help="With --from-model: do not start blocks with BOS."),
     corpus_seed: int = typer.Option(0, help="With --from-model: seed of the document order."),
     batch_blocks: int = typer.Option(8, min=1, help="With --from-model: blocks per forward pass."),
-    checkpoint_every: int = typer.Option(16, min=1, help="With --from-model: batches between resumable checkpoints."),
+    checkpoint_every: int = typer.Option(None, min=1, help="With --from-model: batches between resumable "
+                                         "checkpoints (default: one a minute)."),
 ) -> None:
     """Summarize SAEs: density, quantiles, histograms, top and band examples, logit effects.
 
@@ -112,7 +113,7 @@ def summarize_command(
 
 def _summarize_from_model(layout: AtlasLayout, ids: list[str], tokens: int | None, corpus: CorpusSpec,
                           params: SummaryParams, *, device: str, model_dtype: str, batch_blocks: int,
-                          checkpoint_every: int, force: bool, with_logits: bool, json_out: bool) -> None:
+                          checkpoint_every: int | None, force: bool, with_logits: bool, json_out: bool) -> None:
     """The --from-model path, on one process or as one torchrun rank."""
     from saes.models import load_model
     from saes.summary.stream import summarize_from_model

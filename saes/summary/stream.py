@@ -7,7 +7,8 @@ tokens (and batch size) the tables equal those of summarizing a cache of them wi
 `split="all"`.
 
 Memory is flat in the number of tokens: the accumulators are fixed-size and the
-per-block occurrence counts are spooled to disk. Every `checkpoint_every` batches a rank
+per-block occurrence counts are spooled to disk. Every `checkpoint_every` batches (by
+default: every `checkpoint_seconds`) a rank
 writes its spool chunk and then, atomically, its accumulator state; after kill -9 the
 next run with the same arguments skips the batches already counted and carries on.
 
@@ -135,7 +136,8 @@ def summarize_from_model(
     n_tokens: int,
     params: SummaryParams | None = None,
     batch_blocks: int = 8,
-    checkpoint_every: int = 16,
+    checkpoint_every: int | None = None,
+    checkpoint_seconds: float = 60.0,
     with_logits: bool = True,
     progress: bool = True,
     force: bool = False,
@@ -151,7 +153,7 @@ def summarize_from_model(
     ids = list(sae_ids or layout.sae_ids())
     if not ids:
         raise InvalidInputError(f"{layout.root} has no SAEs yet; train one with `sae-atlas train`")
-    if checkpoint_every < 1 or batch_blocks < 1:
+    if (checkpoint_every is not None and checkpoint_every < 1) or batch_blocks < 1:
         raise InvalidInputError("checkpoint_every and batch_blocks must be at least 1")
     n_blocks = n_tokens // corpus.context_size
     if n_blocks < 1:
@@ -183,7 +185,10 @@ def summarize_from_model(
     for spool in spools.values():
         spool.drop_from(state["chunks"])
 
+    last = {"time": time.monotonic(), "done": state["done"]}
+
     def checkpoint() -> None:
+        last.update(time=time.monotonic(), done=state["done"])
         for spool in spools.values():
             spool.flush(state["chunks"])
         state["chunks"] += 1
@@ -207,7 +212,9 @@ def summarize_from_model(
             summarize_chunk(sae, accs[sae_id], chunk, spools[sae_id])
         state["done"] += 1
         bar.update(batch.token_ids.numel())
-        if state["done"] % checkpoint_every == 0:
+        due = (state["done"] % checkpoint_every == 0 if checkpoint_every is not None
+               else time.monotonic() - last["time"] >= checkpoint_seconds)
+        if due:
             checkpoint()
     bar.close()
     if seen < min(n_blocks, share.stop * batch_blocks):
@@ -215,7 +222,7 @@ def summarize_from_model(
             f"corpus {corpus.source!r} gave only {seen} blocks of {corpus.context_size} tokens; "
             f"{n_blocks} were requested (ask for at most {seen * corpus.context_size} tokens)"
         )
-    if state["done"] % checkpoint_every or state["done"] == 0:
+    if state["done"] > last["done"] or state["done"] == 0:
         checkpoint()
     reports = _finish(layout.root, folder, handle, ids, saes, records, state, accs, W_U, started, ctx)
     return reports + [_skipped(layout.root, sae_id, hooks[sae_id]) for sae_id in ids if sae_id not in saes]
