@@ -40,6 +40,10 @@ def eval_command(
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
+    from_model: bool = typer.Option(False, "--from-model",
+                                    help="Activation metrics over --tokens corpus tokens streamed through the model."),
+    corpus: str = typer.Option("builtin", help="With --from-model: builtin, a .txt/.jsonl/.parquet file or folder."),
+    context: int = typer.Option(128, min=2, help="With --from-model: block length in tokens."),
 ) -> None:
     """Evaluate SAEs (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score), BOS excluded."""
     use_by_default(device, model_dtype)
@@ -48,15 +52,23 @@ def eval_command(
     if not ids:
         raise InvalidInputError(f"no trained SAEs in {atlas}; run `sae-atlas train --atlas {atlas}` first")
     handle = None
-    if not no_model:
+    if from_model:
+        from saes.corpus import CorpusSpec
+        from saes.eval.stream import evaluate_from_model
+        from saes.models import load_model
+
+        results = evaluate_from_model(load_model(layout.read_meta()["model"]), atlas, ids,
+                                      corpus=CorpusSpec(source=corpus, context_size=context), n_tokens=tokens)
+    elif not no_model:
         from saes.models import load_model
 
         handle = load_model(layout.read_meta()["model"])
-    results = {
-        sae_id: evaluate_atlas_sae(atlas, sae_id, n_tokens=tokens, ce_blocks=ce_blocks,
-                                   with_model=not no_model, model_handle=handle)
-        for sae_id in ids
-    }
+    if not from_model:
+        results = {
+            sae_id: evaluate_atlas_sae(atlas, sae_id, n_tokens=tokens, ce_blocks=ce_blocks,
+                                       with_model=not no_model, model_handle=handle)
+            for sae_id in ids
+        }
     if json_out:
         print_json(results)
         return

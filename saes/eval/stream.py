@@ -1,0 +1,67 @@
+"""`eval --from-model`: activation metrics of SAEs over tokens streamed from model forwards.
+
+The corpus is packed as `sae-atlas cache` packs it; each batch runs one forward for all
+hooks (`saes.cache.run_hooks`, stopped after the deepest) and every SAE's non-BOS rows go
+into its `ReconstructionStats`, so no residual cache is needed and memory is flat in the
+token count. Only the activation metrics (EV, FVU, L0, dead / dense, cosine, ...) are
+computed; CE / KL with the SAE spliced in run on cached held-out blocks (`eval` without
+`--from-model`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from saes.atlas_saes import load_atlas_sae
+from saes.cache import run_hooks, separator_ids
+from saes.corpus import CorpusSpec, iter_blocks
+from saes.eval.evaluate import write_eval
+from saes.eval.reconstruction import ReconstructionStats
+from saes.models import ModelHandle
+from store.activations import excluded_positions
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+
+
+def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[str], *, corpus: CorpusSpec,
+                        n_tokens: int, batch_blocks: int = 8) -> dict[str, dict[str, Any]]:
+    """Evaluate SAEs of an atlas on the first `n_tokens` tokens (whole blocks) of `corpus`
+    run through `handle`, write each one's eval.json and return the records."""
+    layout = AtlasLayout(atlas)
+    n_blocks = n_tokens // corpus.context_size
+    if n_blocks < 1:
+        raise InvalidInputError(f"n_tokens={n_tokens} is less than one block of {corpus.context_size}")
+    saes = {sae_id: load_atlas_sae(atlas, sae_id, device=handle.device).eval() for sae_id in sae_ids}
+    for sae_id, sae in saes.items():
+        if sae.cfg.d_in != handle.d_model:
+            raise InvalidInputError(f"SAE {sae_id!r} has d_in={sae.cfg.d_in} but {handle.name} has d_model={handle.d_model}")
+    hooks = {sae_id: handle.check_hook(sae.cfg.hook_name) for sae_id, sae in saes.items()}
+    stats = {sae_id: ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae) for sae_id, sae in saes.items()}
+    started = time.perf_counter()
+    special = [*separator_ids(handle.tokenizer), handle.bos_token_id]
+    with torch.no_grad():
+        for batch in iter_blocks(handle.tokenizer, corpus, max_blocks=n_blocks, batch_blocks=batch_blocks):
+            n, T = batch.token_ids.shape
+            keep = ~excluded_positions(batch.token_ids, torch.arange(T).expand(n, T),
+                                       prepend_bos=corpus.prepend_bos, special_ids=special).reshape(-1)
+            acts = run_hooks(handle, batch.token_ids, sorted(set(hooks.values()), key=handle.hook_layer))
+            for sae_id, sae in saes.items():
+                x = acts[hooks[sae_id]].reshape(n * T, -1)[keep.to(handle.device)].to(sae.W_enc.dtype)
+                out = sae(x)
+                stats[sae_id].update(x, out.x_hat.float(), out.feature_acts)
+    seconds = round(time.perf_counter() - started, 3)
+    records = {}
+    for sae_id, sae in saes.items():
+        if stats[sae_id].n == 0:
+            raise InvalidInputError(f"the streamed tokens of {hooks[sae_id]!r} have no non-BOS tokens")
+        parameters = {"sae_id": sae_id, "hook": hooks[sae_id], "architecture": sae.cfg.architecture,
+                      "split": "stream", "corpus": dataclasses.asdict(corpus), "n_tokens_requested": n_tokens,
+                      "ce_blocks_requested": 0, "exclude_bos": True, "model": handle.name}
+        records[sae_id] = {"metrics": stats[sae_id].result(), "parameters": parameters, "seconds": seconds}
+        write_eval(layout.require_sae(sae_id), records[sae_id])
+    return records
