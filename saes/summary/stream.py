@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from saes.cache import run_hooks, separator_ids
 from saes.corpus import CorpusSpec, iter_blocks
+from saes.distributed import DistContext, barrier, rank_and_world, rank_share
 from saes.models import ModelHandle
 from saes.sae.base import SAE
 from saes.summary.accumulator import SummaryAccumulator, SummaryParams
@@ -48,7 +49,6 @@ from saes.summary.run import (
     summary_record,
     write_summary,
 )
-from saes.train.distributed import DistContext, barrier
 from store.activations import Blocks, excluded_positions
 from store.atomic import atomic_path
 from store.errors import InvalidInputError
@@ -93,15 +93,6 @@ class OccurrenceSpool:
                 dense = np.zeros((int(part["n"]), d_sae), dtype=np.int32)
                 dense[part["rows"], part["cols"]] = part["data"]
                 into.append(part["blocks"], dense)
-
-
-def rank_share(n_batches: int, ctx: DistContext | None) -> range:
-    """The contiguous batch numbers a rank summarizes (all of them without a process group)."""
-    if ctx is None:
-        return range(n_batches)
-    per, extra = divmod(n_batches, ctx.world_size)
-    start = ctx.rank * per + min(ctx.rank, extra)
-    return range(start, start + per + (1 if ctx.rank < extra else 0))
 
 
 def _spool_name(ids: list[str], sae_id: str, rank: int) -> str:
@@ -174,7 +165,7 @@ def summarize_from_model(
     if not saes:
         return [_skipped(layout.root, sae_id, hooks[sae_id]) for sae_id in ids]
 
-    world, rank = (ctx.world_size, ctx.rank) if ctx else (1, 0)
+    rank, world = rank_and_world(ctx)
     folder = layout.root / STATE_DIR / _fingerprint(handle, records, world)
     folder.mkdir(parents=True, exist_ok=True)
     state_path = folder / f"rank-{rank:04d}.pt"

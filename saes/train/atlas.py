@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from saes.distributed import DistContext, barrier, init_distributed
 from saes.formats.saelens import OUR_KEY
 from saes.sae.base import SAEConfig
 from saes.train.checkpoint import remove_checkpoints
 from saes.train.config import TrainConfig
-from saes.train.distributed import DistContext, assign_hooks, barrier, init_distributed
+from saes.train.distributed import assign_hooks
 from saes.train.trainer import train_sae
 from store.activations import ActivationReader
 from store.atomic import read_json

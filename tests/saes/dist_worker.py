@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
+from saes.distributed import init_distributed
 from saes.sae.base import SAEConfig
 from saes.train.atlas import train_saes
 from saes.train.config import TrainConfig
-from saes.train.distributed import init_distributed
 from saes.train.trainer import train_sae
 from tests.saes.planted import planted_atoms, planted_batches
 
