@@ -410,6 +410,10 @@ class Atlas:
         k = check_k(k)
         ids = [sae_id] if sae_id is not None else self.sae_ids
         labels = {sid: self._records(sid, "labels") for sid in ids}
+        if not any(table.height for table in labels.values()):
+            raise NotFoundError(f"no labels or explanations stored for {', '.join(ids) or 'any SAE'}; "
+                                f"build them with `sae-atlas search labels --atlas {self.root} --rebuild` "
+                                "(summarize does it) or import explanations")
         hits = atlas_meaning.label_index(self._cache, self.root, labels).search(query, k)
         return self._with_labels(hits).with_columns(pl.col("explanations").fill_null([]))
 

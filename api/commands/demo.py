@@ -15,7 +15,7 @@ import typer
 from api.commands.cache import print_cache_summary
 from api.commands.common import console, handle_errors, print_table
 from api.commands.device_options import device_option, model_dtype_option
-from api.commands.summarize import print_reports
+from api.commands.summarize import build_offline_labels, print_reports
 from saes.atlas_saes import load_atlas_sae
 from saes.cache import cache_activations, run_hooks
 from saes.corpus import CorpusSpec
@@ -145,11 +145,13 @@ def demo_command(
     console.rule("[bold]3. one TopK SAE per layer, evaluated")
     sae_ids = _train_and_evaluate(handle, atlas, hooks, train_tokens, seed)
     console.rule("[bold]4. feature summaries (held-out tokens)")
-    print_reports([
+    reports = [
         summarize_sae(atlas, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
                       norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, seed=seed)
         for sae_id in sae_ids
-    ])
+    ]
+    build_offline_labels(atlas, reports)
+    print_reports(reports)
     console.rule("[bold]5. FAISS indexes and example searches")
     for info in build_atlas_indexes(atlas):
         console.print(f"{info.get('sae_id', 'model-wide')}: {info['type']}, {info['n']} rows, "

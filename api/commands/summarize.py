@@ -40,6 +40,13 @@ def _model_tensors(layout: AtlasLayout) -> dict[str, Any]:
     }
 
 
+def build_offline_labels(atlas: Path, reports: list[SummaryReport]) -> None:
+    """Store the offline labels of every SAE just summarized (text search reads them)."""
+    from api.atlas import Atlas
+
+    Atlas(atlas).build_labels([r.sae_id for r in reports])
+
+
 def print_reports(reports: list[SummaryReport]) -> None:
     """One table row per summarized SAE."""
     print_table(
@@ -105,6 +112,7 @@ def summarize_command(
             console.print(f"summarizing {sae_id}")
         reports.append(summarize_sae(atlas, sae_id, n_tokens=tokens, top_k=top_k, window=(before, after),
                                      seed=seed, force=force, progress=not json_out, **model))
+    build_offline_labels(atlas, reports)
     if json_out:
         print_json(reports)
     else:
@@ -132,6 +140,7 @@ def _summarize_from_model(layout: AtlasLayout, ids: list[str], tokens: int | Non
                                    with_logits=with_logits, progress=not json_out, force=force, ctx=ctx)
     if ctx is not None and not ctx.is_main:
         return
+    build_offline_labels(layout.root, reports)
     if json_out:
         print_json(reports)
     else:

@@ -163,3 +163,25 @@ def test_client_meaning_searches_mirror_the_atlas(labelled: tuple[Atlas, dict[st
         assert remote_c["per_sae"][b]["span"] == atlas.concept_search("weekdays", saes=[b], min_selectivity=0.3).per_sae[b]["span"]
         assert client.search_labels("promotes", k=3)["latent"].to_list() == atlas.search_labels("promotes", k=3)["latent"].to_list()
         assert client.geometry_features(b).height == atlas.geometry_features(b).height
+
+
+def test_summarize_builds_labels_and_search_says_when_there_are_none(small_atlas: dict[str, Any],
+                                                                     tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from api.cli import app
+    from store.errors import NotFoundError
+
+    root = tmp_path / "atlas"
+    shutil.copytree(small_atlas["root"], root)
+    sae_id = small_atlas["sae_ids"][0]
+    with pytest.raises(NotFoundError, match="--rebuild"):
+        Atlas(root).search_labels("weekday")
+    out = CliRunner().invoke(app, ["summarize", "--atlas", str(root), "--sae", sae_id, "--force", "--no-model"])
+    assert out.exit_code == 0, out.output
+    stored = read_records(root, sae_id, "labels")
+    assert stored.height == small_atlas["d_sae"] and set(stored["source"]) == {"auto"}
+    tables = FeatureTables(root, sae_id)
+    assert stored["text"].to_list() == auto_labels(tables.features, tables.examples)["text"].to_list()
+    hits = Atlas(root).search_labels(stored["text"][0], sae_id=sae_id, k=1)
+    assert hits["latent"].to_list() == [0]
