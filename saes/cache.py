@@ -4,6 +4,13 @@ The model runs only up to the deepest hooked layer. Every hook's writer flushes 
 at the same block counts, and shard boundaries fall on batch boundaries, so a run that
 was killed resumes from the last shard all hooks have verified and produces exactly the
 bytes an uninterrupted run would.
+
+Under `torchrun --nproc_per_node=R` the ranks split the shards: shard `k` (blocks
+`k * shard_blocks` to `(k + 1) * shard_blocks - 1`) is computed and written by rank
+`k mod R`. Every rank reads the corpus in the same order and runs the model only on its
+own shards' batches, so each shard holds the same blocks, byte for byte, whatever R is.
+Each rank records and resumes its own shards; once all have finished, rank 0 merges the
+records into the hook's manifest.json. The atlas must be on a file system all ranks share.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from saes.corpus import CorpusSpec, iter_blocks
+from saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
 from saes.hook_fns import capture_hooks
 from saes.models import ModelHandle
 from store.activations import ActivationWriter
@@ -84,8 +92,10 @@ def cache_activations(
     batch_blocks: int = 8,
     shard_blocks: int = 64,
     progress: bool = True,
+    ctx: DistContext | None = None,
 ) -> CacheSummary:
-    """Cache `hooks` of `handle` over `n_tokens` tokens of `corpus` into the atlas at `atlas`.
+    """Cache `hooks` of `handle` over `n_tokens` tokens of `corpus` into the atlas at `atlas`
+    (as one rank of `ctx`, writing its share of the shards, when given).
 
     Re-running after an interruption resumes; re-running a finished cache does nothing.
     """
@@ -100,6 +110,7 @@ def cache_activations(
     shard_blocks = -(-shard_blocks // batch_blocks) * batch_blocks  # shards end on batch ends
     layout = AtlasLayout(atlas)
     _check_model_matches(layout, handle.spec)
+    rank, world = rank_and_world(ctx)
     writers = {
         hook: ActivationWriter(
             atlas,
@@ -113,41 +124,56 @@ def cache_activations(
             shard_blocks=shard_blocks,
             special_token_ids=separator_ids(handle.tokenizer),
             extra={"corpus": dataclasses.asdict(corpus), "target_blocks": target_blocks},
+            rank=rank,
+            world_size=world,
+            total_blocks=target_blocks,
         )
         for hook in hooks
     }
-    layout.update_meta(
-        model=handle.spec,
-        model_name=handle.name,
-        n_layers=handle.n_layers,
-        d_model=handle.d_model,
-        corpus=dataclasses.asdict(corpus),
-        hooks=sorted(set(layout.read_meta().get("hooks", []) if layout.atlas_json.exists() else []) | set(hooks)),
-    )
+    if rank == 0:
+        layout.update_meta(
+            model=handle.spec,
+            model_name=handle.name,
+            n_layers=handle.n_layers,
+            d_model=handle.d_model,
+            corpus=dataclasses.asdict(corpus),
+            hooks=sorted(set(layout.read_meta().get("hooks", []) if layout.atlas_json.exists() else []) | set(hooks)),
+        )
     start = time.perf_counter()
-    if all(w.complete for w in writers.values()):
-        done = {w.n_blocks_done for w in writers.values()}
-        if done != {target_blocks}:
-            raise InvalidInputError(
-                f"hooks are already cached with {sorted(done)} blocks, not {target_blocks}; "
-                "use another --atlas directory to cache a different amount"
-            )
-        return _summary(layout, handle, writers, 0, 0.0, 0, already_complete=True)
-    resume = min(w.n_blocks_done for w in writers.values())
-    for writer in writers.values():
-        if writer.n_blocks_done != resume or writer.complete:
+    summary = CacheSummary(atlas=str(layout.root), model=handle.name, hooks=list(writers), n_blocks=target_blocks,
+                           n_tokens=target_blocks * corpus.context_size,
+                           n_shards=-(-target_blocks // shard_blocks) * len(writers), resumed_from_blocks=0,
+                           seconds=0.0, tokens_per_second=0.0, already_complete=False)
+    done = {w.n_blocks_done for w in writers.values() if w.complete}
+    if done - {target_blocks}:
+        raise InvalidInputError(
+            f"hooks are already cached with {sorted(done)} blocks, not {target_blocks}; "
+            "use another --atlas directory to cache a different amount"
+        )
+    pending = {hook: writer for hook, writer in writers.items() if not writer.complete}
+    if not pending:
+        return dataclasses.replace(summary, already_complete=True)
+    resume = min(w.n_blocks_done for w in pending.values())
+    for writer in pending.values():
+        if writer.n_blocks_done != resume:
             writer.truncate_to(resume)
-    seen = 0
-    computed = 0
-    bar = tqdm(total=target_blocks * corpus.context_size, initial=resume * corpus.context_size,
-               unit="tok", unit_scale=True, desc="caching", disable=not progress)
-    for batch in iter_blocks(handle.tokenizer, corpus, max_blocks=target_blocks, batch_blocks=batch_blocks):
+    own_blocks = sum(min(shard_blocks, target_blocks - k * shard_blocks)
+                     for k in range(rank, -(-target_blocks // shard_blocks), world))
+    seen = own = computed = 0
+    bar = tqdm(total=own_blocks * corpus.context_size, initial=resume * corpus.context_size,
+               unit="tok", unit_scale=True, desc="caching" if world == 1 else f"caching (rank {rank})",
+               disable=not progress)
+    for number, batch in enumerate(iter_blocks(handle.tokenizer, corpus, max_blocks=target_blocks,
+                                               batch_blocks=batch_blocks)):
         n = len(batch.token_ids)
         seen += n
-        if seen <= resume:
+        if (number * batch_blocks // shard_blocks) % world != rank:
+            continue  # another rank's shard
+        own += n
+        if own <= resume:
             continue
-        acts = run_hooks(handle, batch.token_ids, hooks)
-        for hook, writer in writers.items():
+        acts = run_hooks(handle, batch.token_ids, list(pending))
+        for hook, writer in pending.items():
             writer.append(acts[hook], batch.token_ids, batch.doc_ids)
         computed += n
         bar.update(n * corpus.context_size)
@@ -157,31 +183,14 @@ def cache_activations(
             f"corpus {corpus.source!r} gave only {seen} blocks of {corpus.context_size} tokens; "
             f"{target_blocks} were requested (ask for at most {seen * corpus.context_size} tokens)"
         )
-    for writer in writers.values():
+    for writer in pending.values():
         writer.finish()
+    barrier(ctx)
+    if ctx is not None and ctx.is_main:
+        for writer in pending.values():
+            writer.merge_ranks()
+    barrier(ctx)
     seconds = time.perf_counter() - start
-    return _summary(layout, handle, writers, resume, seconds, computed * corpus.context_size)
-
-
-def _summary(
-    layout: AtlasLayout,
-    handle: ModelHandle,
-    writers: dict[str, ActivationWriter],
-    resumed: int,
-    seconds: float,
-    computed_tokens: int,
-    already_complete: bool = False,
-) -> CacheSummary:
-    first = next(iter(writers.values())).manifest
-    return CacheSummary(
-        atlas=str(layout.root),
-        model=handle.name,
-        hooks=list(writers),
-        n_blocks=first["n_blocks"],
-        n_tokens=first["n_tokens"],
-        n_shards=sum(len(w.manifest["shards"]) for w in writers.values()),
-        resumed_from_blocks=resumed,
-        seconds=seconds,
-        tokens_per_second=computed_tokens / seconds if seconds > 0 else 0.0,
-        already_complete=already_complete,
-    )
+    totals = all_reduce_(torch.tensor([resume, computed], device=handle.device), ctx)
+    return dataclasses.replace(summary, resumed_from_blocks=int(totals[0]), seconds=seconds,
+                               tokens_per_second=float(totals[1]) * corpus.context_size / seconds)

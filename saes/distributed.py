@@ -40,10 +40,13 @@ def init_distributed(backend: str | None = None) -> DistContext | None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return None
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
         chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if chosen == "nccl":
+            torch.cuda.set_device(local_rank)  # object collectives use the current device
         dist.init_process_group(backend=chosen)
-    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank)
 
 
 def rank_and_world(ctx: DistContext | None) -> tuple[int, int]:

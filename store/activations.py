@@ -5,10 +5,19 @@ Each shard holds whole blocks: `acts [n, T, D]` (float32 / float16 / bfloat16),
 manifest lists the shards in order with their sha256 and carries a `complete` flag.
 A writer re-opened on an unfinished cache keeps the verified prefix of shards and
 continues from there.
+
+Shard `k` always holds blocks `k * shard_blocks ...` and is named `shard-<k>`, whoever
+writes it. Several writers (torchrun ranks) can fill one cache: writer `r` of `R` owns
+shards `r, r + R, r + 2R, ...`, records its progress in its own
+`manifest-rank-<r>-of-<R>.json`, and `merge_ranks` (rank 0, once every rank finished)
+joins them into `manifest.json`. On resume a writer takes its verified shards from every
+record there is (manifest.json and any rank's), so a cache interrupted under one number
+of ranks resumes under another.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +35,8 @@ from store.safetensors_io import MappedSafetensors, save_deterministic
 MANIFEST_FORMAT = "sae-atlas-activations"
 MANIFEST_VERSION = 1
 HELDOUT_FRACTION = 0.1
+RANK_MANIFESTS = "manifest-rank-*.json"
+SETTINGS = ("model", "hook", "d", "dtype", "context_size", "bos_token_id", "prepend_bos", "shard_blocks")
 Split = Literal["train", "heldout", "all"]
 
 
@@ -77,8 +88,18 @@ class TokenRows:
     positions: torch.Tensor  # [n] int64, position within the block
 
 
+def shard_index(name: str) -> int | None:
+    """The shard number in a shard (or temporary shard) file name."""
+    match = re.search(r"shard-(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
 class ActivationWriter:
-    """Streams blocks of activations for one hook into shards, resuming an unfinished cache."""
+    """Streams blocks of activations for one hook into shards, resuming an unfinished cache.
+
+    With `world_size` > 1 it writes only the shards of `rank` (see the module docstring);
+    `total_blocks`, when known, lets a resume reject a shorter final shard of another run.
+    """
 
     def __init__(
         self,
@@ -94,13 +115,21 @@ class ActivationWriter:
         shard_blocks: int = 64,
         special_token_ids: list[int] | None = None,
         extra: dict[str, Any] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        total_blocks: int | None = None,
     ) -> None:
         self.layout = AtlasLayout(root)
         self.dir = self.layout.activation_dir(hook)
         self.torch_dtype = parse_dtype(dtype, kind="activation dtype")
         if shard_blocks <= 0 or context_size <= 0 or d <= 0:
             raise InvalidInputError("d, context_size and shard_blocks must be positive")
+        if not 0 <= rank < world_size:
+            raise InvalidInputError(f"rank {rank} is not one of {world_size} ranks")
+        self.rank, self.world_size, self.total_blocks = rank, world_size, total_blocks
+        self.shard_blocks = shard_blocks
         self.manifest_path = self.dir / "manifest.json"
+        self.progress_path = self.manifest_path if world_size == 1 else self.rank_manifest(rank)
         fresh = {
             "format": MANIFEST_FORMAT,
             "version": MANIFEST_VERSION,
@@ -124,37 +153,71 @@ class ActivationWriter:
         self._pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self._pending_blocks = 0
 
+    def rank_manifest(self, rank: int) -> Path:
+        """The progress record of `rank` in a run of `world_size` ranks."""
+        return self.dir / f"manifest-rank-{rank:04d}-of-{self.world_size:04d}.json"
+
     # resume ----------------------------------------------------------------------------
+    def _records(self, fresh: dict[str, Any]) -> list[dict[str, Any]]:
+        """manifest.json (first, when present) and every rank's progress record, checked
+        against the requested settings."""
+        paths = [self.manifest_path] if self.manifest_path.exists() else []
+        records = []
+        for path in paths + sorted(self.dir.glob(RANK_MANIFESTS)):
+            old = read_json(path, _repair(self.layout.root))
+            changed = [k for k in SETTINGS if old.get(k) != fresh[k]]
+            if changed:
+                details = ", ".join(f"{k}: cached {old.get(k)!r} vs requested {fresh[k]!r}" for k in changed)
+                raise InvalidInputError(
+                    f"{path} was written with different settings ({details}); "
+                    "use another atlas directory or delete this hook's activations"
+                )
+            records.append(old)
+        return records
+
     def _resume_or_start(self, fresh: dict[str, Any]) -> dict[str, Any]:
-        if not self.manifest_path.exists():
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._remove_strays(set())
-            return fresh
-        old = read_json(self.manifest_path, _repair(self.layout.root))
-        keys = ("model", "hook", "d", "dtype", "context_size", "bos_token_id", "prepend_bos", "shard_blocks")
-        changed = [k for k in keys if old.get(k) != fresh[k]]
-        if changed:
-            details = ", ".join(f"{k}: cached {old.get(k)!r} vs requested {fresh[k]!r}" for k in changed)
-            raise InvalidInputError(
-                f"{self.manifest_path} was written with different settings ({details}); "
-                "use another atlas directory or delete this hook's activations"
-            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        records = self._records(fresh)
+        main = records[0] if self.manifest_path.exists() else None
+        if main is not None and main["complete"]:
+            good = self._verified_prefix(main["shards"], owned_only=False)
+            if len(good) == len(main["shards"]):
+                self._remove_strays({s["file"] for s in good})
+                return main
+        known = {s["first_block"]: s for record in records for s in record["shards"]}
+        mine = [known.get(k * self.shard_blocks)
+                for k in range(self.rank, self.rank + len(known) * self.world_size, self.world_size)]
+        good = self._verified_prefix(mine, owned_only=True)
+        state = {**(main or fresh), "shards": good, "extra": fresh["extra"] or (main or fresh).get("extra", {}),
+                 "complete": False}
+        self._recount(state)
+        self._remove_strays({s["file"] for s in good})
+        return state
+
+    def _verified_prefix(self, shards: list[dict[str, Any] | None], *, owned_only: bool) -> list[dict[str, Any]]:
+        """The leading shards that exist with the recorded sha256 (and, when the total is
+        known and only this writer's shards are looked at, the block count they must have)."""
         good = []
-        for shard in old["shards"]:
+        for shard in shards:
+            if shard is None:
+                break
             path = self.dir / shard["file"]
+            if owned_only and self.total_blocks is not None:
+                size = min(self.shard_blocks, self.total_blocks - shard["first_block"])
+                if shard["n_blocks"] != size:
+                    break
             if not path.exists() or sha256_file(path) != shard["sha256"]:
                 break
             good.append(shard)
-        old["shards"] = good
-        old["extra"] = fresh["extra"] or old.get("extra", {})
-        self._recount(old)
-        self._remove_strays({s["file"] for s in good})
-        return old
+        return good
 
     def _remove_strays(self, keep: set[str]) -> None:
+        """Delete this writer's shard files (and their temporaries) that no record keeps."""
         for path in self.dir.glob("*shard-*"):
-            if path.name not in keep:
-                path.unlink()
+            index = shard_index(path.name)
+            owner = 0 if index is None else index % self.world_size
+            if owner == self.rank and path.name not in keep:
+                path.unlink(missing_ok=True)
 
     @staticmethod
     def _recount(manifest: dict[str, Any]) -> None:
@@ -218,9 +281,10 @@ class ActivationWriter:
 
     def _write_shard(self, acts: torch.Tensor, toks: torch.Tensor, docs: torch.Tensor) -> None:
         m = self.manifest
-        first = m["n_blocks"]
+        index = self.rank + len(m["shards"]) * self.world_size
+        first = index * m["shard_blocks"]
         n, t = toks.shape
-        name = f"shard-{len(m['shards']):05d}.safetensors"
+        name = f"shard-{index:05d}.safetensors"
         tensors = {
             "acts": acts.contiguous(),
             "token_ids": toks.to(torch.int32).contiguous(),
@@ -239,16 +303,45 @@ class ActivationWriter:
 
     def _write_manifest(self) -> None:
         self.manifest["created_with"] = created_with()
-        atomic_write_json(self.manifest_path, self.manifest)
+        atomic_write_json(self.progress_path, self.manifest)
 
     def finish(self) -> None:
-        """Write the last partial shard and mark the cache complete."""
+        """Write the last partial shard and mark the cache complete (one writer), or record
+        this rank's finished part for `merge_ranks` (several)."""
         if self._pending_blocks:
             self._flush(self._pending_blocks)
+        if self.world_size > 1:
+            self._write_manifest()
+            return
+        self._complete(self.manifest["shards"])
+
+    def merge_ranks(self) -> None:
+        """Join the finished records of all `world_size` ranks into manifest.json, marked
+        complete (called once, by rank 0, after every rank's `finish`)."""
+        shards = []
+        for rank in range(self.world_size):
+            path = self.rank_manifest(rank)
+            if not path.exists():
+                raise IntegrityError(path, f"rank {rank} left no record of its shards", _repair(self.layout.root))
+            shards += read_json(path, _repair(self.layout.root))["shards"]
+        shards.sort(key=lambda s: s["first_block"])
+        expected = 0
+        for shard in shards:
+            if shard["first_block"] != expected:
+                raise IntegrityError(self.dir / shard["file"], f"starts at block {shard['first_block']}, "
+                                     f"not {expected}: the ranks' shards leave a gap", _repair(self.layout.root))
+            expected += shard["n_blocks"]
+        self._complete(shards)
+
+    def _complete(self, shards: list[dict[str, Any]]) -> None:
+        self.manifest = {**self.manifest, "shards": shards, "complete": True}
+        self._recount(self.manifest)
         if self.manifest["n_blocks"] == 0:
             raise InvalidInputError(f"no blocks were written for hook {self.manifest['hook']!r}")
-        self.manifest["complete"] = True
-        self._write_manifest()
+        self.manifest["created_with"] = created_with()
+        atomic_write_json(self.manifest_path, self.manifest)
+        for path in self.dir.glob(RANK_MANIFESTS):
+            path.unlink(missing_ok=True)
 
 
 class ActivationReader:

@@ -11,6 +11,7 @@ from api.commands.device_options import device_option, model_dtype_option
 from saes.cache import CacheSummary, cache_activations
 from saes.corpus import CorpusSpec
 from saes.devices import use_by_default
+from saes.distributed import init_distributed
 from saes.models import DEFAULT_MODEL, load_model
 
 
@@ -55,15 +56,21 @@ def cache_command(
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
 ) -> None:
-    """Cache activations of several hooks in one pass; re-running resumes an interrupted run."""
-    use_by_default(device, model_dtype)
-    handle = load_model(model)
+    """Cache activations of several hooks in one pass; re-running resumes an interrupted run.
+
+    Under `torchrun --nproc_per_node=R -m api cache ...` rank `k mod R` writes shard `k`
+    (the same shards as one process) and rank 0 writes the manifests at the end."""
+    ctx = init_distributed()
+    where = use_by_default(device, model_dtype)
+    handle = load_model(model, device=ctx.device(str(where)) if ctx else where)
     hooks = list(hook) or handle.default_hooks(layers)
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context,
                       prepend_bos=not no_bos, seed=seed)
     summary = cache_activations(handle, atlas, hooks, corpus=spec, n_tokens=tokens, dtype=dtype,
                                 batch_blocks=batch_blocks, shard_blocks=shard_blocks,
-                                progress=not json_out)
+                                progress=not json_out, ctx=ctx)
+    if ctx is not None and not ctx.is_main:
+        return
     if json_out:
         print_json(summary)
     else:

@@ -9,6 +9,7 @@ import typer
 from api.commands.common import handle_errors, print_json, print_table
 from api.commands.device_options import device_option, model_dtype_option
 from saes.devices import use_by_default
+from saes.distributed import init_distributed
 from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, evaluate_atlas_sae
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
@@ -44,9 +45,18 @@ def eval_command(
                                     help="Activation metrics over --tokens corpus tokens streamed through the model."),
     corpus: str = typer.Option("builtin", help="With --from-model: builtin, a .txt/.jsonl/.parquet file or folder."),
     context: int = typer.Option(128, min=2, help="With --from-model: block length in tokens."),
+    batch_blocks: int = typer.Option(8, min=1, help="With --from-model: blocks per forward pass."),
 ) -> None:
-    """Evaluate SAEs (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score), BOS excluded."""
-    use_by_default(device, model_dtype)
+    """Evaluate SAEs (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score), BOS excluded.
+
+    With --from-model it also runs under `torchrun --nproc_per_node=R -m api eval ...`: the
+    ranks split the batches and rank 0 writes the merged metrics. Evaluating cached
+    held-out rows is one process."""
+    ctx = init_distributed()
+    if ctx is not None and not from_model:
+        raise InvalidInputError("under torchrun `eval` needs --from-model (evaluating cached held-out rows "
+                                "runs in one process; start it without torchrun)")
+    where = use_by_default(device, model_dtype)
     layout = AtlasLayout(atlas)
     ids = list(sae) or layout.sae_ids()
     if not ids:
@@ -57,8 +67,11 @@ def eval_command(
         from saes.eval.stream import evaluate_from_model
         from saes.models import load_model
 
-        results = evaluate_from_model(load_model(layout.read_meta()["model"]), atlas, ids,
-                                      corpus=CorpusSpec(source=corpus, context_size=context), n_tokens=tokens)
+        handle = load_model(layout.read_meta()["model"], device=ctx.device(str(where)) if ctx else where)
+        results = evaluate_from_model(handle, atlas, ids, corpus=CorpusSpec(source=corpus, context_size=context),
+                                      n_tokens=tokens, batch_blocks=batch_blocks, ctx=ctx)
+        if ctx is not None and not ctx.is_main:
+            return
     elif not no_model:
         from saes.models import load_model
 

@@ -79,6 +79,26 @@ class ReconstructionStats:
         self._fired += active.sum(0).double()
         self.n += x.shape[0]
 
+    def merge_(self, other: ReconstructionStats) -> ReconstructionStats:
+        """Add the statistics of `other` (e.g. another rank's tokens) in place: the result
+        equals one accumulation over both sets of tokens up to float64 rounding. `other`'s
+        centred sums are moved onto this shift first."""
+        if (other.d_in, other.d_sae) != (self.d_in, self.d_sae):
+            raise InvalidInputError(f"cannot merge statistics of shape {(other.d_in, other.d_sae)} "
+                                    f"into {(self.d_in, self.d_sae)}")
+        if other.n == 0:
+            return self
+        if self._shift is None:
+            self._shift = other._shift
+        delta = other._shift - self._shift
+        self._sum += other._sum + other.n * delta
+        self._sum_sq += other._sum_sq + 2 * delta * other._sum + other.n * delta.pow(2)
+        self._fired += other._fired
+        for key, value in other._totals.items():
+            self._totals[key] += value
+        self.n += other.n
+        return self
+
     @property
     def total_variance(self) -> float:
         """`sum_d Var(x_d)` over the tokens seen so far."""

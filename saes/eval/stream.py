@@ -6,20 +6,29 @@ into its `ReconstructionStats`, so no residual cache is needed and memory is fla
 token count. Only the activation metrics (EV, FVU, L0, dead / dense, cosine, ...) are
 computed; CE / KL with the SAE spliced in run on cached held-out blocks (`eval` without
 `--from-model`).
+
+Under `torchrun --nproc_per_node=R` the ranks take contiguous, near-equal shares of the
+batches (`saes.distributed.rank_share`, the split the streamed summaries use); every
+rank's statistics are gathered and merged exactly (`ReconstructionStats.merge_`: counts
+and float64 sums, so the metrics equal one process's up to float64 rounding), and rank 0
+writes eval.json.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from saes.atlas_saes import load_atlas_sae
 from saes.cache import run_hooks, separator_ids
 from saes.corpus import CorpusSpec, iter_blocks
+from saes.distributed import DistContext, rank_share
 from saes.eval.evaluate import write_eval
 from saes.eval.reconstruction import ReconstructionStats
 from saes.models import ModelHandle
@@ -29,9 +38,11 @@ from store.layout import AtlasLayout
 
 
 def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[str], *, corpus: CorpusSpec,
-                        n_tokens: int, batch_blocks: int = 8) -> dict[str, dict[str, Any]]:
+                        n_tokens: int, batch_blocks: int = 8,
+                        ctx: DistContext | None = None) -> dict[str, dict[str, Any]]:
     """Evaluate SAEs of an atlas on the first `n_tokens` tokens (whole blocks) of `corpus`
-    run through `handle`, write each one's eval.json and return the records."""
+    run through `handle`, write each one's eval.json and return the records (on every
+    rank of `ctx`, which split the batches; rank 0 writes)."""
     layout = AtlasLayout(atlas)
     n_blocks = n_tokens // corpus.context_size
     if n_blocks < 1:
@@ -44,8 +55,14 @@ def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[st
     stats = {sae_id: ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae) for sae_id, sae in saes.items()}
     started = time.perf_counter()
     special = [*separator_ids(handle.tokenizer), handle.bos_token_id]
+    share = rank_share(-(-n_blocks // batch_blocks), ctx)
     with torch.no_grad():
-        for batch in iter_blocks(handle.tokenizer, corpus, max_blocks=n_blocks, batch_blocks=batch_blocks):
+        for number, batch in enumerate(iter_blocks(handle.tokenizer, corpus, max_blocks=n_blocks,
+                                                   batch_blocks=batch_blocks)):
+            if number >= share.stop:
+                break
+            if number < share.start:
+                continue
             n, T = batch.token_ids.shape
             keep = ~excluded_positions(batch.token_ids, torch.arange(T).expand(n, T),
                                        prepend_bos=corpus.prepend_bos, special_ids=special).reshape(-1)
@@ -54,6 +71,7 @@ def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[st
                 x = acts[hooks[sae_id]].reshape(n * T, -1)[keep.to(handle.device)].to(sae.W_enc.dtype)
                 out = sae(x)
                 stats[sae_id].update(x, out.x_hat.float(), out.feature_acts)
+    stats = _merged(stats, ctx)
     seconds = round(time.perf_counter() - started, 3)
     records = {}
     for sae_id, sae in saes.items():
@@ -63,5 +81,16 @@ def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[st
                       "split": "stream", "corpus": dataclasses.asdict(corpus), "n_tokens_requested": n_tokens,
                       "ce_blocks_requested": 0, "exclude_bos": True, "model": handle.name}
         records[sae_id] = {"metrics": stats[sae_id].result(), "parameters": parameters, "seconds": seconds}
-        write_eval(layout.require_sae(sae_id), records[sae_id])
+        if ctx is None or ctx.is_main:
+            write_eval(layout.require_sae(sae_id), records[sae_id])
     return records
+
+
+def _merged(stats: dict[str, ReconstructionStats], ctx: DistContext | None) -> dict[str, ReconstructionStats]:
+    """Every rank's statistics merged in rank order (this process's own without a group)."""
+    if ctx is None:
+        return stats
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, stats)
+    return {sae_id: functools.reduce(ReconstructionStats.merge_, (part[sae_id] for part in gathered[1:]),
+                                     gathered[0][sae_id]) for sae_id in stats}
