@@ -123,9 +123,9 @@ def _summarize_from_model(layout: AtlasLayout, ids: list[str], tokens: int | Non
                           params: SummaryParams, *, device: str, model_dtype: str, batch_blocks: int,
                           checkpoint_every: int | None, force: bool, with_logits: bool, json_out: bool) -> None:
     """The --from-model path, on one process or as one torchrun rank."""
+    from saes.distributed import init_distributed
     from saes.models import load_model
     from saes.summary.stream import summarize_from_model
-    from saes.train.distributed import init_distributed
 
     if tokens is None:
         raise InvalidInputError("--from-model needs --tokens (how many corpus tokens to stream)")
