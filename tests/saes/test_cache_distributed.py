@@ -1,13 +1,15 @@
 """Caching and `eval --from-model` under torchrun (2 gloo ranks on CPU): the ranks write the
 same shards as one process (shard k by rank k mod R), a rank killed with kill -9 resumes
-to identical shards, writers of different rank counts resume each other's shards, and the
-ranks' merged eval metrics equal one process's."""
+to identical shards, writers of different rank counts resume each other's shards, a
+re-run recomputes a corrupt shard of a finished cache, and the ranks' merged eval metrics
+equal one process's."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +163,18 @@ def test_merged_reconstruction_stats_equal_one_accumulation() -> None:
     assert 0.9 < one["explained_variance"] < 1
     for key in ("explained_variance", "fvu", "mse", "cossim", "l0", "l1", "relative_reconstruction_bias"):
         assert merged[key] == pytest.approx(one[key], rel=1e-9), key
+
+
+def test_rerun_repairs_a_corrupt_shard_of_a_finished_cache(tmp_path: Path, reference: Path) -> None:
+    shutil.copytree(reference, tmp_path / "atlas")
+    damaged = tmp_path / "atlas" / "activations" / HOOKS[0] / "shard-00002.safetensors"
+    data = bytearray(damaged.read_bytes())
+    data[-3] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    untouched = (tmp_path / "atlas" / "activations" / HOOKS[1] / "shard-00002.safetensors").stat().st_mtime_ns
+    summary = cache_activations(load_model(TINY, device="cpu", dtype="float32"), tmp_path / "atlas", HOOKS,
+                                corpus=CorpusSpec(context_size=CONTEXT), n_tokens=TOKENS, dtype="float16",
+                                batch_blocks=BATCH, shard_blocks=SHARD, progress=False)
+    assert not summary.already_complete and summary.resumed_from_blocks == 8  # shards 0 and 1 kept
+    assert shards(tmp_path / "atlas") == shards(reference)
+    assert (tmp_path / "atlas" / "activations" / HOOKS[1] / "shard-00002.safetensors").stat().st_mtime_ns == untouched
