@@ -10,7 +10,9 @@ command that rebuilds it. Indexes load memory-mapped where FAISS allows
 (`_read_faiss`). Large exact indexes are searched by a certified 8-bit scan
 (`store.int8_scan`) over the mapped rows, which returns the same top k. The model-wide
 index (`indexes/model.faiss`) covers every SAE of the atlas' most common width; its sidecar
-maps id ranges back to (SAE id, latent).
+maps id ranges back to (SAE id, latent). An index build also writes the neighbour tables
+of the SAE pairs too large to compute when a search process loads them
+(`store.neighbour_tables`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from store.hooks import cfg_hook_name, hook_layer
 from store.int8_scan import Int8Scan
 from store.integrity import WEIGHTS_FILE, sae_cfg, verify_sae_weights, weights_repair
 from store.layout import AtlasLayout, created_with
+from store.neighbour_tables import build_tables
 from store.safetensors_io import MappedSafetensors
 from store.vectors import unit_rows
 
@@ -309,8 +312,21 @@ def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, r
     out.append(_ensure(model_index_path(root), root, rows,
                        {"saes": offsets, "excluded": excluded, "weights_sha256": combined_weights_sha256(offsets)},
                        rebuild, approx_threshold, seed))
+    del rows
+    _build_neighbour_tables(root, rebuild)
     marker.unlink()
     return out
+
+
+def _build_neighbour_tables(root: str | Path, rebuild: bool) -> None:
+    """The neighbour tables too large to compute on load, for every group of SAEs of one width."""
+    widths: dict[int, list[str]] = {}
+    for sae_id in AtlasLayout(root).sae_ids():
+        widths.setdefault(int(sae_cfg(root, sae_id)["d_in"]), []).append(sae_id)
+    for group in widths.values():
+        decoders = {sae_id: (dec.rows, dec.weights_sha256) for sae_id in group
+                    for dec in [read_decoder(root, sae_id)]}
+        build_tables(root, decoders, rebuild=rebuild)
 
 
 def combined_weights_sha256(offsets: list[dict[str, Any]]) -> str:

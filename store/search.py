@@ -4,9 +4,10 @@ membership, period, lobe) from `store.feature_records`.
 
 `FeatureSearch(root)` loads each index once (memory-mapped where FAISS allows) and keeps
 it for the life of the object, so one query costs one index search. Unfiltered `similar`
-and `flow` lookups, the ones every feature page makes, are answered from neighbour tables:
-each latent's `TABLE_K` nearest rows in an SAE, computed for a pair of SAEs on first use
-by blocked matrix products (exact, like the index) when the pair is small enough.
+and `flow` lookups, the ones every feature page makes, are answered from neighbour tables
+(`store.neighbour_tables`: each latent's `TABLE_K` nearest rows in an SAE, exact like the
+index): computed for a small pair of SAEs on first use, memory-mapped from the files
+`sae-atlas index` wrote for a large one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import torch
 
 from store.errors import InvalidInputError, NotFoundError
 from store.feature_records import geometry_mask, read_records, record_paths
@@ -35,12 +35,11 @@ from store.index import (
 )
 from store.integrity import verify_sae_weights
 from store.layout import AtlasLayout
+from store.neighbour_tables import TABLE_MAX_PAIRS, Table, load_table, nearest_rows
 from store.vectors import unit_rows
 
 MAX_K = 1000
 _OVERFETCH = 4
-TABLE_K = 16  # neighbours kept per latent in a neighbour table
-TABLE_MAX_PAIRS = 32_000_000  # largest source x target rows for one table (~0.3 s to build at d 576)
 Densities = Mapping[str, np.ndarray] | Callable[[str], np.ndarray | None]
 MATCH_SCHEMA = {"sae_id": pl.String, "latent": pl.Int64, "cosine": pl.Float64, "rank": pl.Int64, "layer": pl.Int64}
 
@@ -105,7 +104,8 @@ class FeatureSearch:
         self._model: tuple[SearchIndex, dict[str, Any]] | None = None
         self._densities: dict[str, np.ndarray] = {}
         self._rows: dict[str, np.ndarray] = {}
-        self._tables: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
+        self._shas: dict[str, str] = {}
+        self._tables: dict[tuple[str, str], Table | None] = {}
         self._geometry: dict[tuple[Any, ...], np.ndarray] = {}
 
     # loading ---------------------------------------------------------------------------
@@ -115,7 +115,7 @@ class FeatureSearch:
             if sae_id not in self._sae:
                 check_build_complete(self.root)
                 dec = read_decoder(self.root, sae_id)
-                self._rows[sae_id] = dec.rows
+                self._rows[sae_id], self._shas[sae_id] = dec.rows, dec.weights_sha256
                 self._sae[sae_id] = load_index(sae_index_path(self.root, sae_id), self.root,
                                                {"weights_sha256": dec.weights_sha256})
             return self._sae[sae_id]
@@ -211,26 +211,20 @@ class FeatureSearch:
             fetch = min(index.ntotal, fetch * 4)
 
     # neighbour tables ----------------------------------------------------------------------
-    def neighbour_table(self, source: str, target: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def neighbour_table(self, source: str, target: str) -> Table | None:
         """Every `source` latent's `TABLE_K` nearest `target` decoder rows (ids, cosines; best
-        first), computed once by blocked float32 matrix products; None when the pair has
-        more than `TABLE_MAX_PAIRS` row pairs (then searches go to the index)."""
+        first): computed once when the pair has at most `TABLE_MAX_PAIRS` row pairs, else the
+        table `sae-atlas index` wrote, memory-mapped; None when there is none that is current
+        (then searches go to the index)."""
         key = (source, target)
         if key not in self._tables:
             self.sae_index(source)
             self.sae_index(target)
             a, b = self._rows[source], self._rows[target]
-            table = None
             if len(a) * len(b) <= TABLE_MAX_PAIRS:
-                width = min(TABLE_K, len(b))
-                ids = np.empty((len(a), width), dtype=np.int64)
-                scores = np.empty((len(a), width), dtype=np.float32)
-                rows_b = torch.from_numpy(b)
-                for start in range(0, len(a), 1024):
-                    cos = torch.from_numpy(a[start:start + 1024]) @ rows_b.T
-                    top = torch.topk(cos, width, dim=1)
-                    scores[start:start + 1024], ids[start:start + 1024] = top.values.numpy(), top.indices.numpy()
-                table = (ids, scores)
+                table: Table | None = nearest_rows(a, b)[0]
+            else:
+                table = load_table(self.root, source, target, self._shas[source], self._shas[target])
             with self._lock:
                 self._tables[key] = table
         return self._tables[key]

@@ -9,6 +9,7 @@ import pytest
 import store.search as search_module
 from store.errors import InvalidInputError
 from store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path
+from store.neighbour_tables import TABLE_K
 from store.search import FeatureSearch, Filters, matches_frame
 from store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
@@ -135,7 +136,7 @@ def test_neighbour_tables_answer_like_the_index(layered, monkeypatch):
     search = FeatureSearch(root)
     via_table = [search.similar("l0", i, k=10) for i in range(80)]
     flows = [search.flow("l2", i, k=3) for i in range(80)]
-    assert search.neighbour_table("l0", "l0")[0].shape == (80, search_module.TABLE_K)
+    assert search.neighbour_table("l0", "l0")[0].shape == (80, TABLE_K)
     monkeypatch.setattr(search_module, "TABLE_MAX_PAIRS", 0)  # no tables: every lookup hits the index
     direct = FeatureSearch(root)
     assert direct.neighbour_table("l0", "l0") is None
