@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -109,7 +110,8 @@ def main() -> None:
     options += ["--bare-tokens", str(args.bare_tokens)] if args.bare_tokens else []
     for tokens in args.tokens:
         cmd = [sys.executable, __file__, *options, "--child", str(tokens)]
-        out = subprocess.run(cmd, cwd=repo, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"},
+        env = {"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k == "TMPDIR"}}
+        out = subprocess.run(cmd, cwd=repo, env=env,
                              capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"child for {tokens} tokens failed:\n{out.stderr[-4000:]}")
