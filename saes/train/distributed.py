@@ -16,9 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from saes.distributed import DistContext, all_reduce_, barrier, init_distributed
-
-__all__ = ["DistContext", "all_reduce_", "assign_hooks", "barrier", "init_distributed", "rank_slice"]
+from saes.distributed import DistContext
 
 
 def assign_hooks(hooks: Sequence[str], ctx: DistContext | None) -> list[str]:

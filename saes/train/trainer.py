@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from saes.distributed import DistContext, all_reduce_
 from saes.eval.reconstruction import reconstruction_stats
 from saes.sae.base import SAE, SAEConfig
 from saes.sae.losses import StepInfo, TrainStep
@@ -34,7 +35,7 @@ from saes.train.checkpoint import (
     set_rng_state,
 )
 from saes.train.config import TrainConfig
-from saes.train.distributed import DistContext, all_reduce_, rank_slice
+from saes.train.distributed import rank_slice
 from saes.train.geometric_median import geometric_median
 from saes.train.scaling import fold_input_scale, input_scale
 from saes.train.schedule import make_scheduler
