@@ -420,8 +420,9 @@ class Atlas:
     def _with_labels(self, frame: pl.DataFrame) -> pl.DataFrame:
         """`frame` (with sae_id, latent) plus `label` (offline) and `explanations` (imported) columns."""
         schema = {"sae_id": pl.String, "latent": pl.Int64, "label": pl.String, "explanations": pl.List(pl.String)}
-        parts = [atlas_meaning.labels_by_latent(self._cache, self.root, sid).with_columns(pl.lit(sid).alias("sae_id"))
-                 for sid in frame["sae_id"].unique().to_list()] if frame.height else []
+        wanted = frame.group_by("sae_id").agg("latent").iter_rows() if frame.height else []
+        parts = [atlas_meaning.labels_by_latent(self._cache, self.root, sid).filter(pl.col("latent").is_in(latents))
+                 .with_columns(pl.lit(sid).alias("sae_id")) for sid, latents in wanted]  # the rows asked for only
         table = pl.concat([p.select(list(schema)) for p in parts]) if parts else pl.DataFrame(schema=schema)
         return frame.join(table, on=["sae_id", "latent"], how="left")
 
