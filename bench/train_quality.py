@@ -2,6 +2,8 @@
 
     PYTHONPATH=. python bench/train_quality.py --data planted --budgets 262144 --seeds 0
     PYTHONPATH=. python bench/train_quality.py --data atlas:ATLAS:blocks.9.hook_resid_post ...
+    PYTHONPATH=. python bench/train_quality.py --budgets 1048576 --trainers ours \
+        --variant "lr x3:lr=1.1e-3" --variant "no clip:grad_clip=0"
 
 Both trainers get the same activations in the same order, batch 4096, TopK with the same
 d_sae and k; each is scored on the same held-out tokens (`bench/sae_quality.py`: FVU,
@@ -11,6 +13,11 @@ script on first use (`--saelens-venv`; it reuses the project venv's torch throug
 `.pth` file, so only SAELens' own packages are installed), through
 `bench/saelens_train.py`. Prints tokens/s of each and the FVU ratio ours / SAELens.
 
+`--variant NAME:FIELD=VALUE,...` adds a row of our trainer with those `TrainConfig` fields
+changed (values are Python literals), so each candidate change is measured on the same
+batches beside the defaults. SAELens results are kept in `--saelens-cache`, keyed by the
+data's sha256 and the shape, so repeated experiments train SAELens once per setting.
+
 Data: `planted` is a hard planted dictionary (`planted_dictionary`); `atlas:ROOT:HOOK`
 reads cached residuals (`sae-atlas cache`) of one hook, training tokens from the train
 split and held-out tokens from the eval split.
@@ -19,15 +26,19 @@ split and held-out tokens from the eval split.
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
+import hashlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from bench.sae_quality import heldout_metrics
 from saes.sae.base import SAEConfig
@@ -66,6 +77,18 @@ def planted_dictionary(n_tokens: int, *, d_in: int = 384, n_atoms: int = 3000, a
     return out_ND, atoms_AD
 
 
+def stored_planted(folder: Path, n_tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`planted_dictionary(n_tokens, seed=seed)`, generated once and kept in `folder`."""
+    path = folder / f"planted-{n_tokens}-{seed}.safetensors"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        data_ND, atoms_AD = planted_dictionary(n_tokens, seed=seed)
+        save_file({"data": data_ND, "atoms": atoms_AD}, str(path) + ".tmp")
+        Path(str(path) + ".tmp").rename(path)
+    stored = load_file(str(path))
+    return stored["data"], stored["atoms"]
+
+
 def atlas_tokens(root: str, hook: str, n_train: int, n_eval: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first `n_train` shuffled train-split tokens and `n_eval` eval-split tokens (no BOS)."""
     reader = ActivationReader(root, hook)
@@ -89,11 +112,24 @@ def saelens_python(venv: Path) -> Path:
     return python
 
 
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """`NAME:FIELD=VALUE,...` as (name, {field: literal value}); fields must be TrainConfig's."""
+    name, _, assignments = text.partition(":")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    changes = {}
+    for item in filter(None, assignments.split(",")):
+        key, _, value = item.partition("=")
+        if key not in fields:
+            raise SystemExit(f"--variant {text!r}: {key!r} is not a TrainConfig field ({', '.join(sorted(fields))})")
+        changes[key] = ast.literal_eval(value)
+    return name, changes
+
+
 def run_ours(train_ND: torch.Tensor, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
-             seed: int) -> tuple[dict[str, float], torch.Tensor]:
+             seed: int, changes: dict[str, Any] | None = None) -> tuple[dict[str, float], torch.Tensor]:
     batches = list(train_ND.split(batch))
     cfg = TrainConfig(total_tokens=len(train_ND), batch_size=batch, seed=seed, progress=False,
-                      checkpoint_every_tokens=0)
+                      checkpoint_every_tokens=0, **(changes or {}))
     start = time.perf_counter()
     result = train_sae(SAEConfig("topk", train_ND.shape[1], d_sae, k=k), batches, cfg)
     seconds = time.perf_counter() - start
@@ -104,7 +140,23 @@ def run_ours(train_ND: torch.Tensor, eval_ND: torch.Tensor, d_sae: int, k: int, 
 
 
 def run_saelens(python: Path, train_ND: torch.Tensor, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
-                seed: int) -> tuple[dict[str, float], torch.Tensor]:
+                seed: int, cache: Path) -> tuple[dict[str, float], torch.Tensor]:
+    digest = hashlib.sha256()
+    for tensor in (train_ND, eval_ND):
+        digest.update(tensor.contiguous().numpy().tobytes())
+    digest.update(f"{SAELENS} {d_sae} {k} {batch} {seed}".encode())
+    stored = cache / f"{digest.hexdigest()[:24]}.json"
+    if stored.exists():
+        return json.loads(stored.read_text()), torch.load(str(stored) + ".W_dec.pt")
+    cache.mkdir(parents=True, exist_ok=True)
+    metrics, W_dec_FD = _train_saelens(python, train_ND, eval_ND, d_sae, k, batch, seed)
+    torch.save(W_dec_FD, str(stored) + ".W_dec.pt")
+    stored.write_text(json.dumps(metrics))
+    return metrics, W_dec_FD
+
+
+def _train_saelens(python: Path, train_ND: torch.Tensor, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
+                   seed: int) -> tuple[dict[str, float], torch.Tensor]:
     with tempfile.TemporaryDirectory() as tmp:
         data, out = Path(tmp, "data.safetensors"), Path(tmp, "out.json")
         save_file({"train": train_ND.contiguous(), "eval": eval_ND.contiguous()}, str(data))
@@ -125,8 +177,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--eval-tokens", type=int, default=32768)
     parser.add_argument("--saelens-venv", default="/tmp/saelens-venv")
+    parser.add_argument("--saelens-cache", default="/tmp/saelens-results", help="folder of stored SAELens results")
+    parser.add_argument("--data-cache", default="/tmp/train-quality-data", help="folder of generated planted data")
+    parser.add_argument("--trainers", default="ours,saelens", help="which of ours,saelens to run")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME:FIELD=VALUE,... an extra row of our trainer with TrainConfig changes")
     args = parser.parse_args()
-    python = saelens_python(Path(args.saelens_venv))
+    trainers = set(args.trainers.split(","))
+    variants = ([("ours", {})] if "ours" in trainers else []) + [parse_variant(v) for v in args.variant]
+    python = saelens_python(Path(args.saelens_venv)) if "saelens" in trainers else None
     print(f"data {args.data}, d_sae {args.d_sae}, k {args.k}, batch {args.batch}, "
           f"held-out {args.eval_tokens} tokens, torch threads {torch.get_num_threads()}")
     print("budget | seed | trainer | FVU | L0 | dead | recovery (mean cos / >0.9) | tokens/s")
@@ -134,13 +193,16 @@ def main() -> None:
         for budget in [int(b) for b in args.budgets.split(",")]:
             atoms_AD = None
             if args.data == "planted":
-                train_ND, atoms_AD = planted_dictionary(budget, seed=seed)
-                eval_ND, _ = planted_dictionary(args.eval_tokens, seed=seed)
+                train_ND, atoms_AD = stored_planted(Path(args.data_cache), budget, seed)
+                eval_ND, _ = stored_planted(Path(args.data_cache), args.eval_tokens, seed)
             else:
                 _, root, hook = args.data.split(":", 2)
                 train_ND, eval_ND = atlas_tokens(root, hook, budget, args.eval_tokens, seed)
-            rows = {"ours": run_ours(train_ND, eval_ND, args.d_sae, args.k, args.batch, seed),
-                    "saelens": run_saelens(python, train_ND, eval_ND, args.d_sae, args.k, args.batch, seed)}
+            rows = {name: run_ours(train_ND, eval_ND, args.d_sae, args.k, args.batch, seed, changes)
+                    for name, changes in variants}
+            if python is not None:
+                rows["saelens"] = run_saelens(python, train_ND, eval_ND, args.d_sae, args.k, args.batch, seed,
+                                              Path(args.saelens_cache))
             for name, (m, W_dec_FD) in rows.items():
                 rec = "-"
                 if atoms_AD is not None:
@@ -149,9 +211,13 @@ def main() -> None:
                     rec = f"{float(best_A.mean()):.3f} / {float((best_A > 0.9).float().mean()):.3f}"
                 print(f"{budget} | {seed} | {name} | {m['fvu']:.4f} | {m['l0']:.1f} | {m['dead_fraction']:.3f} | "
                       f"{rec} | {m['tokens'] / m['seconds']:.0f}", flush=True)
-            ours, theirs = rows["ours"][0], rows["saelens"][0]
-            print(f"  FVU ours / SAELens = {ours['fvu'] / theirs['fvu']:.3f}; tokens/s ours / SAELens = "
-                  f"{(ours['tokens'] / ours['seconds']) / (theirs['tokens'] / theirs['seconds']):.2f}x", flush=True)
+            if "saelens" in rows:
+                theirs = rows["saelens"][0]
+                for name, _ in variants:
+                    ours = rows[name][0]
+                    print(f"  FVU {name} / SAELens = {ours['fvu'] / theirs['fvu']:.3f}; tokens/s {name} / SAELens = "
+                          f"{(ours['tokens'] / ours['seconds']) / (theirs['tokens'] / theirs['seconds']):.2f}x",
+                          flush=True)
 
 
 if __name__ == "__main__":
