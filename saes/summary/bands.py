@@ -21,19 +21,29 @@ _MASK32 = 0xFFFFFFFF
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
     """A 32-bit integer finaliser (xor-shift / multiply rounds; constants below 2**31 so the
-    products fit in int64)."""
+    products fit in int64), computed in place on a copy of `x`."""
     x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x5BD1E995) & _MASK32
-    return x ^ (x >> 16)
+    x.mul_(0x7FEB352D).bitwise_and_(_MASK32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(0x5BD1E995).bitwise_and_(_MASK32)
+    return x.bitwise_xor_(x >> 16)
+
+
+def latent_salts(latent: torch.Tensor, seed: int) -> torch.Tensor:
+    """The per-latent half of the priority key, fixed by `seed` (a table over all latents
+    is computed once per sampler)."""
+    salt = _mix32(torch.tensor(seed & _MASK32, dtype=torch.long))
+    return _mix32((latent & _MASK32) ^ salt.to(latent.device))
+
+
+def token_keys(global_token: torch.Tensor, salt: torch.Tensor) -> torch.Tensor:
+    """Keys in `[0, 2**32)` of tokens paired with latents whose `latent_salts` are `salt`."""
+    return _mix32((global_token ^ (global_token >> 32) ^ salt) & _MASK32)
 
 
 def priority_keys(global_token: torch.Tensor, latent: torch.Tensor, seed: int) -> torch.Tensor:
     """Pseudo-random keys in `[0, 2**32)` for (token, latent) pairs, fixed by `seed`."""
-    salt = _mix32(torch.tensor(seed & _MASK32, dtype=torch.long))
-    inner = _mix32((latent & _MASK32) ^ salt.to(latent.device))
-    return _mix32((global_token ^ (global_token >> 32) ^ inner) & _MASK32)
+    return token_keys(global_token, latent_salts(latent, seed))
 
 
 class BandSampler:
@@ -48,6 +58,7 @@ class BandSampler:
         payload = empty_payload((d_sae * n_bands, per_band), before + after + 1, device)
         payload["value"] = torch.zeros(d_sae * n_bands, per_band, device=device)
         self.table = SlotTable(d_sae * n_bands, per_band, payload)
+        self.salt_F = latent_salts(torch.arange(d_sae, device=device), seed)
 
     def shift(self, shift_octaves: torch.Tensor) -> None:
         """Move the bands of latents whose scale rose by `shift_octaves` octaves."""
@@ -71,17 +82,19 @@ class BandSampler:
         """Offer a batch's active entries (`exponent` already covers the batch, `shift` done)."""
         octave = torch.div(entries.sub, self.bins_per_octave, rounding_mode="floor")
         band = exponent[entries.latent] - octave - 1
-        offer = (band < self.n_bands).nonzero(as_tuple=True)[0]
-        latent = entries.latent[offer]
-        key = priority_keys(info.global_id[entries.t[offer]], latent, self.seed)
+        in_bands = band < self.n_bands
+        offer = None if bool(in_bands.all()) else in_bands.nonzero(as_tuple=True)[0]
+        t, latent = (entries.t, entries.latent) if offer is None else (entries.t[offer], entries.latent[offer])
+        token = info.global_id[t]
+        key = token_keys(token, self.salt_F[latent])
 
         def build(i: torch.Tensor) -> dict[str, torch.Tensor]:
-            j = offer[i]
+            j = i if offer is None else offer[i]
             payload = example_payload(f_NF, info, entries.t[j], entries.latent[j], self.before, self.after)
             return {**payload, "value": entries.value[j]}
 
-        token = info.global_id[entries.t[offer]]
-        self.table.offer(latent * self.n_bands + band[offer], with_tie_break(_MASK32 - key, token), build)
+        row = latent * self.n_bands + (band if offer is None else band[offer])
+        self.table.offer(row, with_tie_break(_MASK32 - key, token), build)
 
     def entries(self, exponent: torch.Tensor) -> dict[str, torch.Tensor]:
         """Filled slots as flat tensors `latent`, `band`, `band_lo`, `band_hi`, `rank`,

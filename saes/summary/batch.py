@@ -42,12 +42,17 @@ class ActiveEntries:
 
     @classmethod
     def of(cls, f_NF: torch.Tensor, valid: torch.Tensor, bins_per_octave: int) -> ActiveEntries:
-        """The entries `f > 0` of the rows where `valid` (BOS rows dropped)."""
-        t, latent = (f_NF > 0).nonzero(as_tuple=True)
-        keep = valid[t]
-        if not bool(keep.all()):
-            t, latent = t[keep], latent[keep]
-        value = f_NF[t, latent]
+        """The entries `f > 0` of the rows where `valid` (BOS rows dropped), in row-major order.
+
+        One pass finds the flat indices of the positive cells (BOS rows cleared in the mask
+        first, so nothing is filtered afterwards); values are read with one flat `take`."""
+        active_NF = f_NF > 0
+        active_NF.index_fill_(0, (~valid).nonzero().squeeze(1), False)
+        flat = active_NF.view(-1).nonzero().squeeze(1)
+        d_sae = f_NF.shape[1]
+        t = torch.div(flat, d_sae, rounding_mode="floor")
+        latent = flat - t * d_sae
+        value = f_NF.reshape(-1).take(flat)
         sub = torch.floor(torch.log2(value) * bins_per_octave).long()
         return cls(t, latent, value, sub)
 

@@ -53,7 +53,8 @@ class SlotTable:
         touched = torch.repeat_interleave(torch.arange(len(rows), device=index.device), counts)
         keep = rank < self.slots
         index, rank, touched = index[keep], rank[keep], touched[keep]
-        cand_score = torch.full((len(rows), self.slots), self.empty, dtype=self.score.dtype, device=index.device)
+        # unused candidate cells score below an empty slot, so only real offers ever enter
+        cand_score = torch.full((len(rows), self.slots), self.empty - 1, dtype=self.score.dtype, device=index.device)
         cand_index = torch.zeros((len(rows), self.slots), dtype=torch.long, device=index.device)
         cand_score[touched, rank] = score[index]
         cand_index[touched, rank] = index

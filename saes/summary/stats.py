@@ -78,7 +78,7 @@ class LatentStats:
         top_sub = exponent[entries.latent] * self.bins_per_octave
         bins = (entries.sub - top_sub + self.n_bins + 1).clamp(min=0)
         flat = entries.latent * (self.n_bins + 1) + bins
-        self.counts.view(-1).index_put_((flat,), torch.ones_like(flat), accumulate=True)
+        self.counts.view(-1).index_add_(0, flat, torch.ones_like(flat))
 
     def state_nbytes(self) -> int:
         """Bytes of state held (independent of the number of tokens seen)."""
