@@ -20,7 +20,7 @@ data's sha256 and the shape, so repeated experiments train SAELens once per sett
 
 Data: `planted` is a hard planted dictionary (`planted_dictionary`); `atlas:ROOT:HOOK`
 reads cached residuals (`sae-atlas cache`) of one hook, training tokens from the train
-split and held-out tokens from the eval split.
+split and held-out tokens from the held-out split.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +93,23 @@ def stored_planted(folder: Path, n_tokens: int, seed: int) -> tuple[torch.Tensor
 def atlas_tokens(root: str, hook: str, n_train: int, n_eval: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first `n_train` shuffled train-split tokens and `n_eval` eval-split tokens (no BOS)."""
     reader = ActivationReader(root, hook)
-    train = torch.cat(list(reader.batches(n_train, seed=seed)))[:n_train]  # one pass, one batch
-    held = torch.cat(list(reader.batches(n_eval, seed=seed, split="eval")))[:n_eval]
-    return train.float(), held.float()
+    return _first_rows(reader.batches(4096, seed=seed), n_train), _first_rows(
+        reader.batches(4096, seed=seed, split="heldout"), n_eval)
+
+
+def _first_rows(batches: Iterator[torch.Tensor], n: int) -> torch.Tensor:
+    """The first `n` rows of a stream of batches, as one float32 tensor filled in place."""
+    out_ND: torch.Tensor | None = None
+    filled = 0
+    for batch in batches:
+        if out_ND is None:
+            out_ND = torch.empty(n, batch.shape[1])
+        take = min(len(batch), n - filled)
+        out_ND[filled:filled + take] = batch[:take]
+        filled += take
+        if filled == n:
+            return out_ND
+    raise SystemExit(f"the cache holds {filled} rows of that split, fewer than the {n} asked for")
 
 
 def saelens_python(venv: Path) -> Path:

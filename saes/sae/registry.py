@@ -28,16 +28,22 @@ SAE_CLASSES: dict[Architecture, type[SAE]] = {
 ARCHITECTURES: tuple[Architecture, ...] = tuple(SAE_CLASSES)  # the one list of architectures
 
 
+# The initial weights come from their own random stream: a generator seeded with the bare
+# `cfg.seed` would draw the same Gaussian rows as any data made with that seed (a planted
+# dictionary from `manual_seed(0)` would be the initial decoder, recovered without training).
+INIT_STREAM = 0x5AE_1A17
+
+
 def sae_class(architecture: Architecture) -> type[SAE]:
     """The `SAE` subclass for an architecture name (config validation names the valid ones)."""
     return SAE_CLASSES[architecture]
 
 
 def build_sae(cfg: SAEConfig) -> SAE:
-    """A new SAE for `cfg`: unit-norm random decoder rows (seeded by `cfg.seed`), encoder
-    initialised to the decoder transpose, zero biases, architecture-specific extras
+    """A new SAE for `cfg`: unit-norm random decoder rows (seeded by `cfg.seed` on their own
+    stream), encoder initialised to the decoder transpose, zero biases, architecture-specific extras
     (JumpReLU `log_threshold = log(jumprelu_init_threshold)`, BatchTopK threshold 0)."""
     sae = sae_class(cfg.architecture)(cfg)
-    generator = torch.Generator().manual_seed(cfg.seed)
+    generator = torch.Generator().manual_seed(INIT_STREAM + cfg.seed)
     init_sae_weights(sae, generator)
     return sae.to(parse_dtype(cfg.dtype))

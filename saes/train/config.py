@@ -1,7 +1,7 @@
 """Training configuration, its validation and the defaults resolved against a run.
 
-Defaults are sized for short CPU runs and scale with the run: the learning-rate warm-up is
-at most 5% of the steps, the dead-latent window is a tenth of the run's tokens (capped at
+Defaults are sized for short CPU runs and scale with the run: the learning rate is larger
+for runs of few steps (`default_lr`), the warm-up is at most 5% of the steps, the dead-latent window is a tenth of the run's tokens (capped at
 sparsify's 10M), checkpoints are written every tenth of the run. `resolve` turns every
 `None` into its concrete value so `training.json` records what was actually used.
 """
@@ -20,9 +20,26 @@ BDecInit = Literal["geometric_median", "mean", "zero"]
 B_DEC_INITS: tuple[BDecInit, ...] = get_args(BDecInit)
 
 
-def default_lr(d_sae: int) -> float:
-    """Adam learning rate for TopK SAEs, `2e-4 / sqrt(d_sae / 2**14)` (Gao et al. 2024)."""
-    return 2e-4 / math.sqrt(d_sae / 2**14)
+LrRule = Literal["budget", "gao2024"]
+LR_RULES: tuple[LrRule, ...] = get_args(LrRule)
+# Step count from which the budget rule gives Gao et al.'s rate, and its largest multiplier
+# (measured: bench/train_quality.py, BENCHMARKS.md "Quality per token against SAELens").
+LONG_RUN_STEPS = 25_600
+MAX_SHORT_RUN_MULTIPLIER = 3.0
+
+
+def default_lr(d_sae: int, total_steps: int | None = None, rule: LrRule = "budget") -> float:
+    """Adam learning rate for an SAE of `d_sae` latents trained for `total_steps` steps.
+
+    `gao2024` is `2e-4 / sqrt(d_sae / 2**14)` (Gao et al. 2024), a rate for long runs.
+    `budget` multiplies it by `sqrt(LONG_RUN_STEPS / total_steps)`, clamped to
+    [1, MAX_SHORT_RUN_MULTIPLIER]: a run of a few hundred steps must move its unit-norm
+    decoder rows further per step to reach the same place.
+    """
+    base = 2e-4 / math.sqrt(d_sae / 2**14)
+    if rule == "gao2024" or total_steps is None:
+        return base
+    return base * min(MAX_SHORT_RUN_MULTIPLIER, max(1.0, math.sqrt(LONG_RUN_STEPS / max(1, total_steps))))
 
 
 @dataclass
@@ -31,7 +48,8 @@ class TrainConfig:
 
     total_tokens: int = 2_000_000
     batch_size: int = 4096
-    lr: float | None = None  # default_lr(d_sae)
+    lr: float | None = None  # default_lr(d_sae, total_steps, lr_rule)
+    lr_rule: LrRule = "budget"  # how the default lr is chosen when `lr` is None
     lr_warmup_steps: int | None = None  # min(1000, 5% of steps)
     lr_decay_fraction: float = 0.2  # linear decay to 0 over the last 20% of steps
     adam_betas: tuple[float, float] = (0.9, 0.999)
@@ -68,6 +86,8 @@ class TrainConfig:
             problems.append(f"grad_clip must be >= 0 (0 disables), got {self.grad_clip}")
         if self.scale_batches < 1:
             problems.append(f"scale_batches must be >= 1, got {self.scale_batches}")
+        if self.lr_rule not in LR_RULES:
+            problems.append(f"lr_rule must be one of {', '.join(LR_RULES)}, got {self.lr_rule!r}")
         if self.b_dec_init not in B_DEC_INITS:
             problems.append(f"b_dec_init must be one of {', '.join(B_DEC_INITS)}, got {self.b_dec_init!r}")
         for name in ("lr_warmup_steps", "checkpoint_every_tokens", "dead_window_tokens", "k_aux"):
@@ -89,7 +109,7 @@ class TrainConfig:
         steps = self.total_steps
         return dataclasses.replace(
             self,
-            lr=self.lr if self.lr is not None else default_lr(d_sae),
+            lr=self.lr if self.lr is not None else default_lr(d_sae, steps, self.lr_rule),
             lr_warmup_steps=(
                 self.lr_warmup_steps if self.lr_warmup_steps is not None else min(1000, steps // 20)
             ),

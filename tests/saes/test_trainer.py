@@ -12,7 +12,7 @@ import torch
 
 from saes.sae.base import SAEConfig
 from saes.sae.registry import ARCHITECTURES, build_sae
-from saes.train.config import TrainConfig, default_lr
+from saes.train.config import LONG_RUN_STEPS, MAX_SHORT_RUN_MULTIPLIER, TrainConfig, default_lr
 from saes.train.geometric_median import geometric_median
 from saes.train.scaling import fold_input_scale
 from saes.train.schedule import lr_factor
@@ -27,12 +27,12 @@ from tests.saes.planted import (  # noqa: F401
     write_planted_atlas,
 )
 
-D_IN, N_ATOMS, D_SAE, ACTIVE, BATCH, STEPS = 32, 128, 256, 3, 256, 120
+D_IN, N_ATOMS, D_SAE, ACTIVE, BATCH, STEPS = 32, 128, 256, 3, 256, 400
 ARCH_OPTIONS = {
     "standard": {"l1_coefficient": 1.0, "l1_warmup_steps": 50},
     "topk": {"k": ACTIVE},
     "batchtopk": {"k": ACTIVE},
-    "jumprelu": {"l0_coefficient": 0.1, "jumprelu_init_threshold": 0.5},
+    "jumprelu": {"l0_coefficient": 1.0, "jumprelu_init_threshold": 0.5},
     "matryoshka": {"k": ACTIVE},
 }
 
@@ -47,11 +47,18 @@ def trained(atoms: torch.Tensor) -> dict[str, TrainResult]:
     """One short run per architecture on the same planted stream (scaled raw inputs x 7)."""
     data = [7.0 * b for b in planted_batches(atoms, BATCH, STEPS, active=ACTIVE)]
     heldout = [7.0 * b for b in planted_batches(atoms, BATCH, 8, active=ACTIVE, seed=99)]
-    cfg = TrainConfig(total_tokens=BATCH * STEPS, batch_size=BATCH, lr=6e-3, progress=False)
+    cfg = TrainConfig(total_tokens=BATCH * STEPS, batch_size=BATCH, lr=2e-2, progress=False)
     return {
         arch: train_sae(SAEConfig(arch, D_IN, D_SAE, **ARCH_OPTIONS[arch]), data, cfg, eval_batches=heldout)
         for arch in ARCHITECTURES
     }
+
+
+def test_initial_decoder_is_not_the_planted_dictionary(atoms: torch.Tensor) -> None:
+    """Recovery must be earned: same-seeded data and initial weights draw different rows."""
+    for seed in (0, 1):
+        sae = build_sae(SAEConfig("topk", D_IN, D_SAE, k=ACTIVE, seed=seed))
+        assert recovery(sae.W_dec, planted_atoms(D_IN, N_ATOMS, seed=seed)) < 0.7
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -59,8 +66,9 @@ def test_every_architecture_recovers_the_planted_dictionary(
     arch: str, trained: dict[str, TrainResult], atoms: torch.Tensor
 ) -> None:
     result = trained[arch]
-    assert recovery(result.sae.W_dec, atoms) >= 0.9
-    assert result.heldout_metrics["fvu"] < 0.25
+    # measured at 400 steps: 0.90 (jumprelu, its step-function threshold learns slowest) to 0.99
+    assert recovery(result.sae.W_dec, atoms) >= (0.85 if arch == "jumprelu" else 0.9)
+    assert result.heldout_metrics["fvu"] < 0.3
     assert torch.allclose(result.sae.W_dec.norm(dim=-1), torch.ones(D_SAE), atol=1e-5)
     assert 1.0 <= result.heldout_metrics["l0"] <= 20.0
     assert [h["step"] for h in result.history][-1] == STEPS
@@ -116,6 +124,10 @@ def test_geometric_median_is_robust_and_optimal() -> None:
 
 def test_lr_schedule_and_default_lr() -> None:
     assert math.isclose(default_lr(2**14), 2e-4) and math.isclose(default_lr(2**16), 1e-4)
+    assert math.isclose(default_lr(2**14, 10**6, "gao2024"), 2e-4)
+    short, long = default_lr(2**14, 256), default_lr(2**14, LONG_RUN_STEPS)
+    assert math.isclose(short, 2e-4 * MAX_SHORT_RUN_MULTIPLIER) and math.isclose(long, 2e-4)
+    assert short >= default_lr(2**14, 4096) >= long == default_lr(2**14, 10 * LONG_RUN_STEPS)
     factors = [lr_factor(s, 100, 10, 0.2) for s in range(100)]
     assert factors[0] == 0.1 and factors[9] == 1.0 and factors[50] == 1.0
     assert factors[80] == 1.0 and math.isclose(factors[90], 0.5) and factors[99] == 0.05
@@ -124,6 +136,8 @@ def test_lr_schedule_and_default_lr() -> None:
 def test_resolved_defaults_scale_with_the_run() -> None:
     cfg = TrainConfig(total_tokens=262_144, batch_size=4096).resolve(d_in=576, d_sae=4608)
     assert cfg.lr_warmup_steps == 3 and cfg.k_aux == 288
+    assert cfg.lr == default_lr(4608, 64) > default_lr(4608, 64, "gao2024")
+    assert TrainConfig(total_tokens=262_144, lr_rule="gao2024").resolve(576, 4608).lr == default_lr(4608)
     assert cfg.dead_window_tokens == 26_214 and cfg.checkpoint_every_tokens == 26_214
 
 
@@ -134,6 +148,7 @@ def test_resolved_defaults_scale_with_the_run() -> None:
         ({"total_tokens": 10, "batch_size": 64}, "at least one batch"),
         ({"lr": -1.0}, "lr must be"),
         ({"b_dec_init": "median"}, "b_dec_init"),
+        ({"lr_rule": "fast"}, "lr_rule"),
         ({"lr_decay_fraction": 1.5}, "lr_decay_fraction"),
         ({"k_aux": -3}, "k_aux"),
     ],
@@ -217,3 +232,14 @@ def test_existing_sae_with_other_config_is_not_silently_replaced(tmp_path: Path)
     again = train_saes(tmp_path, architecture="topk", d_sae=64, k=5, train_cfg=cfg, overwrite=True)
     assert first[hook]["k"] == 3 and again[hook]["k"] == 5
     assert AtlasLayout(tmp_path).read_meta()["saes"][first[hook]["sae_id"]]["k"] == 5
+
+
+def test_default_learning_rate_recovers_the_dictionary_in_a_bounded_run(atoms: torch.Tensor) -> None:
+    """Pins the defaults: a TopK SAE with nothing but its size and budget set recovers the
+    planted atoms within STEPS steps; the long-run rate (gao2024) does not get there."""
+    data = [7.0 * b for b in planted_batches(atoms, BATCH, STEPS, active=ACTIVE)]
+    found = {}
+    for rule in ("budget", "gao2024"):
+        cfg = TrainConfig(total_tokens=BATCH * STEPS, batch_size=BATCH, lr_rule=rule, progress=False)
+        found[rule] = recovery(train_sae(SAEConfig("topk", D_IN, D_SAE, k=ACTIVE), data, cfg).sae.W_dec, atoms)
+    assert found["budget"] >= 0.9 > found["gao2024"]
