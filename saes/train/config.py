@@ -25,7 +25,7 @@ LR_RULES: tuple[LrRule, ...] = get_args(LrRule)
 # Step count from which the budget rule gives Gao et al.'s rate, and its largest multiplier
 # (measured: bench/train_quality.py, BENCHMARKS.md "Quality per token against SAELens").
 LONG_RUN_STEPS = 25_600
-MAX_SHORT_RUN_MULTIPLIER = 3.0
+MAX_SHORT_RUN_MULTIPLIER = 10.0
 
 
 def default_lr(d_sae: int, total_steps: int | None = None, rule: LrRule = "budget") -> float:

@@ -49,6 +49,7 @@ def _planted_analysis(root: Path) -> None:
 
 def build_small_atlas(root: str | Path) -> dict[str, Any]:
     """Build the small atlas at `root`; returns facts the tests check against."""
+    from api.atlas import Atlas
     from saes.cache import cache_activations
     from saes.corpus import CorpusSpec
     from saes.models import tiny_model
@@ -68,6 +69,7 @@ def build_small_atlas(root: str | Path) -> dict[str, Any]:
         summarize_sae(root, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
                       norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, top_k=8,
                       window=(6, 2), progress=False)
+    Atlas(root).build_labels(sae_ids)  # as `sae-atlas summarize` does
     build_atlas_indexes(root)
     for sae_id in sae_ids:
         write_planted_map(root, sae_id)

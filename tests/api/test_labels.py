@@ -15,7 +15,7 @@ import pytest
 from api import Atlas
 from saes.labels import DEAD, auto_labels
 from store.errors import InvalidInputError
-from store.feature_records import read_records
+from store.feature_records import read_records, record_paths
 from store.tables import FeatureTables
 
 
@@ -175,6 +175,9 @@ def test_summarize_builds_labels_and_search_says_when_there_are_none(small_atlas
     root = tmp_path / "atlas"
     shutil.copytree(small_atlas["root"], root)
     sae_id = small_atlas["sae_ids"][0]
+    for sid in small_atlas["sae_ids"]:
+        for path in record_paths(root, sid, "labels"):
+            path.unlink()
     with pytest.raises(NotFoundError, match="--rebuild"):
         Atlas(root).search_labels("weekday")
     out = CliRunner().invoke(app, ["summarize", "--atlas", str(root), "--sae", sae_id, "--force", "--no-model"])
