@@ -144,7 +144,8 @@ def test_wrong_normalisation_is_refused_and_named(atlas, w, tmp_path: Path) -> N
 
 
 def test_transposed_square_dictionary_is_refused(atlas, w, tmp_path: Path) -> None:
-    keep = w["W_dec"].norm(dim=-1).argsort(descending=True)[:32]  # a square 32 x 32 dictionary
+    acts_NF = torch.cat([atlas["sae"].encode(r.acts) for r in ActivationReader(atlas["root"], TARGET).rows()])
+    keep = (acts_NF > 0).sum(0).argsort(descending=True)[:32]  # the 32 most used latents: a square dictionary
     c = 4.0  # code scaled by c, decoder by 1/c: the same SAE, with W_enc far from W_dec.T
     square = {"W_enc": c * w["W_enc"][:, keep], "b_enc": c * w["b_enc"][keep], "W_dec": w["W_dec"][keep] / c,
               "b_dec": w["b_dec"], "threshold": c * w["threshold"][keep]}

@@ -38,7 +38,7 @@ SAE0, SAE1 = (f"{hook}-topk-64" for hook in HOOKS)
 ACCEPTABLE = ("same", "refused", "reported")
 DAMAGES = ("flip", "truncate", "delete")
 TEXT = "the cat sat on the mat"
-FEATURE = 3
+FEATURE = 4  # a latent with examples in both SAEs of the small atlas
 TABLE_START = "<!-- corruption-table:start -->"
 TABLE_END = "<!-- corruption-table:end -->"
 
