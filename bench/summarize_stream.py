@@ -14,6 +14,13 @@ written tables). `--bare-tokens N` times (a) over the first N of those tokens on
 needs no 1M-token pass). It prints tokens/s of both, the ratio (b)/(a) (target >= 0.8),
 the child's peak RSS before the summary (model loaded, bare forwards run) and at the end
 (flat in the token count when the summary state is bounded), and the wall time of (b).
+
+(b) includes costs that do not grow with the tokens: writing the tables, and above all the
+logit effects (`W_dec @ W_U`, d_sae x d_model x d_vocab multiply-adds per SAE). With two or
+more token counts the script also prints the marginal rate between consecutive counts,
+`(N2 - N1) / (t2 - t1)`, i.e. the streaming throughput with those fixed costs taken out,
+its ratio to the faster of the two runs' bare forwards, and the fixed cost `t1 - N1 / rate`.
+The children inherit `OMP_NUM_THREADS` (and `TMPDIR`).
 """
 
 from __future__ import annotations
@@ -108,9 +115,11 @@ def main() -> None:
                "--batch-blocks", str(args.batch_blocks)]
     options += ["--layers", ",".join(map(str, args.layers))] if args.layers else []
     options += ["--bare-tokens", str(args.bare_tokens)] if args.bare_tokens else []
+    runs = []
     for tokens in args.tokens:
         cmd = [sys.executable, __file__, *options, "--child", str(tokens)]
-        env = {"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k == "TMPDIR"}}
+        passed = {k: v for k, v in os.environ.items() if k in ("TMPDIR", "OMP_NUM_THREADS")}
+        env = {"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin", **passed}
         out = subprocess.run(cmd, cwd=repo, env=env,
                              capture_output=True, text=True)
         if out.returncode != 0:
@@ -120,6 +129,13 @@ def main() -> None:
               f"(over {r['bare_tokens']})  streamed summary {r['stream_tok_s']:7.0f} tok/s in {r['stream_s']:.0f} s  "
               f"ratio {r['stream_tok_s'] / r['bare_tok_s']:.2f}  peak RSS {r['rss_before_mb']:.0f} MB before the "
               f"summary, {r['peak_rss_mb']:.0f} MB at the end  ({r['threads']} threads)", flush=True)
+        runs.append(r)
+    for small, large in zip(runs, runs[1:], strict=False):
+        rate = (large["tokens"] - small["tokens"]) / (large["stream_s"] - small["stream_s"])
+        bare = max(small["bare_tok_s"], large["bare_tok_s"])
+        print(f"marginal {small['tokens']} -> {large['tokens']} tokens: streamed summary {rate:7.0f} tok/s, "
+              f"bare forward {bare:7.0f} tok/s (the faster of the two runs), ratio {rate / bare:.2f}; "
+              f"fixed cost {small['stream_s'] - small['tokens'] / rate:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

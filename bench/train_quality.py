@@ -20,7 +20,9 @@ data's sha256 and the shape, so repeated experiments train SAELens once per sett
 
 Data: `planted` is a hard planted dictionary (`planted_dictionary`); `atlas:ROOT:HOOK`
 reads cached residuals (`sae-atlas cache`) of one hook, training tokens from the train
-split and held-out tokens from the held-out split.
+split and held-out tokens from the held-out split. A budget larger than the cache's train
+split needs `--max-passes P`: the split is then read up to P times, each later pass in a
+fresh seeded shuffle, and the header says how many distinct tokens the run saw.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -90,15 +92,50 @@ def stored_planted(folder: Path, n_tokens: int, seed: int) -> tuple[torch.Tensor
     return stored["data"], stored["atoms"]
 
 
-def atlas_tokens(root: str, hook: str, n_train: int, n_eval: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first `n_train` shuffled train-split tokens and `n_eval` eval-split tokens (no BOS)."""
+class TrainingTokens(NamedTuple):
+    """The training stream: distinct activations and the order they are read in."""
+
+    rows_ND: torch.Tensor
+    """Distinct training activations (float32)."""
+    order_T: torch.Tensor | None
+    """Row index of each training token, or None when the rows are read once, in order."""
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.rows_ND) if self.order_T is None else len(self.order_T)
+
+    def batches(self, batch: int) -> Iterator[torch.Tensor]:
+        """The stream in batches of `batch` rows (a partial last batch is kept)."""
+        for start in range(0, self.n_tokens, batch):
+            if self.order_T is None:
+                yield self.rows_ND[start:start + batch]
+            else:
+                yield self.rows_ND[self.order_T[start:start + batch]]
+
+
+def atlas_tokens(root: str, hook: str, n_train: int, n_eval: int, seed: int,
+                 max_passes: int = 1) -> tuple[TrainingTokens, torch.Tensor]:
+    """`n_train` shuffled train-split tokens (up to `max_passes` reads of the split, each
+    later pass reshuffled) and the first `n_eval` held-out tokens (no BOS)."""
     reader = ActivationReader(root, hook)
-    return _first_rows(reader.batches(4096, seed=seed), n_train), _first_rows(
-        reader.batches(4096, seed=seed, split="heldout"), n_eval)
+    rows_ND = _first_rows(reader.batches(4096, seed=seed), n_train)
+    eval_ND = _first_rows(reader.batches(4096, seed=seed, split="heldout"), n_eval)
+    if len(eval_ND) < n_eval:
+        raise SystemExit(f"the cache holds {len(eval_ND)} held-out rows, fewer than the {n_eval} asked for")
+    if len(rows_ND) == n_train:
+        return TrainingTokens(rows_ND, None), eval_ND
+    passes = -(-n_train // len(rows_ND))
+    if passes > max_passes:
+        raise SystemExit(f"the cache holds {len(rows_ND)} train rows; {n_train} tokens need {passes} passes "
+                         f"over them (allowed: --max-passes {max_passes})")
+    gen = torch.Generator().manual_seed(seed)
+    order_T = torch.cat([torch.arange(len(rows_ND))]
+                        + [torch.randperm(len(rows_ND), generator=gen) for _ in range(passes - 1)])
+    return TrainingTokens(rows_ND, order_T[:n_train]), eval_ND
 
 
 def _first_rows(batches: Iterator[torch.Tensor], n: int) -> torch.Tensor:
-    """The first `n` rows of a stream of batches, as one float32 tensor filled in place."""
+    """Up to the first `n` rows of a stream of batches, as one float32 tensor."""
     out_ND: torch.Tensor | None = None
     filled = 0
     for batch in batches:
@@ -109,7 +146,9 @@ def _first_rows(batches: Iterator[torch.Tensor], n: int) -> torch.Tensor:
         filled += take
         if filled == n:
             return out_ND
-    raise SystemExit(f"the cache holds {filled} rows of that split, fewer than the {n} asked for")
+    if out_ND is None:
+        raise SystemExit("the cache holds no rows of that split")
+    return out_ND[:filled].clone()
 
 
 def saelens_python(venv: Path) -> Path:
@@ -140,13 +179,12 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     return name, changes
 
 
-def run_ours(train_ND: torch.Tensor, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
+def run_ours(train: TrainingTokens, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
              seed: int, changes: dict[str, Any] | None = None) -> tuple[dict[str, float], torch.Tensor]:
-    batches = list(train_ND.split(batch))
-    cfg = TrainConfig(total_tokens=len(train_ND), batch_size=batch, seed=seed, progress=False,
+    cfg = TrainConfig(total_tokens=train.n_tokens, batch_size=batch, seed=seed, progress=False,
                       checkpoint_every_tokens=0, **(changes or {}))
     start = time.perf_counter()
-    result = train_sae(SAEConfig("topk", train_ND.shape[1], d_sae, k=k), batches, cfg)
+    result = train_sae(SAEConfig("topk", train.rows_ND.shape[1], d_sae, k=k), train.batches(batch), cfg)
     seconds = time.perf_counter() - start
     sae = result.sae.eval()
     metrics = heldout_metrics(sae.encode, sae.decode, eval_ND)
@@ -154,27 +192,30 @@ def run_ours(train_ND: torch.Tensor, eval_ND: torch.Tensor, d_sae: int, k: int, 
     return metrics, sae.W_dec.detach()
 
 
-def run_saelens(python: Path, train_ND: torch.Tensor, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
+def run_saelens(python: Path, train: TrainingTokens, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
                 seed: int, cache: Path) -> tuple[dict[str, float], torch.Tensor]:
     digest = hashlib.sha256()
-    for tensor in (train_ND, eval_ND):
+    for tensor in (train.rows_ND, eval_ND) + (() if train.order_T is None else (train.order_T,)):
         digest.update(tensor.contiguous().numpy().tobytes())
     digest.update(f"{SAELENS} {d_sae} {k} {batch} {seed}".encode())
     stored = cache / f"{digest.hexdigest()[:24]}.json"
     if stored.exists():
         return json.loads(stored.read_text()), torch.load(str(stored) + ".W_dec.pt")
     cache.mkdir(parents=True, exist_ok=True)
-    metrics, W_dec_FD = _train_saelens(python, train_ND, eval_ND, d_sae, k, batch, seed)
+    metrics, W_dec_FD = _train_saelens(python, train, eval_ND, d_sae, k, batch, seed)
     torch.save(W_dec_FD, str(stored) + ".W_dec.pt")
     stored.write_text(json.dumps(metrics))
     return metrics, W_dec_FD
 
 
-def _train_saelens(python: Path, train_ND: torch.Tensor, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
+def _train_saelens(python: Path, train: TrainingTokens, eval_ND: torch.Tensor, d_sae: int, k: int, batch: int,
                    seed: int) -> tuple[dict[str, float], torch.Tensor]:
     with tempfile.TemporaryDirectory() as tmp:
         data, out = Path(tmp, "data.safetensors"), Path(tmp, "out.json")
-        save_file({"train": train_ND.contiguous(), "eval": eval_ND.contiguous()}, str(data))
+        tensors = {"train": train.rows_ND.contiguous(), "eval": eval_ND.contiguous()}
+        if train.order_T is not None:
+            tensors["order"] = train.order_T
+        save_file(tensors, str(data))
         subprocess.run([str(python), str(REPO / "bench" / "saelens_train.py"), str(data), str(out),
                         "--d-sae", str(d_sae), "--k", str(k), "--batch", str(batch), "--seed", str(seed)],
                        check=True, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
@@ -191,6 +232,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=32)
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--eval-tokens", type=int, default=32768)
+    parser.add_argument("--max-passes", type=int, default=1,
+                        help="reads of a cache's train split allowed to fill a budget (atlas data)")
     parser.add_argument("--saelens-venv", default="/tmp/saelens-venv")
     parser.add_argument("--saelens-cache", default="/tmp/saelens-results", help="folder of stored SAELens results")
     parser.add_argument("--data-cache", default="/tmp/train-quality-data", help="folder of generated planted data")
@@ -209,14 +252,18 @@ def main() -> None:
             atoms_AD = None
             if args.data == "planted":
                 train_ND, atoms_AD = stored_planted(Path(args.data_cache), budget, seed)
+                train = TrainingTokens(train_ND, None)
                 eval_ND, _ = stored_planted(Path(args.data_cache), args.eval_tokens, seed)
             else:
                 _, root, hook = args.data.split(":", 2)
-                train_ND, eval_ND = atlas_tokens(root, hook, budget, args.eval_tokens, seed)
-            rows = {name: run_ours(train_ND, eval_ND, args.d_sae, args.k, args.batch, seed, changes)
+                train, eval_ND = atlas_tokens(root, hook, budget, args.eval_tokens, seed, args.max_passes)
+                if train.order_T is not None:
+                    print(f"  budget {budget}: {len(train.rows_ND)} distinct tokens, "
+                          f"read {budget / len(train.rows_ND):.2f} times", flush=True)
+            rows = {name: run_ours(train, eval_ND, args.d_sae, args.k, args.batch, seed, changes)
                     for name, changes in variants}
             if python is not None:
-                rows["saelens"] = run_saelens(python, train_ND, eval_ND, args.d_sae, args.k, args.batch, seed,
+                rows["saelens"] = run_saelens(python, train, eval_ND, args.d_sae, args.k, args.batch, seed,
                                               Path(args.saelens_cache))
             for name, (m, W_dec_FD) in rows.items():
                 rec = "-"

@@ -10,6 +10,7 @@ the decoder row as stored.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -75,8 +76,20 @@ def logit_effects(
     return LogitEffects(*(torch.cat([p[i] for p in parts]).cpu() for i in range(4)))
 
 
-def vocab_strings(tokenizer: object, d_vocab: int) -> list[str]:
-    """The decoded text of every token id `0..d_vocab-1` (ids beyond the tokenizer give '')."""
-    n = min(d_vocab, len(tokenizer))  # type: ignore[arg-type]
-    decoded = tokenizer.batch_decode([[i] for i in range(n)])  # type: ignore[attr-defined]
-    return list(decoded) + [""] * (d_vocab - n)
+_DECODED: weakref.WeakKeyDictionary[object, dict[int, tuple[str, ...]]] = weakref.WeakKeyDictionary()
+
+
+def vocab_strings(tokenizer: object, d_vocab: int) -> tuple[str, ...]:
+    """The decoded text of every token id `0..d_vocab-1` (ids beyond the tokenizer give '').
+
+    Decoding a vocabulary takes about a second; it is done once per tokenizer and size and
+    remembered while the tokenizer lives, so the SAEs of one summary run share it."""
+    try:
+        known = _DECODED.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced is decoded every time
+        known = {}
+    if d_vocab not in known:
+        n = min(d_vocab, len(tokenizer))  # type: ignore[arg-type]
+        decoded = tokenizer.batch_decode([[i] for i in range(n)])  # type: ignore[attr-defined]
+        known[d_vocab] = (*decoded, *[""] * (d_vocab - n))
+    return known[d_vocab]
