@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from saes.sae.base import SAE, SAEConfig
 from saes.summary.accumulator import SummaryParams
 from saes.summary.bands import priority_keys
-from saes.summary.logits import logit_directions, logit_effects
+from saes.summary.logits import logit_directions, logit_effects, vocab_strings
 from saes.summary.run import summarize_blocks, summarize_sae
 from store.activations import ActivationReader, ActivationWriter, Blocks
 from store.errors import InvalidInputError
@@ -220,6 +220,29 @@ def test_logit_effect_norm_conventions():
         logit_directions(W_dec, w, "batch")
     with pytest.raises(InvalidInputError, match="d_in=8"):
         logit_effects(W_dec, W_U.T)
+
+
+class _CountingTokenizer:
+    """Decodes id i as "t<i>" and counts how often a whole vocabulary is decoded."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.decodes = size, 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def batch_decode(self, ids: list[list[int]]) -> list[str]:
+        self.decodes += 1
+        return [f"t{row[0]}" for row in ids]
+
+
+def test_vocabulary_is_decoded_once_per_tokenizer_and_size():
+    first, second = _CountingTokenizer(5), _CountingTokenizer(5)
+    assert vocab_strings(first, 7) == ("t0", "t1", "t2", "t3", "t4", "", "")
+    assert vocab_strings(first, 7) is vocab_strings(first, 7)
+    assert first.decodes == 1
+    assert vocab_strings(first, 3) == ("t0", "t1", "t2") and first.decodes == 2
+    assert vocab_strings(second, 7) == vocab_strings(first, 7) and second.decodes == 1
 
 
 def _synthetic_blocks(n_blocks: int, d: int, seed: int = 0):
