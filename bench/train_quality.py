@@ -237,7 +237,8 @@ def main() -> None:
     parser.add_argument("--saelens-venv", default="/tmp/saelens-venv")
     parser.add_argument("--saelens-cache", default="/tmp/saelens-results", help="folder of stored SAELens results")
     parser.add_argument("--data-cache", default="/tmp/train-quality-data", help="folder of generated planted data")
-    parser.add_argument("--trainers", default="ours,saelens", help="which of ours,saelens to run")
+    parser.add_argument("--trainers", default="ours,saelens",
+                        help="which of ours,saelens to run ('none': only the --variant rows)")
     parser.add_argument("--variant", action="append", default=[],
                         help="NAME:FIELD=VALUE,... an extra row of our trainer with TrainConfig changes")
     args = parser.parse_args()
