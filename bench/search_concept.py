@@ -31,12 +31,12 @@ import torch
 
 from geometry.concept_search import greedy_span, search_concept, value_means
 from geometry.contrast import _rank_sums_exceed, contrast_stats
-from saes.concept_features import concept_feature_acts
+from saes.encoding.concepts import concept_feature_acts
+from saes.encoding.texts import pooled_feature_acts
 from saes.intervene.concepts import MONTHS, WEEKDAYS, weekdays
 from saes.models import load_model
 from saes.sae.base import SAEConfig
 from saes.sae.registry import build_sae
-from saes.text_features import pooled_feature_acts
 
 N_PERMUTATIONS = 20_000
 

@@ -7,7 +7,7 @@
 For each token count a fresh child process builds an atlas with random TopK SAEs on the
 hooks `blocks.L.hook_resid_post` of `--layers` (default: a quarter and half way down the
 model), then, over the same corpus blocks, times (a) the bare forward of
-`saes.cache.run_hooks` to the deepest hooked layer (before and after (b); the faster of
+`saes.forward.run_hooks` to the deepest hooked layer (before and after (b); the faster of
 the two is the baseline, to damp load from other processes) and (b) `summarize_from_model`
 (the same forward plus every SAE's accumulators, occurrence spool, checkpoints and the
 written tables). `--bare-tokens N` times (a) over the first N of those tokens only (a rate
@@ -45,9 +45,9 @@ def peak_rss_mb() -> float:
 def child(tokens: int, args: argparse.Namespace) -> dict[str, float]:
     import torch
 
-    from saes.cache import run_hooks
     from saes.corpus import CorpusSpec, iter_blocks
     from saes.formats.saelens import save_saelens
+    from saes.forward import run_hooks
     from saes.models import load_model
     from saes.sae.base import SAEConfig
     from saes.sae.registry import build_sae

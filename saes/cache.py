@@ -11,6 +11,7 @@ Under `torchrun --nproc_per_node=R` the ranks split the shards: shard `k` (block
 own shards' batches, so each shard holds the same blocks, byte for byte, whatever R is.
 Each rank records and resumes its own shards; once all have finished, rank 0 merges the
 records into the hook's manifest.json. The atlas must be on a file system all ranks share.
+The corpus, the rank split, the resume and the forwards are `saes.streaming`'s loop.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from saes.corpus import CorpusSpec, iter_blocks
+from saes.corpus import CorpusSpec
 from saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
-from saes.hook_fns import capture_hooks
 from saes.models import ModelHandle
+from saes.streaming import separator_ids, stream_activations, whole_blocks
 from store.activations import ActivationWriter
 from store.dtypes import parse_dtype
 from store.errors import InvalidInputError
@@ -50,12 +50,6 @@ class CacheSummary:
     already_complete: bool
 
 
-def separator_ids(tokenizer: Any) -> list[int]:
-    """BOS / EOS / padding ids: positions left out of training and metrics."""
-    ids = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
-    return sorted({i for i in ids if i is not None})
-
-
 def _check_model_matches(layout: AtlasLayout, spec: Any) -> None:
     if layout.atlas_json.exists():
         cached = layout.read_meta().get("model")
@@ -64,21 +58,6 @@ def _check_model_matches(layout: AtlasLayout, spec: Any) -> None:
                 f"{layout.atlas_json} belongs to model {cached!r}, not {spec!r}; "
                 "use another --atlas directory"
             )
-
-
-def run_hooks(handle: ModelHandle, tokens: torch.Tensor, hooks: list[str]) -> dict[str, torch.Tensor]:
-    """Activations `[batch, pos, d]` of `hooks` from one forward pass stopped after the deepest
-    (on the model's device; `tokens` are moved there)."""
-    stop = max(handle.hook_layer(h) for h in hooks) + 1
-    captured: dict[str, torch.Tensor] = {}
-    with torch.inference_mode():
-        handle.bridge.run_with_hooks(
-            tokens.to(handle.device), fwd_hooks=capture_hooks(hooks, captured), stop_at_layer=max(stop, 1)
-        )
-    missing = [h for h in hooks if h not in captured]
-    if missing:
-        raise InvalidInputError(f"hooks {missing} did not fire before layer {stop}")
-    return captured
 
 
 def cache_activations(
@@ -104,9 +83,7 @@ def cache_activations(
     for hook in hooks:
         handle.check_hook(hook)
     parse_dtype(dtype, kind="activation dtype")
-    target_blocks = n_tokens // corpus.context_size
-    if target_blocks < 1:
-        raise InvalidInputError(f"n_tokens={n_tokens} is less than one block of {corpus.context_size}")
+    target_blocks = whole_blocks(n_tokens, corpus)
     shard_blocks = -(-shard_blocks // batch_blocks) * batch_blocks  # shards end on batch ends
     layout = AtlasLayout(atlas)
     _check_model_matches(layout, handle.spec)
@@ -157,32 +134,13 @@ def cache_activations(
     for writer in pending.values():
         if writer.n_blocks_done != resume:
             writer.truncate_to(resume)
-    own_blocks = sum(min(shard_blocks, target_blocks - k * shard_blocks)
-                     for k in range(rank, -(-target_blocks // shard_blocks), world))
-    seen = own = computed = 0
-    bar = tqdm(total=own_blocks * corpus.context_size, initial=resume * corpus.context_size,
-               unit="tok", unit_scale=True, desc="caching" if world == 1 else f"caching (rank {rank})",
-               disable=not progress)
-    for number, batch in enumerate(iter_blocks(handle.tokenizer, corpus, max_blocks=target_blocks,
-                                               batch_blocks=batch_blocks)):
-        n = len(batch.token_ids)
-        seen += n
-        if (number * batch_blocks // shard_blocks) % world != rank:
-            continue  # another rank's shard
-        own += n
-        if own <= resume:
-            continue
-        acts = run_hooks(handle, batch.token_ids, list(pending))
+    computed = 0
+    for batch in stream_activations(handle, corpus, pending, n_blocks=target_blocks, batch_blocks=batch_blocks,
+                                    shard_batches=shard_blocks // batch_blocks, resume_blocks=resume,
+                                    desc="caching", progress=progress, ctx=ctx):
         for hook, writer in pending.items():
-            writer.append(acts[hook], batch.token_ids, batch.doc_ids)
-        computed += n
-        bar.update(n * corpus.context_size)
-    bar.close()
-    if seen < target_blocks:
-        raise InvalidInputError(
-            f"corpus {corpus.source!r} gave only {seen} blocks of {corpus.context_size} tokens; "
-            f"{target_blocks} were requested (ask for at most {seen * corpus.context_size} tokens)"
-        )
+            writer.append(batch.acts[hook], batch.token_ids, batch.doc_ids)
+        computed += len(batch.token_ids)
     for writer in pending.values():
         writer.finish()
     barrier(ctx)

@@ -99,8 +99,3 @@ def use_by_default(device: str | None, dtype: str | None) -> torch.device:
         os.environ[ENV_DTYPE] = dtype
     return resolved
 
-
-def module_device(module: torch.nn.Module) -> torch.device:
-    """The device of a module's first parameter (cpu for a module without parameters)."""
-    param = next(module.parameters(), None)
-    return param.device if param is not None else torch.device("cpu")

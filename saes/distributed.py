@@ -75,3 +75,11 @@ def rank_share(n_items: int, ctx: DistContext | None) -> range:
     per, extra = divmod(n_items, world)
     start = rank * per + min(rank, extra)
     return range(start, start + per + (1 if rank < extra else 0))
+
+
+def rank_shards(n_items: int, shard_size: int, ctx: DistContext | None) -> list[int]:
+    """The items (batches) of the shards this rank takes, in order: shard `k` (items
+    `k * shard_size` to `(k + 1) * shard_size - 1`) goes to rank `k mod R` (all of them
+    without a process group)."""
+    rank, world = rank_and_world(ctx)
+    return [item for item in range(n_items) if (item // shard_size) % world == rank]

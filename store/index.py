@@ -164,12 +164,6 @@ def recall_against(index: faiss.Index, queries: np.ndarray, truth: np.ndarray) -
     return float(np.mean(hits) / truth.shape[1])
 
 
-def measure_recall(index: faiss.Index, vectors: np.ndarray, *, k: int = 10, seed: int = 0,
-                   sample: int = RECALL_SAMPLE) -> float:
-    """Mean recall@k of `index` against exact search, on seeded perturbed sample rows."""
-    return recall_against(index, *recall_probe(vectors, k=k, seed=seed, sample=sample))
-
-
 def save_index(index: faiss.Index, info: dict[str, Any], path: Path, extra: dict[str, Any]) -> None:
     """Write the index atomically plus its sidecar (`<name>.json`) with checksums."""
     with atomic_path(path) as tmp:

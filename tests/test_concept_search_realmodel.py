@@ -14,11 +14,11 @@ import torch
 
 from geometry.concept_search import search_concept
 from saes.builtin_text import concept_document
-from saes.cache import run_hooks
-from saes.concept_features import concept_feature_acts
+from saes.encoding.concepts import concept_feature_acts
+from saes.encoding.texts import tokenize_texts
+from saes.forward import run_hooks
 from saes.intervene.concepts import weekdays
 from saes.sae.base import SAEConfig
-from saes.text_features import tokenize_texts
 from saes.train.config import TrainConfig
 from saes.train.trainer import train_sae
 

@@ -17,7 +17,7 @@ from api.analyses.circular import run_circle_analysis, write_concept_run
 from api.atlas import Atlas
 from api.interventions import AtlasSources
 from saes.builtin_text import WEEKDAYS, concept_document, docstrings_of, stdlib_source_files
-from saes.encode import sae_activation_matrix
+from saes.encoding.cached import sae_activation_matrix
 from saes.intervene.concepts import value_token_ids, weekdays
 from saes.intervene.edits import RotateEdit
 from saes.intervene.splice import build_splice, run_spliced

@@ -48,7 +48,7 @@ from geometry.figures_circular import (
 from geometry.results import MAIN, read_analysis, write_analysis
 from geometry.spectra import Spectra, cluster_by_period, fourier_power
 from saes.atlas_saes import hook_of, load_atlas_sae
-from saes.encode import sae_activation_matrix
+from saes.encoding.cached import sae_activation_matrix
 from saes.intervene.answers import answer_metrics, patched_logits
 from saes.intervene.concepts import (
     OrderedConcept,

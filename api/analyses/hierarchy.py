@@ -33,7 +33,7 @@ from geometry.trees import (
     wordnet_tree,
 )
 from saes.atlas_saes import load_atlas_sae
-from saes.encode import sae_activation_matrix
+from saes.encoding.cached import sae_activation_matrix
 from store.activations import ActivationReader, Split
 from store.errors import InvalidInputError, NotFoundError
 

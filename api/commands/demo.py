@@ -17,10 +17,11 @@ from api.commands.common import console, handle_errors, print_table
 from api.commands.device_options import device_option, model_dtype_option
 from api.commands.summarize import build_offline_labels, print_reports
 from saes.atlas_saes import load_atlas_sae
-from saes.cache import cache_activations, run_hooks
+from saes.cache import cache_activations
 from saes.corpus import CorpusSpec
 from saes.devices import use_by_default
 from saes.eval.evaluate import evaluate_atlas_sae
+from saes.forward import run_hooks
 from saes.intervene.concepts import load_concept
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
 from saes.summary.run import summarize_sae

@@ -1,9 +1,9 @@
 """`eval --from-model`: activation metrics of SAEs over tokens streamed from model forwards.
 
 The corpus is packed as `sae-atlas cache` packs it; each batch runs one forward for all
-hooks (`saes.cache.run_hooks`, stopped after the deepest) and every SAE's non-BOS rows go
-into its `ReconstructionStats`, so no residual cache is needed and memory is flat in the
-token count. Only the activation metrics (EV, FVU, L0, dead / dense, cosine, ...) are
+hooks (`saes.streaming.stream_activations`, stopped after the deepest) and every SAE's
+non-BOS rows go into its `ReconstructionStats`, so no residual cache is needed and memory
+is flat in the token count. Only the activation metrics (EV, FVU, L0, dead / dense, cosine, ...) are
 computed; CE / KL with the SAE spliced in run on cached held-out blocks (`eval` without
 `--from-model`).
 
@@ -26,13 +26,12 @@ import torch
 import torch.distributed as dist
 
 from saes.atlas_saes import load_atlas_sae
-from saes.cache import run_hooks, separator_ids
-from saes.corpus import CorpusSpec, iter_blocks
-from saes.distributed import DistContext, rank_share
+from saes.corpus import CorpusSpec
+from saes.distributed import DistContext
 from saes.eval.evaluate import write_eval
 from saes.eval.reconstruction import ReconstructionStats
 from saes.models import ModelHandle
-from store.activations import excluded_positions
+from saes.streaming import stream_activations, whole_blocks
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 
@@ -44,9 +43,7 @@ def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[st
     run through `handle`, write each one's eval.json and return the records (on every
     rank of `ctx`, which split the batches; rank 0 writes)."""
     layout = AtlasLayout(atlas)
-    n_blocks = n_tokens // corpus.context_size
-    if n_blocks < 1:
-        raise InvalidInputError(f"n_tokens={n_tokens} is less than one block of {corpus.context_size}")
+    n_blocks = whole_blocks(n_tokens, corpus)
     saes = {sae_id: load_atlas_sae(atlas, sae_id, device=handle.device).eval() for sae_id in sae_ids}
     for sae_id, sae in saes.items():
         if sae.cfg.d_in != handle.d_model:
@@ -54,21 +51,12 @@ def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[st
     hooks = {sae_id: handle.check_hook(sae.cfg.hook_name) for sae_id, sae in saes.items()}
     stats = {sae_id: ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae) for sae_id, sae in saes.items()}
     started = time.perf_counter()
-    special = [*separator_ids(handle.tokenizer), handle.bos_token_id]
-    share = rank_share(-(-n_blocks // batch_blocks), ctx)
     with torch.no_grad():
-        for number, batch in enumerate(iter_blocks(handle.tokenizer, corpus, max_blocks=n_blocks,
-                                                   batch_blocks=batch_blocks)):
-            if number >= share.stop:
-                break
-            if number < share.start:
-                continue
-            n, T = batch.token_ids.shape
-            keep = ~excluded_positions(batch.token_ids, torch.arange(T).expand(n, T),
-                                       prepend_bos=corpus.prepend_bos, special_ids=special).reshape(-1)
-            acts = run_hooks(handle, batch.token_ids, sorted(set(hooks.values()), key=handle.hook_layer))
+        for batch in stream_activations(handle, corpus, hooks.values(), n_blocks=n_blocks, batch_blocks=batch_blocks,
+                                        progress=False, ctx=ctx):
+            keep = ~batch.excluded.reshape(-1).to(handle.device)
             for sae_id, sae in saes.items():
-                x = acts[hooks[sae_id]].reshape(n * T, -1)[keep.to(handle.device)].to(sae.W_enc.dtype)
+                x = batch.acts[hooks[sae_id]].flatten(0, 1)[keep].to(sae.W_enc.dtype)
                 out = sae(x)
                 stats[sae_id].update(x, out.x_hat.float(), out.feature_acts)
     stats = _merged(stats, ctx)

@@ -1,7 +1,8 @@
 """Feature summaries streamed from model forwards: no residual cache, bounded memory, resumable.
 
 The corpus is packed into blocks exactly as `sae-atlas cache` packs it, and each batch
-runs one forward for all hooks (`saes.cache.run_hooks`, stopped after the deepest). Each
+runs one forward for all hooks (`saes.streaming.stream_activations`, stopped after the
+deepest). Each
 SAE's batch goes through the same `summarize_chunk` as a cached summary, so on the same
 tokens (and batch size) the tables equal those of summarizing a cache of them with
 `split="all"`.
@@ -12,8 +13,8 @@ default: every `checkpoint_seconds`) a rank
 writes its spool chunk and then, atomically, its accumulator state; after kill -9 the
 next run with the same arguments skips the batches already counted and carries on.
 
-Under `torchrun` the ranks take contiguous, equal shares of the batches (the corpus is
-read identically by all, the model runs only on a rank's own share), the accumulator
+Under `torchrun` the ranks take contiguous, near-equal shares of the batches (the corpus
+is read identically by all, the model runs only on a rank's own share), the accumulator
 states are gathered to rank 0 with `torch.distributed.gather_object` and merged exactly
 (`accumulator_state.merge_into`), and rank 0 assembles the occurrence matrix from the
 ranks' spools in block order. The atlas must be on a file system all ranks share.
@@ -32,14 +33,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
 from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
-from saes.cache import run_hooks, separator_ids
-from saes.corpus import CorpusSpec, iter_blocks
-from saes.distributed import DistContext, barrier, rank_and_world, rank_share
+from saes.corpus import CorpusSpec
+from saes.distributed import DistContext, barrier, rank_and_world
 from saes.models import ModelHandle
 from saes.sae.base import SAE
+from saes.streaming import stream_activations, whole_blocks
 from saes.summary.accumulator import SummaryAccumulator, SummaryParams
 from saes.summary.accumulator_state import accumulator_state, merge_into, restore_accumulator
 from saes.summary.run import (
@@ -49,7 +49,6 @@ from saes.summary.run import (
     summary_record,
     write_summary,
 )
-from store.activations import Blocks, excluded_positions
 from store.atomic import atomic_path
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
@@ -109,15 +108,6 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
         torch.save(state, tmp)
 
 
-def _blocks(handle: ModelHandle, corpus: CorpusSpec, token_ids: torch.Tensor, doc_ids: torch.Tensor,
-            first_block: int, acts: torch.Tensor) -> Blocks:
-    n, T = token_ids.shape
-    positions = torch.arange(T).expand(n, T)
-    return Blocks(acts, token_ids, positions, doc_ids, torch.arange(first_block, first_block + n),
-                  excluded_positions(token_ids, positions, prepend_bos=corpus.prepend_bos,
-                                     special_ids=[*separator_ids(handle.tokenizer), handle.bos_token_id]))
-
-
 def summarize_from_model(
     handle: ModelHandle,
     atlas_root: str | Path,
@@ -146,9 +136,7 @@ def summarize_from_model(
         raise InvalidInputError(f"{layout.root} has no SAEs yet; train one with `sae-atlas train`")
     if (checkpoint_every is not None and checkpoint_every < 1) or batch_blocks < 1:
         raise InvalidInputError("checkpoint_every and batch_blocks must be at least 1")
-    n_blocks = n_tokens // corpus.context_size
-    if n_blocks < 1:
-        raise InvalidInputError(f"n_tokens={n_tokens} is less than one block of {corpus.context_size}")
+    n_blocks = whole_blocks(n_tokens, corpus)
     hooks = {sae_id: handle.check_hook(atlas_sae_hook(layout.root, sae_id)) for sae_id in ids}
     W_U = handle.W_U.detach().float() if with_logits else None  # noqa: N806
     source = {"split": "stream", "corpus": dataclasses.asdict(corpus), "requested_tokens": n_blocks * corpus.context_size,
@@ -186,33 +174,17 @@ def summarize_from_model(
         state["acc"] = {sae_id: accumulator_state(acc) for sae_id, acc in accs.items()}
         _save_state(state_path, state)
 
-    share = rank_share(-(-n_blocks // batch_blocks), ctx)
-    needed = sorted(set(hooks[sae_id] for sae_id in saes), key=handle.hook_layer)
-    bar = tqdm(total=len(share) * batch_blocks * corpus.context_size, initial=state["done"] * batch_blocks
-               * corpus.context_size, unit="tok", unit_scale=True, desc="summarize (model)", disable=not progress)
-    seen = 0
-    for number, batch in enumerate(iter_blocks(handle.tokenizer, corpus, max_blocks=n_blocks, batch_blocks=batch_blocks)):
-        seen += len(batch.token_ids)
-        if number >= share.stop:
-            break
-        if number < share.start + state["done"]:
-            continue
-        acts = run_hooks(handle, batch.token_ids, needed)
+    batches = stream_activations(handle, corpus, [hooks[sae_id] for sae_id in saes], n_blocks=n_blocks,
+                                 batch_blocks=batch_blocks, resume_blocks=state["done"] * batch_blocks,
+                                 desc="summarize (model)", progress=progress, ctx=ctx)
+    for batch in batches:
         for sae_id, sae in saes.items():
-            chunk = _blocks(handle, corpus, batch.token_ids, batch.doc_ids, number * batch_blocks, acts[hooks[sae_id]])
-            summarize_chunk(sae, accs[sae_id], chunk, spools[sae_id])
+            summarize_chunk(sae, accs[sae_id], batch.blocks(hooks[sae_id]), spools[sae_id])
         state["done"] += 1
-        bar.update(batch.token_ids.numel())
         due = (state["done"] % checkpoint_every == 0 if checkpoint_every is not None
                else time.monotonic() - last["time"] >= checkpoint_seconds)
         if due:
             checkpoint()
-    bar.close()
-    if seen < min(n_blocks, share.stop * batch_blocks):
-        raise InvalidInputError(
-            f"corpus {corpus.source!r} gave only {seen} blocks of {corpus.context_size} tokens; "
-            f"{n_blocks} were requested (ask for at most {seen * corpus.context_size} tokens)"
-        )
     if state["done"] > last["done"] or state["done"] == 0:
         checkpoint()
     reports = _finish(layout.root, folder, handle, ids, saes, records, state, accs, W_U, started, ctx)

@@ -65,7 +65,7 @@ def test_contrast_bad_input(atlas: Atlas) -> None:
 
 
 def test_padding_does_not_change_pooled_activations(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
-    from saes.text_features import pooled_feature_acts
+    from saes.encoding.texts import pooled_feature_acts
 
     sae_id, hook = small_atlas["sae_ids"][1], small_atlas["hooks"][1]
     texts = ["the cat", "the cat is red and the red box is on the table"]

@@ -46,21 +46,6 @@ def test_cached_activations_equal_run_with_cache(tmp_path, handle):
     assert again.already_complete
 
 
-def test_forward_stops_after_deepest_hooked_layer(handle):
-    from saes.cache import run_hooks
-
-    fired = []
-    last = handle.bridge.hook_dict["blocks.2.hook_resid_post"]
-    last.add_hook(lambda t, hook: fired.append(hook.name))
-    try:
-        run_hooks(handle, handle.to_tokens("the cat"), ["blocks.0.hook_resid_post"])
-        assert fired == []
-        run_hooks(handle, handle.to_tokens("the cat"), ["blocks.2.hook_resid_post"])
-        assert fired
-    finally:
-        handle.bridge.reset_hooks()
-
-
 def test_bad_requests_are_clear(tmp_path, handle):
     corpus = CorpusSpec(context_size=16)
     with pytest.raises(UnknownHookError, match="blocks.9.hook_resid_post"):

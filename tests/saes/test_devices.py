@@ -10,8 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 from api.cli import app
-from saes.cache import run_hooks
 from saes.devices import ENV_DEVICE, ENV_DTYPE, resolve_device, resolve_dtype, use_by_default
+from saes.forward import run_hooks
 from saes.models import load_model
 from store.errors import InvalidInputError
 

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-import saes.summary.stream as stream
+import saes.streaming as streaming
 from saes.atlas_saes import load_atlas_sae
 from saes.corpus import CorpusSpec
 from saes.summary.accumulator import SummaryParams
@@ -77,7 +77,7 @@ def test_crash_mid_stream_resumes_to_identical_tables(tmp_path: Path, monkeypatc
     make_atlas(crashed, with_cache=False)
     run_stream(full, checkpoint_every=2)
     calls = {"n": 0}
-    real = stream.run_hooks
+    real = streaming.run_hooks
 
     def dies_at_batch_6(*args: object) -> object:
         calls["n"] += 1
@@ -85,13 +85,13 @@ def test_crash_mid_stream_resumes_to_identical_tables(tmp_path: Path, monkeypatc
             raise RuntimeError("simulated crash")
         return real(*args)
 
-    monkeypatch.setattr(stream, "run_hooks", dies_at_batch_6)
+    monkeypatch.setattr(streaming, "run_hooks", dies_at_batch_6)
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_stream(crashed, checkpoint_every=2)
-    monkeypatch.setattr(stream, "run_hooks", real)
+    monkeypatch.setattr(streaming, "run_hooks", real)
     calls["n"] = 0
     resumed = []
-    monkeypatch.setattr(stream, "run_hooks", lambda *a: resumed.append(1) or real(*a))
+    monkeypatch.setattr(streaming, "run_hooks", lambda *a: resumed.append(1) or real(*a))
     run_stream(crashed, checkpoint_every=2)
     assert len(resumed) == 3  # batches 5, 6, 7 only
     for sae_id in SAES:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from saes.encoding.codes import sae_codes
 from saes.intervene.concepts import (
     CategoryConcept,
     OrderedConcept,
@@ -42,7 +43,6 @@ def concept_feature_acts(
     features = {}
     with torch.inference_mode():
         for sid, sae in saes.items():
-            device = next(sae.parameters()).device
-            features[sid] = sae.encode(residual[hooks[sid]].float().to(device)).float().cpu().numpy()
+            features[sid] = sae_codes(sae, residual[hooks[sid]]).float().cpu().numpy()
     return ConceptActivations(batch.values.numpy(), {h: x.numpy() for h, x in residual.items()}, features,
                               [p.text for p in prompts])

@@ -15,7 +15,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from saes.cache import run_hooks
+from saes.encoding.codes import sae_codes
+from saes.forward import run_hooks
 from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.errors import InvalidInputError
@@ -69,8 +70,6 @@ def pooled_feature_acts(
             width = int(lengths[sl].max())
             acts = run_hooks(handle, tokens[sl, :width], wanted)
             for sid, sae in saes.items():
-                x_NTD = acts[hooks[sid]].float()
-                device = next(sae.parameters()).device
-                f_NTF = sae.encode(x_NTD.to(device))
+                f_NTF = sae_codes(sae, acts[hooks[sid]])
                 out[sid].append(pool_tokens(f_NTF, lengths[sl], pool).float().cpu().numpy())
     return {sid: np.concatenate(parts) for sid, parts in out.items()}

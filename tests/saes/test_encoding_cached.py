@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from saes.encode import sae_activation_matrix
+from saes.encoding.cached import sae_activation_matrix
 from saes.sae.base import SAEConfig
 from saes.sae.registry import build_sae
 from store.activations import ActivationReader
