@@ -24,7 +24,7 @@ def import_command(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import a pretrained SAE, evaluate it on the hook's held-out activations and register it."""
-    from saes.importing import import_sae
+    from saes.importing.pipeline import import_sae
 
     result = import_sae(atlas, source, hook=hook, sae_id=sae_id, link=link, force=force,
                         registry=registry, with_model=not no_model).to_dict()

@@ -18,8 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from saes.sae.base import SAE, SAEConfig
-from saes.sae.registry import sae_class
+from saes.sae.base import SAE, SAEConfig, architecture_class
 from store.atomic import read_json
 from store.dtypes import DTYPES, dtype_name  # noqa: F401 (the format readers' dtype helpers)
 from store.errors import IntegrityError, InvalidInputError
@@ -119,11 +118,19 @@ def fold_norm_scaling(state: dict[str, torch.Tensor], scale: float) -> dict[str,
             "b_dec": state["b_dec"] / scale}
 
 
+def state_shapes(cfg: SAEConfig) -> dict[str, tuple[int, ...]]:
+    """The state-dict entries of an SAE for `cfg` and their shapes (the SAE is built on
+    the meta device, so nothing is allocated)."""
+    with torch.device("meta"):
+        sae = architecture_class(cfg.architecture)(cfg)
+    return {name: tuple(tensor.shape) for name, tensor in sae.state_dict().items()}
+
+
 def assemble_sae(
     cfg: SAEConfig, state: Mapping[str, torch.Tensor], path: Path, repair: str, device: str | torch.device
 ) -> SAE:
     """An SAE of `cfg.architecture` holding exactly `state`, in eval mode on `device`."""
-    sae = sae_class(cfg.architecture)(cfg).to(DTYPES[cfg.dtype])
+    sae = architecture_class(cfg.architecture)(cfg).to(DTYPES[cfg.dtype])
     try:
         sae.load_state_dict({k: v.to(DTYPES[cfg.dtype]) for k, v in state.items()}, strict=True)
     except RuntimeError as exc:

@@ -4,11 +4,14 @@ We write the SAELens 6 layout (top-level `d_in`, `d_sae`, `dtype`, `architecture
 provenance under `metadata`) so SAELens' `SAE.load_from_disk` reads our SAEs, and we
 read folders written by SAELens, including pre-6 configs (provenance at the top level,
 `hook_point`, `activation_fn_str="topk"` with `activation_fn_kwargs.k`, no
-`architecture`). BatchTopK and Matryoshka SAEs are exported as `jumprelu` with their
-constant inference threshold; our own `SAEConfig`, the sha256 of every file we wrote and
-the versions that wrote them live under the `sae_atlas` key, so our loader rebuilds the
-original architecture exactly. Parameters SAELens has no slot for (JumpReLU's trained
-`log_threshold`) go to `sae_atlas_extra.safetensors`, which SAELens ignores.
+`architecture`). Each architecture declares the SAELens architecture it is exported as
+(`SAE.saelens_architecture`: BatchTopK and Matryoshka SAEs as `jumprelu` with their
+inference threshold); our own `SAEConfig`, the sha256 of every file we wrote and the
+versions that wrote them live under the `sae_atlas` key, so our loader rebuilds the
+original architecture exactly. State SAELens has no slot for (JumpReLU's trained
+`log_threshold`) goes to `sae_atlas_extra.safetensors`, which SAELens ignores. SAELens
+folders of its own three architectures (`standard`, `topk`, `jumprelu`) load as ours of
+the same names.
 `metadata.sae_lens_version` is written as "6.0.0" (the layout version, needed by SAELens
 to read nested metadata); `sae_lens_training_version` is null because SAELens did not
 train the SAE.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 
@@ -33,9 +36,10 @@ from saes.formats.common import (
     read_config,
     read_safetensors,
     reject_unknown,
+    state_shapes,
     take,
 )
-from saes.sae.base import SAE, SAEConfig
+from saes.sae.base import SAE, SAEConfig, SAELensArchitecture
 from store.atomic import atomic_path, atomic_write_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError
 from store.integrity import cached_sha256
@@ -50,8 +54,6 @@ OUR_KEY = "sae_atlas"
 FORMAT_VERSION = 1
 SAELENS_LAYOUT_VERSION = "6.0.0"
 _CORE = ("W_enc", "b_enc", "W_dec", "b_dec")
-_EXPORTED_AS = {"standard": "standard", "topk": "topk", "jumprelu": "jumprelu",
-                "batchtopk": "jumprelu", "matryoshka": "jumprelu"}
 _OURS_REPAIR = "retrain the SAE, or re-export it with saes.formats.saelens.save_saelens"
 _FOREIGN_REPAIR = "re-download or re-export the SAE folder"
 
@@ -66,7 +68,7 @@ def _package_version() -> str | None:
 def exported_tensors(sae: SAE) -> dict[str, torch.Tensor]:
     """The SAELens tensors of `sae`: the four weights, plus `threshold` for a jumprelu export."""
     tensors = {name: getattr(sae, name).detach() for name in _CORE}
-    if _EXPORTED_AS[sae.cfg.architecture] == "jumprelu":
+    if sae.saelens_architecture == "jumprelu":
         tensors["threshold"] = sae.threshold.detach()
     return tensors
 
@@ -79,7 +81,7 @@ def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
 
 def _saelens_cfg(sae: SAE, dtype: str) -> dict[str, Any]:
     cfg = sae.cfg
-    architecture = _EXPORTED_AS[cfg.architecture]
+    architecture = sae.saelens_architecture
     out: dict[str, Any] = {
         "architecture": architecture,
         "d_in": cfg.d_in,
@@ -171,15 +173,14 @@ def _load_ours(folder: Path, raw: dict[str, Any]) -> tuple[SAEConfig, dict[str, 
     _verify(folder, sha, WEIGHTS_FILE)
     weights_path = folder / WEIGHTS_FILE
     tensors = read_safetensors(weights_path, _OURS_REPAIR)
-    shapes = {"W_enc": (cfg.d_in, cfg.d_sae), "b_enc": (cfg.d_sae,), "W_dec": (cfg.d_sae, cfg.d_in),
-              "b_dec": (cfg.d_in,), "threshold": (cfg.d_sae,)}
-    state = {n: take(tensors, [n], shapes[n], weights_path, _OURS_REPAIR) for n in _CORE}
-    if cfg.architecture in ("batchtopk", "matryoshka"):
-        state["threshold"] = take(tensors, ["threshold"], shapes["threshold"], weights_path, _OURS_REPAIR)
+    extra: dict[str, torch.Tensor] = {}
     if EXTRA_FILE in sha:
         _verify(folder, sha, EXTRA_FILE)
-        state.update(read_safetensors(folder / EXTRA_FILE, _OURS_REPAIR))
-    return cfg, state, weights_path
+        extra = read_safetensors(folder / EXTRA_FILE, _OURS_REPAIR)
+    # every state entry the weights file has no slot for was saved in the extra file
+    state = {name: take(tensors, [name], shape, weights_path, _OURS_REPAIR)
+             for name, shape in state_shapes(cfg).items() if name not in extra}
+    return cfg, {**state, **extra}, weights_path
 
 
 def _meta_field(raw: dict[str, Any], *names: str, default: Any = None) -> Any:
@@ -192,15 +193,18 @@ def _meta_field(raw: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
-def _foreign_architecture(raw: dict[str, Any], cfg_path: Path) -> tuple[str, int | None]:
+def _foreign_architecture(raw: dict[str, Any], cfg_path: Path) -> tuple[SAELensArchitecture, int | None]:
+    """The SAELens architecture a SAELens cfg.json declares (pre-6 configs name a top-k SAE
+    by its activation function) and its `k`."""
     activation = raw.get("activation_fn_str") or raw.get("activation_fn") or "relu"
     architecture = raw.get("architecture") or "standard"
     if architecture == "standard" and activation == "topk":
         architecture = "topk"
-    if architecture not in ("standard", "topk", "jumprelu"):
+    supported = get_args(SAELensArchitecture)
+    if architecture not in supported:
         raise InvalidInputError(
             f"{cfg_path}: SAELens architecture {architecture!r} is not supported; "
-            "supported: standard, topk, jumprelu"
+            f"supported: {', '.join(supported)}"
         )
     if architecture == "standard" and activation != "relu":
         raise InvalidInputError(f"{cfg_path}: activation function {activation!r} is not supported")
@@ -254,7 +258,7 @@ def _load_foreign(
         raise IntegrityError(cfg_path, f"needs integer 'd_in' and 'd_sae' ({exc!r})", _FOREIGN_REPAIR) from exc
     cfg = make_config(
         cfg_path,
-        architecture=architecture,
+        architecture=architecture,  # SAELens' own architectures are ours of the same names
         d_in=d_in,
         d_sae=d_sae,
         k=k,
@@ -361,7 +365,7 @@ def relink_weights(folder: str | Path, target: str | Path) -> None:
 
 def true_architecture(raw: dict[str, Any]) -> str | None:
     """The architecture of the SAE a `cfg.json` describes: ours from the `sae_atlas` section
-    (BatchTopK and Matryoshka are exported to SAELens as `jumprelu`), else SAELens' field."""
+    (the SAELens field is what it is exported as, e.g. `jumprelu` for BatchTopK), else SAELens'."""
     ours = raw.get(OUR_KEY)
     if isinstance(ours, dict) and isinstance(ours.get("sae_config"), dict):
         return ours["sae_config"].get("architecture") or raw.get("architecture")

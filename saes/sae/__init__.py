@@ -1,1 +1,7 @@
-"""SAE architectures behind one config and interface (see `saes.sae.base`)."""
+"""SAE architectures behind one config and interface (see `saes.sae.base`).
+
+Importing the package registers the built-in architectures (`saes.sae.registry`), so an
+`SAEConfig` naming one is valid wherever `saes.sae` is used.
+"""
+
+from saes.sae import registry as _builtin_architectures  # noqa: F401

@@ -1,26 +1,32 @@
-"""The common SAE config and interface shared by every architecture.
+"""The common SAE config and interface shared by every architecture, and the registry of
+architectures by name.
 
 Shapes follow SAELens: `W_enc [d_in, d_sae]`, `b_enc [d_sae]`, `W_dec [d_sae, d_in]`,
 `b_dec [d_in]`. `pre = (x - b_dec) @ W_enc + b_enc` (b_dec applied to the input),
 `x_hat = f @ W_dec + b_dec`.
+
+An architecture is one `SAE` subclass: it implements `activate` and `training_loss` and
+declares, as class attributes, what the rest of the package needs to know about it (its
+name, whether it needs `k`, what SAELens loads its export as, what the misload guard
+checks). `register_architecture(cls)` makes `SAEConfig(architecture=cls.architecture)`
+valid and buildable (`saes.sae.registry` registers the built-in ones).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, Literal, NamedTuple, TypeVar, get_args
 
 import torch
 from torch import nn
 
+from saes.sae.losses import StepInfo, TrainStep
 from store.dtypes import DTypeName, dtype_name
 from store.errors import InvalidInputError
 
-if TYPE_CHECKING:
-    from saes.sae.registry import Architecture
-
 C = TypeVar("C")
+SAELensArchitecture = Literal["standard", "topk", "jumprelu"]
 
 
 def config_from_dict(cls: type[C], data: dict[str, Any], what: str) -> C:
@@ -35,12 +41,15 @@ def config_from_dict(cls: type[C], data: dict[str, Any], what: str) -> C:
 
 @dataclass
 class SAEConfig:
-    """Everything needed to rebuild an SAE; serialised into training.json and cfg.json."""
+    """Everything needed to rebuild an SAE; serialised into training.json and cfg.json.
 
-    architecture: Architecture
+    The per-architecture fields are read only by the architectures named beside them.
+    """
+
+    architecture: str  # a registered architecture (`architecture_names()`)
     d_in: int
     d_sae: int
-    k: int | None = None  # topk / batchtopk / matryoshka
+    k: int | None = None  # architectures with `needs_k`: topk / batchtopk / matryoshka
     l1_coefficient: float = 5.0  # standard
     l1_warmup_steps: int = 1000  # standard
     l0_coefficient: float = 1.0  # jumprelu
@@ -58,20 +67,14 @@ class SAEConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from saes.sae.registry import ARCHITECTURES  # the registry imports this module
-
-        if self.architecture not in ARCHITECTURES:
-            raise InvalidInputError(
-                f"unknown SAE architecture {self.architecture!r}; valid: {', '.join(ARCHITECTURES)}"
-            )
+        architecture = architecture_class(self.architecture)
         self.dtype = dtype_name(self.dtype, kind="SAE dtype")
         if self.d_in <= 0 or self.d_sae <= 0:
             raise InvalidInputError(f"d_in and d_sae must be positive, got {self.d_in}, {self.d_sae}")
-        if self.architecture in ("topk", "batchtopk", "matryoshka"):
-            if self.k is None or not 0 < self.k <= self.d_sae:
-                raise InvalidInputError(
-                    f"{self.architecture} needs 0 < k <= d_sae ({self.d_sae}), got k={self.k}"
-                )
+        if architecture.needs_k and (self.k is None or not 0 < self.k <= self.d_sae):
+            raise InvalidInputError(
+                f"{self.architecture} needs 0 < k <= d_sae ({self.d_sae}), got k={self.k}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,7 +94,23 @@ class SAEOutput(NamedTuple):
 
 
 class SAE(nn.Module):
-    """Base class: parameters, decode, forward; subclasses define `encode_pre` / `activate`."""
+    """Base class: parameters, decode, forward; subclasses define `activate` and
+    `training_loss` and declare the class attributes below."""
+
+    architecture: ClassVar[str]
+    """The name `SAEConfig.architecture` (and cfg.json / training.json) give it."""
+    needs_k: ClassVar[bool] = False
+    """`SAEConfig.k` is required, with `0 < k <= d_sae`."""
+    saelens_architecture: ClassVar[SAELensArchitecture]
+    """What SAELens loads the export as (`saes.formats.saelens`): "standard" for a ReLU code,
+    "topk" for a per-token top-`cfg.k` code (written with `k`), "jumprelu" for a code that
+    keeps the pre-activations above `self.threshold` (written as SAELens' `threshold`)."""
+    has_threshold: ClassVar[bool] = False
+    """Inference keeps latents above a learned `threshold` `[d_sae]`; the misload guard
+    flags such an SAE firing densely (a lost threshold)."""
+    k_is_mean_l0: ClassVar[bool] = False
+    """Inference fires about `cfg.k` latents per token on average; the misload guard
+    checks the measured L0 against it."""
 
     def __init__(self, cfg: SAEConfig) -> None:
         super().__init__()
@@ -118,6 +137,16 @@ class SAE(nn.Module):
         """The architecture's sparsifying non-linearity (inference behaviour)."""
         raise NotImplementedError
 
+    def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
+        """The loss to back-propagate on a batch `x [B, d_in]`, its metrics (`mse`, `fvu`,
+        `l0`, ...) and per-latent firing counts (`saes.sae.losses`)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def divide_thresholds(self, divisor: float) -> None:
+        """Divide the learned activation thresholds by `divisor` (folding an input scale
+        into the weights, `saes.train.scaling`); an SAE without thresholds has none."""
+
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Sparse feature activations `[..., d_sae]` for inputs `[..., d_in]`."""
         return self.activate(self.encode_pre(x))
@@ -130,3 +159,40 @@ class SAE(nn.Module):
         pre = self.encode_pre(x)
         acts = self.activate(pre)
         return SAEOutput(self.decode(acts), acts, pre)
+
+
+_REGISTERED: dict[str, type[SAE]] = {}
+
+
+def register_architecture(cls: type[SAE]) -> type[SAE]:
+    """Make `cls` the architecture named `cls.architecture` (InvalidInputError if the name is
+    taken or a declaration is missing); returns `cls`."""
+    name = getattr(cls, "architecture", None)
+    if not (isinstance(cls, type) and issubclass(cls, SAE) and isinstance(name, str) and name):
+        raise InvalidInputError(f"{cls!r} is not an SAE subclass declaring its `architecture` name")
+    if name in _REGISTERED:
+        raise InvalidInputError(f"SAE architecture {name!r} is already registered ({_REGISTERED[name].__name__})")
+    if getattr(cls, "saelens_architecture", None) not in get_args(SAELensArchitecture):
+        raise InvalidInputError(
+            f"{cls.__name__} must declare saelens_architecture as one of {', '.join(get_args(SAELensArchitecture))}"
+        )
+    _REGISTERED[name] = cls
+    return cls
+
+
+def unregister_architecture(name: str) -> None:
+    """Remove the architecture `name` from the registry (InvalidInputError if unknown)."""
+    architecture_class(name)
+    del _REGISTERED[name]
+
+
+def architecture_names() -> tuple[str, ...]:
+    """The registered architectures, in registration order."""
+    return tuple(_REGISTERED)
+
+
+def architecture_class(name: str) -> type[SAE]:
+    """The `SAE` subclass registered as `name`; InvalidInputError naming the valid ones."""
+    if name not in _REGISTERED:
+        raise InvalidInputError(f"unknown SAE architecture {name!r}; valid: {', '.join(_REGISTERED)}")
+    return _REGISTERED[name]

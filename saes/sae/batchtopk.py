@@ -42,6 +42,12 @@ def threshold_rate(step: int, total_steps: int) -> float:
 class BatchTopKSAE(SAE):
     """SAE trained with batch top-k; inference is a JumpReLU at the learned `threshold`."""
 
+    architecture = "batchtopk"
+    needs_k = True
+    saelens_architecture = "jumprelu"
+    has_threshold = True
+    k_is_mean_l0 = True
+
     def __init__(self, cfg: SAEConfig) -> None:
         super().__init__(cfg)
         self.register_buffer("threshold", torch.zeros(cfg.d_sae))
@@ -51,6 +57,10 @@ class BatchTopKSAE(SAE):
             return batch_topk_code(pre.reshape(-1, pre.shape[-1]), self.cfg.k).reshape(pre.shape)
         acts = pre.relu()
         return acts * (acts > self.threshold)
+
+    @torch.no_grad()
+    def divide_thresholds(self, divisor: float) -> None:
+        self.threshold.div_(divisor)
 
     @torch.no_grad()
     def _update_threshold(self, f_BF: torch.Tensor, info: StepInfo) -> None:

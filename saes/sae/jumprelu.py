@@ -63,6 +63,10 @@ class _Step(torch.autograd.Function):
 class JumpReLUSAE(SAE):
     """SAE with a learned per-latent threshold, trained with an L0 penalty."""
 
+    architecture = "jumprelu"
+    saelens_architecture = "jumprelu"
+    has_threshold = True
+
     def __init__(self, cfg: SAEConfig) -> None:
         super().__init__(cfg)
         self.log_threshold = nn.Parameter(
@@ -76,6 +80,10 @@ class JumpReLUSAE(SAE):
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         return pre * (pre > self.threshold)
+
+    @torch.no_grad()
+    def divide_thresholds(self, divisor: float) -> None:
+        self.log_threshold.sub_(math.log(divisor))
 
     def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
         """Reconstruction + L0 loss with straight-through threshold gradients."""

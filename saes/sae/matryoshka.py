@@ -34,6 +34,8 @@ def matryoshka_prefixes(cfg: SAEConfig) -> list[int]:
 class MatryoshkaSAE(BatchTopKSAE):
     """BatchTopK SAE trained with nested-prefix reconstruction losses."""
 
+    architecture = "matryoshka"
+
     def __init__(self, cfg: SAEConfig) -> None:
         super().__init__(cfg)
         self.prefixes = matryoshka_prefixes(cfg)

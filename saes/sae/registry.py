@@ -1,12 +1,20 @@
-"""Build an SAE of any architecture from its `SAEConfig`, with seeded initial weights."""
+"""The built-in SAE architectures, registered by name, and `build_sae` for any registered one.
+
+Adding an architecture: one `SAE` subclass (see `saes.sae.base`) and one
+`register_architecture` line here.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
-from saes.sae.base import SAE, SAEConfig
+from saes.sae.base import (
+    SAE,
+    SAEConfig,
+    architecture_class,
+    architecture_names,
+    register_architecture,
+)
 from saes.sae.batchtopk import BatchTopKSAE
 from saes.sae.jumprelu import JumpReLUSAE
 from saes.sae.losses import init_sae_weights
@@ -15,17 +23,13 @@ from saes.sae.standard import StandardSAE
 from saes.sae.topk import TopKSAE
 from store.dtypes import parse_dtype
 
-Architecture = Literal["standard", "topk", "batchtopk", "jumprelu", "matryoshka"]
-SAE_CLASSES: dict[Architecture, type[SAE]] = {
-    "standard": StandardSAE,
-    "topk": TopKSAE,
-    "batchtopk": BatchTopKSAE,
-    "jumprelu": JumpReLUSAE,
-    "matryoshka": MatryoshkaSAE,
-}
+register_architecture(StandardSAE)
+register_architecture(TopKSAE)
+register_architecture(BatchTopKSAE)
+register_architecture(JumpReLUSAE)
+register_architecture(MatryoshkaSAE)
 
-
-ARCHITECTURES: tuple[Architecture, ...] = tuple(SAE_CLASSES)  # the one list of architectures
+ARCHITECTURES: tuple[str, ...] = architecture_names()  # the built-in ones
 
 
 # The initial weights come from their own random stream: a generator seeded with the bare
@@ -34,16 +38,11 @@ ARCHITECTURES: tuple[Architecture, ...] = tuple(SAE_CLASSES)  # the one list of 
 INIT_STREAM = 0x5AE_1A17
 
 
-def sae_class(architecture: Architecture) -> type[SAE]:
-    """The `SAE` subclass for an architecture name (config validation names the valid ones)."""
-    return SAE_CLASSES[architecture]
-
-
 def build_sae(cfg: SAEConfig) -> SAE:
     """A new SAE for `cfg`: unit-norm random decoder rows (seeded by `cfg.seed` on their own
     stream), encoder initialised to the decoder transpose, zero biases, architecture-specific extras
     (JumpReLU `log_threshold = log(jumprelu_init_threshold)`, BatchTopK threshold 0)."""
-    sae = sae_class(cfg.architecture)(cfg)
+    sae = architecture_class(cfg.architecture)(cfg)
     generator = torch.Generator().manual_seed(INIT_STREAM + cfg.seed)
     init_sae_weights(sae, generator)
     return sae.to(parse_dtype(cfg.dtype))

@@ -16,6 +16,9 @@ from saes.sae.losses import StepInfo, TrainStep, fired_counts, step_metrics
 class StandardSAE(SAE):
     """ReLU SAE trained with a decoder-norm-weighted L1 penalty."""
 
+    architecture = "standard"
+    saelens_architecture = "standard"
+
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         return pre.relu()
 

@@ -29,6 +29,10 @@ def topk_code(pre: torch.Tensor, k: int) -> torch.Tensor:
 class TopKSAE(SAE):
     """SAE whose code is the per-token top-k of the ReLU pre-activations."""
 
+    architecture = "topk"
+    needs_k = True
+    saelens_architecture = "topk"
+
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         return topk_code(pre, self.cfg.k)
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 from saes.distributed import DistContext, barrier, init_distributed
 from saes.formats.saelens import OUR_KEY
-from saes.sae.base import SAEConfig
+from saes.sae.base import SAEConfig, architecture_class
 from saes.train.checkpoint import remove_checkpoints
 from saes.train.config import TrainConfig
 from saes.train.distributed import assign_hooks
@@ -47,7 +47,7 @@ def _sae_config(
         architecture=architecture,
         d_in=reader.d,
         d_sae=width,
-        k=k if architecture in ("topk", "batchtopk", "matryoshka") else None,
+        k=k if architecture_class(architecture).needs_k else None,
         model_name=reader.model,
         hook_name=reader.hook,
         context_size=reader.context_size,

@@ -31,9 +31,5 @@ def fold_input_scale(sae: SAE, scale: float) -> SAE:
     folded = copy.deepcopy(sae)
     folded.b_enc.div_(scale)
     folded.b_dec.div_(scale)
-    log_threshold = getattr(folded, "log_threshold", None)
-    if isinstance(log_threshold, torch.Tensor):
-        log_threshold.sub_(math.log(scale))
-    elif isinstance(getattr(folded, "threshold", None), torch.Tensor):
-        folded.threshold.div_(scale)
+    folded.divide_thresholds(scale)
     return folded

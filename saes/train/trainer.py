@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from saes.distributed import DistContext, all_reduce_
 from saes.eval.reconstruction import reconstruction_stats
+from saes.formats.saelens import save_saelens
 from saes.sae.base import SAE, SAEConfig
 from saes.sae.losses import StepInfo, TrainStep
 from saes.sae.registry import build_sae
@@ -379,8 +380,6 @@ def train_sae(
         "created_with": created_with(),
     }
     if out is not None and loop.is_main:
-        from saes.formats.saelens import save_saelens
-
         save_saelens(folded, out, sparsity=density)
         _write_record(out, record)
         remove_checkpoints(out)

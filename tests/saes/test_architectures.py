@@ -1,24 +1,42 @@
-"""Architectures: construction, sparsity rules, STE gradients, fast TopK = dense TopK."""
+"""Architectures: construction, sparsity rules, STE gradients, fast TopK = dense TopK, and
+the registry (a new architecture is one class and one registration)."""
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
-from saes.sae.base import SAE, SAEConfig
+from saes.atlas_saes import load_atlas_sae
+from saes.formats.saelens import load_saelens
+from saes.importing.guard import check_sae
+from saes.sae.base import (
+    SAE,
+    SAEConfig,
+    architecture_class,
+    architecture_names,
+    register_architecture,
+    unregister_architecture,
+)
 from saes.sae.batchtopk import threshold_rate
 from saes.sae.fast_topk import topk_sparse_forward
-from saes.sae.losses import StepInfo, auxk_select, dead_topk
+from saes.sae.losses import StepInfo, TrainStep, auxk_select, dead_topk, fired_counts, step_metrics
 from saes.sae.matryoshka import matryoshka_prefixes
 from saes.sae.registry import ARCHITECTURES, build_sae
+from saes.train.atlas import train_saes
+from saes.train.config import TrainConfig
+from store.activations import ActivationReader
 from store.errors import InvalidInputError
-from tests.saes.planted import one_thread  # noqa: F401
+from store.layout import AtlasLayout
+from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401
 
 
 def _cfg(arch: str, d_in: int = 16, d_sae: int = 64, **kw) -> SAEConfig:
-    k = kw.pop("k", 4 if arch in ("topk", "batchtopk", "matryoshka") else None)
+    k = kw.pop("k", 4 if architecture_class(arch).needs_k else None)
     return SAEConfig(arch, d_in, d_sae, k=k, **kw)
 
 
@@ -174,13 +192,97 @@ def test_dead_topk_picks_the_largest_dead_latents_only():
 
 
 def test_the_registry_is_the_one_list_of_architectures():
-    from typing import get_args
-
-    from saes.sae.registry import SAE_CLASSES, Architecture
-
-    assert ARCHITECTURES == tuple(SAE_CLASSES) == get_args(Architecture)
+    assert architecture_names() == ARCHITECTURES == ("standard", "topk", "batchtopk", "jumprelu", "matryoshka")
+    for name in ARCHITECTURES:
+        assert architecture_class(name).architecture == name
     with pytest.raises(InvalidInputError, match="unknown SAE architecture 'gated'; valid: standard, topk"):
         SAEConfig("gated", 4, 8)
+    for name in ("topk", "batchtopk", "matryoshka"):  # the architectures declaring needs_k
+        with pytest.raises(InvalidInputError, match=f"{name} needs 0 < k <= d_sae \\(8\\), got k=None"):
+            SAEConfig(name, 4, 8)
+    assert SAEConfig("jumprelu", 4, 8).k is None
+
+
+class FixedThresholdSAE(SAE):
+    """A sixth architecture defined by a test: a JumpReLU at a fixed (untrained) threshold,
+    trained on FVU plus an L1 penalty."""
+
+    architecture = "fixed_threshold"
+    saelens_architecture = "jumprelu"
+    has_threshold = True
+
+    def __init__(self, cfg: SAEConfig) -> None:
+        super().__init__(cfg)
+        self.register_buffer("threshold", torch.full((cfg.d_sae,), 0.5))
+
+    def activate(self, pre: torch.Tensor) -> torch.Tensor:
+        return pre * (pre > self.threshold)
+
+    def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
+        f = self.activate(self.encode_pre(x))
+        metrics = step_metrics(x, self.decode(f), (f != 0).sum(-1), info)
+        loss = metrics["fvu"] + self.cfg.l1_coefficient * f.abs().sum(-1).mean()
+        return TrainStep(loss, {k: v.detach() for k, v in metrics.items()}, fired_counts(f))
+
+    @torch.no_grad()
+    def divide_thresholds(self, divisor: float) -> None:
+        self.threshold.div_(divisor)
+
+
+@pytest.fixture
+def fixed_threshold() -> Iterator[type[SAE]]:
+    """`FixedThresholdSAE` registered for one test (the others see the built-in five)."""
+    register_architecture(FixedThresholdSAE)
+    yield FixedThresholdSAE
+    unregister_architecture(FixedThresholdSAE.architecture)
+
+
+def test_registration_checks_the_declarations(fixed_threshold) -> None:
+    with pytest.raises(InvalidInputError, match="'fixed_threshold' is already registered"):
+        register_architecture(FixedThresholdSAE)
+
+    class Undeclared(SAE):
+        architecture = "undeclared"
+
+    with pytest.raises(InvalidInputError, match="must declare saelens_architecture"):
+        register_architecture(Undeclared)
+    with pytest.raises(InvalidInputError, match="unknown SAE architecture 'undeclared'"):
+        unregister_architecture("undeclared")
+    assert architecture_names() == (*ARCHITECTURES, "fixed_threshold")
+
+
+def test_a_new_architecture_is_one_class_and_one_registration(fixed_threshold, tmp_path: Path) -> None:
+    """Built from its config, trained by the atlas trainer (input scale folded into its
+    threshold), saved in the SAELens layout, loaded back, read by SAELens as a JumpReLU and
+    checked by the misload guard: all from the class's declarations."""
+    name = fixed_threshold.architecture
+    assert isinstance(build_sae(SAEConfig(name, 8, 16)), FixedThresholdSAE)
+    hook = "blocks.0.hook_resid_post"
+    write_planted_atlas(tmp_path, [hook], n_blocks=20)
+    train_cfg = TrainConfig(total_tokens=64 * 4, batch_size=64, progress=False, scale_batches=2)
+    summary = train_saes(tmp_path, [hook], architecture=name, d_sae=64, sae_options={"l1_coefficient": 1e-3},
+                         train_cfg=train_cfg)[hook]
+    sae_id = summary["sae_id"]
+    assert sae_id == f"{hook}-{name}-64" and summary["k"] is None  # k=32 is dropped: no needs_k
+    assert AtlasLayout(tmp_path).read_meta()["saes"][sae_id]["architecture"] == name
+    folder = AtlasLayout(tmp_path).sae_dir(sae_id)
+    cfg = json.loads((folder / "cfg.json").read_text())
+    assert cfg["architecture"] == "jumprelu" and cfg["sae_atlas"]["sae_config"]["architecture"] == name
+    assert json.loads((folder / "training.json").read_text())["sae_config"]["l1_coefficient"] == 1e-3
+
+    sae = load_atlas_sae(tmp_path, sae_id)
+    assert type(sae) is FixedThresholdSAE and sae.cfg.d_sae == 64
+    assert torch.allclose(sae.threshold, torch.full((64,), 0.5 / summary["input_scale"]))
+    rows = next(iter(ActivationReader(tmp_path, hook).blocks(split="heldout"))).acts.reshape(-1, 32).float()
+    plain = load_saelens(folder, native=False)
+    assert plain.cfg.architecture == "jumprelu"
+    assert torch.allclose(plain(rows).x_hat, sae(rows).x_hat, atol=1e-5)
+
+    lost = load_atlas_sae(tmp_path, sae_id)
+    lost.threshold.zero_()
+    acts = lost(rows).feature_acts
+    metrics = {"fvu": 0.1, "l0": float((acts != 0).sum(-1).float().mean()), "dead_fraction": 0.0}
+    assert [p.cause for p in check_sae(lost, rows, metrics, hook=hook)][:1] == ["threshold"]
 
 
 def test_sae_config_from_dict_rejects_unknown_keys_and_bad_dtypes():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from saes.eval.reconstruction import reconstruction_metrics
-from saes.importing_guard import check_sae
+from saes.importing.guard import check_sae
 from saes.sae.base import SAEConfig
 from saes.sae.registry import build_sae
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from saes.formats import detect_layout, load_any
 from saes.formats.foreign_hooks import to_atlas_hook
-from saes.importing_sources import HFPath, registry_entry, resolve_source
+from saes.importing.sources import HFPath, registry_entry, resolve_source
 from store.errors import IntegrityError, InvalidInputError, NotFoundError, UnknownHookError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

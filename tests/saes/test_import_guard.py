@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from saes.formats.saelens import load_saelens
-from saes.importing import MisloadError, import_sae
+from saes.importing.pipeline import MisloadError, import_sae
 from store.activations import ActivationReader
 from store.atomic import sha256_file
 from store.errors import InvalidInputError, UnknownHookError

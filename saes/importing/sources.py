@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from store.errors import InvalidInputError, NotFoundError
 
-DEFAULT_REGISTRY = Path(__file__).resolve().parent / "data" / "pretrained_saes.yaml"
+DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "data" / "pretrained_saes.yaml"
 HF_PREFIX = "hf://"
 SourceKind = Literal["local", "registry", "hf"]
 

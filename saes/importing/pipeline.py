@@ -1,20 +1,20 @@
 """Import a pretrained SAE into an atlas: convert, judge, register.
 
-`import_sae(atlas, SOURCE)` resolves SOURCE (`saes.importing_sources`), reads it with the
+`import_sae(atlas, SOURCE)` resolves SOURCE (`saes.importing.sources`), reads it with the
 matching `saes.formats` reader, maps its hook to the atlas's TransformerLens name, writes
 it in our SAELens layout into a staging folder, reloads it from there and evaluates it on
 the hook's held-out activations (or, for a hook the atlas has not cached, on a small
-sample streamed through the model): FVU, L0, dead fraction and, with the model, CE loss
-recovered. The misload guard (`saes.importing_guard`) refuses an SAE that looks wrongly
-loaded, naming the cause; `force=True` keeps it, marked `suspect`. An accepted SAE is moved
-to `saes/<sae_id>/` with `source.json` (provenance) and `eval.json`, and registered in
-`atlas.json`; from then on every tool treats it like a trained one.
+sample streamed through the model; `saes.importing.activations`): FVU, L0, dead fraction
+and, with the model, CE loss recovered. The misload guard (`saes.importing.guard`) refuses
+an SAE that looks wrongly loaded, naming the cause; `force=True` keeps it, marked
+`suspect`. An accepted SAE is moved to `saes/<sae_id>/` with `source.json` (provenance)
+and `eval.json`, and registered in `atlas.json`; from then on every tool treats it like a
+trained one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import shutil
@@ -24,17 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
-from saes.eval.downstream import downstream_metrics
-from saes.eval.evaluate import EVAL_FILE, evaluate_sae, write_eval
+from saes.eval.evaluate import EVAL_FILE, write_eval
 from saes.formats import declared_normalization, detect_layout, load_any
 from saes.formats.foreign_hooks import to_atlas_hook
 from saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
-from saes.importing_guard import Problem, check_sae
-from saes.importing_sources import ResolvedSource, resolve_source
-from saes.models import ModelHandle
+from saes.importing.activations import ImportActivations
+from saes.importing.guard import Problem, check_sae
+from saes.importing.sources import ResolvedSource, resolve_source
+from saes.models import ModelHandle, load_model
 from saes.sae.base import SAE
-from store.activations import ActivationReader
 from store.atomic import atomic_write_json, read_json, sha256_file
 from store.errors import InvalidInputError, UnknownHookError
 from store.layout import AtlasLayout, check_id, created_with
@@ -114,70 +114,6 @@ def _resolve_hook(sae: SAE, hook: str | None, layout: AtlasLayout, model: Any) -
     return target, recorded, []
 
 
-class _Activations:
-    """Activation rows of the target hook (and its same-width neighbours) for the guard."""
-
-    def __init__(self, layout: AtlasLayout, hook: str, model: Any, n_tokens: int) -> None:
-        self.layout, self.hook, self.n_tokens = layout, hook, n_tokens
-        self.cached = hook in layout.cached_hooks()
-        self.reader = ActivationReader(layout.root, hook) if self.cached else None
-        self._streamed: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
-        self._rows: dict[str, torch.Tensor] = {}
-        self._model = model
-
-    @property
-    def width(self) -> int:
-        return self.reader.d if self.reader is not None else int(self.rows().shape[-1])
-
-    def _stream(self) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """A sample of the hook streamed through the model over the atlas's corpus."""
-        if self._streamed is None:
-            from saes.cache import run_hooks
-            from saes.corpus import CorpusSpec, iter_blocks
-
-            handle = self._model()
-            spec = CorpusSpec(**(self.layout.read_meta().get("corpus") or {}))
-            n_blocks = max(1, math.ceil(self.n_tokens / spec.context_size))
-            rows, batches = [], []
-            for blocks in iter_blocks(handle.tokenizer, spec, max_blocks=n_blocks):
-                acts = run_hooks(handle, blocks.token_ids, [self.hook])[self.hook].float().cpu()
-                is_bos = torch.zeros_like(blocks.token_ids, dtype=torch.bool)
-                is_bos[:, 0] = spec.prepend_bos
-                rows.append(acts[~is_bos])
-                batches.append((blocks.token_ids, is_bos))
-            self._streamed = (torch.cat(rows)[: self.n_tokens], batches)
-        return self._streamed
-
-    def rows(self, hook: str | None = None) -> torch.Tensor:
-        """Up to n_tokens non-BOS rows `[n, d]` of the held-out split (or the streamed sample)."""
-        hook = hook or self.hook
-        if hook == self.hook and not self.cached:
-            return self._stream()[0]
-        if hook not in self._rows:
-            chunks, left = [], self.n_tokens
-            for blocks in ActivationReader(self.layout.root, hook).blocks(split="heldout"):
-                chunks.append(blocks.acts[~blocks.is_bos].float()[:left])
-                left -= chunks[-1].shape[0]
-                if left <= 0:
-                    break
-            self._rows[hook] = torch.cat(chunks)
-        return self._rows[hook]
-
-    def same_width_hooks(self) -> dict[str, torch.Tensor]:
-        others = [h for h in self.layout.cached_hooks()
-                  if h != self.hook and ActivationReader(self.layout.root, h).d == self.width]
-        return {h: self.rows(h) for h in others}
-
-    def metrics(self, sae: SAE, with_model: bool, ce_blocks: int) -> dict[str, Any]:
-        if self.reader is not None:
-            return evaluate_sae(sae, self.reader, model_handle=self._model() if with_model else None,
-                                hook=self.hook, n_tokens=self.n_tokens, ce_blocks=ce_blocks)
-        metrics = evaluate_sae(sae, [self.rows()], n_tokens=self.n_tokens)
-        if with_model:
-            metrics.update(downstream_metrics(sae, self._model().bridge, self.hook, self._stream()[1][:ce_blocks]))
-        return metrics
-
-
 def _verdict(problems: list[Problem]) -> dict[str, Any]:
     """The guard's verdict as recorded in source.json and eval.json."""
     return {"suspect": bool(problems), "problems": [p.to_dict() for p in problems]}
@@ -188,7 +124,7 @@ def _refusal(problems: list[Problem]) -> str:
     return f"import refused: {causes}. Pass --force to keep it marked suspect"
 
 
-def _norm_scale(source: ResolvedSource, acts: _Activations, d_in: int) -> tuple[float, str]:
+def _norm_scale(source: ResolvedSource, acts: ImportActivations, d_in: int) -> tuple[float, str]:
     """The `expected_average_only_in` factor: the registry's, else sqrt(d_in) / mean ||x||."""
     if source.norm_scaling_factor is not None:
         return source.norm_scaling_factor, "registry"
@@ -201,8 +137,6 @@ def _norm_scale(source: ResolvedSource, acts: _Activations, d_in: int) -> tuple[
 def _link_weights(staging: Path, source_file: Path) -> None:
     """Replace the staged weights by a symbolic link to `source_file`, after checking the
     source holds exactly the staged tensors (only an unconverted SAELens file can)."""
-    from safetensors.torch import load_file
-
     mine, theirs = load_file(str(staging / WEIGHTS_FILE)), load_file(str(source_file))
     # the exported JumpReLU threshold is exp(log_threshold): equal up to float rounding
     same = set(mine) == set(theirs) and all(
@@ -238,8 +172,6 @@ def import_sae(
 
     def model() -> Any:
         if handle["model"] is None:
-            from saes.models import load_model
-
             handle["model"] = load_model(meta["model"])
         return handle["model"]
 
@@ -253,7 +185,7 @@ def import_sae(
     target, recorded, hook_problems = _resolve_hook(sae, hook, layout, model)
     if hook_problems and not force:
         raise MisloadError(_refusal(hook_problems), hook_problems)
-    acts = _Activations(layout, target, model, n_tokens)
+    acts = ImportActivations(layout, target, model, n_tokens)
     if acts.width != sae.cfg.d_in:
         raise MisloadError(f"import refused: d_in mismatch: the SAE has d_in={sae.cfg.d_in} but {target} has "
                            f"d={acts.width}; it belongs to another model or hook",

@@ -5,9 +5,11 @@ An SAE read with a wrong convention still loads and runs; only its numbers give 
 and names the likely cause of a failure by trying the usual mistakes and keeping the one
 that fixes the reconstruction:
 
-- `threshold`: a JumpReLU / BatchTopK / Matryoshka SAE firing on a large share of its
-  latents (a lost threshold lets every positive pre-activation through, about d_sae / 2);
-- `l0`: L0 far (over 3x) from the release's recorded L0 or the config's k;
+- `threshold`: an SAE with a learned threshold (`SAE.has_threshold`: JumpReLU, BatchTopK,
+  Matryoshka) firing on a large share of its latents (a lost threshold lets every positive
+  pre-activation through, about d_sae / 2);
+- `l0`: L0 far (over 3x) from the release's recorded L0 or, for an architecture whose `k`
+  is its mean L0 (`SAE.k_is_mean_l0`), the config's k;
 - `transposed`: a square SAE reconstructs much better once `W_enc` and `W_dec` are swapped
   and transposed (a non-square one fails the readers' shape checks, which say so);
 - `apply_b_dec_to_input`: it reconstructs once the input bias convention is flipped;
@@ -106,11 +108,6 @@ def _diagnose_fvu(sae: SAE, rows: torch.Tensor, fvu: float, other_hooks: dict[st
                    "trained on another model, hook or normalisation")
 
 
-def _threshold_values(sae: SAE) -> torch.Tensor | None:
-    value = getattr(sae, "threshold", None)
-    return value.detach() if isinstance(value, torch.Tensor) else None
-
-
 def check_sae(
     sae: SAE,
     rows: torch.Tensor,
@@ -126,15 +123,14 @@ def check_sae(
     problems: list[Problem] = []
     cfg = sae.cfg
     fvu, l0 = float(metrics["fvu"]), float(metrics["l0"])
-    threshold = _threshold_values(sae)
-    if cfg.architecture in ("jumprelu", "batchtopk", "matryoshka") and threshold is not None:
+    if sae.has_threshold:
         limit = max(DENSE_SHARE * cfg.d_sae, L0_FACTOR * cfg.k if cfg.k else 0.0)
         if l0 > limit:
-            stripped = " (every threshold is 0)" if float(threshold.max()) <= 0 else ""
+            stripped = " (every threshold is 0)" if float(sae.threshold.detach().max()) <= 0 else ""
             problems.append(Problem("threshold", f"L0 {l0:.1f} of d_sae {cfg.d_sae}{stripped}: a "
                                     f"{cfg.architecture} SAE this dense has lost its threshold "
                                     "(SAELens issue #608); re-export it with the threshold"))
-    reference = expected_l0 or (cfg.k if cfg.architecture in ("batchtopk", "matryoshka") else None)
+    reference = expected_l0 or (cfg.k if sae.k_is_mean_l0 else None)
     if reference and not problems and not reference / L0_FACTOR <= l0 <= reference * L0_FACTOR:
         problems.append(Problem("l0", f"L0 {l0:.1f} is far from the {reference:g} its release / config "
                                 "implies: wrong threshold, k or normalisation"))

@@ -1,0 +1,84 @@
+"""Activation rows that judge an imported SAE: the target hook's held-out split, or, for a
+hook the atlas has not cached, a small sample streamed through the model over the atlas's
+corpus; plus the rows of the other cached hooks of the same width (to recognise a wrong
+hook)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from saes.corpus import CorpusSpec, iter_blocks
+from saes.eval.downstream import downstream_metrics
+from saes.eval.evaluate import evaluate_sae
+from saes.forward import run_hooks
+from saes.sae.base import SAE
+from store.activations import ActivationReader
+from store.layout import AtlasLayout
+
+
+class ImportActivations:
+    """Activation rows of the target `hook` (and its same-width neighbours) for the guard;
+    `model` is a callable giving the model handle, called only when the model is needed."""
+
+    def __init__(self, layout: AtlasLayout, hook: str, model: Any, n_tokens: int) -> None:
+        self.layout, self.hook, self.n_tokens = layout, hook, n_tokens
+        self.cached = hook in layout.cached_hooks()
+        self.reader = ActivationReader(layout.root, hook) if self.cached else None
+        self._streamed: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._rows: dict[str, torch.Tensor] = {}
+        self._model = model
+
+    @property
+    def width(self) -> int:
+        """The target hook's width d."""
+        return self.reader.d if self.reader is not None else int(self.rows().shape[-1])
+
+    def _stream(self) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """A sample of the hook streamed through the model over the atlas's corpus."""
+        if self._streamed is None:
+            handle = self._model()
+            spec = CorpusSpec(**(self.layout.read_meta().get("corpus") or {}))
+            n_blocks = max(1, math.ceil(self.n_tokens / spec.context_size))
+            rows, batches = [], []
+            for blocks in iter_blocks(handle.tokenizer, spec, max_blocks=n_blocks):
+                acts = run_hooks(handle, blocks.token_ids, [self.hook])[self.hook].float().cpu()
+                is_bos = torch.zeros_like(blocks.token_ids, dtype=torch.bool)
+                is_bos[:, 0] = spec.prepend_bos
+                rows.append(acts[~is_bos])
+                batches.append((blocks.token_ids, is_bos))
+            self._streamed = (torch.cat(rows)[: self.n_tokens], batches)
+        return self._streamed
+
+    def rows(self, hook: str | None = None) -> torch.Tensor:
+        """Up to n_tokens non-BOS rows `[n, d]` of the held-out split (or the streamed sample)."""
+        hook = hook or self.hook
+        if hook == self.hook and not self.cached:
+            return self._stream()[0]
+        if hook not in self._rows:
+            chunks, left = [], self.n_tokens
+            for blocks in ActivationReader(self.layout.root, hook).blocks(split="heldout"):
+                chunks.append(blocks.acts[~blocks.is_bos].float()[:left])
+                left -= chunks[-1].shape[0]
+                if left <= 0:
+                    break
+            self._rows[hook] = torch.cat(chunks)
+        return self._rows[hook]
+
+    def same_width_hooks(self) -> dict[str, torch.Tensor]:
+        """Held-out rows of every other cached hook of the target's width."""
+        others = [h for h in self.layout.cached_hooks()
+                  if h != self.hook and ActivationReader(self.layout.root, h).d == self.width]
+        return {h: self.rows(h) for h in others}
+
+    def metrics(self, sae: SAE, with_model: bool, ce_blocks: int) -> dict[str, Any]:
+        """`evaluate_sae` metrics of `sae` on the target hook (with the model: CE loss recovered)."""
+        if self.reader is not None:
+            return evaluate_sae(sae, self.reader, model_handle=self._model() if with_model else None,
+                                hook=self.hook, n_tokens=self.n_tokens, ce_blocks=ce_blocks)
+        metrics = evaluate_sae(sae, [self.rows()], n_tokens=self.n_tokens)
+        if with_model:
+            metrics.update(downstream_metrics(sae, self._model().bridge, self.hook, self._stream()[1][:ce_blocks]))
+        return metrics
