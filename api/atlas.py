@@ -35,8 +35,10 @@ import torch
 
 from api import atlas_meaning, atlas_search, atlas_sources
 from api.atlas_meaning import Pool
-from api.display import AnalysisResult, Feature, TextSearch, TokenFeatures
-from api.display_meaning import ConceptResult, ContrastResult
+from api.results.analysis import AnalysisResult
+from api.results.feature import Feature
+from api.results.meaning import ConceptResult, ContrastResult
+from api.results.search import TextSearch, TokenFeatures
 from geometry.maps import Basis, basis_frame, map_scores
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.layout import AtlasLayout

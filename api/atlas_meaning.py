@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from api.atlas_sources import ResourceCache
-from api.display_meaning import ConceptResult, ContrastResult
+from api.results.meaning import ConceptResult, ContrastResult
 from geometry.concept_search import search_concept
 from geometry.contrast import (
     MAX_PERMUTATIONS,

@@ -16,7 +16,7 @@ import torch
 from pydantic import TypeAdapter, ValidationError
 
 from api.analyses.circular import read_circle_plane
-from api.display_interventions import AttributionView, RunView, SteerView
+from api.results.interventions import AttributionView, RunView, SteerView
 from saes.intervene.attribution import Target, attribute
 from saes.intervene.edits import CirclePlane, Edit
 from saes.intervene.generate import compare

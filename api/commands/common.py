@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Iterable
 from functools import wraps
@@ -12,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from api.results.jsonable import to_jsonable
 from store.errors import AtlasError
 
 console = Console()
@@ -30,19 +30,6 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(2) from exc
 
     return wrapper  # type: ignore[return-value]
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Dataclasses, tensors and numpy values as plain JSON types."""
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # shallow: no deep copies
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    return obj
 
 
 def print_json(obj: Any) -> None:

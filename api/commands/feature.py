@@ -8,7 +8,7 @@ import typer
 
 from api.atlas import Atlas
 from api.commands.common import console, handle_errors, print_json, print_table
-from api.display import Feature
+from api.results.feature import Feature
 
 
 def print_feature(feature: Feature) -> None:

@@ -1,10 +1,10 @@
 """The HTTP contract: request bodies (with the limits that keep one request cheap) and the
-typed response models that `/openapi.json` publishes.
+answers only the service sends (errors, health, pages of tables, map columns). The results
+of the Atlas (`api.results`) are their own response models.
 
 Handlers render bodies with `json_body` (orjson) rather than through these models, so the
 models must say exactly what is sent: floats that may be NaN are nullable (NaN is sent as
-`null`), and tables whose columns vary by analysis are open objects.
-`tests/api/test_fuzz.py` checks live answers against them.
+`null`). `tests/api/test_fuzz.py` checks live answers against them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from api.atlas import MAX_K, MAX_TEXT_CHARS
+from api.results.feature import ExampleContext
+from api.results.wire import Number
 from geometry.maps import Basis
 
 MAX_VECTOR = 65536
@@ -21,7 +23,6 @@ MAX_SAES_PER_QUERY = 64
 ID_PATTERN = r"^[A-Za-z0-9](\.?[A-Za-z0-9_-])*\.?$"
 """`store.layout.check_id` as a JSON-schema pattern (with maxLength 128): a letter or digit,
 then letters, digits, '.', '_' or '-', never '..'."""
-Number = float | None  # NaN and infinities are sent as null
 
 
 def _integral(value: Any) -> Any:
@@ -90,26 +91,6 @@ class Health(BaseModel):
         default=None, description="SAEs not served because a file is damaged: SAE id -> the file and its repair")
 
 
-class SaeInfo(BaseModel):
-    """One SAE: its hook, architecture, widths and the held-out metrics recorded at training."""
-
-    sae_id: str
-    hook: str | None
-    architecture: str | None
-    d_in: int | None
-    d_sae: int | None
-    k: int | None
-    fvu: Number
-    l0: Number
-    dead_fraction: Number
-    source: str = Field(default="trained", description="'trained', or the SOURCE it was imported from")
-    suspect: bool = Field(default=False, description="imported with --force despite the misload guard")
-    status: Literal["ok", "damaged"] = Field(
-        default="ok", description="'damaged': a file of the SAE is missing, truncated or corrupt; its pages "
-        "answer 500 naming it")
-    problem: str | None = Field(default=None, description="for a damaged SAE: the file, what is wrong, the repair")
-
-
 class FeatureRow(BaseModel):
     """One row of the per-latent table."""
 
@@ -129,38 +110,9 @@ class FeaturePage(BaseModel):
     rows: list[FeatureRow]
 
 
-class FeatureStats(BaseModel):
-    """Activation statistics of one latent; `quantiles` maps a level ("0.5") to a value."""
-
-    n_active: int
-    density: Number
-    mean_act: Number
-    mean_active_act: Number
-    max_act: Number
-    decoder_norm: Number
-    quantiles: dict[str, Number]
-
-
-class Histogram(BaseModel):
-    """Activation histogram: bin `edges` (n+2, the first 0) and `counts` (n+1)."""
-
-    edges: list[Number]
-    counts: list[int]
-
-
-class ExampleContext(BaseModel):
-    """A top example on a feature page: the window's tokens and activations."""
-
-    act: Number
-    block: int
-    pos: int
-    centre: int
-    tokens: list[str | None]
-    acts: list[Number]
-
-
 class StoredExample(ExampleContext):
-    """A stored example (top-k or an activation band) with its token ids and source."""
+    """A stored example (top-k or an activation band) with its token ids and source
+    (`Atlas.examples` rows)."""
 
     latent: int
     kind: Literal["top", "band"]
@@ -171,74 +123,6 @@ class StoredExample(ExampleContext):
     token_id: int
     doc_id: int | None
     token_ids: list[int]
-
-
-class LogitEffect(BaseModel):
-    """A token the feature's decoder direction promotes or suppresses."""
-
-    token_id: int
-    token: str | None
-    value: Number
-
-
-class Match(BaseModel):
-    """A search hit: a latent and the cosine of its decoder direction."""
-
-    sae_id: str
-    latent: int
-    cosine: Number
-    rank: int
-    layer: int
-    label: str | None = Field(default=None, description="the latent's offline label")
-    explanations: list[str] | None = Field(default=None, description="imported explanations")
-
-
-class MapPosition(BaseModel):
-    """A latent's place on its SAE's 2-D map (label columns such as `cluster` when present)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    latent: int
-    x: Number
-    y: Number
-    knn_overlap: Number
-
-
-class GeometryRecord(BaseModel):
-    """A geometry result a feature belongs to: a circle (`circle`: discovered cluster;
-    `concept`: selective feature of a concept search), a hierarchy node or a lobe."""
-
-    latent: int
-    kind: str
-    run: str
-    group: int | None = Field(description="cluster id, lobe id, or place in the concept's span")
-    name: str | None
-    in_circle: bool
-    period: Number = Field(description="fitted period of the circle (null: not measured)")
-    score: Number
-
-
-class Feature(BaseModel):
-    """A feature page; `neighbours`/`cross_layer` are null before `sae-atlas index`,
-    `map_position` before `sae-atlas analyze map`."""
-
-    sae_id: str
-    index: int
-    hook: str
-    stats: FeatureStats
-    histogram: Histogram
-    examples: list[ExampleContext]
-    top_logits: list[LogitEffect]
-    bottom_logits: list[LogitEffect]
-    neighbours: list[Match] | None
-    cross_layer: list[Match] | None
-    map_position: MapPosition | None
-    damaged_saes: dict[str, str] | None = Field(
-        default=None, description="damaged SAEs left out of cross_layer: SAE id -> the damaged file and its repair")
-    geometry: list[GeometryRecord] = Field(default_factory=list,
-                                           description="the geometry results the feature belongs to")
-    label: str | None = Field(default=None, description="offline label computed from the feature's statistics")
-    explanations: list[str] | None = Field(default=None, description="imported explanations")
 
 
 class MapScore(BaseModel):
@@ -263,68 +147,3 @@ class MapColumns(BaseModel):
     x: list[Number]
     y: list[Number]
     knn_overlap: list[Number]
-
-
-class TokenActivation(BaseModel):
-    """A feature active on a token."""
-
-    latent: int
-    act: Number
-
-
-class TextSearch(BaseModel):
-    """Per SAE, per token: the most active features."""
-
-    text: str
-    token_ids: list[int]
-    tokens: list[str | None]
-    features: dict[str, list[list[TokenActivation]]]
-
-
-class CentredLatent(BaseModel):
-    """A latent whose top examples centre on the token."""
-
-    latent: int
-    n_examples: int
-    max_act: Number
-    sae_id: str
-
-
-class PromotingLatent(BaseModel):
-    """A latent whose logit effects promote the token."""
-
-    latent: int
-    logit: Number
-    sae_id: str
-
-
-class TokenSearch(BaseModel):
-    """Features tied to one token (`token` is null when asked by id)."""
-
-    token: str | None
-    token_id: int
-    centred: list[CentredLatent]
-    promoting: list[PromotingLatent]
-
-
-class AnalysisRunFiles(BaseModel):
-    """A stored analysis run and its files; a `damaged` run names the bad file and the repair."""
-
-    kind: str
-    run: str
-    table: str | None
-    figures: list[str]
-    status: Literal["ok", "damaged"]
-    problem: str | None = Field(description="for a damaged run: the file, what is wrong, the repair")
-
-
-class Analysis(BaseModel):
-    """One analysis result: its JSON (parameters, summary), main table (first 1000 rows) and figures."""
-
-    kind: str
-    run: str
-    meta: dict[str, Any]
-    columns: list[str] | None
-    rows: list[dict[str, Any]] | None
-    n_rows: int
-    figures: list[str]

@@ -1,5 +1,6 @@
 """The HTTP contract of the meaning searches (contrast, concept search, label search):
-request bodies with the limits that keep one request bounded, and typed responses."""
+request bodies with the limits that keep one request bounded, and the answers only the
+service sends (geometry and label hits); the results are `api.results.meaning`'s."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field
 
 from api.atlas import MAX_K, MAX_TEXT_CHARS
-from api.http.schemas import MAX_SAES_PER_QUERY, GeometryRecord, JsonInt, Number, SafeId, _Strict
+from api.http.schemas import MAX_SAES_PER_QUERY, JsonInt, SafeId, _Strict
+from api.results.feature import GeometryRecord
 
 MAX_TEXTS_PER_SET = 256
 MAX_PERMUTATIONS = 100_000
@@ -30,41 +32,6 @@ class ContrastQuery(_Strict):
     alpha: float = Field(default=0.05, gt=0, lt=1, description="false discovery rate for 'significant'")
     duplicate_threshold: float = Field(default=0.9, ge=-1, le=1, description="decoder cosine of duplicates")
     seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
-
-
-class ContrastFeature(BaseModel):
-    """One feature of a contrast, best first; `group` is the rank of the first feature of
-    its near-duplicate group."""
-
-    rank: int
-    sae_id: str
-    hook: str
-    latent: int
-    mean_a: Number
-    mean_b: Number
-    diff: Number
-    auroc: Number
-    effect_size: Number
-    p_value: Number
-    q_value: Number
-    significant: bool
-    group: int
-    label: str | None = None
-
-
-class ContrastResult(BaseModel):
-    """Features separating two sets of texts (q-values: Benjamini-Hochberg over every
-    tested feature; `n_tested`: per SAE, the features active on some text)."""
-
-    n_a: int
-    n_b: int
-    pool: str
-    n_permutations: int
-    alpha: float
-    duplicate_threshold: float
-    n_tested: dict[str, int]
-    n_significant: int
-    features: list[ContrastFeature]
 
 
 def _distinct(values: list[str]) -> list[str]:
@@ -117,46 +84,6 @@ class ConceptQuery(_Strict):
     target: float = Field(default=0.9, gt=0, le=1, description="explained variance at which the span stops")
     max_features: JsonInt = Field(default=8, ge=1, le=32)
     seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
-
-
-class ConceptFeature(BaseModel):
-    """A feature firing on the concept tokens; `span_order` is its place in the span (null: not in it)."""
-
-    sae_id: str
-    hook: str
-    latent: int
-    selective: bool
-    selectivity: Number
-    fire_rate: Number
-    mean_act: Number
-    value: str
-    span_order: int | None
-    label: str | None = None
-
-
-class ConceptSaeSummary(BaseModel):
-    """One SAE's answer: the span (latents in the order chosen), cumulative explained
-    variance, and the span's geometry fit (circle probe fields for an ordered concept,
-    `lda_accuracy` and `chance` for categories, `note` when the span is too small)."""
-
-    hook: str
-    kind: str
-    n_features: int
-    n_selective: int
-    span: list[int]
-    explained: list[Number]
-    fit: dict[str, object]
-    score: Number
-
-
-class ConceptSearchResult(BaseModel):
-    """Concept search over SAEs; `best` is the SAE whose span fits best on held-out prompts."""
-
-    concept: dict[str, object]
-    kind: str
-    best: str
-    per_sae: dict[str, ConceptSaeSummary]
-    features: list[ConceptFeature]
 
 
 class GeometryFeature(GeometryRecord):

@@ -10,7 +10,8 @@ from fastapi.responses import FileResponse, Response
 from api.http.deps import AtlasDep, SettingsDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, FigureName, Kind, Run, error_responses
-from api.http.schemas import Analysis, AnalysisRunFiles, CircularRequest
+from api.http.schemas import CircularRequest
+from api.results.analysis import AnalysisResult, AnalysisRunFiles
 from store.layout import check_id
 
 router = APIRouter(tags=["geometry"], responses=DATA_ERRORS)
@@ -22,7 +23,7 @@ async def list_analyses(atlas: AtlasDep) -> Response:
     return json_body(atlas.analyses().to_dicts())
 
 
-@router.get("/analyses/{kind}/{run}", summary="One geometry result", response_model=Analysis, responses=LOOKUP)
+@router.get("/analyses/{kind}/{run}", summary="One geometry result", response_model=AnalysisResult, responses=LOOKUP)
 def get_analysis(atlas: AtlasDep, kind: str = Kind, run: str = Run) -> Response:
     return json_body(atlas.analysis(check_id(kind, "analysis kind"), check_id(run, "run name")).to_dict())
 
@@ -35,7 +36,7 @@ def get_figure(atlas: AtlasDep, kind: str = Kind, name: str = FigureName) -> Fil
 
 @router.post("/analyses/circular",
              summary="Run circular-feature discovery on one SAE (server started with --allow-analyses)",
-             response_model=Analysis, responses={**LOOKUP, **error_responses(403, 413)})
+             response_model=AnalysisResult, responses={**LOOKUP, **error_responses(403, 413)})
 def run_circular(atlas: AtlasDep, settings: SettingsDep, body: CircularRequest) -> Response:
     if not settings.allow_analyses:
         raise HTTPException(status_code=403, detail="this server is read-only; start it with --allow-analyses")

@@ -11,7 +11,8 @@ from api.atlas import MAX_EXAMPLES, MAX_K
 from api.http.deps import AtlasDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, MAX_INDEX, MAX_LIST, Index, SaeId, error_responses
-from api.http.schemas import Feature, FeaturePage, StoredExample
+from api.http.schemas import FeaturePage, StoredExample
+from api.results.feature import Feature
 
 router = APIRouter(tags=["features"], responses={**DATA_ERRORS, **error_responses(400, 404)})
 SortKey = Literal["latent", "density", "max_act", "mean_active_act"]

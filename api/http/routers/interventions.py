@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, error_responses
-from api.http.schemas import MAX_SAES_PER_QUERY, Number, SafeId
+from api.http.schemas import MAX_SAES_PER_QUERY, SafeId
 from api.interventions import MAX_CHARS, MAX_EDITS, MAX_NEW_TOKENS
+from api.results.interventions import AttributionView, RunView, SteerView
 from saes.intervene.attribution import AttributionMode, Target
 from saes.intervene.edits import Edit
 
@@ -60,74 +61,6 @@ class AttributeRequest(_Request):
                                   "gradient: the model's own gradient")
 
 
-class TokenProb(BaseModel):
-    token: str
-    token_id: int
-    p_edited: float
-    p_clean: float
-
-
-class Act(BaseModel):
-    latent: int
-    act: float
-
-
-class RunResult(BaseModel):
-    text: str
-    tokens: list[str]
-    token_ids: list[int]
-    edits: list[dict[str, Any]]
-    next_tokens: list[TokenProb]
-    kl: Number
-    features: dict[str, list[list[Act]]]
-
-
-class Shift(BaseModel):
-    token: str
-    token_id: int
-    p_baseline: float
-    p_edited: float
-
-
-class SteerResult(BaseModel):
-    prompt: str
-    baseline_text: str
-    edited_text: str
-    baseline_ids: list[int]
-    edited_ids: list[int]
-    rising: list[Shift]
-    falling: list[Shift]
-    kl: Number
-    edits: list[dict[str, Any]]
-    temperature: float
-    seed: int
-
-
-class AttributedFeature(BaseModel):
-    sae_id: str
-    feature: int
-    attribution: Number
-    max_act: Number
-    top_position: int
-    ablation_effect: Number = None
-
-
-class AttributionResult(BaseModel):
-    text: str
-    tokens: list[str]
-    target: dict[str, Any]
-    total: Number
-    features: list[AttributedFeature]
-    token_attr: dict[str, list[Number]]
-    token_error: dict[str, list[Number]]
-    parts: list[dict[str, Any]]
-    complete: bool
-    tolerance: dict[str, float]
-    verification: list[AttributedFeature]
-    agreement: dict[str, Number]
-    mode: str
-
-
 def _allowed(settings: Any) -> None:
     if not settings.allow_interventions:
         raise HTTPException(status_code=403,
@@ -139,14 +72,14 @@ async def _queued(queue: Any, work: Any) -> Response:
     return json_body(result.to_dict())
 
 
-@router.post("/run", summary="Run the model with SAEs spliced in and features edited", response_model=RunResult)
+@router.post("/run", summary="Run the model with SAEs spliced in and features edited", response_model=RunView)
 async def post_run(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: RunRequest) -> Response:
     _allowed(settings)
     ids = [sae_id_checked(s) for s in body.sae_ids or []]
     return await _queued(queue, lambda: atlas.run(body.text, body.edits, sae_ids=ids, k=body.k))
 
 
-@router.post("/steer", summary="Generate without and with feature edits (same seed)", response_model=SteerResult)
+@router.post("/steer", summary="Generate without and with feature edits (same seed)", response_model=SteerView)
 async def post_steer(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: SteerRequest) -> Response:
     _allowed(settings)
     return await _queued(queue, lambda: atlas.steer(body.text, body.edits, max_new_tokens=body.max_new_tokens,
@@ -154,7 +87,7 @@ async def post_steer(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDe
 
 
 @router.post("/attribute", summary="Attribute a target to SAE features (activation x gradient)",
-             response_model=AttributionResult)
+             response_model=AttributionView)
 async def post_attribute(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep,
                          body: AttributeRequest) -> Response:
     _allowed(settings)

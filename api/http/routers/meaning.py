@@ -15,13 +15,14 @@ from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, K, error_responses
 from api.http.schemas import ID_PATTERN
-from api.http.schemas_meaning import ConceptQuery, ConceptSearchResult, GeometryFeature, LabelHit
+from api.http.schemas_meaning import ConceptQuery, GeometryFeature, LabelHit
+from api.results.meaning import ConceptResult
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404, 413)})
 
 
 @router.post("/search/concept", summary="Features carrying a concept, its span and geometry",
-             response_model=ConceptSearchResult)
+             response_model=ConceptResult)
 async def search_concept(atlas: AtlasDep, queue: ModelQueueDep, query: ConceptQuery) -> Response:
     ids = [sae_id_checked(s) for s in query.sae_ids] if query.sae_ids else None
     concept = query.concept if isinstance(query.concept, str) else query.concept.model_dump()

@@ -8,14 +8,15 @@ from fastapi.responses import Response
 from api.http.deps import AtlasDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, SaeId, error_responses
-from api.http.schemas import MapColumns, SaeInfo
+from api.http.schemas import MapColumns
+from api.results.sae import SaeInfo, SaeStatus
 from geometry.maps import Basis
 
 router = APIRouter(responses=DATA_ERRORS)
 ONE_SAE = error_responses(400, 404)
 
 
-@router.get("/saes", tags=["saes"], summary="The SAEs of the atlas (damaged ones marked)", response_model=list[SaeInfo])
+@router.get("/saes", tags=["saes"], summary="The SAEs of the atlas (damaged ones marked)", response_model=list[SaeStatus])
 async def list_saes(atlas: AtlasDep) -> Response:
     return json_body([atlas.sae_status(s) for s in atlas.sae_ids])
 

@@ -14,8 +14,11 @@ from api.atlas import MAX_K
 from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, MAX_INDEX, Index, K, SaeId, error_responses
-from api.http.schemas import ID_PATTERN, Match, TextQuery, TextSearch, TokenSearch, VectorQuery
-from api.http.schemas_meaning import ContrastQuery, ContrastResult
+from api.http.schemas import ID_PATTERN, TextQuery, VectorQuery
+from api.http.schemas_meaning import ContrastQuery
+from api.results.feature import Match
+from api.results.meaning import ContrastResult
+from api.results.search import TextSearch, TokenFeatures
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404)})
 POSTED = error_responses(413)
@@ -59,7 +62,7 @@ async def search_contrast(atlas: AtlasDep, queue: ModelQueueDep, query: Contrast
     return json_body(result.to_dict())
 
 
-@router.get("/search/token", summary="Features centred on / promoting a token string", response_model=TokenSearch)
+@router.get("/search/token", summary="Features centred on / promoting a token string", response_model=TokenFeatures)
 def search_token(
     atlas: AtlasDep,
     token: str = Query(min_length=1, max_length=256, description="token string, as the tokenizer writes it"),
@@ -70,7 +73,7 @@ def search_token(
 
 
 @router.get("/search/token/{token_id}", summary="Features centred on / promoting a token id",
-            response_model=TokenSearch)
+            response_model=TokenFeatures)
 def search_token_id(
     atlas: AtlasDep,
     token_id: int = Path(ge=0, le=MAX_INDEX, description="token id"),

@@ -1,7 +1,6 @@
-"""Result objects of interventions (`Atlas.run`, `Atlas.steer`, `Atlas.attribute`):
-JSON-ready `to_dict()` (the HTTP payload) and HTML for notebooks: the baseline and edited
-text side by side, and an attribution heatmap over the prompt's tokens (red: the token's
-features push the target up, blue: down)."""
+"""Results of interventions (`Atlas.run`, `Atlas.steer`, `Atlas.attribute`), with HTML for
+notebooks: the baseline and edited text side by side, and an attribution heatmap over the
+prompt's tokens (red: the token's features push the target up, blue: down)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,11 @@ from typing import Any
 
 import polars as pl
 import torch
+from typing_extensions import NotRequired, TypedDict
 
-from api.display import _esc, _fmt, _frame_html
+from api.results.html import escape, format_value, rows_table, signed_tokens
+from api.results.search import TokenActivation
+from api.results.wire import JsonResult, Number, PythonOnly
 from saes.intervene.attribution import Attribution
 from saes.intervene.generate import Generation, distribution_shift
 from saes.intervene.splice import SpliceRun
@@ -21,34 +23,30 @@ def _edit_dicts(specs: list[Any]) -> list[dict[str, Any]]:
     return [s.model_dump(mode="json") for s in specs]
 
 
-def signed_tokens(tokens: list[str], values: list[float]) -> str:
-    """HTML spans of `tokens`, red for positive and blue for negative values (opacity
-    relative to the largest magnitude), the value in the tooltip."""
-    top = max([abs(v) for v in values] + [1e-12])
-    spans = []
-    for tok, v in zip(tokens, values, strict=False):
-        a = min(1.0, abs(v) / top)
-        rgb = "220,50,47" if v >= 0 else "38,139,210"
-        spans.append(f'<span title="{v:.4g}" style="background:rgba({rgb},{a:.2f});padding:0 1px;'
-                     f'border-radius:2px">{_esc(tok)}</span>')
-    return "".join(spans)
+class TokenProb(TypedDict):
+    """A next token: its probability with the edits and without."""
+
+    token: str
+    token_id: int
+    p_edited: float
+    p_clean: float
 
 
 @dataclass
-class RunView:
+class RunView(JsonResult):
     """One spliced (and edited) forward pass: next-token predictions, edited vs clean, and
     the top features per token of each spliced SAE. `logits_TV` and `codes` keep the
-    full tensors for Python use."""
+    full tensors for Python use (not sent)."""
 
     text: str
     tokens: list[str]
     token_ids: list[int]
     edits: list[dict[str, Any]]
-    next_tokens: list[dict[str, Any]]  # top tokens at the last position: token, p_edited, p_clean
-    kl: float  # KL(clean || edited) at the last position
-    features: dict[str, list[list[dict[str, Any]]]]  # sae_id -> per token -> [{latent, act}]
-    logits_TV: torch.Tensor = field(repr=False, default=None)
-    codes: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
+    next_tokens: list[TokenProb]  # top tokens at the last position: token, p_edited, p_clean
+    kl: Number  # KL(clean || edited) at the last position
+    features: dict[str, list[list[TokenActivation]]]  # sae_id -> per token -> [{latent, act}]
+    logits_TV: PythonOnly[torch.Tensor | None] = field(repr=False, default=None)
+    codes: PythonOnly[dict[str, torch.Tensor]] = field(repr=False, default_factory=dict)
 
     @classmethod
     def build(cls, tokenizer: Any, text: str, tokens: list[str], ids: list[int], out: SpliceRun, clean: SpliceRun,
@@ -66,16 +64,22 @@ class RunView:
                           for v, ix in zip(vals.tolist(), idx.tolist(), strict=True)]
         return cls(text, tokens, ids, _edit_dicts(specs), nxt, kl, feats, out.logits_TV, out.codes)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k not in ("logits_TV", "codes")}
-
     def _repr_html_(self) -> str:
-        return (f"<b>run</b> with {len(self.edits)} edit(s), KL(clean || edited) {_fmt(self.kl)} at the last token"
-                + _frame_html(self.next_tokens, ["token", "p_clean", "p_edited"]))
+        return (f"<b>run</b> with {len(self.edits)} edit(s), KL(clean || edited) {format_value(self.kl)} "
+                "at the last token" + rows_table(self.next_tokens, ["token", "p_clean", "p_edited"]))
+
+
+class Shift(TypedDict):
+    """A token whose next-token probability the edits raise or lower."""
+
+    token: str
+    token_id: int
+    p_baseline: float
+    p_edited: float
 
 
 @dataclass
-class SteerView:
+class SteerView(JsonResult):
     """Baseline vs edited continuation (same seed) and the next-token shift."""
 
     prompt: str
@@ -83,9 +87,9 @@ class SteerView:
     edited_text: str
     baseline_ids: list[int]
     edited_ids: list[int]
-    rising: list[dict[str, Any]]
-    falling: list[dict[str, Any]]
-    kl: float
+    rising: list[Shift]
+    falling: list[Shift]
+    kl: Number
     edits: list[dict[str, Any]]
     temperature: float
     seed: int
@@ -96,9 +100,6 @@ class SteerView:
                    [asdict(r) for r in gen.rising], [asdict(r) for r in gen.falling], gen.kl,
                    _edit_dicts(specs), temperature, seed)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def __str__(self) -> str:
         return (f"prompt:   {self.prompt}\nbaseline: {self.baseline_text}\nedited:   {self.edited_text}\n"
                 f"KL(baseline || edited) = {self.kl:.4g}; rising: "
@@ -106,32 +107,43 @@ class SteerView:
 
     def _repr_html_(self) -> str:
         cell = "vertical-align:top;padding:4px 8px;max-width:28em"
-        return (f"<div><i>{_esc(self.prompt)}</i></div><table><tr><th>baseline</th><th>edited</th></tr>"
-                f"<tr><td style='{cell}'>{_esc(self.baseline_text)}</td>"
-                f"<td style='{cell}'>{_esc(self.edited_text)}</td></tr></table>"
-                f"KL(baseline || edited) {_fmt(self.kl)}<table><tr><td style='{cell}'><b>rising</b>"
-                + _frame_html(self.rising, ["token", "p_baseline", "p_edited"])
+        return (f"<div><i>{escape(self.prompt)}</i></div><table><tr><th>baseline</th><th>edited</th></tr>"
+                f"<tr><td style='{cell}'>{escape(self.baseline_text)}</td>"
+                f"<td style='{cell}'>{escape(self.edited_text)}</td></tr></table>"
+                f"KL(baseline || edited) {format_value(self.kl)}<table><tr><td style='{cell}'><b>rising</b>"
+                + rows_table(self.rising, ["token", "p_baseline", "p_edited"])
                 + f"</td><td style='{cell}'><b>falling</b>"
-                + _frame_html(self.falling, ["token", "p_baseline", "p_edited"]) + "</td></tr></table>")
+                + rows_table(self.falling, ["token", "p_baseline", "p_edited"]) + "</td></tr></table>")
+
+
+class AttributedFeature(TypedDict):
+    """A feature's attribution to the target (and, when verified, its true ablation effect)."""
+
+    sae_id: str
+    feature: int
+    attribution: Number
+    max_act: Number
+    top_position: int
+    ablation_effect: NotRequired[Number]
 
 
 @dataclass
-class AttributionView:
+class AttributionView(JsonResult):
     """Feature attributions of one target on one prompt, the per-token heatmap, the
     completeness check per SAE and the agreement with true ablation effects."""
 
     text: str
     tokens: list[str]
     target: dict[str, Any]
-    total: float
-    features: list[dict[str, Any]]
-    token_attr: dict[str, list[float]]
-    token_error: dict[str, list[float]]
+    total: Number
+    features: list[AttributedFeature]
+    token_attr: dict[str, list[Number]]
+    token_error: dict[str, list[Number]]
     parts: list[dict[str, Any]]
     complete: bool
     tolerance: dict[str, float]
-    verification: list[dict[str, Any]]
-    agreement: dict[str, float]
+    verification: list[AttributedFeature]
+    agreement: dict[str, Number]
     mode: str
 
     @classmethod
@@ -139,20 +151,17 @@ class AttributionView:
         return cls(text, tokens, a.target, a.total, a.features.to_dicts(), a.token_attr, a.token_error, a.parts,
                    a.complete, a.tolerance, a.verification, a.agreement, a.mode)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def frame(self) -> pl.DataFrame:
         """The top features: sae_id, feature, attribution, max_act, top_position."""
         return pl.DataFrame(self.features)
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<div><b>{_esc(sid)}</b> {signed_tokens(self.tokens, vals)}</div>"
+        rows = "".join(f"<div><b>{escape(sid)}</b> {signed_tokens(self.tokens, vals)}</div>"
                        for sid, vals in self.token_attr.items())
         check = "complete" if self.complete else "INCOMPLETE"
-        return (f"<div>{self.mode} attribution of {_esc(self.target)} = {_fmt(self.total)} ({check} within "
-                f"{self.tolerance['atol']} + {self.tolerance['rtol']}|total|)</div>{rows}"
-                + _frame_html(self.features[:10], ["sae_id", "feature", "attribution", "max_act", "top_position"])
+        return (f"<div>{self.mode} attribution of {escape(self.target)} = {format_value(self.total)} ({check} "
+                f"within {self.tolerance['atol']} + {self.tolerance['rtol']}|total|)</div>{rows}"
+                + rows_table(self.features[:10], ["sae_id", "feature", "attribution", "max_act", "top_position"])
                 + "<div>attribution vs ablation effect "
-                + ", ".join(f"{k} {_fmt(v)}" for k, v in self.agreement.items()) + "</div>"
-                + _frame_html(self.verification, ["sae_id", "feature", "attribution", "ablation_effect"]))
+                + ", ".join(f"{k} {format_value(v)}" for k, v in self.agreement.items()) + "</div>"
+                + rows_table(self.verification, ["sae_id", "feature", "attribution", "ablation_effect"]))

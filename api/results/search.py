@@ -1,0 +1,87 @@
+"""Search results: `TextSearch` (which features fire on each token of a text) and
+`TokenFeatures` (features tied to one token), with their row types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import polars as pl
+from typing_extensions import TypedDict
+
+from api.results.html import escape, highlight_tokens, rows_table
+from api.results.wire import FrameRows, JsonResult, Number
+
+
+class TokenActivation(TypedDict):
+    """A feature active on a token."""
+
+    latent: int
+    act: Number
+
+
+@dataclass
+class TextSearch(JsonResult):
+    """Which features fire on each token of a text, per SAE (top features per token)."""
+
+    text: str
+    token_ids: list[int]
+    tokens: list[str | None]
+    features: dict[str, list[list[TokenActivation]]]  # sae_id -> per token -> [{latent, act}]
+
+    def frame(self) -> pl.DataFrame:
+        """Long table: sae_id, pos, token, rank, latent, act."""
+        rows = [
+            {"sae_id": sid, "pos": pos, "token": self.tokens[pos], "rank": rank, "latent": f["latent"], "act": f["act"]}
+            for sid, per_token in self.features.items()
+            for pos, feats in enumerate(per_token)
+            for rank, f in enumerate(feats)
+        ]
+        schema = {"sae_id": pl.String, "pos": pl.Int64, "token": pl.String, "rank": pl.Int64,
+                  "latent": pl.Int64, "act": pl.Float64}
+        return pl.DataFrame(rows, schema=schema)
+
+    def _repr_html_(self) -> str:
+        parts = []
+        for sid, per_token in self.features.items():
+            top = [f[0]["act"] if f else 0.0 for f in per_token]
+            cells = "".join(
+                f"<td style='vertical-align:top;padding:2px 4px'>{highlight_tokens([tok], [a], max(top) or None)}"
+                f"<br><small>{'<br>'.join(str(f['latent']) for f in feats[:3])}</small></td>"
+                for tok, a, feats in zip(self.tokens, top, per_token, strict=False)
+            )
+            parts.append(f"<div><b>{escape(sid)}</b><table><tr>{cells}</tr></table></div>")
+        return "".join(parts)
+
+
+class CentredLatent(TypedDict):
+    """A latent whose top examples centre on the token."""
+
+    latent: int
+    n_examples: int
+    max_act: Number
+    sae_id: str
+
+
+class PromotingLatent(TypedDict):
+    """A latent whose logit effects promote the token."""
+
+    latent: int
+    logit: Number
+    sae_id: str
+
+
+@dataclass
+class TokenFeatures(JsonResult):
+    """Features tied to one token: examples centred on it, and logit effects promoting it
+    (`token` is None when asked by id)."""
+
+    token: str | None
+    token_id: int
+    centred: Annotated[pl.DataFrame, FrameRows(CentredLatent)]
+    promoting: Annotated[pl.DataFrame, FrameRows(PromotingLatent)]
+
+    def _repr_html_(self) -> str:
+        return (f"<b>token {escape(self.token)} (id {self.token_id})</b>"
+                f"<div>centred on it{rows_table(self.centred.to_dicts(), self.centred.columns)}</div>"
+                f"<div>promoting it{rows_table(self.promoting.to_dicts(), self.promoting.columns)}</div>")
