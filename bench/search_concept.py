@@ -54,7 +54,7 @@ def _saes(handle: Any, atlas: str | None) -> tuple[dict[str, Any], dict[str, str
         from api import Atlas
 
         opened = Atlas(atlas)
-        return ({s: opened._sae(s) for s in opened.sae_ids}, {s: opened.sae_info(s)["hook"] for s in opened.sae_ids})
+        return ({s: opened.sae(s).module() for s in opened.sae_ids}, {s: opened.sae_info(s)["hook"] for s in opened.sae_ids})
     saes, hooks = {}, {}
     for i, layer in enumerate((8, 15, 22)):
         hook = f"blocks.{layer}.hook_resid_post"

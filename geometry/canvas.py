@@ -1,18 +1,17 @@
-"""Figure set-up shared by the analysis figures: a pyplot-free Agg `Figure` and an atomic PNG writer."""
+"""Figure set-up shared by the analysis figures: a pyplot-free Agg `Figure` and an atomic PNG writer.
+
+The Agg canvas is attached to each figure, so the process-wide matplotlib backend is left
+alone (a notebook that imports the atlas keeps its inline figures)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from store.atomic import atomic_path  # noqa: E402
+from store.atomic import atomic_path
 
 
 def new_figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, Any]:

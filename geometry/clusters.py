@@ -15,7 +15,6 @@ import faiss
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
-from sklearn.cluster import SpectralClustering
 
 from store.errors import InvalidInputError
 from store.vectors import unit_rows
@@ -129,6 +128,8 @@ def spectral_clusters(
     if not 2 <= n_clusters < n:
         raise InvalidInputError(f"n_clusters must be in [2, F) with F={n}, got {n_clusters}")
     affinity = spectral_affinity(W_dec_FD, n_neighbors=n_neighbors, dense_max=dense_max)
+    # scikit-learn is imported on use: importing it loads rich (a CLI library)
+    from sklearn.cluster import SpectralClustering
     model = SpectralClustering(
         n_clusters=n_clusters,
         affinity="precomputed",

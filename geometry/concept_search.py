@@ -28,8 +28,6 @@ from typing import Any, Literal
 
 import numpy as np
 import polars as pl
-from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
-from sklearn.model_selection import StratifiedKFold, cross_val_score
 
 from geometry.circle import fit_circle_probe
 from store.errors import InvalidInputError
@@ -198,6 +196,9 @@ def span_fit(
         return {"dimension": k, "score": None, "chance": 1 / len(np.unique(values_N)),
                 "note": f"LDA needs a non-empty span and at least {MIN_PER_CATEGORY} prompts per value"}
     folds = min(5, fewest)
+    # scikit-learn is imported on use: importing it loads rich (a CLI library)
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     accuracy = cross_val_score(LinearDiscriminantAnalysis(), Z, values_N, cv=cv).mean()
     return {"dimension": k, "lda_accuracy": float(accuracy), "chance": 1 / len(np.unique(values_N)),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class AtlasError(Exception):
     """Base class of every error sae-atlas raises on purpose."""
@@ -36,3 +38,14 @@ class IntegrityError(AtlasError):
         self.problem = problem
         self.repair = repair
         super().__init__(f"{self.path}: {problem}. To repair: {repair}")
+
+    def relative_path(self, root: str | os.PathLike[str]) -> str:
+        """The damaged file relative to the atlas at `root` (as given when it lies elsewhere),
+        so that listings and answers do not reveal where the atlas lives."""
+        root = os.fspath(root)
+        inside = os.path.commonpath([os.path.abspath(self.path), os.path.abspath(root)]) == os.path.abspath(root)
+        return os.path.relpath(self.path, root) if inside else self.path
+
+    def describe(self, root: str | os.PathLike[str]) -> str:
+        """The one damaged-file message: the atlas-relative file, the problem and the repair."""
+        return f"{self.relative_path(root)}: {self.problem}. To repair: {self.repair}"

@@ -46,10 +46,14 @@ REPAIR = {"geometry": "re-run `sae-atlas search geometry {root} --rebuild`",
           "labels": "re-run `sae-atlas search labels {root} --rebuild`"}
 
 
-def record_paths(root: str | Path, sae_id: str, table: RecordTable) -> tuple[Path, Path]:
-    """`(parquet, sidecar json)` of one record table of an SAE."""
-    folder = AtlasLayout(root).require_sae(sae_id)
+def record_files(folder: Path, table: RecordTable) -> tuple[Path, Path]:
+    """`(parquet, sidecar json)` of one record table in an SAE's folder."""
     return folder / f"{table}.parquet", folder / f"{table}.json"
+
+
+def record_paths(root: str | Path, sae_id: str, table: RecordTable) -> tuple[Path, Path]:
+    """`(parquet, sidecar json)` of one record table of an SAE (NotFoundError for an unknown id)."""
+    return record_files(AtlasLayout(root).require_sae(sae_id), table)
 
 
 def write_records(root: str | Path, sae_id: str, table: RecordTable, frame: pl.DataFrame) -> Path:

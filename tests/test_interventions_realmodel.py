@@ -15,7 +15,7 @@ import torch
 
 from api.analyses.circular import run_circle_analysis, write_concept_run
 from api.atlas import Atlas
-from api.interventions import AtlasSources
+from api.services.interventions import AtlasEditSources
 from saes.builtin_text import WEEKDAYS, concept_document, docstrings_of, stdlib_source_files
 from saes.encoding.cached import sae_activation_matrix
 from saes.intervene.concepts import value_token_ids, weekdays
@@ -53,7 +53,7 @@ def built(tmp_path_factory: pytest.TempPathFactory):
                          train_cfg=TrainConfig(total_tokens=64_000, batch_size=512, progress=False))
     sae_id = trained[HOOK]["sae_id"]
     atlas = Atlas(root, model=handle)
-    acts, token_ids = sae_activation_matrix(atlas._sae(sae_id), ActivationReader(root, HOOK), split="all")
+    acts, token_ids = sae_activation_matrix(atlas.sae(sae_id).module(), ActivationReader(root, HOOK), split="all")
     return {"atlas": atlas, "sae_id": sae_id, "acts": acts.tocsc(), "token_ids": token_ids, "handle": handle}
 
 
@@ -139,7 +139,7 @@ def test_rotation_on_the_weekday_circle_beats_a_random_plane(built):
     assert (batch.concept_pos == pos).all() and (batch.lengths == batch.lengths[0]).all()
     cand = torch.tensor(value_token_ids(handle.tokenizer, analysis.concept))
     answers = torch.tensor([p.answer for p in batch.prompts])
-    sources = AtlasSources(atlas)
+    sources = AtlasEditSources(atlas.ctx)
     tokens = [""] * int(batch.lengths[0])
     hits = {"circle": 0, "random_plane": 0}
     for k in (1, 2, 3):

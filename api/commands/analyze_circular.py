@@ -27,6 +27,7 @@ from geometry.circular_discovery import DiscoveryParams
 from saes.atlas_saes import load_atlas_sae
 from saes.intervene.concepts import load_concept
 from saes.models import DEFAULT_MODEL, load_model
+from saes.summary.logits import vocab_strings
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 
@@ -61,7 +62,7 @@ def discover_command(
     vocab = None
     if token_strings:
         tok = load_model(AtlasLayout(atlas).read_meta()["model"]).tokenizer
-        vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+        vocab = list(vocab_strings(tok, len(tok)))
     result, js = discover_for_sae(atlas, sae, params, run=run or None, split=split,
                                   max_tokens=max_tokens, vocab=vocab)
     cols = ["rank", "cluster_id", "size", "n_tokens", "score", "top_token_strs" if vocab else "top_token_ids"]

@@ -11,7 +11,6 @@ from fastapi import Depends, HTTPException, Request
 
 from api.atlas import Atlas
 from api.http.settings import ServerSettings
-from store.layout import check_id
 
 
 def get_atlas(request: Request) -> Atlas:
@@ -58,11 +57,6 @@ def unauthorized() -> HTTPException:
                "(the explorer: open /?token=<token>)",
         headers={"WWW-Authenticate": "Bearer"},
     )
-
-
-def sae_id_checked(sae_id: str) -> str:
-    """`sae_id` if it is a safe id (InvalidInputError otherwise)."""
-    return check_id(sae_id, "SAE id")
 
 
 AtlasDep = Annotated[Atlas, Depends(get_atlas)]

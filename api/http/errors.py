@@ -8,7 +8,6 @@ IntegrityError 500 with the atlas-relative file and the repair command); request
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,12 +29,6 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc if part not in ("body",)) or "body"
 
 
-def _atlas_relative(request: Request, path: str) -> str:
-    """`path` relative to the served atlas, so answers do not reveal where it lives."""
-    root = getattr(request.app.state, "atlas", None)
-    return os.path.relpath(path, root.root) if root is not None and path.startswith(str(root.root)) else path
-
-
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers that turn exceptions into JSON error bodies."""
 
@@ -43,9 +36,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def atlas_error(request: Request, exc: AtlasError) -> JSONResponse:
         if isinstance(exc, IntegrityError):
             log.error("integrity error: %s", exc)
-            path = _atlas_relative(request, exc.path)
-            return error_response(500, "integrity", f"{path}: {exc.problem}. To repair: {exc.repair}",
-                                  path=path, repair=exc.repair)
+            root = request.app.state.atlas.root
+            return error_response(500, "integrity", exc.describe(root), path=exc.relative_path(root),
+                                  repair=exc.repair)
         return error_response(exc.http_status, type(exc).__name__, str(exc))
 
     @app.exception_handler(RequestValidationError)

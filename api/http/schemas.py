@@ -13,13 +13,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from api.atlas import MAX_K, MAX_TEXT_CHARS
+from api.bounds import MAX_K, MAX_SAES_PER_QUERY, MAX_TEXT_CHARS, MAX_VECTOR
 from api.results.feature import ExampleContext
 from api.results.wire import Number
 from geometry.maps import Basis
 
-MAX_VECTOR = 65536
-MAX_SAES_PER_QUERY = 64
 ID_PATTERN = r"^[A-Za-z0-9](\.?[A-Za-z0-9_-])*\.?$"
 """`store.layout.check_id` as a JSON-schema pattern (with maxLength 128): a letter or digit,
 then letters, digits, '.', '_' or '-', never '..'."""

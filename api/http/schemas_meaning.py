@@ -8,12 +8,16 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from api.atlas import MAX_K, MAX_TEXT_CHARS
-from api.http.schemas import MAX_SAES_PER_QUERY, JsonInt, SafeId, _Strict
+from api.bounds import (
+    MAX_HTTP_PERMUTATIONS,
+    MAX_K,
+    MAX_SAES_PER_QUERY,
+    MAX_TEXT_CHARS,
+    MAX_TEXTS_PER_SET,
+)
+from api.http.schemas import JsonInt, SafeId, _Strict
 from api.results.feature import GeometryRecord
 
-MAX_TEXTS_PER_SET = 256
-MAX_PERMUTATIONS = 100_000
 PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, pattern=f"[^{PY_WHITESPACE}]",
                             description="a text with at least one non-space character")]
@@ -28,7 +32,7 @@ class ContrastQuery(_Strict):
                                          description="SAEs to encode with (default: all)")
     k: JsonInt = Field(default=20, ge=1, le=MAX_K, description="features returned")
     pool: Literal["max", "mean"] = Field(default="max", description="pooling of a text's token activations")
-    n_permutations: JsonInt = Field(default=20_000, ge=100, le=MAX_PERMUTATIONS)
+    n_permutations: JsonInt = Field(default=20_000, ge=100, le=MAX_HTTP_PERMUTATIONS)
     alpha: float = Field(default=0.05, gt=0, lt=1, description="false discovery rate for 'significant'")
     duplicate_threshold: float = Field(default=0.9, ge=-1, le=1, description="decoder cosine of duplicates")
     seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)

@@ -46,4 +46,10 @@ def token_features(handle: ModelHandle, saes: Mapping[str, SAE], hooks: Mapping[
                 for v, ix in zip(values.tolist(), latents.tolist(), strict=True)
             ]
     ids_T = tokens[0].tolist()
-    return TokenFeatureActs(ids_T, [handle.tokenizer.decode([i]) for i in ids_T], features)
+    return TokenFeatureActs(ids_T, decoded_tokens(handle.tokenizer, ids_T), features)
+
+
+def decoded_tokens(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Each token id decoded on its own, as tokens are shown to people (' October', not
+    the tokenizer's byte-level piece 'ĠOctober')."""
+    return [tokenizer.decode([int(i)]) for i in ids]

@@ -37,6 +37,7 @@ import polars as pl
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from saes.encoding.tokens import decoded_tokens
 from saes.intervene.edits import AblateEdit, compile_edit
 from saes.intervene.splice import Splice, run_spliced
 from saes.models import ModelHandle
@@ -271,7 +272,7 @@ def attribute(
     verification = _verify(handle, token_ids_T, splice, fn, total, features.head(verify), start)
     agreement = _agreement(np.array([v["attribution"] for v in verification]),
                            np.array([v["ablation_effect"] for v in verification]))
-    tokens = handle.tokenizer.convert_ids_to_tokens(token_ids_T.tolist())
+    tokens = decoded_tokens(handle.tokenizer, token_ids_T.tolist())
     return Attribution(tokens, target.model_dump(), total, features, token_attr, token_error, parts,
                        verification, agreement, {"atol": ATOL, "rtol": RTOL}, mode)
 

@@ -16,6 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from api.atlas import Atlas
+from api.services import analyses
 from geometry.results import RUNS_FILE, list_runs, read_analysis, write_analysis
 from store.errors import IntegrityError, NotFoundError
 from tests.api.small_atlas import PLANTED_KIND, PLANTED_RUN
@@ -116,11 +117,9 @@ def test_runs_from_before_runs_json_are_served_and_adopted(tmp_path: Path) -> No
     pl.DataFrame({"x": [1, 2]}).write_parquet(folder / "old.parquet")
     (folder / "old.json").write_text(json.dumps({"params": {"seed": 0}}))
     (folder / "old.png").write_bytes(b"\x89PNG old")
-    from api import atlas_sources
-
     assert list_runs(tmp_path, "legacy") == ["old"]
-    assert atlas_sources.figure_path(tmp_path, "legacy", "old.png").read_bytes() == b"\x89PNG old"
-    assert atlas_sources.analysis_runs(tmp_path)[0]["figures"] == ["old.png"]
+    assert analyses.figure_path(tmp_path, "legacy", "old.png").read_bytes() == b"\x89PNG old"
+    assert analyses.analysis_runs(tmp_path)[0]["figures"] == ["old.png"]
     write_analysis(tmp_path, "legacy", "new", parameters={}, tables={"main": pl.DataFrame({"y": [3]})})
     assert list_runs(tmp_path, "legacy") == ["new", "old"]
     (folder / "old.json").write_text(json.dumps({"params": {"seed": 1}}))  # changed after adoption

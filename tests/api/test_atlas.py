@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -130,3 +131,27 @@ def test_analyses_and_errors(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
         atlas.similar(small_atlas["sae_ids"][0], 0, k=1000)
     with pytest.raises(NotFoundError, match="not an atlas"):
         Atlas(small_atlas["root"] / "missing")
+
+
+def test_searched_and_run_tokens_are_decoded_strings(small_atlas: dict[str, Any], tmp_path: Path) -> None:
+    """A byte-level BPE tokenizer writes ' october' as the piece 'Ġoctober': text search and
+    interventions show the decoded string, in Python and over HTTP."""
+    from starlette.testclient import TestClient
+
+    from api.http import ServerSettings, create_app
+    from saes.models import tiny_model
+    from tests.saes.test_encoding_tokens import TEXT, byte_level_tokenizer
+
+    handle = tiny_model(n_layers=2, d_model=32)
+    handle.bridge.tokenizer = handle.tokenizer = byte_level_tokenizer(tmp_path / "tokenizer")
+    pieces = handle.tokenizer.convert_ids_to_tokens(handle.to_tokens(TEXT)[0].tolist())
+    assert any(p.startswith("Ġ") for p in pieces)  # the tokenizer really has byte-level pieces
+    atlas = Atlas(small_atlas["root"], model=handle)
+    found = atlas.search_text(TEXT, k=2)
+    assert "".join(found.tokens[1:]) == TEXT and not any("Ġ" in t for t in found.tokens)
+    assert found.tokens == [handle.tokenizer.decode([i]) for i in found.token_ids]
+    assert atlas.run(TEXT, sae_ids=[small_atlas["sae_ids"][0]]).tokens == found.tokens
+    app = create_app(ServerSettings(root=small_atlas["root"]))
+    app.state.atlas = atlas  # the same model override behind the HTTP route
+    with TestClient(app) as http:
+        assert http.post("/search/text", json={"text": TEXT, "k": 2}).json()["tokens"] == found.tokens

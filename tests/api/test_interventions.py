@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from api.analyses.circular import read_circle_plane, run_circle_analysis, write_concept_run
 from api.atlas import Atlas
+from api.bounds import MAX_EDITS, MAX_PROMPT_TOKENS
 from api.cli import app
-from api.interventions import MAX_EDITS, MAX_PROMPT_TOKENS
 from saes.intervene.concepts import weekdays
 from store.errors import InvalidInputError, NotFoundError
 from tests.api.conftest import LiveServer

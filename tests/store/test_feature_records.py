@@ -5,8 +5,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from api.atlas_meaning import save_concept_run
-from api.display_meaning import ConceptResult
+from api.results.meaning import ConceptResult
+from api.services.meaning import save_concept_run
 from geometry.feature_geometry import rebuild_geometry_records
 from geometry.results import write_analysis
 from store.errors import IntegrityError

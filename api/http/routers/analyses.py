@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, Response
 
-from api.http.deps import AtlasDep, SettingsDep, sae_id_checked
+from api.http.deps import AtlasDep, SettingsDep
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, FigureName, Kind, Run, error_responses
 from api.http.schemas import CircularRequest
@@ -40,4 +40,4 @@ def get_figure(atlas: AtlasDep, kind: str = Kind, name: str = FigureName) -> Fil
 def run_circular(atlas: AtlasDep, settings: SettingsDep, body: CircularRequest) -> Response:
     if not settings.allow_analyses:
         raise HTTPException(status_code=403, detail="this server is read-only; start it with --allow-analyses")
-    return json_body(atlas.run_circular(sae_id_checked(body.sae_id), max_tokens=body.max_tokens).to_dict())
+    return json_body(atlas.run_circular(body.sae_id, max_tokens=body.max_tokens).to_dict())

@@ -7,10 +7,10 @@ from typing import Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from api.atlas import MAX_EXAMPLES, MAX_K
-from api.http.deps import AtlasDep, sae_id_checked
+from api.bounds import MAX_EXAMPLES, MAX_INDEX, MAX_K, MAX_LIST
+from api.http.deps import AtlasDep
 from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, MAX_INDEX, MAX_LIST, Index, SaeId, error_responses
+from api.http.routers.params import DATA_ERRORS, Index, SaeId, error_responses
 from api.http.schemas import FeaturePage, StoredExample
 from api.results.feature import Feature
 
@@ -31,7 +31,7 @@ async def list_features(
     limit: int = Query(100, ge=1, le=MAX_LIST),
     sort: SortKey = Query("latent", description="largest first, except `latent`"),
 ) -> Response:
-    frame = atlas.features(sae_id_checked(sae_id)).select(
+    frame = atlas.features(sae_id).select(
         "latent", "n_active", "density", "mean_act", "mean_active_act", "max_act")
     if sort != "latent":
         frame = frame.sort(sort, descending=True)
@@ -50,8 +50,8 @@ async def get_feature(
     neighbours: int = Query(8, ge=1, le=MAX_K),
 ) -> Response:
     if _wants_html(request):  # a browser following a feature link gets the explorer
-        return RedirectResponse(f"/#/saes/{sae_id_checked(sae_id)}/features/{index}", status_code=307)
-    return json_body(atlas.feature(sae_id_checked(sae_id), index, examples=examples, neighbours=neighbours))
+        return RedirectResponse(f"/#/saes/{sae_id}/features/{index}", status_code=307)
+    return json_body(atlas.feature(sae_id, index, examples=examples, neighbours=neighbours))
 
 
 @router.get("/saes/{sae_id}/features/{index}/examples", summary="All stored examples",
@@ -60,4 +60,4 @@ async def get_examples(
     atlas: AtlasDep, sae_id: str = SaeId, index: int = Index,
     kind: Literal["top", "band"] | None = Query(None, description="only top-k or only band examples"),
 ) -> Response:
-    return json_body(atlas.examples(sae_id_checked(sae_id), index, kind).to_dicts())
+    return json_body(atlas.examples(sae_id, index, kind).to_dicts())

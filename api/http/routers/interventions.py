@@ -2,7 +2,7 @@
 
 Off unless the server was started with `--allow-interventions` (403 otherwise). Each
 request is bounded (prompt characters and tokens, new tokens, edits; see
-`api.interventions`) and runs on the worker's one-thread model queue, first come first
+`api.bounds`) and runs on the worker's one-thread model queue, first come first
 served, like text search."""
 
 from __future__ import annotations
@@ -14,11 +14,20 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep, sae_id_checked
+from api.bounds import (
+    MAX_ATTRIBUTED,
+    MAX_EDITS,
+    MAX_NEW_TOKENS,
+    MAX_NEXT_TOKENS,
+    MAX_PROMPT_CHARS,
+    MAX_SAES_PER_QUERY,
+    MAX_TEMPERATURE,
+    MAX_VERIFIED,
+)
+from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, error_responses
-from api.http.schemas import MAX_SAES_PER_QUERY, SafeId
-from api.interventions import MAX_CHARS, MAX_EDITS, MAX_NEW_TOKENS
+from api.http.schemas import SafeId
 from api.results.interventions import AttributionView, RunView, SteerView
 from saes.intervene.attribution import AttributionMode, Target
 from saes.intervene.edits import Edit
@@ -28,7 +37,7 @@ router = APIRouter(tags=["interventions"], responses={**DATA_ERRORS, **error_res
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1, max_length=MAX_CHARS, description="the prompt")
+    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="the prompt")
 
 
 class RunRequest(_Request):
@@ -37,7 +46,7 @@ class RunRequest(_Request):
     edits: list[Edit] = Field(default_factory=list, max_length=MAX_EDITS)
     sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
                                          description="SAEs to splice in besides those the edits name")
-    k: int = Field(default=10, ge=1, le=50, description="next tokens to list")
+    k: int = Field(default=10, ge=1, le=MAX_NEXT_TOKENS, description="next tokens to list")
 
 
 class SteerRequest(_Request):
@@ -45,7 +54,7 @@ class SteerRequest(_Request):
 
     edits: list[Edit] = Field(min_length=1, max_length=MAX_EDITS)
     max_new_tokens: int = Field(default=20, ge=1, le=MAX_NEW_TOKENS)
-    temperature: float = Field(default=0.0, ge=0.0, le=10.0, description="0: greedy")
+    temperature: float = Field(default=0.0, ge=0.0, le=MAX_TEMPERATURE, description="0: greedy")
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
 
 
@@ -55,8 +64,8 @@ class AttributeRequest(_Request):
     target: Target | str = Field(description="a token string (its logit at the last position) or a target")
     sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
                                          description="SAEs to attribute to (default: all)")
-    top: int = Field(default=20, ge=1, le=200)
-    verify: int = Field(default=5, ge=0, le=20, description="top features checked by true ablation")
+    top: int = Field(default=20, ge=1, le=MAX_ATTRIBUTED)
+    verify: int = Field(default=5, ge=0, le=MAX_VERIFIED, description="top features checked by true ablation")
     mode: AttributionMode = Field(default="linearized", description="linearized: parts sum to the target; "
                                   "gradient: the model's own gradient")
 
@@ -75,7 +84,7 @@ async def _queued(queue: Any, work: Any) -> Response:
 @router.post("/run", summary="Run the model with SAEs spliced in and features edited", response_model=RunView)
 async def post_run(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: RunRequest) -> Response:
     _allowed(settings)
-    ids = [sae_id_checked(s) for s in body.sae_ids or []]
+    ids = body.sae_ids or []
     return await _queued(queue, lambda: atlas.run(body.text, body.edits, sae_ids=ids, k=body.k))
 
 
@@ -91,6 +100,6 @@ async def post_steer(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDe
 async def post_attribute(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep,
                          body: AttributeRequest) -> Response:
     _allowed(settings)
-    ids = [sae_id_checked(s) for s in body.sae_ids] if body.sae_ids else None
+    ids = body.sae_ids or None
     return await _queued(queue, lambda: atlas.attribute(body.text, body.target, sae_ids=ids, top=body.top,
                                                         verify=body.verify, mode=body.mode))

@@ -11,7 +11,7 @@ from typing import Literal
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
+from api.http.deps import AtlasDep, ModelQueueDep
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, K, error_responses
 from api.http.schemas import ID_PATTERN
@@ -24,7 +24,7 @@ router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(
 @router.post("/search/concept", summary="Features carrying a concept, its span and geometry",
              response_model=ConceptResult)
 async def search_concept(atlas: AtlasDep, queue: ModelQueueDep, query: ConceptQuery) -> Response:
-    ids = [sae_id_checked(s) for s in query.sae_ids] if query.sae_ids else None
+    ids = query.sae_ids or None
     concept = query.concept if isinstance(query.concept, str) else query.concept.model_dump()
     options = query.model_dump(exclude={"concept", "sae_ids"})
     result = await asyncio.get_running_loop().run_in_executor(
@@ -41,7 +41,7 @@ async def search_geometry(
     lobe: int | None = Query(None, ge=0, le=2**31 - 1, description="co-occurrence lobe"),
     kind: Literal["circle", "concept", "hierarchy", "lobe"] | None = Query(None),
 ) -> Response:
-    frame = atlas.geometry_features(sae_id_checked(sae_id) if sae_id else None, in_circle=in_circle, period=period,
+    frame = atlas.geometry_features(sae_id or None, in_circle=in_circle, period=period,
                                     lobe=lobe, kind=kind)
     return json_body(frame.to_dicts())
 
@@ -54,4 +54,4 @@ async def search_labels(
     sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
     k: int = K,
 ) -> Response:
-    return json_body(atlas.search_labels(q, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dicts())
+    return json_body(atlas.search_labels(q, sae_id=sae_id or None, k=k).to_dicts())

@@ -7,11 +7,9 @@ from typing import Any
 
 from fastapi import Path, Query
 
-from api.atlas import MAX_K
+from api.bounds import MAX_INDEX, MAX_K
 from api.http.schemas import ID_PATTERN, ErrorBody
 
-MAX_INDEX = 2**31 - 1
-MAX_LIST = 1000
 SaeId = Path(description="SAE id, e.g. blocks.6.hook_resid_post-topk-4608", max_length=128, pattern=ID_PATTERN)
 Index = Path(ge=0, le=MAX_INDEX, description="latent index")
 K = Query(10, ge=1, le=MAX_K, description=f"number of results (1..{MAX_K})")

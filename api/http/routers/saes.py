@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from api.http.deps import AtlasDep, sae_id_checked
+from api.http.deps import AtlasDep
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, SaeId, error_responses
 from api.http.schemas import MapColumns
@@ -23,7 +23,7 @@ async def list_saes(atlas: AtlasDep) -> Response:
 
 @router.get("/saes/{sae_id}", tags=["saes"], summary="One SAE", response_model=SaeInfo, responses=ONE_SAE)
 async def get_sae(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
-    return json_body(atlas.sae_info(sae_id_checked(sae_id)))
+    return json_body(atlas.sae_info(sae_id))
 
 
 @router.get("/saes/{sae_id}/map", tags=["geometry"], summary="2-D feature map (columns)",
@@ -31,6 +31,5 @@ async def get_sae(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
 async def get_map(atlas: AtlasDep, sae_id: str = SaeId, basis: Basis = Query(
         "decoder", description="decoder: UMAP of the decoder rows; cooccurrence: of the activation co-occurrence graph",
 )) -> Response:
-    sae_id = sae_id_checked(sae_id)
     columns = atlas.map(sae_id, basis).to_dict(as_series=False)
     return json_body({"basis": basis, "scores": atlas.map_scores(sae_id)} | columns)

@@ -10,10 +10,10 @@ import asyncio
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
-from api.atlas import MAX_K
-from api.http.deps import AtlasDep, ModelQueueDep, sae_id_checked
+from api.bounds import MAX_INDEX, MAX_K
+from api.http.deps import AtlasDep, ModelQueueDep
 from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, MAX_INDEX, Index, K, SaeId, error_responses
+from api.http.routers.params import DATA_ERRORS, Index, K, SaeId, error_responses
 from api.http.schemas import ID_PATTERN, TextQuery, VectorQuery
 from api.http.schemas_meaning import ContrastQuery
 from api.results.feature import Match
@@ -27,26 +27,25 @@ POSTED = error_responses(413)
 @router.get("/saes/{sae_id}/features/{index}/similar", summary="Nearest decoder directions",
             response_model=list[Match])
 async def get_similar(atlas: AtlasDep, sae_id: str = SaeId, index: int = Index, k: int = K) -> Response:
-    return json_body(atlas.similar(sae_id_checked(sae_id), index, k=k).to_dicts())
+    return json_body(atlas.similar(sae_id, index, k=k).to_dicts())
 
 
 @router.get("/saes/{sae_id}/features/{index}/flow", summary="Cross-layer matches", response_model=list[Match])
 async def get_flow(atlas: AtlasDep, sae_id: str = SaeId, index: int = Index,
                    k: int = Query(5, ge=1, le=MAX_K)) -> Response:
-    return json_body(atlas.flow(sae_id_checked(sae_id), index, k=k).to_dicts())
+    return json_body(atlas.flow(sae_id, index, k=k).to_dicts())
 
 
 @router.post("/search/vector", summary="Features nearest to a direction", response_model=list[Match],
              responses=POSTED)
 async def search_vector(atlas: AtlasDep, query: VectorQuery) -> Response:
-    sae_id = sae_id_checked(query.sae_id) if query.sae_id is not None else None
-    return json_body(atlas.search_vector(query.vector, sae_id=sae_id, k=query.k).to_dicts())
+    return json_body(atlas.search_vector(query.vector, sae_id=query.sae_id, k=query.k).to_dicts())
 
 
 @router.post("/search/text", summary="Features firing on each token of a text", response_model=TextSearch,
              responses=POSTED)
 async def search_text(atlas: AtlasDep, queue: ModelQueueDep, query: TextQuery) -> Response:
-    ids = [sae_id_checked(s) for s in query.sae_ids] if query.sae_ids else None
+    ids = query.sae_ids or None
     result = await asyncio.get_running_loop().run_in_executor(
         queue, lambda: atlas.search_text(query.text, sae_ids=ids, k=query.k))
     return json_body(result)
@@ -55,7 +54,7 @@ async def search_text(atlas: AtlasDep, queue: ModelQueueDep, query: TextQuery) -
 @router.post("/search/contrast", summary="Features separating two sets of texts", response_model=ContrastResult,
              responses=POSTED)
 async def search_contrast(atlas: AtlasDep, queue: ModelQueueDep, query: ContrastQuery) -> Response:
-    ids = [sae_id_checked(s) for s in query.sae_ids] if query.sae_ids else None
+    ids = query.sae_ids or None
     options = query.model_dump(exclude={"texts_a", "texts_b", "sae_ids"})
     result = await asyncio.get_running_loop().run_in_executor(
         queue, lambda: atlas.contrast(query.texts_a, query.texts_b, saes=ids, **options))
@@ -69,7 +68,7 @@ def search_token(
     sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
     k: int = K,
 ) -> Response:
-    return json_body(atlas.search_token(token, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dict())
+    return json_body(atlas.search_token(token, sae_id=sae_id or None, k=k).to_dict())
 
 
 @router.get("/search/token/{token_id}", summary="Features centred on / promoting a token id",
@@ -80,6 +79,6 @@ def search_token_id(
     sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
     k: int = K,
 ) -> Response:
-    return json_body(atlas.search_token(token_id, sae_id=sae_id_checked(sae_id) if sae_id else None, k=k).to_dict())
+    return json_body(atlas.search_token(token_id, sae_id=sae_id or None, k=k).to_dict())
 
 

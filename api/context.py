@@ -1,0 +1,89 @@
+"""What every service of the facade shares: the atlas root and layout, atlas.json, the
+process-wide resource cache, the decoder-direction search and the model runner.
+
+Services take an `AtlasContext` (and `api.sae_view.SaeView`s opened from it), never the
+`Atlas` facade, so nothing below the facade reaches back into it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from saes.models import ModelHandle, load_model
+from store.errors import IntegrityError, NotFoundError
+from store.layout import AtlasLayout
+from store.search import FeatureSearch
+
+T = TypeVar("T")
+
+
+class ResourceCache:
+    """Loads each keyed resource once (thread-safe) and returns the same object afterwards."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.RLock()  # loaders may load other resources
+
+    def get(self, key: tuple[Any, ...], load: Callable[[], T]) -> T:
+        """The resource under `key`, calling `load()` the first time."""
+        if key in self._items:
+            return self._items[key]
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = load()
+            return self._items[key]
+
+
+class AtlasContext:
+    """One opened atlas directory and the resources loaded from it (kept for its lifetime)."""
+
+    def __init__(self, root: str | Path, model: Any = None) -> None:
+        """Open the atlas at `root` (NotFoundError if it has no atlas.json); `model` (a
+        ModelHandle or a model spec) overrides the spec atlas.json records."""
+        self.layout = AtlasLayout(root)
+        self.root = self.layout.root
+        if not self.layout.atlas_json.exists():
+            raise NotFoundError(f"{self.root} is not an atlas (no atlas.json); create one with `sae-atlas cache`")
+        self.meta = self.layout.read_meta()
+        self.cache = ResourceCache()
+        self.model_override = model
+        self.model_lock = threading.Lock()
+        """Held while the model runs: one model run at a time per atlas."""
+
+    def reread_meta(self) -> None:
+        """Read atlas.json again (after this process registered an SAE)."""
+        self.meta = self.layout.read_meta()
+
+    def sae_ids(self) -> list[str]:
+        """Ids of the SAEs with saved weights or registered in atlas.json."""
+        return self.layout.sae_ids()
+
+    def recorded(self, sae_id: str) -> dict[str, Any]:
+        """What atlas.json records of an SAE (empty when it records nothing)."""
+        return self.meta.get("saes", {}).get(sae_id, {})
+
+    def search(self) -> FeatureSearch:
+        """The decoder-direction search over the atlas's FAISS indexes (one per process)."""
+        return self.cache.get(("feature-search",), lambda: FeatureSearch(self.root))
+
+    def model(self) -> ModelHandle:
+        """The atlas's model handle (loaded on first call, then kept)."""
+        def load() -> ModelHandle:
+            spec = self.model_override if self.model_override is not None else self.meta.get("model")
+            if spec is None:
+                raise NotFoundError(f"{self.layout.atlas_json} records no model spec (key 'model')")
+            return spec if hasattr(spec, "bridge") else load_model(spec)
+
+        return self.cache.get(("model",), load)
+
+    def run_locked(self, run: Callable[[], T]) -> T:
+        """`run()` holding the model lock."""
+        with self.model_lock:
+            return run()
+
+    def describe(self, problem: IntegrityError) -> str:
+        """A damaged-file message with the file relative to the atlas."""
+        return problem.describe(self.root)

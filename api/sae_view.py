@@ -1,0 +1,204 @@
+"""`SaeView`: one SAE of an atlas, its id checked once.
+
+`open_sae(ctx, sae_id)` validates the id (a safe name whose folder holds a cfg.json, or a
+named error) and returns the view; everything a page or a search reads of the SAE comes
+through it: facts, summary tables, weights, map, record tables, labels and index state.
+Each is loaded lazily into the context's resource cache, so every view of the same SAE
+shares one copy.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from api.context import AtlasContext
+from api.results.sae import SaeInfo
+from geometry.maps import MAP_FILE, MAP_META, Basis, basis_frame, map_scores, read_map
+from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from saes.formats.saelens import CFG_FILE, true_architecture
+from saes.sae.base import SAE
+from store.atomic import read_json
+from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from store.feature_records import RecordTable, read_records, record_files
+from store.index import index_built, sae_index_path
+from store.integrity import verify_sae_weights
+from store.tables import FEATURES_FILE, FeatureTables
+
+AUTO_LABELS = "auto"
+"""The `source` of the offline labels in an SAE's labels table (imported sets are named)."""
+MapScores = dict[str, dict[str, float | None]]
+
+
+class SaeView:
+    """One SAE of an opened atlas (`open_sae`); its resources are loaded on first use."""
+
+    def __init__(self, ctx: AtlasContext, sae_id: str, folder: Path) -> None:
+        self.ctx = ctx
+        self.sae_id = sae_id
+        self.folder = folder
+
+    def __repr__(self) -> str:
+        return f"SaeView({self.sae_id!r})"
+
+    def _kept(self, what: str, load: Any) -> Any:
+        return self.ctx.cache.get((what, self.sae_id), load)
+
+    # facts ----------------------------------------------------------------------------
+    @property
+    def info(self) -> SaeInfo:
+        """Facts about the SAE from atlas.json and its cfg.json (read once, then kept)."""
+        return SaeInfo(**self._kept("info", self._read_info))
+
+    def _read_info(self) -> SaeInfo:
+        cfg = read_json(self.folder / CFG_FILE, f"re-train or re-import SAE {self.sae_id!r}")
+        recorded = self.ctx.recorded(self.sae_id)
+        return SaeInfo(
+            sae_id=self.sae_id, hook=atlas_sae_hook(self.ctx.root, self.sae_id),
+            architecture=true_architecture(cfg), d_in=cfg.get("d_in"), d_sae=cfg.get("d_sae"),
+            k=recorded.get("k"), fvu=recorded.get("fvu"), l0=recorded.get("l0"),
+            dead_fraction=recorded.get("dead_fraction"),
+            source=(recorded.get("source") or {}).get("source") or "trained", suspect=bool(recorded.get("suspect")))
+
+    @property
+    def hook(self) -> str:
+        """The hook the SAE reads."""
+        return self.info["hook"]
+
+    @property
+    def d_in(self) -> int:
+        return int(self.info["d_in"])
+
+    @property
+    def d_sae(self) -> int:
+        return int(self.info["d_sae"])
+
+    def latent(self, index: Any) -> int:
+        """`index` if it names a latent of this SAE: InvalidInputError for a non-integer,
+        NotFoundError (404 over HTTP) for one out of range."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise InvalidInputError(f"feature index must be an integer, got {index!r}")
+        if not 0 <= index < self.d_sae:
+            raise NotFoundError(f"feature index {index} out of range for SAE {self.sae_id!r}: "
+                                f"valid 0..{self.d_sae - 1}")
+        return int(index)
+
+    # weights ------------------------------------------------------------------------------
+    def module(self) -> SAE:
+        """The SAE itself (eval mode, CPU), its weights checked against their sha256."""
+        return self._kept("sae", lambda: load_atlas_sae(self.ctx.root, self.sae_id))
+
+    def verify_weights(self) -> None:
+        """IntegrityError naming the weights file when it is missing or differs from the
+        sha256 cfg.json records (hashed once per process and file version)."""
+        verify_sae_weights(self.ctx.root, self.sae_id)
+
+    # summaries ----------------------------------------------------------------------------
+    @property
+    def summarized(self) -> bool:
+        """Whether summary tables were written (reading them may still find damage)."""
+        return (self.folder / FEATURES_FILE).exists()
+
+    def tables(self) -> FeatureTables:
+        """The verified summary tables (NotFoundError if not summarized, IntegrityError if damaged)."""
+        return self._kept("tables", lambda: FeatureTables(self.ctx.root, self.sae_id))
+
+    def feature_mean(self, latent: int) -> float | None:
+        """A latent's mean activation from the summaries; None when not summarized."""
+        return float(self.tables().feature(self.latent(latent))["mean_act"]) if self.summarized else None
+
+    # map ----------------------------------------------------------------------------------
+    def stored_map(self) -> tuple[pl.DataFrame, dict[str, Any]]:
+        """The verified map table and its sidecar (NotFoundError when none was built)."""
+        def load() -> tuple[pl.DataFrame, dict[str, Any]]:
+            if not (self.folder / MAP_FILE).exists() and not (self.folder / MAP_META).exists():
+                raise NotFoundError(f"SAE {self.sae_id!r} has no map yet; build it with `sae-atlas analyze map`")
+            return read_map(self.ctx.root, self.sae_id)  # one file without the other is damage
+
+        return self._kept("map", load)
+
+    def map(self, basis: Basis = "decoder") -> pl.DataFrame:
+        """The 2-D feature map in one basis (`geometry.maps.basis_frame`)."""
+        return basis_frame(self.stored_map()[0], basis)
+
+    def map_scores(self) -> MapScores:
+        """Per built basis, how well the map keeps neighbourhoods (`geometry.maps.map_scores`)."""
+        return map_scores(*self.stored_map())
+
+    def map_position(self, latent: int) -> dict[str, Any] | None:
+        """The latent's row of the decoder map; None when no map is built or it lacks the latent."""
+        try:
+            frame = self.stored_map()[0]
+        except NotFoundError:
+            return None
+        if latent < frame.height and frame["latent"][latent] == latent:  # maps are stored in latent order
+            return frame.row(latent, named=True)
+        hit = frame.filter(pl.col("latent") == latent)
+        return hit.row(0, named=True) if hit.height else None
+
+    # record tables and labels ---------------------------------------------------------------
+    def _version(self, table: RecordTable) -> str:
+        """A record table's version: its sidecar's modification time (written last)."""
+        sidecar = record_files(self.folder, table)[1]
+        return str(sidecar.stat().st_mtime_ns) if sidecar.exists() else "none"
+
+    def records(self, table: RecordTable) -> pl.DataFrame:
+        """The `geometry` or `labels` record table, read once per version of its sidecar."""
+        key = ("records", self.sae_id, table, self._version(table))
+        return self.ctx.cache.get(key, lambda: read_records(self.ctx.root, self.sae_id, table))
+
+    def labels_version(self) -> str:
+        """The version of the labels table (changes whenever labels are written)."""
+        return self._version("labels")
+
+    def labels_by_latent(self) -> pl.DataFrame:
+        """One row per labelled latent: latent, label (the offline one), explanations
+        (imported texts); computed once per version of the labels table."""
+        def load() -> pl.DataFrame:
+            labels = self.records("labels")
+            auto = labels.filter(pl.col("source") == AUTO_LABELS).select("latent", pl.col("text").alias("label"))
+            imported = (labels.filter(pl.col("source") != AUTO_LABELS).group_by("latent")
+                        .agg(pl.col("text").sort().alias("explanations")))
+            return auto.join(imported, on="latent", how="full", coalesce=True).with_columns(
+                pl.col("latent").cast(pl.Int64), pl.col("explanations").cast(pl.List(pl.String)))
+
+        return self.ctx.cache.get(("labels-by-latent", self.sae_id, self.labels_version()), load)
+
+    # index and damage -----------------------------------------------------------------------
+    @cached_property
+    def has_index(self) -> bool:
+        """Whether the decoder index was built (`sae-atlas index`); a sidecar whose index file
+        is missing counts as built, so that loading it names the missing file."""
+        return index_built(sae_index_path(self.ctx.root, self.sae_id))
+
+    def damage(self) -> IntegrityError | None:
+        """What makes the SAE unservable: the IntegrityError of a missing, truncated or
+        mismatched file among its config, weights, summary tables, map and index; None when
+        they verify (or are not built yet). Loads and keeps what its pages read, so the first
+        call is the SAE's preload; the answer is kept for the life of the context."""
+        def check() -> IntegrityError | None:
+            try:
+                _ = self.info
+                self.verify_weights()
+                for load in (self.tables, self.stored_map):
+                    try:
+                        load()
+                    except NotFoundError:  # not summarized / no map yet: pages show what exists
+                        pass
+                if self.has_index:
+                    self.ctx.search().sae_index(self.sae_id)
+            except IntegrityError as exc:
+                return exc
+            return None
+
+        return self._kept("damage", check)
+
+
+def open_sae(ctx: AtlasContext, sae_id: str) -> SaeView:
+    """The view of SAE `sae_id`: InvalidInputError for an unsafe id, NotFoundError listing the
+    valid ids for an unknown one, IntegrityError for one registered without its cfg.json."""
+    return SaeView(ctx, sae_id, ctx.layout.require_sae(sae_id))

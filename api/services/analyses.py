@@ -1,0 +1,104 @@
+"""Stored geometry results (`analyses/<kind>/<run>.*`): the listing with each run's
+status, one run with its table and figures, figure files checked against their run, and
+circular-feature discovery on one SAE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from api.analyses.circular import discover_for_sae
+from api.results.analysis import AnalysisResult
+from api.sae_view import SaeView
+from geometry import results
+from store.errors import IntegrityError, NotFoundError
+from store.layout import AtlasLayout, check_id
+
+
+def analysis_runs(root: Path) -> list[dict[str, Any]]:
+    """Every stored analysis run: kind, run, its table and figure file names, and `status`
+    ("ok", or "damaged" with the `problem`: the file, what is wrong and the repair). Every
+    file of every run is verified (`geometry.results.verify_run`, hashes cached per file
+    version), so a deleted or changed file shows here instead of a run going missing."""
+    base = AtlasLayout(root).root / "analyses"
+    if not base.is_dir():
+        return []
+    rows = []
+    for kind_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+        kind = kind_dir.name
+        try:
+            runs = results.list_runs(root, kind) + results.unrecorded_runs(root, kind)
+        except IntegrityError as exc:  # the kind's runs.json itself is damaged
+            rows += [_run_row(kind_dir, p.stem, None, exc) for p in sorted(kind_dir.glob("*.json"))
+                     if p.name != results.RUNS_FILE]
+            continue
+        for run in sorted(runs):
+            try:
+                rows.append(_run_row(kind_dir, run, results.verify_run(root, kind, run), None))
+            except IntegrityError as exc:
+                rows.append(_run_row(kind_dir, run, None, exc))
+    return rows
+
+
+def _run_row(kind_dir: Path, run: str, meta: dict[str, Any] | None, problem: IntegrityError | None) -> dict[str, Any]:
+    """A listing row; the files come from the verified JSON, or by name for a damaged run or
+    one written before figures were recorded."""
+    main = ((meta or {}).get("tables") or {}).get(results.MAIN)
+    figures = results.figure_names(meta or {})
+    if meta is None or "figure_sha256" not in meta:
+        figures = sorted(p.name for p in kind_dir.glob("*.png") if p.name == f"{run}.png"
+                         or p.name.startswith(f"{run}."))
+    table = main["file"] if main else f"{run}.parquet" if (kind_dir / f"{run}.parquet").exists() else None
+    return {"kind": kind_dir.name, "run": run, "table": table, "figures": figures,
+            "status": "ok" if problem is None else "damaged",
+            "problem": None if problem is None else problem.describe(kind_dir.parent.parent)}
+
+
+def analysis_run(root: Path, kind: str, run: str) -> tuple[dict[str, Any], dict[str, Any], pl.DataFrame | None]:
+    """`(files, meta, table)` of one run, every file verified (`geometry.results.read_analysis`);
+    NotFoundError names the runs of that kind and the kinds."""
+    kind_dir = AtlasLayout(root).analysis_dir(kind)
+    try:
+        stored = results.read_analysis(root, kind, check_id(run, "run name"))
+    except NotFoundError as exc:
+        kinds = sorted({r["kind"] for r in analysis_runs(root)})
+        raise NotFoundError(f"{exc}; kinds: {', '.join(kinds) or '(none)'}") from exc
+    return _run_row(kind_dir, run, stored.meta, None), stored.meta, stored.table
+
+
+def figure_path(root: Path, kind: str, name: str) -> Path:
+    """The path of a PNG under `analyses/<kind>/` after checking it against the sha256 its
+    run recorded (NotFoundError if no run has it; IntegrityError if it is damaged). Runs
+    written before figures were recorded serve theirs unverified."""
+    kind_dir = AtlasLayout(root).analysis_dir(kind)
+    path = kind_dir / check_id(name, "figure name")
+    if name.endswith(".png"):
+        owner = results.figure_owner(root, kind, name)  # verifies the owner's files, this one included
+        if owner is not None and name in owner[1].get("figure_sha256", {}):
+            return path
+        if path.is_file() and any(name == f"{run}.png" or name.startswith(f"{run}.")
+                                  for run in _runs_without_figure_checksums(root, kind)):
+            return path
+    raise NotFoundError(f"no figure {name!r} under analyses/{kind}")
+
+
+def _runs_without_figure_checksums(root: Path, kind: str) -> list[str]:
+    return [run for run in results.list_runs(root, kind)
+            if "figure_sha256" not in results.verify_run(root, kind, run)]
+
+
+def analysis(root: Path, kind: str, run: str) -> AnalysisResult:
+    """One geometry result: its parameters/summary (json), table and figure paths."""
+    files, meta, table = analysis_run(root, kind, run)
+    folder = AtlasLayout(root).analysis_dir(kind)
+    return AnalysisResult(kind=kind, run=run, meta=meta, table=table,
+                          figures=[folder / name for name in files["figures"]])
+
+
+def run_circular(view: SaeView, max_tokens: int) -> AnalysisResult:
+    """Run circular-feature discovery on one SAE (`api.analyses.circular`); the new result."""
+    _, meta_path = discover_for_sae(view.ctx.root, view.sae_id, max_tokens=max_tokens)
+    return analysis(view.ctx.root, meta_path.parent.name, meta_path.stem)
+

@@ -1,0 +1,71 @@
+"""Feature pages and the per-latent tables of one SAE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from api.bounds import MAX_EXAMPLES, check_k
+from api.results.feature import Feature
+from api.sae_view import SaeView
+from api.services.labels import with_labels
+from api.services.search import cross_layer_card
+from store.tables import FeatureTables, histogram_edges
+
+STAT_KEYS = ("n_active", "density", "mean_act", "mean_active_act", "max_act", "decoder_norm")
+
+
+def feature_page(view: SaeView, latent: int, *, examples: int, neighbours: int) -> Feature:
+    """Everything about one feature: stats, histogram, top examples, logit effects,
+    nearest decoder neighbours in its SAE, best cross-layer matches, map position, the
+    geometry results it belongs to and its labels."""
+    latent = view.latent(latent)
+    examples = check_k(examples, "examples", MAX_EXAMPLES)
+    neighbours = check_k(neighbours, "neighbours")
+    tables = view.tables()
+    row = tables.feature(latent)
+    stats: dict[str, Any] = {key: row[key] for key in STAT_KEYS}
+    stats["quantiles"] = dict(zip(map(str, tables.params.get("quantile_levels", [])), row["quantiles"] or [],
+                                  strict=False))
+    similar = cross_layer = damaged_saes = None
+    if view.has_index:
+        similar = [m.as_row() for m in view.ctx.search().similar(view.sae_id, latent, neighbours)]
+        matches, damaged_saes = cross_layer_card(view, latent, min(neighbours, 5))
+        cross_layer = [m.as_row() for m in matches]
+    labels = with_labels(view.ctx, pl.DataFrame({"sae_id": [view.sae_id], "latent": [latent]}), {view.sae_id: view})
+    return Feature(
+        sae_id=view.sae_id,
+        index=latent,
+        hook=view.hook,
+        stats=stats,
+        histogram=histogram(tables, row),
+        examples=tables.examples_for(latent, "top").head(examples)
+        .select("act", "block", "pos", "centre", "tokens", "acts").to_dicts(),
+        top_logits=_logits(row, "top"),
+        bottom_logits=_logits(row, "bottom"),
+        neighbours=similar,
+        cross_layer=cross_layer,
+        map_position=view.map_position(latent),
+        damaged_saes=damaged_saes,
+        geometry=view.records("geometry").filter(pl.col("latent") == latent).drop("sae_id").to_dicts(),
+        **labels.select("label", "explanations").row(0, named=True),
+    )
+
+
+def histogram(tables: FeatureTables, row: dict[str, Any]) -> dict[str, list[float]]:
+    """A latent's activation histogram: bin `edges` (len n+2, first 0) and `counts` (n+1)."""
+    counts = list(row["hist_counts"])
+    edges = histogram_edges(float(row["hist_top"]), len(counts) - 1, int(tables.params.get("bins_per_octave", 8)))
+    return {"edges": [0.0, *edges.tolist()], "counts": counts}
+
+
+def _logits(row: dict[str, Any], side: str) -> list[dict[str, Any]]:
+    ids, values = row[f"{side}_logit_ids"] or [], row[f"{side}_logit_values"] or []
+    tokens = row[f"{side}_logit_tokens"] or [None] * len(ids)
+    return [{"token_id": i, "token": t, "value": v} for i, t, v in zip(ids, tokens, values, strict=False)]
+
+
+def examples(view: SaeView, latent: int, kind: str | None) -> pl.DataFrame:
+    """All stored example contexts of a feature (top-k and activation bands)."""
+    return view.tables().examples_for(view.latent(latent), kind)

@@ -1,0 +1,72 @@
+"""Feature labels: the offline labels computed from the summaries and imported
+explanations, stored per SAE (`store.feature_records`), searched with BM25 and joined onto
+any table of features."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from api.bounds import check_k
+from api.context import AtlasContext
+from api.sae_view import AUTO_LABELS, SaeView, open_sae
+from saes.explanations import read_explanations
+from saes.labels import auto_labels
+from store.errors import InvalidInputError, NotFoundError
+from store.feature_records import read_records, write_records
+from store.label_index import LabelIndex
+
+LABEL_COLUMNS = {"sae_id": pl.String, "latent": pl.Int64, "label": pl.String, "explanations": pl.List(pl.String)}
+
+
+def with_labels(ctx: AtlasContext, frame: pl.DataFrame, views: dict[str, SaeView] | None = None) -> pl.DataFrame:
+    """`frame` (with sae_id, latent) plus `label` (offline) and `explanations` (imported)
+    columns, read for the rows asked for only. `views` are SAEs already opened by the caller."""
+    views = views or {}
+    wanted = frame.group_by("sae_id").agg("latent").iter_rows() if frame.height else []
+    parts = [(views.get(sid) or open_sae(ctx, sid)).labels_by_latent().filter(pl.col("latent").is_in(latents))
+             .with_columns(pl.lit(sid).alias("sae_id")) for sid, latents in wanted]
+    table = (pl.concat([p.select(list(LABEL_COLUMNS)) for p in parts]) if parts
+             else pl.DataFrame(schema=LABEL_COLUMNS))
+    return frame.join(table, on=["sae_id", "latent"], how="left")
+
+
+def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -> pl.DataFrame:
+    """Features whose label or imported explanations match `query` (BM25, local): columns
+    sae_id, latent, score, label, explanations."""
+    k = check_k(k)
+    labels = {view.sae_id: view.records("labels") for view in views}
+    if not any(table.height for table in labels.values()):
+        names = ", ".join(view.sae_id for view in views) or "any SAE"
+        raise NotFoundError(f"no labels or explanations stored for {names}; build them with "
+                            f"`sae-atlas search labels --atlas {ctx.root} --rebuild` (summarize does it) "
+                            "or import explanations")
+    versions = tuple(f"{view.sae_id}:{view.labels_version()}" for view in sorted(views, key=lambda v: v.sae_id))
+    index = ctx.cache.get(("label-index", *versions), lambda: LabelIndex(pl.concat(list(labels.values()))))
+    hits = index.search(query, k)
+    return with_labels(ctx, hits, {view.sae_id: view for view in views}).with_columns(
+        pl.col("explanations").fill_null([]))
+
+
+def build_labels(view: SaeView) -> int:
+    """Compute the SAE's offline labels from its summary tables (`saes.labels`) and store
+    them beside any imported explanations; returns the number of labels."""
+    tables = view.tables()
+    auto = auto_labels(tables.features, tables.examples).with_columns(
+        pl.lit(view.sae_id).alias("sae_id"), pl.lit(AUTO_LABELS).alias("source"))
+    kept = read_records(view.ctx.root, view.sae_id, "labels").filter(pl.col("source") != AUTO_LABELS)
+    write_records(view.ctx.root, view.sae_id, "labels", pl.concat([auto.select(kept.columns), kept]))
+    return auto.height
+
+
+def import_explanations(view: SaeView, path: Path, source: str) -> int:
+    """Store the explanations of `path` (`saes.explanations`) under `source`, replacing an
+    earlier import of that source; returns how many were stored."""
+    if not source or source == AUTO_LABELS:
+        raise InvalidInputError(f"the source name must be non-empty and not {AUTO_LABELS!r}")
+    new = read_explanations(path, view.d_sae).with_columns(
+        pl.lit(view.sae_id).alias("sae_id"), pl.lit(source).alias("source"))
+    kept = read_records(view.ctx.root, view.sae_id, "labels").filter(pl.col("source") != source)
+    write_records(view.ctx.root, view.sae_id, "labels", pl.concat([kept, new.select(kept.columns)]))
+    return new.height

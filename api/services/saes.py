@@ -1,0 +1,70 @@
+"""The SAEs of an atlas: listing with status, damage reports, import and preload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from api.context import AtlasContext
+from api.results.sae import SaeStatus
+from api.sae_view import open_sae
+from saes.importing.pipeline import import_sae
+from store.errors import IntegrityError
+
+RECORDED_KEYS = ("hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")
+
+
+def problem_of(ctx: AtlasContext, sae_id: str) -> IntegrityError | None:
+    """The SAE's damage (`SaeView.damage`), or the IntegrityError of one registered in
+    atlas.json whose cfg.json is missing."""
+    try:
+        return open_sae(ctx, sae_id).damage()
+    except IntegrityError as exc:
+        return exc
+
+
+def status(ctx: AtlasContext, sae_id: str) -> SaeStatus:
+    """The SAE's facts plus `status` "ok"; for a damaged SAE what atlas.json records of it,
+    `status` "damaged" and the `problem` (the file, what is wrong, the repair)."""
+    problem = problem_of(ctx, sae_id)
+    if problem is None:
+        return SaeStatus(**open_sae(ctx, sae_id).info, status="ok", problem=None)
+    recorded = ctx.recorded(sae_id)
+    return SaeStatus(sae_id=sae_id, **{key: recorded.get(key) for key in RECORDED_KEYS},
+                     source=(recorded.get("source") or {}).get("source") or "trained",
+                     suspect=bool(recorded.get("suspect")), status="damaged", problem=ctx.describe(problem))
+
+
+def listing(ctx: AtlasContext) -> pl.DataFrame:
+    """One row per SAE (`status`)."""
+    rows = [status(ctx, sae_id) for sae_id in ctx.sae_ids()]
+    return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"sae_id": pl.String})
+
+
+def damaged(ctx: AtlasContext) -> dict[str, str]:
+    """The damaged SAEs and what is wrong with each (atlas-relative file, problem, repair)."""
+    return {sae_id: ctx.describe(problem) for sae_id in ctx.sae_ids() if (problem := problem_of(ctx, sae_id))}
+
+
+def preload(ctx: AtlasContext) -> None:
+    """Load what feature pages and searches read: every healthy SAE's tables, map and
+    index, and the neighbour tables of every pair of indexed SAEs of one width."""
+    broken = damaged(ctx)
+    indexed = [s for s in ctx.sae_ids() if s not in broken and open_sae(ctx, s).has_index]
+    search = ctx.search()
+    width = {sae_id: search.sae_index(sae_id)[1]["d"] for sae_id in indexed}
+    for source in indexed:
+        for target in indexed:
+            if width[source] == width[target]:
+                search.neighbour_table(source, target)
+
+
+def add_sae(ctx: AtlasContext, source: str | Path, **options: Any) -> dict[str, Any]:
+    """Import a pretrained SAE into the atlas after the misload guard
+    (`saes.importing.pipeline.import_sae`); what was imported and its metrics."""
+    handle = ctx.model_override if hasattr(ctx.model_override, "hook_names") else None
+    result = import_sae(ctx.root, source, model_handle=handle, **options)
+    ctx.reread_meta()
+    return result.to_dict()
