@@ -327,27 +327,6 @@ def load_saelens(
     return check_d_in(sae, expected_d_in, folder / CFG_FILE)
 
 
-def load_sparsity(folder: str | Path) -> torch.Tensor | None:
-    """The stored `log10(density + 1e-10)` `[d_sae]`, or None when the folder has none.
-
-    For folders we wrote the file is checked against its recorded sha256.
-    """
-    folder = Path(folder)
-    path = folder / SPARSITY_FILE
-    if not path.exists():
-        return None
-    raw = read_config(folder / CFG_FILE, _FOREIGN_REPAIR)
-    if OUR_KEY in raw:
-        _, sha = _ours(raw, folder / CFG_FILE)
-        if SPARSITY_FILE not in sha:
-            return None
-        _verify(folder, sha, SPARSITY_FILE)
-    tensors = read_safetensors(path, _FOREIGN_REPAIR)
-    if "sparsity" not in tensors:
-        raise IntegrityError(path, "tensor 'sparsity' is missing", _FOREIGN_REPAIR)
-    return tensors["sparsity"]
-
-
 def relink_weights(folder: str | Path, target: str | Path) -> None:
     """Make `folder`'s weights file a symbolic link to `target` (a file holding the same
     tensors) and record the linked file's sha256 in `cfg.json`, so reads stay verified."""

@@ -41,11 +41,6 @@ def token_keys(global_token: torch.Tensor, salt: torch.Tensor) -> torch.Tensor:
     return _mix32((global_token ^ (global_token >> 32) ^ salt) & _MASK32)
 
 
-def priority_keys(global_token: torch.Tensor, latent: torch.Tensor, seed: int) -> torch.Tensor:
-    """Pseudo-random keys in `[0, 2**32)` for (token, latent) pairs, fixed by `seed`."""
-    return token_keys(global_token, latent_salts(latent, seed))
-
-
 class BandSampler:
     """`per_band` uniformly sampled examples in each of `n_bands` octave bands per latent
     (a `SlotTable` with one row per (latent, band); smaller priority keys score higher)."""

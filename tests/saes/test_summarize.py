@@ -16,8 +16,9 @@ import typer
 from typer.testing import CliRunner
 
 from saes.sae.base import SAE, SAEConfig
+from saes.sae.standard import StandardSAE
 from saes.summary.accumulator import SummaryParams
-from saes.summary.bands import priority_keys
+from saes.summary.bands import latent_salts, token_keys
 from saes.summary.logits import logit_directions, logit_effects, vocab_strings
 from saes.summary.run import summarize_blocks, summarize_sae
 from store.activations import ActivationReader, ActivationWriter, Blocks
@@ -30,7 +31,7 @@ F, T, N_BLOCKS = 12, 32, 100
 PLANTED_TOKEN = 7  # latent 0 fires strongly exactly on this token
 
 
-class ReluIdentity(SAE):
+class ReluIdentity(StandardSAE):
     """f = relu(x): an SAE whose activations are its inputs' positive parts."""
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
@@ -157,7 +158,7 @@ def test_band_samples_equal_brute_force_priority_sampling(atlas):
         octave = torch.div(torch.floor(torch.log2(v) * bpo).long(), bpo, rounding_mode="floor")
         exponent = int(octave.max()) + 1
         band = exponent - octave - 1
-        keys = priority_keys(gid[active], torch.full_like(active, latent), seed)
+        keys = token_keys(gid[active], latent_salts(torch.full_like(active, latent), seed))
         rows = tables.examples_for(latent, "band")
         for b in range(4):
             members = (band == b).nonzero(as_tuple=True)[0]
