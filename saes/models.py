@@ -116,8 +116,10 @@ class ModelHandle:
         return hook_layer(self.check_hook(name))
 
     def default_hooks(self, count: int = 3, kind: str = "hook_resid_post") -> list[str]:
-        """`count` hooks of one kind spread evenly over the depth."""
-        layers = sorted({round((i + 1) * self.n_layers / (count + 1)) for i in range(count)})
+        """Up to `count` hooks of one kind spread evenly over the depth, all of existing
+        layers (layers that coincide on a shallow model are named once)."""
+        last = self.n_layers - 1
+        layers = sorted({min(last, round((i + 1) * self.n_layers / (count + 1))) for i in range(count)})
         return [self.check_hook(f"blocks.{layer}.{kind}") for layer in layers]
 
     def to_tokens(self, text: str | list[str], prepend_bos: bool = True) -> torch.Tensor:

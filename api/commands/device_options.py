@@ -9,9 +9,10 @@ import typer
 from saes.devices import DEVICE_HELP, DTYPE_HELP
 
 
-def device_option(default: str = "auto") -> Any:
-    """A `--device` option (resolved by `saes.devices.resolve_device`)."""
-    return typer.Option(default, "--device", help=DEVICE_HELP)
+def device_option(default: str | None = "auto", default_note: str = "") -> Any:
+    """A `--device` option (resolved by `saes.devices.resolve_device`); `default_note` says
+    in the help what an unset (None) default stands for."""
+    return typer.Option(default, "--device", help=f"{DEVICE_HELP} {default_note}".strip())
 
 
 def model_dtype_option() -> Any:

@@ -10,6 +10,8 @@ from typing import Any
 import typer
 
 from api.commands.common import handle_errors, print_json, print_table
+from api.commands.device_options import device_option
+from saes.devices import resolve_device
 from saes.sae.base import SAEConfig
 from saes.train.atlas import train_saes
 from saes.train.config import TrainConfig
@@ -73,7 +75,7 @@ def train_command(
     batch_size: int = typer.Option(None, min=1, help="Tokens per step (default 4096)."),
     lr: float = typer.Option(None, help="Adam learning rate (default 2e-4 / sqrt(d_sae / 2**14))."),
     seed: int = typer.Option(None, help="Seed of initialisation and data order (default 0)."),
-    device: str = typer.Option(None, help="Torch device, e.g. cpu or cuda (default cpu)."),
+    device: str = device_option(None, "Default: the config file's device, else cpu."),
     config: Path = typer.Option(None, help="TOML/JSON file with the same keys (and any TrainConfig/SAEConfig field); flags win."),
     overwrite: bool = typer.Option(False, help="Retrain SAEs that already finished with this configuration."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
@@ -88,6 +90,7 @@ def train_command(
              "expansion": expansion, "k": k, "total_tokens": tokens, "batch_size": batch_size,
              "lr": lr, "seed": seed, "device": device}
     options.update({key: value for key, value in flags.items() if value is not None})
+    options["device"] = str(resolve_device(options.get("device", TrainConfig.device)))
     hooks = options.pop("hooks", None) or AtlasLayout(atlas).cached_hooks()
     if not hooks:
         raise InvalidInputError(f"no cached activations in {atlas}; run `sae-atlas cache` first")

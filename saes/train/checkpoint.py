@@ -3,7 +3,8 @@
 A checkpoint is one `torch.save` file `step-XXXXXXXX.pt` holding the SAE and optimizer
 and scheduler state, RNG states, step, tokens seen, dead-latent counters, the input scale
 and the metrics so far. It is written through `store.atomic.atomic_path`, so a crash
-leaves either the previous file set or the new one; a file that fails to load (e.g. a
+leaves either the previous file set or the new one (and at worst a temporary file, which
+`remove_checkpoints` deletes with the rest); a file that fails to load (e.g. a
 foreign truncated file) is skipped with the next older one used instead.
 """
 
@@ -19,6 +20,7 @@ import torch
 from store.atomic import atomic_path
 
 _NAME = re.compile(r"^step-(\d{8,})\.pt$")
+_TEMPORARY = re.compile(r"^\.step-\d{8,}\.pt\..*\.tmp$")  # a checkpoint write killed before its rename
 KEEP = 2  # newest checkpoints kept; older ones are removed after a successful write
 
 
@@ -70,9 +72,13 @@ def load_latest_checkpoint(sae_dir: Path, map_location: str | torch.device = "cp
 
 
 def remove_checkpoints(sae_dir: Path) -> None:
-    """Delete the run's checkpoints (after the final SAE is saved)."""
-    for _, path in _checkpoints(sae_dir):
-        path.unlink(missing_ok=True)
+    """Delete the run's checkpoints and the temporary files of killed checkpoint writes
+    (after the final SAE is saved), then the emptied folder."""
     folder = checkpoint_dir(sae_dir)
-    if folder.is_dir() and not any(folder.iterdir()):
+    if not folder.is_dir():
+        return
+    for path in list(folder.iterdir()):
+        if _NAME.match(path.name) or _TEMPORARY.match(path.name):
+            path.unlink(missing_ok=True)
+    if not any(folder.iterdir()):
         folder.rmdir()

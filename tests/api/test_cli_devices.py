@@ -32,7 +32,7 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("eval",): lambda root: ["--atlas", str(root)],
     ("summarize",): lambda root: ["--atlas", str(root)],
     ("demo",): lambda root: ["--atlas", str(root / "demo")],
-    ("serve",): lambda root: ["--atlas", str(root)],
+    ("serve",): lambda root: [str(root)],
     ("search", "text"): lambda root: [str(root), "the cat"],
 }
 
