@@ -218,6 +218,10 @@ class ActivationWriter:
             owner = 0 if index is None else index % self.world_size
             if owner == self.rank and path.name not in keep:
                 path.unlink(missing_ok=True)
+        records = {self.progress_path.name} | ({self.manifest_path.name} if self.rank == 0 else set())
+        for name in records:  # the temporaries of a record write killed before its rename
+            for path in self.dir.glob(f".{name}.*.tmp"):
+                path.unlink(missing_ok=True)
 
     @staticmethod
     def _recount(manifest: dict[str, Any]) -> None:

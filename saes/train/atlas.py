@@ -163,6 +163,8 @@ def _train_one(
             reader.batches(B, seed=seed, split="heldout"), max(1, HELDOUT_EVAL_TOKENS // B)
         )
         train_sae(sae_cfg, stream, train_cfg, out_dir=sae_dir, eval_batches=heldout, ctx=ctx)
+    elif ctx is None or ctx.is_main:
+        remove_checkpoints(sae_dir)  # a finished run killed between training.json and its cleanup
 
 
 def train_saes(

@@ -143,6 +143,7 @@ class _Run:
         self.scale = 1.0
         self.data_variance: float | None = None
         self.history: list[dict[str, float]] = []
+        self.log_window: list[dict[str, float]] = []  # step metrics since the last history row
 
     def state(self) -> dict[str, Any]:
         return {
@@ -158,6 +159,7 @@ class _Run:
             "input_scale": self.scale,
             "data_variance": self.data_variance,
             "history": self.history,
+            "log_window": self.log_window,
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -172,6 +174,7 @@ class _Run:
         self.scale = state["input_scale"]
         self.data_variance = state["data_variance"]
         self.history = state["history"]
+        self.log_window = state.get("log_window", [])  # absent in checkpoints of earlier versions
 
 
 def _check_same_config(state: dict[str, Any], sae_cfg: SAEConfig, cfg: TrainConfig) -> None:
@@ -239,7 +242,6 @@ class _Loop:
         if self.ctx is not None and self.ctx.world_size > 1:
             model = nn.parallel.DistributedDataParallel(model)
         self.model = model
-        self.window: list[dict[str, float]] = []
 
     def step(self, batch: torch.Tensor) -> dict[str, float]:
         """One optimizer step on this rank's slice of a global batch; updates the step and
@@ -269,10 +271,10 @@ class _Loop:
         """Add a step's metrics to the window; every `log_every_steps` (and at the end) append
         the window's means, averaged over ranks, to the history."""
         run, cfg = self.run, self.cfg
-        self.window.append(row)
+        run.log_window.append(row)
         if run.step % cfg.log_every_steps and run.step != cfg.total_steps:
             return
-        summary = _summarise(self.window)
+        summary = _summarise(run.log_window)
         summary_t = torch.tensor(list(summary.values()), dtype=torch.float64)
         summary = dict(zip(summary, all_reduce_(summary_t, self.ctx, "mean").tolist(), strict=True))
         summary.update(
@@ -280,7 +282,7 @@ class _Loop:
             dead_fraction=float((run.since_fired >= cfg.dead_window_tokens).float().mean()),
         )
         run.history.append(summary)
-        self.window = []
+        run.log_window = []
 
     def maybe_checkpoint(self) -> None:
         """Checkpoint (main rank, with an out_dir, before the last step) when the run crossed a

@@ -43,13 +43,6 @@ SUMMARY_ARGS: dict[str, Any] = {"corpus": stream_fixture.CORPUS, "n_tokens": str
                                 "batch_blocks": stream_fixture.BATCH_BLOCKS, "checkpoint_every": 2,
                                 "progress": False}
 IMPORTED = "imported"
-# bugs outside this test's files, each reported with its fix; the cases turn green with it
-STALE_MANIFEST_TMP = ("store/activations.py: a resumed ActivationWriter leaves the temporary file of a killed "
-                      "manifest write (.manifest.json.*.tmp) in the hook folder")
-LOST_LOG_WINDOW = ("saes/train/trainer.py: the metrics of steps since the last history row (_Loop.window) are not "
-                   "in the checkpoint, so a resumed run's next history row (and final_metrics) differs")
-CHECKPOINTS_LEFT = ("saes/train/atlas.py: a run killed after training.json but before remove_checkpoints keeps "
-                    "its checkpoints/ for good: the re-run sees a finished SAE and never cleans up")
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +60,7 @@ def cache_reference(handle: ModelHandle, tmp_path_factory: pytest.TempPathFactor
 @pytest.mark.parametrize("point", [
     KillPoint("store.activations.save_deterministic", 3, "mid_write"),  # half of a temporary shard on disk
     KillPoint("store.activations.ActivationWriter._write_manifest", 4),  # shard in place, manifest not updated
-    pytest.param(KillPoint("pathlib.Path.write_bytes", 4, "mid_write", path_arg=0),  # half of a temporary manifest
-                 marks=pytest.mark.xfail(strict=True, reason=STALE_MANIFEST_TMP)),
+    KillPoint("pathlib.Path.write_bytes", 4, "mid_write", path_arg=0),  # half of a temporary manifest
 ], ids=["mid-shard-write", "shard-before-manifest", "mid-manifest-write"])
 def test_cache_killed_resumes_to_identical_files(point: KillPoint, handle: ModelHandle, tmp_path: Path,
                                                  cache_reference: dict[str, str]) -> None:
@@ -117,10 +109,8 @@ def _training_record(root: Path) -> dict[str, Any]:
     (KillPoint("saes.train.trainer.project_decoder_grad", 7), 1),  # step 7: after the backward, before Adam
     (KillPoint("torch.save", 3, "mid_write"), 1),  # half of the third temporary checkpoint on disk
     (KillPoint("saes.train.trainer._write_record", 1), 1),  # SAE saved, training.json not yet written
-    pytest.param(KillPoint("saes.train.trainer.remove_checkpoints", 1), 1,  # training.json written, checkpoints left
-                 marks=pytest.mark.xfail(strict=True, reason=CHECKPOINTS_LEFT)),
-    pytest.param(KillPoint("saes.train.trainer.project_decoder_grad", 7), 10,  # steps 1-6 not yet in the history
-                 marks=pytest.mark.xfail(strict=True, reason=LOST_LOG_WINDOW)),
+    (KillPoint("saes.train.trainer.remove_checkpoints", 1), 1),  # training.json written, checkpoints left
+    (KillPoint("saes.train.trainer.project_decoder_grad", 7), 10),  # steps 1-6 not yet in the history
 ], ids=["after-backward", "mid-checkpoint-write", "before-training-json", "before-checkpoint-cleanup",
         "after-backward-mid-log-window"])
 def test_training_killed_resumes_to_identical_files(point: KillPoint, log_every_steps: int, planted: Path,
