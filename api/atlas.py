@@ -49,6 +49,7 @@ from geometry.feature_geometry import rebuild_geometry_records
 from geometry.maps import Basis
 from saes.encoding.texts import Pool
 from saes.intervene.attribution import AttributionMode
+from saes.models import ModelHandle
 from store.errors import IntegrityError, NotFoundError
 from store.layout import AtlasLayout
 from store.search import Filters
@@ -259,7 +260,7 @@ class Atlas:
         views = [self.sae(s) for s in sae_ids or self.sae_ids]
         return interventions.attribute_text(self.ctx, views, text, target, top=top, verify=verify, mode=mode)
 
-    def model(self) -> Any:
+    def model(self) -> ModelHandle:
         """The atlas's model handle (loaded on first call, then kept)."""
         return self.ctx.model()
 
