@@ -7,6 +7,13 @@ from pathlib import Path
 import typer
 
 from api.commands.common import handle_errors, print_json, print_table
+from api.commands.corpus_options import (
+    batch_blocks_option,
+    context_option,
+    corpus_option,
+    no_bos_option,
+    text_field_option,
+)
 from api.commands.device_options import device_option, model_dtype_option
 from saes.cache import CacheSummary, cache_activations
 from saes.corpus import CorpusSpec
@@ -43,13 +50,13 @@ def cache_command(
     model: str = typer.Option(DEFAULT_MODEL, help="Model: smollm2-135m, a HF id, a local folder or .gguf."),
     hook: list[str] = typer.Option([], help="Hook to cache (repeatable); default: resid_post at --layers spread layers."),
     layers: int = typer.Option(3, min=1, help="Number of layers spread over the depth when no --hook is given."),
-    corpus: str = typer.Option("builtin", help="builtin, a .txt/.jsonl/.parquet file or folder, or hf:<dataset>."),
-    text_field: str = typer.Option("text", help="Text field of .jsonl / .parquet / HF records."),
+    corpus: str = corpus_option(),
+    text_field: str = text_field_option(),
     tokens: int = typer.Option(131072, min=1, help="Tokens to cache per hook."),
-    context: int = typer.Option(128, min=2, help="Block length in tokens."),
-    no_bos: bool = typer.Option(False, "--no-bos", help="Do not start blocks with BOS."),
+    context: int = context_option(),
+    no_bos: bool = no_bos_option(),
     dtype: str = typer.Option("float32", help="Stored dtype: float32, float16 or bfloat16."),
-    batch_blocks: int = typer.Option(8, min=1, help="Blocks per forward pass."),
+    batch_blocks: int = batch_blocks_option(),
     shard_blocks: int = typer.Option(64, min=1, help="Blocks per shard file."),
     seed: int = typer.Option(0, help="Seed of the document order."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),

@@ -7,6 +7,12 @@ from pathlib import Path
 import typer
 
 from api.commands.common import handle_errors, print_json, print_table
+from api.commands.corpus_options import (
+    FROM_MODEL,
+    batch_blocks_option,
+    context_option,
+    corpus_option,
+)
 from api.commands.device_options import device_option, model_dtype_option
 from saes.devices import use_by_default
 from saes.distributed import init_distributed
@@ -43,9 +49,9 @@ def eval_command(
     model_dtype: str = model_dtype_option(),
     from_model: bool = typer.Option(False, "--from-model",
                                     help="Activation metrics over --tokens corpus tokens streamed through the model."),
-    corpus: str = typer.Option("builtin", help="With --from-model: builtin, a .txt/.jsonl/.parquet file or folder."),
-    context: int = typer.Option(128, min=2, help="With --from-model: block length in tokens."),
-    batch_blocks: int = typer.Option(8, min=1, help="With --from-model: blocks per forward pass."),
+    corpus: str = corpus_option(FROM_MODEL),
+    context: int = context_option(FROM_MODEL),
+    batch_blocks: int = batch_blocks_option(FROM_MODEL),
 ) -> None:
     """Evaluate SAEs (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score), BOS excluded.
 

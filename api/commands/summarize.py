@@ -9,6 +9,14 @@ from typing import Any
 import typer
 
 from api.commands.common import console, handle_errors, print_json, print_table
+from api.commands.corpus_options import (
+    FROM_MODEL,
+    batch_blocks_option,
+    context_option,
+    corpus_option,
+    no_bos_option,
+    text_field_option,
+)
 from api.commands.device_options import device_option, model_dtype_option
 from saes.corpus import CorpusSpec
 from saes.devices import use_by_default
@@ -76,12 +84,12 @@ def summarize_command(
     model_dtype: str = model_dtype_option(),
     from_model: bool = typer.Option(False, "--from-model",
                                     help="Stream --tokens tokens of --corpus through the model (no cache needed)."),
-    corpus: str = typer.Option("builtin", help="With --from-model: builtin, a .txt/.jsonl/.parquet file or folder."),
-    text_field: str = typer.Option("text", help="With --from-model: text field of .jsonl / .parquet records."),
-    context: int = typer.Option(128, min=2, help="With --from-model: block length in tokens."),
-    no_bos: bool = typer.Option(False, "--no-bos", help="With --from-model: do not start blocks with BOS."),
+    corpus: str = corpus_option(FROM_MODEL),
+    text_field: str = text_field_option(FROM_MODEL),
+    context: int = context_option(FROM_MODEL),
+    no_bos: bool = no_bos_option(FROM_MODEL),
     corpus_seed: int = typer.Option(0, help="With --from-model: seed of the document order."),
-    batch_blocks: int = typer.Option(8, min=1, help="With --from-model: blocks per forward pass."),
+    batch_blocks: int = batch_blocks_option(FROM_MODEL),
     checkpoint_every: int = typer.Option(None, min=1, help="With --from-model: batches between resumable "
                                          "checkpoints (default: one a minute)."),
 ) -> None:
