@@ -8,7 +8,7 @@ Services take an `AtlasContext` (and `api.sae_view.SaeView`s opened from it), ne
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,10 +21,12 @@ T = TypeVar("T")
 
 
 class ResourceCache:
-    """Loads each keyed resource once (thread-safe) and returns the same object afterwards."""
+    """Loads each keyed resource once (thread-safe) and returns the same object afterwards;
+    a resource read from a file that is rewritten in place is kept per version (`current`)."""
 
     def __init__(self) -> None:
         self._items: dict[tuple[Any, ...], Any] = {}
+        self._versions: dict[tuple[Any, ...], tuple[Hashable, Any]] = {}
         self._lock = threading.RLock()  # loaders may load other resources
 
     def get(self, key: tuple[Any, ...], load: Callable[[], T]) -> T:
@@ -35,6 +37,19 @@ class ResourceCache:
             if key not in self._items:
                 self._items[key] = load()
             return self._items[key]
+
+    def current(self, key: tuple[Any, ...], version: Hashable, load: Callable[[], T]) -> T:
+        """The resource under `key` as of `version` (of the file it is read from): `load()`
+        is called again when the version changed since the last call, and the copy of the
+        older version is dropped."""
+        held = self._versions.get(key)
+        if held is not None and held[0] == version:
+            return held[1]
+        with self._lock:
+            held = self._versions.get(key)
+            if held is None or held[0] != version:
+                held = self._versions[key] = (version, load())
+            return held[1]
 
 
 class AtlasContext:

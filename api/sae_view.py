@@ -4,7 +4,9 @@
 named error) and returns the view; everything a page or a search reads of the SAE comes
 through it: facts, summary tables, weights, map, record tables, labels and index state.
 Each is loaded lazily into the context's resource cache, so every view of the same SAE
-shares one copy.
+shares one copy. What `sae-atlas summarize` and the label commands rewrite while a server
+runs (summary tables, record tables) is kept per version of its sidecar, so a page reads
+the files as they are now, whole, and never a copy from before a rewrite beside one after.
 """
 
 from __future__ import annotations
@@ -27,11 +29,21 @@ from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.feature_records import RecordTable, read_records, record_files
 from store.index import index_built, sae_index_path
 from store.integrity import verify_sae_weights
-from store.tables import FEATURES_FILE, FeatureTables
+from store.tables import FEATURES_FILE, TABLES_FILE, FeatureTables
 
 AUTO_LABELS = "auto"
 """The `source` of the offline labels in an SAE's labels table (imported sets are named)."""
 MapScores = dict[str, dict[str, float | None]]
+
+
+def _file_version(path: Path) -> str:
+    """The version of a file that is replaced atomically when rewritten (a new inode and
+    modification time each time); "none" when it does not exist."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return "none"
+    return f"{stat.st_ino}:{stat.st_mtime_ns}"
 
 
 class SaeView:
@@ -104,8 +116,10 @@ class SaeView:
         return (self.folder / FEATURES_FILE).exists()
 
     def tables(self) -> FeatureTables:
-        """The verified summary tables (NotFoundError if not summarized, IntegrityError if damaged)."""
-        return self._kept("tables", lambda: FeatureTables(self.ctx.root, self.sae_id))
+        """The verified summary tables (NotFoundError if not summarized, IntegrityError if
+        damaged), read again once they were rewritten (their sidecar, written last, changed)."""
+        return self.ctx.cache.current(("tables", self.sae_id), _file_version(self.folder / TABLES_FILE),
+                                      lambda: FeatureTables(self.ctx.root, self.sae_id))
 
     def feature_mean(self, latent: int) -> float | None:
         """A latent's mean activation from the summaries; None when not summarized."""
@@ -142,14 +156,13 @@ class SaeView:
 
     # record tables and labels ---------------------------------------------------------------
     def _version(self, table: RecordTable) -> str:
-        """A record table's version: its sidecar's modification time (written last)."""
-        sidecar = record_files(self.folder, table)[1]
-        return str(sidecar.stat().st_mtime_ns) if sidecar.exists() else "none"
+        """A record table's version: that of its sidecar (written last)."""
+        return _file_version(record_files(self.folder, table)[1])
 
     def records(self, table: RecordTable) -> pl.DataFrame:
         """The `geometry` or `labels` record table, read once per version of its sidecar."""
-        key = ("records", self.sae_id, table, self._version(table))
-        return self.ctx.cache.get(key, lambda: read_records(self.ctx.root, self.sae_id, table))
+        return self.ctx.cache.current(("records", self.sae_id, table), self._version(table),
+                                      lambda: read_records(self.ctx.root, self.sae_id, table))
 
     def labels_version(self) -> str:
         """The version of the labels table (changes whenever labels are written)."""
@@ -166,7 +179,7 @@ class SaeView:
             return auto.join(imported, on="latent", how="full", coalesce=True).with_columns(
                 pl.col("latent").cast(pl.Int64), pl.col("explanations").cast(pl.List(pl.String)))
 
-        return self.ctx.cache.get(("labels-by-latent", self.sae_id, self.labels_version()), load)
+        return self.ctx.cache.current(("labels-by-latent", self.sae_id), self.labels_version(), load)
 
     # index and damage -----------------------------------------------------------------------
     @cached_property
