@@ -43,7 +43,8 @@ def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -
                             f"`sae-atlas search labels --atlas {ctx.root} --rebuild` (summarize does it) "
                             "or import explanations")
     versions = tuple(f"{view.sae_id}:{view.labels_version()}" for view in sorted(views, key=lambda v: v.sae_id))
-    index = ctx.cache.get(("label-index", *versions), lambda: LabelIndex(pl.concat(list(labels.values()))))
+    index = ctx.cache.current(("label-index", *sorted(labels)), versions,
+                              lambda: LabelIndex(pl.concat(list(labels.values()))))
     hits = index.search(query, k)
     return with_labels(ctx, hits, {view.sae_id: view for view in views}).with_columns(
         pl.col("explanations").fill_null([]))
