@@ -4,7 +4,9 @@ each feature's strongest co-occurrence partners (`geometry.lobes.cooccurrence_kn
 from the summary's occurrence matrix). Stored per feature in `saes/<sae_id>/map.parquet`
 (columns latent, x, y, knn_overlap, then cooc_x, cooc_y, cooc_knn_overlap when the
 co-occurrence map was built, then any attached cluster-label columns) with a `map.json`
-sidecar (parameters, per-basis scores, checksum, created_with).
+sidecar (parameters, per-basis scores, checksum, the sha256 of the SAE weights the map was
+made from, created_with). Reading a map made from other weights than the SAE's current
+ones is refused (a sidecar written before the weights were recorded is accepted).
 
 The kNN-overlap score is the fraction of each feature's `k` nearest neighbours in its
 basis (cosine neighbours of the decoder rows; strongest co-occurrence partners) that are
@@ -29,6 +31,7 @@ from geometry.clusters import knn_cosine
 from geometry.lobes import cooccurrence_knn
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from store.integrity import check_weights_record, weights_record
 from store.layout import AtlasLayout, created_with
 from store.vectors import unit_rows
 
@@ -260,28 +263,32 @@ def _repair(root: str | Path, sae_id: str) -> str:
 
 def write_map(root: str | Path, sae_id: str, frame: pl.DataFrame, params: dict[str, Any],
               summary: dict[str, Any] | None = None) -> Path:
-    """Write `map.parquet` then its `map.json` sidecar atomically; return the parquet path."""
+    """Write `map.parquet` then its `map.json` sidecar (recording the SAE's current weights)
+    atomically; return the parquet path."""
     missing = [c for c in BASE_COLUMNS if c not in frame.columns]
     if missing:
         raise InvalidInputError(f"map table lacks columns {missing}")
     folder = AtlasLayout(root).require_sae(sae_id)
     path = folder / MAP_FILE
+    weights = weights_record(root, sae_id)
     with atomic_path(path) as tmp:
         frame.write_parquet(tmp, compression="zstd")
     atomic_write_json(folder / MAP_META, {
         "sae_id": sae_id, "sha256": sha256_file(path), "rows": frame.height, "params": params,
         "summary": summary or {}, "label_columns": [c for c in frame.columns if c not in RESERVED_COLUMNS],
-        "created_with": created_with()})
+        **weights, "created_with": created_with()})
     return path
 
 
 def read_map(root: str | Path, sae_id: str) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """The verified map table of an SAE and its sidecar."""
+    """The verified map table of an SAE and its sidecar (IntegrityError when either is
+    missing or damaged, or the map was made from other weights than the SAE's current ones)."""
     folder = AtlasLayout(root).require_sae(sae_id)
     meta = read_json(folder / MAP_META, _repair(root, sae_id))
     path = folder / MAP_FILE
     if not path.exists() or sha256_file(path) != meta.get("sha256"):
         raise IntegrityError(path, "missing or its sha256 does not match map.json", _repair(root, sae_id))
+    check_weights_record(root, sae_id, meta, path, _repair(root, sae_id))
     return pl.read_parquet(path), meta
 
 

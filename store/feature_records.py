@@ -3,9 +3,10 @@ geometry results a feature belongs to) and `saes/<id>/labels.parquet` (its offli
 and imported explanations).
 
 Each table is written atomically with a sidecar `<name>.json` (written last) holding the
-schema version, the file's sha256 and row count; readers verify both and raise
-`IntegrityError` naming the file and the command that rebuilds it. A table that was never
-written reads as empty.
+schema version, the file's sha256 and row count, and the sha256 of the SAE weights the
+records were derived from; readers verify all three (a sidecar written before the weights
+were recorded is accepted) and raise `IntegrityError` naming the file and the command that
+rebuilds it. A table that was never written reads as empty.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import polars as pl
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError
+from store.integrity import check_weights_record, weights_record
 from store.layout import AtlasLayout, created_with
 from store.tables import conform
 
@@ -57,18 +59,23 @@ def record_paths(root: str | Path, sae_id: str, table: RecordTable) -> tuple[Pat
 
 
 def write_records(root: str | Path, sae_id: str, table: RecordTable, frame: pl.DataFrame) -> Path:
-    """Write a record table (conformed to its schema) and then its sidecar; returns the parquet path."""
+    """Write a record table (conformed to its schema) and then its sidecar, which records the
+    SAE's current weights; returns the parquet path."""
     frame = conform(frame, SCHEMAS[table], f"{table} records of {sae_id}")
     path, sidecar = record_paths(root, sae_id, table)
+    weights = weights_record(root, sae_id)
     with atomic_path(path) as tmp:
         frame.write_parquet(tmp, compression="zstd")
     atomic_write_json(sidecar, {"schema_version": RECORDS_SCHEMA_VERSION, "table": table, "rows": frame.height,
-                                "sha256": sha256_file(path), "created_with": created_with()})
+                                "sha256": sha256_file(path), **weights, "created_with": created_with()})
     return path
 
 
-def read_records(root: str | Path, sae_id: str, table: RecordTable) -> pl.DataFrame:
-    """A verified record table of an SAE (empty when never written)."""
+def read_records(root: str | Path, sae_id: str, table: RecordTable, *, check_weights: bool = True) -> pl.DataFrame:
+    """A verified record table of an SAE (empty when never written). With `check_weights`
+    False, a table derived from other weights than the SAE's current ones is read too: only
+    for a rewrite that replaces the derived rows (rebuilding the offline labels keeps the
+    imported explanations)."""
     path, sidecar = record_paths(root, sae_id, table)
     repair = REPAIR[table].format(root=root)
     if not sidecar.exists():
@@ -83,6 +90,8 @@ def read_records(root: str | Path, sae_id: str, table: RecordTable) -> pl.DataFr
     frame = pl.read_parquet(path)
     if frame.height != meta.get("rows"):
         raise IntegrityError(path, f"has {frame.height} rows; its sidecar says {meta.get('rows')}", repair)
+    if check_weights:
+        check_weights_record(root, sae_id, meta, path, repair)
     return frame
 
 

@@ -30,7 +30,14 @@ from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError
 from store.hooks import cfg_hook_name, hook_layer
 from store.int8_scan import Int8Scan
-from store.integrity import WEIGHTS_FILE, sae_cfg, verify_sae_weights, weights_repair
+from store.integrity import (
+    WEIGHTS_FILE,
+    WEIGHTS_SHA256,
+    check_weights_record,
+    sae_cfg,
+    verify_sae_weights,
+    weights_repair,
+)
 from store.layout import AtlasLayout, created_with
 from store.neighbour_tables import build_tables
 from store.safetensors_io import MappedSafetensors
@@ -188,7 +195,7 @@ def load_index(path: Path, root: str | Path, expected: dict[str, str], *,
         raise IntegrityError(path, "sha256 does not match its sidecar (corrupt or truncated index)", repair)
     for key, value in expected.items():
         if sidecar.get(key) != value:
-            raise IntegrityError(path, f"index is stale: built from other SAE weights ({key} differs)", repair)
+            raise IntegrityError(path, f"index is stale: derived from other SAE weights ({key} differs)", repair)
     index, mapped = _read_faiss(path, sidecar.get("type"), repair)
     sidecar["mmap"] = mapped
     params = sidecar.get("params", {})
@@ -225,6 +232,16 @@ def _read_faiss(path: Path, kind: str | None, repair: str) -> tuple[faiss.Index,
 
 def sae_index_path(root: str | Path, sae_id: str) -> Path:
     return AtlasLayout(root).sae_dir(sae_id) / "index.faiss"
+
+
+def check_index_weights(root: str | Path, sae_id: str) -> None:
+    """IntegrityError naming the SAE's own index when its sidecar records other weights than
+    the SAE's current ones (nothing when no index was built): checked for every SAE the
+    model-wide index covers, so a search over it names the SAE whose weights changed."""
+    path = sae_index_path(root, sae_id)
+    if path.with_suffix(".json").exists():
+        check_weights_record(root, sae_id, read_json(path.with_suffix(".json"), rebuild_command(root)), path,
+                             rebuild_command(root))
 
 
 def index_built(path: Path) -> bool:
@@ -293,18 +310,18 @@ def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, r
         dec = read_decoder(root, sae_id)
         out.append(_ensure(sae_index_path(root, sae_id), root, dec.rows,
                            {"sae_id": sae_id, "hook": dec.hook, "layer": dec.layer,
-                            "weights_sha256": dec.weights_sha256}, rebuild, approx_threshold, seed))
+                            WEIGHTS_SHA256: dec.weights_sha256}, rebuild, approx_threshold, seed))
     offsets, parts, start = [], [], 0
     for sae_id in members:
         dec = read_decoder(root, sae_id)
         offsets.append({"sae_id": sae_id, "hook": dec.hook, "layer": dec.layer, "start": start,
-                        "count": len(dec.rows), "weights_sha256": dec.weights_sha256})
+                        "count": len(dec.rows), WEIGHTS_SHA256: dec.weights_sha256})
         parts.append(dec.rows)
         start += len(dec.rows)
     rows = np.concatenate(parts)
     del parts
     out.append(_ensure(model_index_path(root), root, rows,
-                       {"saes": offsets, "excluded": excluded, "weights_sha256": combined_weights_sha256(offsets)},
+                       {"saes": offsets, "excluded": excluded, WEIGHTS_SHA256: combined_weights_sha256(offsets)},
                        rebuild, approx_threshold, seed))
     del rows
     _build_neighbour_tables(root, rebuild)
@@ -325,14 +342,14 @@ def _build_neighbour_tables(root: str | Path, rebuild: bool) -> None:
 
 def combined_weights_sha256(offsets: list[dict[str, Any]]) -> str:
     """One checksum over the (SAE id, weights sha256) pairs a model-wide index covers."""
-    return hashlib.sha256("".join(f"{o['sae_id']}:{o['weights_sha256']};" for o in offsets).encode()).hexdigest()
+    return hashlib.sha256("".join(f"{o['sae_id']}:{o[WEIGHTS_SHA256]};" for o in offsets).encode()).hexdigest()
 
 
 def _ensure(path: Path, root: str | Path, rows: np.ndarray, extra: dict[str, Any], rebuild: bool,
             approx_threshold: int, seed: int) -> dict[str, Any]:
     if not rebuild:
         try:
-            _, sidecar = load_index(path, root, {"weights_sha256": extra["weights_sha256"]})
+            _, sidecar = load_index(path, root, {WEIGHTS_SHA256: extra[WEIGHTS_SHA256]})
             if sidecar.get("exact") == (len(rows) < approx_threshold):
                 return {**sidecar, "path": str(path), "rebuilt": False}
         except IntegrityError:

@@ -6,12 +6,18 @@ re-reading the file. `verify_sae_weights` checks an atlas SAE's `sae_weights.saf
 against the sha256 recorded in its `cfg.json` (section `sae_atlas.sha256`, written by
 `saes.formats.saelens.save_saelens`); every path that loads or indexes weights calls it
 first, so corrupt weights are named as such instead of surfacing as a stale index.
+
+Every file derived from an SAE's weights (summary tables, map, record tables, indexes,
+eval.json) records their sha256 under `WEIGHTS_SHA256` (`weights_record`), and its reader
+checks it (`check_weights_record`), so files that are each intact but derived from other
+weights (copied from another SAE, or left from before a re-train) are refused by name.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,9 @@ from store.layout import AtlasLayout
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"
 CHECKSUM_SECTION = "sae_atlas"  # our section of cfg.json, holding the sha256 of every file we wrote
+WEIGHTS_SHA256 = "weights_sha256"  # the key under which a derived file records the weights it came from
+DERIVED_FROM_OTHER_WEIGHTS = (f"stale: derived from other weights than the SAE's current {WEIGHTS_FILE} (copied "
+                              "from another SAE, or left from before the SAE was re-trained or re-imported)")
 
 _hashes: dict[tuple[str, int, int, int], str] = {}
 _lock = threading.Lock()
@@ -84,3 +93,19 @@ def verify_sae_weights(root: str | Path, sae_id: str) -> str:
     folder = AtlasLayout(root).sae_dir(sae_id)
     return verify_file(folder / WEIGHTS_FILE, recorded_sha256(cfg, WEIGHTS_FILE), f"{folder / CFG_FILE}",
                        weights_repair(sae_id))
+
+
+def weights_record(root: str | Path, sae_id: str) -> dict[str, str]:
+    """What a file derived from an SAE records of its weights: `{WEIGHTS_SHA256: sha256}`
+    of the current, verified weights file (writers merge it into their sidecar)."""
+    return {WEIGHTS_SHA256: verify_sae_weights(root, sae_id)}
+
+
+def check_weights_record(root: str | Path, sae_id: str, record: Mapping[str, Any], path: Path, repair: str) -> None:
+    """IntegrityError naming the derived file `path` (with `repair`, the command that
+    rebuilds it) when `record`, its sidecar, records other weights than the SAE's current,
+    verified ones. A sidecar written before derived files recorded their weights has no
+    `WEIGHTS_SHA256` and is accepted as before (nothing to compare it with)."""
+    recorded = record.get(WEIGHTS_SHA256)
+    if recorded is not None and recorded != verify_sae_weights(root, sae_id):
+        raise IntegrityError(path, DERIVED_FROM_OTHER_WEIGHTS, repair)

@@ -26,6 +26,7 @@ from store.feature_records import geometry_mask, read_records, record_paths
 from store.index import (
     SearchIndex,
     check_build_complete,
+    check_index_weights,
     combined_weights_sha256,
     load_index,
     model_index_path,
@@ -33,9 +34,10 @@ from store.index import (
     read_decoder,
     sae_index_path,
 )
-from store.integrity import verify_sae_weights
+from store.integrity import WEIGHTS_SHA256, verify_sae_weights
 from store.layout import AtlasLayout
 from store.neighbour_tables import TABLE_MAX_PAIRS, Table, load_table, nearest_rows
+from store.tables import FEATURES_FILE, read_table
 from store.vectors import unit_rows
 
 MAX_K = 1000
@@ -117,19 +119,21 @@ class FeatureSearch:
                 dec = read_decoder(self.root, sae_id)
                 self._rows[sae_id], self._shas[sae_id] = dec.rows, dec.weights_sha256
                 self._sae[sae_id] = load_index(sae_index_path(self.root, sae_id), self.root,
-                                               {"weights_sha256": dec.weights_sha256})
+                                               {WEIGHTS_SHA256: dec.weights_sha256})
             return self._sae[sae_id]
 
     def model_index(self) -> tuple[SearchIndex, dict[str, Any]]:
-        """The model-wide index over every SAE, with its id map."""
+        """The model-wide index over every SAE, with its id map. An SAE whose weights changed
+        since the build is named by its own stale index before the model-wide one is read."""
         with self._lock:
             if self._model is None:
                 check_build_complete(self.root)
                 offsets = []
                 for sae_id in model_members(self.root)[0]:
-                    offsets.append({"sae_id": sae_id, "weights_sha256": verify_sae_weights(self.root, sae_id)})
+                    offsets.append({"sae_id": sae_id, WEIGHTS_SHA256: verify_sae_weights(self.root, sae_id)})
+                    check_index_weights(self.root, sae_id)
                 self._model = load_index(model_index_path(self.root), self.root,
-                                         {"weights_sha256": combined_weights_sha256(offsets)})
+                                         {WEIGHTS_SHA256: combined_weights_sha256(offsets)})
             return self._model
 
     def decoder_row(self, sae_id: str, latent: int) -> np.ndarray:
@@ -145,9 +149,7 @@ class FeatureSearch:
         if sae_id not in self._densities:
             values = self._provided_density(sae_id)
             if values is None:
-                from store.tables import read_table
-
-                values = read_table(self.root, sae_id, "features").sort("latent")["density"].to_numpy()
+                values = read_table(self.root, sae_id, FEATURES_FILE).sort("latent")["density"].to_numpy()
             n = self.sae_index(sae_id)[0].ntotal
             values = np.asarray(values, dtype=np.float64).reshape(-1)
             if values.shape != (n,):

@@ -2,9 +2,11 @@
 
 The schemas (polars dtypes) are defined here and described column by column in
 `store/SCHEMAS.md`. Files are written atomically; the sidecar `tables.json`, written
-last, records the schema version, each file's sha256 and row count, and the parameters
-of the summary. Readers verify all of it and raise `IntegrityError` naming the file and
-the command that rebuilds it. `FeatureTables` loads both tables once and answers
+last, records the schema version, each file's sha256 and row count, the parameters of
+the summary and the sha256 of the SAE weights it was computed from. Readers verify all of
+it (tables of other weights are stale: `store.integrity.check_weights_record`; a sidecar
+written before the weights were recorded is accepted) and raise `IntegrityError` naming
+the file and the command that rebuilds it. `FeatureTables` loads both tables once and answers
 single-latent lookups by row offsets.
 """
 
@@ -24,6 +26,7 @@ import scipy.sparse as sp
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from store.integrity import check_weights_record, weights_record
 from store.layout import AtlasLayout, created_with
 
 TABLES_FORMAT = "sae-atlas-feature-tables"
@@ -172,7 +175,7 @@ def write_tables(
 ) -> dict[str, Any]:
     """Write both tables atomically (the occurrence file must already be written: a
     finished `OccurrenceWriter` is installed here), then the sidecar `tables.json` with
-    checksums; return the sidecar. All of it happens under the exclusive `tables_lock`, so
+    checksums and the sha256 of the SAE's current weights; return the sidecar. All of it happens under the exclusive `tables_lock`, so
     readers never see a new table with an old sidecar. Features must have one row per
     latent in order; examples are sorted by (latent, band, rank) for offset lookups."""
     sae_dir = AtlasLayout(root).sae_dir(sae_id)
@@ -185,6 +188,7 @@ def write_tables(
     occurrence, pending = sae_dir / OCCURRENCE_FILE, sae_dir / PENDING_OCCURRENCE
     if not (occurrence.exists() or pending.exists()):
         raise InvalidInputError(f"{occurrence} must be written (finish the OccurrenceWriter) before the tables")
+    weights = weights_record(root, sae_id)
     with tables_lock(sae_dir, exclusive=True):
         if pending.exists():
             os.replace(pending, occurrence)
@@ -199,6 +203,7 @@ def write_tables(
             "sae_id": sae_id,
             "files": files,
             "params": params,
+            **weights,
             "created_with": created_with(),
         }
         atomic_write_json(sae_dir / TABLES_FILE, sidecar)
@@ -287,7 +292,8 @@ class OccurrenceWriter:
 # reading ----------------------------------------------------------------------------------
 def read_sidecar(root: str | Path, sae_id: str) -> dict[str, Any]:
     """The validated `tables.json` of an SAE: NotFoundError when the SAE was not summarized,
-    IntegrityError when it is missing beside its tables, corrupt or outdated."""
+    IntegrityError when it is missing beside its tables, corrupt, outdated or derived from
+    other weights than the SAE's current ones."""
     repair = summarize_repair(root, sae_id)
     folder = AtlasLayout(root).require_sae(sae_id)
     path = folder / TABLES_FILE
@@ -310,6 +316,7 @@ def read_sidecar(root: str | Path, sae_id: str) -> dict[str, Any]:
     for name in (FEATURES_FILE, EXAMPLES_FILE, OCCURRENCE_FILE):
         if "sha256" not in sidecar.get("files", {}).get(name, {}):
             raise IntegrityError(path, f"no checksum recorded for {name}", repair)
+    check_weights_record(root, sae_id, sidecar, path, repair)
     return sidecar
 
 

@@ -3,6 +3,7 @@ summarized, the activation co-occurrence basis (`saes/<id>/map.parquet` + `map.p
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,17 @@ import numpy as np
 
 from geometry.canvas import save_png
 from geometry.figures import map_figure
-from geometry.maps import basis_maps, feature_map, map_frame, read_map, stored_summary, write_map
+from geometry.maps import (
+    MAP_META,
+    basis_maps,
+    feature_map,
+    map_frame,
+    read_map,
+    stored_summary,
+    write_map,
+)
 from saes.atlas_saes import load_atlas_sae
+from store.errors import IntegrityError
 from store.layout import AtlasLayout
 from store.tables import OCCURRENCE_FILE, load_occurrence
 
@@ -23,7 +33,8 @@ def run_map(
     """UMAP maps of an SAE into `saes/<id>/map.parquet` (+ `map.png` of the decoder map): the
     decoder-row map, and the co-occurrence map when the SAE's occurrence matrix exists (each
     scored on both bases' neighbours); label columns of an earlier map are kept unless
-    `labels` replaces them."""
+    `labels` replaces them, or that map is damaged or was made from other weights (then
+    the new map replaces it whole)."""
     W = load_atlas_sae(atlas, sae_id).W_dec.detach().float().numpy()
     folder = AtlasLayout(atlas).sae_dir(sae_id)
     kw: dict[str, Any] = {"k_overlap": k_overlap, "n_neighbors": n_neighbors, "min_dist": min_dist, "seed": seed,
@@ -33,10 +44,11 @@ def run_map(
     else:
         maps = {"decoder": feature_map(W, **kw)}
     keep: dict[str, np.ndarray] = {}
-    if (folder / "map.json").exists():
-        old, meta = read_map(atlas, sae_id)
-        if old.height == len(W):
-            keep = {c: old[c].to_numpy() for c in meta.get("label_columns", [])}
+    if (folder / MAP_META).exists():
+        with contextlib.suppress(IntegrityError):
+            old, meta = read_map(atlas, sae_id)
+            if old.height == len(W):
+                keep = {c: old[c].to_numpy() for c in meta.get("label_columns", [])}
     frame = map_frame(maps["decoder"], keep | (labels or {}), cooccurrence=maps.get("cooccurrence"))
     params, summary = stored_summary(maps)
     path = write_map(atlas, sae_id, frame, params, summary)

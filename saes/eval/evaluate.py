@@ -7,7 +7,10 @@ held-out metrics all come through `saes.eval`).
 `saes.eval.reconstruction` over held-out activations, BOS positions excluded, and, given
 a model, the spliced-in CE / KL metrics of `saes.eval.downstream` on held-out token
 blocks. `evaluate_atlas_sae` does this for one SAE of an atlas and writes
-`saes/<sae_id>/eval.json` with the metrics, the parameters and the versions used.
+`saes/<sae_id>/eval.json` with the metrics, the parameters, the versions used and what the
+results were derived from: the sha256 of the SAE weights and of the activation manifest
+(`--from-model` evaluations record the corpus and model in their parameters instead).
+`read_eval` refuses results derived from other weights or another activation cache.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from saes.eval.reconstruction import reconstruction_metrics
 from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.activations import ActivationReader
-from store.atomic import atomic_write_json
-from store.errors import InvalidInputError
+from store.atomic import atomic_write_json, read_json
+from store.errors import IntegrityError, InvalidInputError
+from store.integrity import WEIGHTS_FILE, WEIGHTS_SHA256, cached_sha256, check_weights_record
 from store.layout import AtlasLayout, created_with
 
 EVAL_FILE = "eval.json"
+ACTIVATIONS_SHA256 = "activations_sha256"  # the manifest of the activation cache an eval read
 DEFAULT_TOKENS = 65536
 DEFAULT_CE_BLOCKS = 8
 CE_BATCH_BLOCKS = 4
@@ -99,10 +104,38 @@ def evaluate_sae(
 
 
 def write_eval(sae_dir: str | Path, record: dict[str, Any]) -> Path:
-    """Write `record` plus `created_with` versions to `<sae_dir>/eval.json` atomically."""
+    """Write `record` plus the sha256 of the folder's weights and the `created_with`
+    versions to `<sae_dir>/eval.json` atomically."""
     path = Path(sae_dir) / EVAL_FILE
-    atomic_write_json(path, {**record, "created_with": created_with()})
+    weights = cached_sha256(Path(sae_dir) / WEIGHTS_FILE)
+    atomic_write_json(path, {**record, WEIGHTS_SHA256: weights, "created_with": created_with()})
     return path
+
+
+def eval_repair(root: str | Path, sae_id: str) -> str:
+    """The command that re-computes an SAE's eval.json."""
+    return f"re-run `sae-atlas eval --atlas {root} --sae {sae_id}`"
+
+
+def read_eval(root: str | Path, sae_id: str) -> dict[str, Any]:
+    """The SAE's eval.json, checked against what it was derived from: IntegrityError naming
+    it when it records other weights than the SAE's current ones, or another activation
+    manifest than the hook's current one (an eval whose cache was since removed stands).
+    Results written before evaluations recorded their sources are read as before."""
+    path = AtlasLayout(root).require_sae(sae_id) / EVAL_FILE
+    repair = eval_repair(root, sae_id)
+    record = read_json(path, repair)
+    if not isinstance(record, dict):
+        raise IntegrityError(path, "not a JSON object", repair)
+    check_weights_record(root, sae_id, record, path, repair)
+    recorded = record.get(ACTIVATIONS_SHA256)
+    if recorded is not None:
+        hook = record["parameters"]["hook"]
+        manifest = AtlasLayout(root).activation_dir(hook) / "manifest.json"
+        if manifest.exists() and cached_sha256(manifest) != recorded:
+            raise IntegrityError(path, "stale: computed on another activation cache than the current "
+                                 f"activations/{hook}/manifest.json", repair)
+    return record
 
 
 def evaluate_atlas_sae(
@@ -115,7 +148,7 @@ def evaluate_atlas_sae(
     model_handle: ModelHandle | None = None,
 ) -> dict[str, Any]:
     """Evaluate one SAE of an atlas on its hook's held-out split and write its `eval.json`
-    (`{"metrics", "parameters", "seconds", "created_with"}`).
+    (`{"metrics", "parameters", "seconds", "activations_sha256", "weights_sha256", "created_with"}`).
 
     The model (for CE / KL) is `model_handle` or the one recorded in atlas.json; with
     `with_model=False` only the activation metrics are computed. Returns the eval record.
@@ -127,6 +160,7 @@ def evaluate_atlas_sae(
     reader = ActivationReader(atlas, hook)
     if reader.d != sae.cfg.d_in:
         raise InvalidInputError(f"SAE {sae_id!r} has d_in={sae.cfg.d_in} but hook {hook!r} has d={reader.d}")
+    activations = cached_sha256(reader.dir / "manifest.json")
     if with_model and model_handle is None:
         from saes.models import load_model
 
@@ -144,6 +178,7 @@ def evaluate_atlas_sae(
         "exclude_bos": True,
         "model": getattr(model_handle, "name", None) if with_model else None,
     }
-    record = {"metrics": metrics, "parameters": parameters, "seconds": round(time.perf_counter() - started, 3)}
+    record = {"metrics": metrics, "parameters": parameters, "seconds": round(time.perf_counter() - started, 3),
+              ACTIVATIONS_SHA256: activations}
     write_eval(sae_dir, record)
     return record

@@ -11,12 +11,19 @@ app) then answers; its outcome is
   how to repair it;
 - `reported`: an answer that differs only by reporting the damage (names the file and the
   repair), e.g. `/saes` listing the damaged SAE as such;
+- `follows` (foreign cases only): a different answer from a probe that reads nothing but
+  the copied files, which are intact and belong together, so it answers for them (text
+  search encodes with whatever weights the SAE now has);
 - `unclear`: an error that names another file or no repair;
 - `crash`: an exception that is not the project's own;
 - `silent`: a different answer that does not mention the damage.
 
-Only the first three are acceptable. `python -m tests.store.corruption` runs the battery
-and writes the table into RELIABILITY.md.
+Only the first three are acceptable. A second set of cases (`FOREIGN`) leaves every file
+intact and consistent with its sidecar but copies a group of the healthy SAE's files over
+the damaged SAE's (its summary tables, its map, ..., or its weights with their cfg.json):
+the damaged SAE's files then no longer belong together, and a refusal must name one of its
+files derived from other weights. `python -m tests.store.corruption` runs the battery and
+writes both tables into RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import json
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +43,7 @@ from store.tables import load_occurrence
 from tests.api.small_atlas import HOOKS, PLANTED_KIND, PLANTED_RUN, build_small_atlas
 
 SAE0, SAE1 = (f"{hook}-topk-64" for hook in HOOKS)
-ACCEPTABLE = ("same", "refused", "reported")
+ACCEPTABLE = ("same", "refused", "reported", "follows")
 DAMAGES = ("flip", "truncate", "delete")
 TEXT = "the cat sat on the mat"
 FEATURE = 4  # a latent with examples in both SAEs of the small atlas
@@ -69,6 +77,32 @@ FILES: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class Foreign:
+    """Files of the healthy SAE copied over the damaged SAE's (each intact and consistent with
+    its sidecar), the damaged SAE's files a refusal may name (those derived from other
+    weights than its own), and the probes that read only the copied files (their answers
+    follow them)."""
+
+    copied: tuple[str, ...]
+    stale: tuple[str, ...]
+    follows: tuple[str, ...] = ()
+
+
+TABLE_FILES = ("features.parquet", "examples.parquet", "tables.json", "occurrence.npz")
+MAP_FILES = ("map.parquet", "map.json")
+LABEL_FILES = ("labels.parquet", "labels.json")
+INDEX_FILES = ("index.faiss", "index.json")
+FOREIGN: dict[str, Foreign] = {
+    "summary tables": Foreign(TABLE_FILES, TABLE_FILES),
+    "map": Foreign(MAP_FILES, MAP_FILES),
+    "labels": Foreign(LABEL_FILES, LABEL_FILES),
+    "index": Foreign(INDEX_FILES, INDEX_FILES),
+    "weights and cfg.json": Foreign(("sae_weights.safetensors", "cfg.json"),
+                                    TABLE_FILES + MAP_FILES + LABEL_FILES + INDEX_FILES, ("search_text",)),
+}
+
+
 def build_battery_atlas(root: Path) -> Path:
     """The small test atlas plus an eval.json per SAE (activation metrics only)."""
     from saes.eval.evaluate import evaluate_atlas_sae
@@ -92,6 +126,12 @@ def damage(path: Path, kind: str) -> None:
     else:
         raise ValueError(kind)
     path.write_bytes(bytes(data))
+
+
+def copy_foreign(root: Path, names: tuple[str, ...]) -> None:
+    """Copy the healthy SAE's files `names` over the damaged SAE's."""
+    for name in names:
+        shutil.copyfile(root / "saes" / SAE0 / name, root / "saes" / SAE1 / name)
 
 
 # probes ---------------------------------------------------------------------------------
@@ -194,6 +234,9 @@ PROBES: dict[str, Callable[[Path], Any]] = {
     "index --rebuild": _rebuild,
 }
 WRITERS = ("train (resume check)", "index --rebuild")  # each runs on its own damaged copy
+READERS = tuple(name for name in PROBES if name not in WRITERS)
+"""The probes of the foreign cases: the writers rebuild from whatever weights are there,
+so new weights (the foreign weights case) legitimately change their answers."""
 
 
 # classification -------------------------------------------------------------------------
@@ -201,19 +244,20 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _names(text: str, damaged: Path) -> bool:
-    """Whether an error text names the damaged file and a repair."""
+def _names(text: str, damaged: tuple[str, ...]) -> bool:
+    """Whether an error text names one of the damaged files and a repair."""
     lowered = text.lower()
-    return damaged.name in text and ("repair" in lowered or "sae-atlas " in lowered or "re-run" in lowered)
+    return (any(name in text for name in damaged)
+            and ("repair" in lowered or "sae-atlas " in lowered or "re-run" in lowered))
 
 
-def _compare(value: Any, baseline: Any, damaged: Path) -> str:
+def _compare(value: Any, baseline: Any, damaged: tuple[str, ...]) -> str:
     if _canonical(value) == _canonical(baseline):
         return "same"
     return "reported" if _names(_canonical(value), damaged) else "silent"
 
 
-def _http_outcome(answers: list[Any], baseline: list[Any], damaged: Path) -> str:
+def _http_outcome(answers: list[Any], baseline: list[Any], damaged: tuple[str, ...]) -> str:
     outcomes = []
     for (_, status, body), (_, base_status, base_body) in zip(answers, baseline, strict=True):
         if status == base_status and _canonical(body) == _canonical(base_body):
@@ -227,12 +271,13 @@ def _http_outcome(answers: list[Any], baseline: list[Any], damaged: Path) -> str
 
 def worst(outcomes: list[str]) -> str:
     """The least acceptable of several outcomes."""
-    order = ("crash", "silent", "unclear", "refused", "reported", "same")
+    order = ("crash", "silent", "unclear", "refused", "reported", "follows", "same")
     return min(outcomes, key=order.index) if outcomes else "same"
 
 
-def run_probe(name: str, root: Path, baseline: Any, damaged: Path) -> tuple[str, str]:
-    """`(outcome, detail)` of one probe on a damaged atlas."""
+def run_probe(name: str, root: Path, baseline: Any, damaged: tuple[str, ...]) -> tuple[str, str]:
+    """`(outcome, detail)` of one probe on a damaged atlas; `damaged` are the names (or
+    atlas-relative paths) of the files an error or report may name."""
     try:
         value = PROBES[name](root)
     except AtlasError as exc:
@@ -251,17 +296,34 @@ def baselines(root: Path) -> dict[str, Any]:
     return {name: probe(root) for name, probe in PROBES.items()}
 
 
-def run_case(source: Path, work: Path, kind: str, how: str, base: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """Copy the atlas to `work`, damage one file, and run every probe on it (each probe
-    that writes, which may repair the damage, on a copy of its own)."""
+def _run_probes(source: Path, work: Path, harm: Callable[[Path], None], damaged: tuple[str, ...],
+                probes: tuple[str, ...], base: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Copy the atlas to `work`, `harm` the copy, and run `probes` on it (each probe that
+    writes, which may repair the damage, on a copy of its own)."""
     results = {}
-    for name in PROBES:
+    for name in probes:
         copy = work if name not in WRITERS else work.with_name(f"{work.name}-{WRITERS.index(name)}")
         if not copy.exists():
             shutil.copytree(source, copy)
-            damage(copy / FILES[kind], how)
-        results[name] = run_probe(name, copy, base[name], copy / FILES[kind])
+            harm(copy)
+        results[name] = run_probe(name, copy, base[name], damaged)
     return results
+
+
+def run_case(source: Path, work: Path, kind: str, how: str, base: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Every probe on a copy of the atlas with file `kind` damaged `how`."""
+    return _run_probes(source, work, lambda copy: damage(copy / FILES[kind], how), (Path(FILES[kind]).name,),
+                       tuple(PROBES), base)
+
+
+def run_foreign(source: Path, work: Path, case: str, base: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Every read probe on a copy of the atlas with the files of `FOREIGN[case]` copied from
+    the healthy SAE over the damaged one's; a refusal must name a stale file of the latter."""
+    foreign = FOREIGN[case]
+    stale = tuple(f"saes/{SAE1}/{name}" for name in foreign.stale)
+    results = _run_probes(source, work, lambda copy: copy_foreign(copy, foreign.copied), stale, READERS, base)
+    return {name: ("follows", detail) if outcome == "silent" and name in foreign.follows else (outcome, detail)
+            for name, (outcome, detail) in results.items()}
 
 
 def cell(results: dict[str, tuple[str, str]]) -> str:
@@ -269,17 +331,23 @@ def cell(results: dict[str, tuple[str, str]]) -> str:
     overall = worst([outcome for outcome, _ in results.values()])
     if overall == "same":
         return "unaffected"
-    by = {o: [name for name, (out, _) in results.items() if out == o] for o in ("refused", "reported")}
+    by = {o: [name for name, (out, _) in results.items() if out == o] for o in ("refused", "reported", "follows")}
     parts = [f"{o} by {', '.join(names)}" for o, names in by.items() if names]
     bad = [f"{name}: {out}" for name, (out, _) in results.items() if out not in ACCEPTABLE]
     return "; ".join(bad + parts)
 
 
-def table(outcomes: dict[tuple[str, str], dict[str, tuple[str, str]]]) -> str:
-    """The markdown table file kind x damage -> outcome."""
+Outcomes = dict[str, tuple[str, str]]
+
+
+def table(outcomes: dict[tuple[str, str], Outcomes], foreign: dict[str, Outcomes]) -> str:
+    """The markdown tables: file kind x damage -> outcome, then foreign files -> outcome."""
     lines = ["| file | " + " | ".join(DAMAGES) + " |", "|---|" + "---|" * len(DAMAGES)]
     for kind in FILES:
         lines.append(f"| {kind} | " + " | ".join(cell(outcomes[kind, how]) for how in DAMAGES) + " |")
+    lines += ["", "| copied from the healthy SAE | outcome |", "|---|---|"]
+    for case, files in FOREIGN.items():
+        lines.append(f"| {case} ({', '.join(files.copied)}) | {cell(foreign[case])} |")
     return "\n".join(lines)
 
 
@@ -297,7 +365,7 @@ def generated_table(document: Path) -> str:
 
 
 def main(argv: list[str]) -> None:
-    """Run the whole battery and write its table into RELIABILITY.md (or the path given)."""
+    """Run the whole battery and write its tables into RELIABILITY.md (or the path given)."""
     import tempfile
 
     document = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "RELIABILITY.md"
@@ -309,7 +377,11 @@ def main(argv: list[str]) -> None:
             for how in DAMAGES:
                 outcomes[kind, how] = run_case(source, Path(tmp) / f"case-{len(outcomes)}", kind, how, base)
                 print(kind, how, cell(outcomes[kind, how]), flush=True)
-    write_table(document, table(outcomes))
+        foreign = {}
+        for case in FOREIGN:
+            foreign[case] = run_foreign(source, Path(tmp) / f"foreign-{len(foreign)}", case, base)
+            print("foreign", case, cell(foreign[case]), flush=True)
+    write_table(document, table(outcomes, foreign))
 
 
 if __name__ == "__main__":

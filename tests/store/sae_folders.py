@@ -7,7 +7,8 @@ from safetensors.torch import save_file
 
 
 def write_sae(root, sae_id, W_dec, hook):
-    """Write `saes/<sae_id>/` with zero encoder weights and decoder `W_dec [d_sae, d_in]`."""
+    """Write `saes/<sae_id>/` with zero encoder weights and decoder `W_dec [d_sae, d_in]`;
+    returns the folder."""
     folder = root / "saes" / sae_id
     folder.mkdir(parents=True, exist_ok=True)
     d_sae, d_in = W_dec.shape
@@ -16,3 +17,4 @@ def write_sae(root, sae_id, W_dec, hook):
               str(folder / "sae_weights.safetensors"))
     (folder / "cfg.json").write_text(json.dumps({"d_in": d_in, "d_sae": d_sae, "architecture": "standard",
                                                  "metadata": {"hook_name": hook}}))
+    return folder

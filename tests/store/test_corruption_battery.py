@@ -1,7 +1,8 @@
-"""Acceptance battery: every kind of atlas file flipped, truncated and deleted, every read
-path run on it; each answer is the undamaged one, or an error (or report) naming the
-damaged file and its repair, never a silently different answer. The outcomes are the
-table in RELIABILITY.md (`python -m tests.store.corruption` rewrites it)."""
+"""Acceptance battery: every kind of atlas file flipped, truncated and deleted, and groups of
+one SAE's files replaced by another SAE's intact ones, every read path run on it; each
+answer is the undamaged one, or an error (or report) naming the damaged (or stale) file
+and its repair, never a silently different answer. The outcomes are the tables in
+RELIABILITY.md (`python -m tests.store.corruption` rewrites them)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import pytest
 from tests.store import corruption as battery
 
 OUTCOMES: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+FOREIGN_OUTCOMES: dict[str, dict[str, tuple[str, str]]] = {}
 CASES = [(kind, how) for kind in battery.FILES for how in battery.DAMAGES]
 PARAMS = [pytest.param(kind, how, id=f"{kind}-{how}".replace(" ", "_")) for kind, how in CASES]
+FOREIGN_PARAMS = [pytest.param(case, id=f"foreign-{case}".replace(" ", "_")) for case in battery.FOREIGN]
 RELIABILITY = Path(__file__).resolve().parents[2] / "RELIABILITY.md"
 
 
@@ -33,11 +36,28 @@ def test_damage_is_refused_or_harmless(kind: str, how: str, battery_atlas: Path,
     assert not bad, f"{kind} {how}: {bad}"
 
 
+@pytest.mark.parametrize("case", FOREIGN_PARAMS)
+def test_foreign_files_are_refused_by_name(case: str, battery_atlas: Path, baselines: dict[str, Any],
+                                           tmp_path: Path) -> None:
+    """Files that are each intact but belong to another SAE are never served as this SAE's:
+    some read path refuses them naming this SAE's stale file, and none answers silently."""
+    results = battery.run_foreign(battery_atlas, tmp_path / "atlas", case, baselines)
+    FOREIGN_OUTCOMES[case] = results
+    bad = {name: f"{outcome}: {detail[:300]}" for name, (outcome, detail) in results.items()
+           if outcome not in battery.ACCEPTABLE}
+    assert not bad, f"{case}: {bad}"
+    assert any(outcome == "refused" for outcome, _ in results.values()), case
+
+
+def _whole_battery() -> None:
+    if len(OUTCOMES) < len(CASES) or len(FOREIGN_OUTCOMES) < len(battery.FOREIGN):
+        pytest.skip("needs the whole battery in this run")
+
+
 def test_damage_is_seen_by_some_read_path() -> None:
     """A battery whose probes never notice anything would pass vacuously: every damaged file
     that a read path reads must change some outcome."""
-    if len(OUTCOMES) < len(CASES):
-        pytest.skip("needs the whole battery in this run")
+    _whole_battery()
     unread = {"sparsity.safetensors", "eval.json"}  # no read path of the atlas reads them
     for kind in battery.FILES:
         if kind not in unread:
@@ -45,7 +65,6 @@ def test_damage_is_seen_by_some_read_path() -> None:
 
 
 def test_reliability_table_is_current() -> None:
-    if len(OUTCOMES) < len(CASES):
-        pytest.skip("needs the whole battery in this run")
-    assert battery.generated_table(RELIABILITY) == battery.table(OUTCOMES), (
+    _whole_battery()
+    assert battery.generated_table(RELIABILITY) == battery.table(OUTCOMES, FOREIGN_OUTCOMES), (
         "RELIABILITY.md is out of date: regenerate it with `python -m tests.store.corruption`")

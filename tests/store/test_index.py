@@ -96,8 +96,12 @@ def test_corrupt_truncated_and_stale_indexes(atlas):
     write_sae(root, "l1", a[::-1].copy(), "blocks.1.hook_resid_post")  # retrained SAE
     with pytest.raises(IntegrityError, match="stale"):
         FeatureSearch(root).similar("l1", 0)
+    with pytest.raises(IntegrityError, match=r"saes/l1/index.faiss: stale: derived from other weights"):
+        FeatureSearch(root).by_vector(a[0])  # the model-wide search names the SAE whose weights changed
+    for own in (path, path.with_suffix(".json")):
+        own.unlink()
     with pytest.raises(IntegrityError, match="model.faiss.*stale"):
-        FeatureSearch(root).by_vector(a[0])
+        FeatureSearch(root).by_vector(a[0])  # without its own index, the model-wide one is refused
     rebuilt = build_atlas_indexes(root)
     assert all(r["rebuilt"] for r in rebuilt if r["path"] != str(sae_index_path(root, "l3")))
     assert model_index_path(root).exists()

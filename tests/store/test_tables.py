@@ -26,8 +26,10 @@ from store.tables import (
     read_table,
     write_tables,
 )
+from tests.store.sae_folders import write_sae
 
 F = 5
+HOOK = "blocks.0.hook_resid_post"
 
 
 def _features() -> pl.DataFrame:
@@ -66,9 +68,7 @@ def _examples() -> pl.DataFrame:
 
 
 def _write(root, sae_id: str = "sae-a") -> None:
-    folder = AtlasLayout(root).sae_dir(sae_id)
-    folder.mkdir(parents=True)
-    (folder / "cfg.json").write_text("{}")
+    write_sae(root, sae_id, np.eye(F, dtype=np.float32), HOOK)
     occ = OccurrenceWriter(root, sae_id, F)
     occ.append(np.array([7, 8]), np.array([[1, 0, 0, 2, 0], [0, 0, 0, 0, 0]]))
     occ.finish()
@@ -195,9 +195,7 @@ def test_sidecar_problems(tmp_path):
 
 
 def test_occurrence_matrix_streams_and_round_trips(tmp_path):
-    folder = AtlasLayout(tmp_path).sae_dir("s")
-    folder.mkdir(parents=True)
-    (folder / "cfg.json").write_text("{}")
+    folder = write_sae(tmp_path, "s", np.eye(40, dtype=np.float32), HOOK)
     rng = np.random.default_rng(0)
     dense = rng.integers(0, 4, size=(23, 40)) * (rng.random((23, 40)) < 0.2)
     dense[5] = 0  # a block where nothing fired
