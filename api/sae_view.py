@@ -202,6 +202,8 @@ class SaeView:
                         load()
                     except NotFoundError:  # not summarized / no map yet: pages show what exists
                         pass
+                for table in ("labels", "geometry"):
+                    self.records(table)
                 if self.has_index:
                     self.ctx.search().sae_index(self.sae_id)
             except IntegrityError as exc:

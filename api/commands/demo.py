@@ -20,7 +20,7 @@ from saes.atlas_saes import load_atlas_sae
 from saes.cache import cache_activations
 from saes.corpus import CorpusSpec
 from saes.devices import use_by_default
-from saes.eval.evaluate import evaluate_atlas_sae
+from saes.eval.evaluate import EVAL_FILE, evaluate_atlas_sae, read_eval
 from saes.forward import run_hooks
 from saes.intervene.concepts import load_concept
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
@@ -110,9 +110,8 @@ def _train_and_evaluate(handle: ModelHandle, atlas: Path, hooks: list[str], trai
     rows = []
     for summary in results.values():
         sae_id = summary["sae_id"]
-        eval_path = layout.sae_dir(sae_id) / "eval.json"
-        if eval_path.exists():
-            record = json.loads(eval_path.read_text())
+        if (layout.sae_dir(sae_id) / EVAL_FILE).exists():
+            record = read_eval(atlas, sae_id)
         else:
             record = evaluate_atlas_sae(atlas, sae_id, model_handle=handle)
         m = record["metrics"]

@@ -56,7 +56,8 @@ def build_labels(view: SaeView) -> int:
     tables = view.tables()
     auto = auto_labels(tables.features, tables.examples).with_columns(
         pl.lit(view.sae_id).alias("sae_id"), pl.lit(AUTO_LABELS).alias("source"))
-    kept = read_records(view.ctx.root, view.sae_id, "labels").filter(pl.col("source") != AUTO_LABELS)
+    kept = read_records(view.ctx.root, view.sae_id, "labels", check_weights=False).filter(  # explanations stand
+        pl.col("source") != AUTO_LABELS)
     write_records(view.ctx.root, view.sae_id, "labels", pl.concat([auto.select(kept.columns), kept]))
     return auto.height
 

@@ -21,6 +21,7 @@ from geometry.maps import (
 )
 from geometry.results import list_runs, read_analysis, write_analysis
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from tests.store.sae_folders import write_sae
 
 
 def test_umap_map_overlap_and_storage(tmp_path):
@@ -39,8 +40,7 @@ def test_umap_map_overlap_and_storage(tmp_path):
     assert knn_overlap(circle, circle, 10).min() == 1.0
     assert knn_overlap(circle, rng.permutation(circle), 10).mean() < 0.3
     # storage: saes/<id>/map.parquet + map.json, labels attachable later
-    (tmp_path / "saes" / "sae-a").mkdir(parents=True)
-    (tmp_path / "saes" / "sae-a" / "cfg.json").write_text("{}")
+    write_sae(tmp_path, "sae-a", np.eye(4, dtype=np.float32), "blocks.0.hook_resid_post")  # maps record its weights
     frame = map_frame(fmap, {"true_cluster": np.repeat(np.arange(20), 11)})
     write_map(tmp_path, "sae-a", frame, fmap.params, fmap.summary)
     attach_labels(tmp_path, "sae-a", {"lobe": labels_from_clusters([np.arange(11)], 220)})
@@ -105,8 +105,7 @@ def test_cooccurrence_map_separates_cofiring_groups(tmp_path):
     assert s_dec["knn_overlap_mean"] > s_cooc["other_basis_overlap_mean"]
     assert np.isnan(cooc.overlap_F[-1]) and np.isfinite(s_cooc["knn_overlap_mean"])
     # stored beside the decoder map in map.parquet; each basis readable with its scores
-    (tmp_path / "saes" / "sae-a").mkdir(parents=True)
-    (tmp_path / "saes" / "sae-a" / "cfg.json").write_text("{}")
+    write_sae(tmp_path, "sae-a", np.eye(4, dtype=np.float32), "blocks.0.hook_resid_post")  # maps record its weights
     frame = map_frame(dec, {"group": groups}, cooccurrence=cooc)
     write_map(tmp_path, "sae-a", frame, *stored_summary(maps))
     table, meta = read_map(tmp_path, "sae-a")

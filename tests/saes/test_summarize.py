@@ -15,6 +15,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
+from saes.formats import save_saelens
 from saes.sae.base import SAE, SAEConfig
 from saes.sae.standard import StandardSAE
 from saes.summary.accumulator import SummaryParams
@@ -81,9 +82,7 @@ def heldout_arrays(root) -> dict[str, np.ndarray]:
 def atlas(tmp_path_factory):
     root = tmp_path_factory.mktemp("atlas")
     planted_cache(root)
-    folder = AtlasLayout(root).sae_dir("relu-id")
-    folder.mkdir(parents=True)
-    (folder / "cfg.json").write_text(json.dumps({"metadata": {"hook_name": HOOK}}))
+    save_saelens(identity_sae(), AtlasLayout(root).sae_dir("relu-id"))
     W_U = torch.randn(F, 30, generator=torch.Generator().manual_seed(1))
     report = summarize_sae(root, "relu-id", sae=identity_sae(), W_U=W_U, n_bands=4, per_band=3,
                            window=(5, 2), top_k=8, batch_tokens=T, progress=False)
@@ -279,9 +278,7 @@ def test_memory_is_bounded_as_tokens_grow():
 
 def test_token_cap_resume_skip_and_errors(tmp_path):
     planted_cache(tmp_path, n_blocks=40)
-    folder = AtlasLayout(tmp_path).sae_dir("s")
-    folder.mkdir(parents=True)
-    (folder / "cfg.json").write_text(json.dumps({"metadata": {"hook_name": HOOK}}))
+    save_saelens(identity_sae(), AtlasLayout(tmp_path).sae_dir("s"))
     sae = identity_sae()
     first = summarize_sae(tmp_path, "s", sae=sae, n_tokens=40, progress=False)
     assert first.n_tokens == 2 * (T - 1) and not first.skipped  # rounded up to whole blocks
