@@ -44,7 +44,7 @@ from api.results.meaning import ConceptResult, ContrastResult
 from api.results.sae import SaeInfo, SaeStatus
 from api.results.search import TextSearch, TokenFeatures
 from api.sae_view import MapScores, SaeView, open_sae
-from api.services import analyses, features, interventions, labels, meaning, saes, search
+from api.services import analyses, board, features, interventions, labels, meaning, saes, search
 from geometry.feature_geometry import rebuild_geometry_records
 from geometry.maps import Basis
 from saes.encoding.texts import Pool
@@ -100,6 +100,11 @@ class Atlas:
         """One row per SAE: id, hook, architecture, widths, held-out metrics and `status`:
         "ok", or "damaged" with `problem` naming the damaged file and its repair."""
         return saes.listing(self.ctx)
+
+    def board(self) -> pl.DataFrame:
+        """The eval board: one row per SAE (`sae_id`, `status`, `problem`), one `<eval>/<metric>`
+        column per metric of its verified `evals/<eval>.json` results (`sae-atlas eval --suite`)."""
+        return board.board(self.ctx)
 
     def sae_status(self, sae_id: str) -> SaeStatus:
         """`sae_info` plus `status` "ok"; for a damaged SAE what atlas.json records of it,

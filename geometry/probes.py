@@ -1,7 +1,8 @@
 """Linear probes over activations: difference of means, logistic regression, k-sparse
 probes (Gurnee et al. 2023, "Finding Neurons in a Haystack": rank units by the class
 mean difference, fit a logistic probe on the top k) to compare neurons with SAE latents,
-and ridge regression for ordered quantities (years, positions), one per layer.
+SAEBench's sparse-probing accuracies built from them, and ridge regression for ordered
+quantities (years, positions), one per layer.
 
 Every probe is scored on a seeded held-out split, beside the majority-class (or
 mean-prediction) baseline.
@@ -105,6 +106,24 @@ def ksparse_probe(
     result = logistic_probe(X, y, C=C, test_frac=test_frac, seed=seed, features=top)
     result.kind = f"ksparse_{k}"
     return result
+
+
+def sparse_probing_accuracies(
+    bases: dict[str, np.ndarray], y_N: np.ndarray, ks: tuple[int, ...] = (1, 2, 5), *,
+    test_frac: float = 0.25, seed: int = 0,
+) -> dict[str, float]:
+    """SAEBench's sparse-probing scores of binary labels on several bases of the same rows
+    (e.g. `{"llm": residuals, "sae": latents}`): `<basis>_test_accuracy` of the logistic probe
+    on every unit and `<basis>_top_<k>_test_accuracy` of the k-sparse probe (held-out split;
+    k larger than a basis' width is skipped)."""
+    scores = {}
+    for name, X in bases.items():
+        scores[f"{name}_test_accuracy"] = logistic_probe(X, y_N, test_frac=test_frac, seed=seed).test_score
+        for k in ks:
+            if k <= np.asarray(X).shape[1]:
+                scores[f"{name}_top_{k}_test_accuracy"] = ksparse_probe(X, y_N, k, test_frac=test_frac,
+                                                                        seed=seed).test_score
+    return scores
 
 
 def ridge_probe(

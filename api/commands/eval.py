@@ -1,8 +1,15 @@
-"""`sae-atlas eval`: evaluate trained SAEs on held-out tokens and write their eval.json."""
+"""`sae-atlas eval`: run the evaluation suite on trained SAEs and write their results.
+
+`--suite` names the evals (`saes.eval.suite.EVALS`; default `core`, today's held-out
+metrics, also written to eval.json). Each result goes to `saes/<id>/evals/<eval>.json` in
+SAEBench's layout; finished results are kept, so a killed run restarts the rest.
+"""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,8 +23,15 @@ from api.commands.corpus_options import (
 from api.commands.device_options import device_option, model_dtype_option
 from saes.devices import use_by_default
 from saes.distributed import init_distributed
-from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, evaluate_atlas_sae
-from store.errors import InvalidInputError
+from saes.eval.core import CORE, CoreConfig, core_outcome
+from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, read_eval
+from saes.eval.ground_truth import ground_truth_config
+from saes.eval.results import read_result, write_result
+from saes.eval.sparse_probing import SparseProbingConfig, with_probe_file
+from saes.eval.spec import EVAL_NAMES, EvalName
+from saes.eval.suite import parse_suite, run_suite
+from saes.models import ModelHandle
+from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
 
 COLUMNS = [
@@ -31,33 +45,107 @@ COLUMNS = [
     ("ce_loss_score", "CE recovered"),
     ("kl_div_score", "KL score"),
 ]
+NEEDS_MODEL: tuple[EvalName, ...] = ("sparse_probing",)
 
 
 def _cell(value: object) -> object:
     return "-" if value is None else value
 
 
+class EvalsFailed(AtlasError):
+    """Some evals of the suite failed (the others' results were written)."""
+
+
+def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bool, from_model: bool,
+             probe_data: Path | None, label_field: str, ground_truth: Path | None) -> dict[EvalName, Any]:
+    """Each named eval's config from the options, checked before anything runs."""
+    if no_model and (needing := [n for n in names if n in NEEDS_MODEL]):
+        raise InvalidInputError(f"--suite {','.join(needing)} runs the model; drop --no-model")
+    if "ground_truth" in names and ground_truth is None:
+        raise InvalidInputError("--suite ground_truth needs --ground-truth FILE.safetensors (W_dec [n_atoms, d])")
+    configs: dict[EvalName, Any] = {
+        "core": CoreConfig(tokens, ce_blocks, not (no_model or from_model), "stream" if from_model else "heldout"),
+    }
+    if "sparse_probing" in names:
+        sparse = SparseProbingConfig()
+        configs["sparse_probing"] = sparse if probe_data is None else with_probe_file(sparse, probe_data, label_field)
+    if ground_truth is not None:
+        configs["ground_truth"] = ground_truth_config(ground_truth)
+    return configs
+
+
+def _core_from_model(atlas: Path, ids: list[str], config: CoreConfig, *, tokens: int, corpus: str, context: int,
+                     batch_blocks: int, where: Any, ctx: Any) -> dict[str, dict[str, Any]] | None:
+    """`core` over corpus tokens streamed through the model (every torchrun rank takes part;
+    rank 0 writes eval.json and the core results); None on the other ranks."""
+    import time
+
+    from saes.corpus import CorpusSpec
+    from saes.eval.stream import evaluate_from_model
+    from saes.models import load_model
+
+    handle = load_model(AtlasLayout(atlas).read_meta()["model"], device=ctx.device(str(where)) if ctx else where)
+    started = time.perf_counter()
+    records = evaluate_from_model(handle, atlas, ids, corpus=CorpusSpec(source=corpus, context_size=context),
+                                  n_tokens=tokens, batch_blocks=batch_blocks, ctx=ctx)
+    if ctx is not None and not ctx.is_main:
+        return None
+    for sae_id, record in records.items():
+        write_result(atlas, sae_id, CORE, config, core_outcome(record), time.perf_counter() - started)
+    return records
+
+
+def _print_results(atlas: Path, names: list[EvalName], core: dict[str, dict[str, Any]],
+                   evals: dict[str, dict[EvalName, dict[str, Any]]], json_out: bool) -> None:
+    others = [name for name in names if name != "core"]
+    if json_out:
+        print_json(core if not others else evals)
+        return
+    if core:
+        rows = [[sae_id, record["parameters"]["hook"], record["metrics"]["n_tokens"],
+                 *(_cell(record["metrics"].get(key)) for key, _ in COLUMNS)] for sae_id, record in core.items()]
+        print_table(f"SAE evaluation ({atlas})", ["SAE", "hook", "tokens", *(label for _, label in COLUMNS)], rows)
+    for name in others:
+        flat = {sae_id: {metric: value for category in results[name]["eval_result_metrics"].values()
+                         for metric, value in category.items()}
+                for sae_id, results in evals.items() if name in results}
+        metrics = sorted({metric for values in flat.values() for metric in values})
+        print_table(f"{name} ({atlas})", ["SAE", *metrics],
+                    [[sae_id, *(_cell(values.get(m)) for m in metrics)] for sae_id, values in flat.items()])
+
+
 @handle_errors
 def eval_command(
     atlas: Path = typer.Option(Path("atlas-demo"), help="Atlas directory."),
     sae: list[str] = typer.Option([], help="SAE id to evaluate (repeatable); default: every trained SAE."),
+    suite: str = typer.Option("core", help=f"Comma-separated evals to run: {', '.join(EVAL_NAMES)}."),
     tokens: int = typer.Option(DEFAULT_TOKENS, min=1, help="Held-out tokens for the activation metrics."),
     ce_blocks: int = typer.Option(DEFAULT_CE_BLOCKS, min=1, help="Held-out blocks the model runs on for CE / KL."),
     no_model: bool = typer.Option(False, "--no-model", help="Skip the CE / KL metrics (no model forward passes)."),
+    probe_data: Path = typer.Option(None, "--probe-data",
+                                    help="sparse_probing: a .jsonl labelled set (a 'text' field and --label-field)."),
+    label_field: str = typer.Option("label", help="sparse_probing: the label field of --probe-data."),
+    ground_truth: Path = typer.Option(None, "--ground-truth",
+                                      help="ground_truth: a .safetensors planted dictionary with W_dec [n_atoms, d]."),
+    force: bool = typer.Option(False, "--force", help="Recompute evals whose results are already finished."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
     from_model: bool = typer.Option(False, "--from-model",
-                                    help="Activation metrics over --tokens corpus tokens streamed through the model."),
+                                    help="core: activation metrics over --tokens corpus tokens streamed through the model."),
     corpus: str = corpus_option(FROM_MODEL),
     context: int = context_option(FROM_MODEL),
     batch_blocks: int = batch_blocks_option(FROM_MODEL),
 ) -> None:
-    """Evaluate SAEs (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score), BOS excluded.
+    """Evaluate SAEs: `core` (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score,
+    BOS excluded), `sparse_probing`, `meta`, `mdl`, `ground_truth` (--suite).
 
-    With --from-model it also runs under `torchrun --nproc_per_node=R -m api eval ...`: the
-    ranks split the batches and rank 0 writes the merged metrics. Evaluating cached
-    held-out rows is one process."""
+    Results: saes/<id>/evals/<eval>.json (SAEBench layout) and, for core, eval.json.
+    Finished results are kept (--force recomputes). With --from-model `core` also runs under
+    `torchrun --nproc_per_node=R -m api eval ...`: the ranks split the batches and rank 0
+    writes the merged metrics and runs the other evals. Evaluating cached held-out rows is
+    one process. --json prints {sae: eval.json} for core alone, else {sae: {eval: result}}."""
+    names = parse_suite(suite)
     ctx = init_distributed()
     if ctx is not None and not from_model:
         raise InvalidInputError("under torchrun `eval` needs --from-model (evaluating cached held-out rows "
@@ -67,36 +155,36 @@ def eval_command(
     ids = list(sae) or layout.sae_ids()
     if not ids:
         raise InvalidInputError(f"no trained SAEs in {atlas}; run `sae-atlas train --atlas {atlas}` first")
-    handle = None
-    if from_model:
-        from saes.corpus import CorpusSpec
-        from saes.eval.stream import evaluate_from_model
-        from saes.models import load_model
-
-        handle = load_model(layout.read_meta()["model"], device=ctx.device(str(where)) if ctx else where)
-        results = evaluate_from_model(handle, atlas, ids, corpus=CorpusSpec(source=corpus, context_size=context),
-                                      n_tokens=tokens, batch_blocks=batch_blocks, ctx=ctx)
-        if ctx is not None and not ctx.is_main:
+    for sae_id in ids:
+        layout.require_sae(sae_id)
+    configs = _configs(names, tokens=tokens, ce_blocks=ce_blocks, no_model=no_model, from_model=from_model,
+                       probe_data=probe_data, label_field=label_field, ground_truth=ground_truth)
+    core: dict[str, dict[str, Any]] = {}
+    suite_names = names
+    if from_model and "core" in names:
+        streamed = _core_from_model(atlas, ids, configs["core"], tokens=tokens, corpus=corpus, context=context,
+                                    batch_blocks=batch_blocks, where=where, ctx=ctx)
+        if streamed is None:
             return
-    elif not no_model:
+        core = streamed
+        suite_names = [name for name in names if name != "core"]
+
+    @functools.cache
+    def model() -> ModelHandle:
         from saes.models import load_model
 
-        handle = load_model(layout.read_meta()["model"])
-    if not from_model:
-        results = {
-            sae_id: evaluate_atlas_sae(atlas, sae_id, n_tokens=tokens, ce_blocks=ce_blocks,
-                                       with_model=not no_model, model_handle=handle)
-            for sae_id in ids
-        }
-    if json_out:
-        print_json(results)
-        return
-    rows = []
-    for sae_id, record in results.items():
-        metrics = record["metrics"]
-        rows.append([sae_id, record["parameters"]["hook"], metrics["n_tokens"],
-                     *(_cell(metrics.get(key)) for key, _ in COLUMNS)])
-    print_table(f"SAE evaluation ({atlas})", ["SAE", "hook", "tokens", *(label for _, label in COLUMNS)], rows)
+        return load_model(layout.read_meta()["model"])
+
+    run = run_suite(atlas, ids, suite_names, configs, device=str(where), model=model, force=force)
+    if "core" in suite_names:
+        core = {sae_id: read_eval(atlas, sae_id) for sae_id, results in run.results.items() if "core" in results}
+    else:
+        for sae_id in core:
+            run.results[sae_id]["core"] = read_result(atlas, sae_id, "core")
+    _print_results(atlas, names, core, run.results, json_out)
+    if run.failures:
+        raise EvalsFailed("; ".join(f"{name} of SAE {sae_id!r} failed ({message})"
+                                    for (sae_id, name), message in run.failures.items()))
 
 
 def register(app: typer.Typer) -> None:

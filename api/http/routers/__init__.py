@@ -6,8 +6,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.http.routers import analyses, features, interventions, meaning, saes, search, service
+from api.http.routers import (
+                                 analyses,
+                                 board,
+                                 features,
+                                 interventions,
+                                 meaning,
+                                 saes,
+                                 search,
+                                 service,
+)
 
 DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, meaning.router, analyses.router,
-                                 interventions.router]
+                                 interventions.router, board.router]
 SERVICE_ROUTER = service.router

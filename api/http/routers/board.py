@@ -1,0 +1,18 @@
+"""`/board`: every SAE's eval metrics, read from its verified `evals/<eval>.json` results."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from api.http.deps import AtlasDep
+from api.http.json_body import json_body
+from api.http.routers.params import DATA_ERRORS
+from api.results.board import Board, board_payload
+
+router = APIRouter(tags=["evals"], responses=DATA_ERRORS)
+
+
+@router.get("/board", summary="Eval metrics of every SAE (one row per SAE)", response_model=Board)
+def get_board(atlas: AtlasDep) -> Response:
+    return json_body(board_payload(atlas.board()))

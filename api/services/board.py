@@ -1,0 +1,49 @@
+"""The eval board: one row per SAE, one column per eval metric, read from the verified
+`saes/<id>/evals/<eval>.json` results (`saes.eval.results`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from api.context import AtlasContext
+from saes.eval.results import read_result, stored_evals
+from store.errors import IntegrityError
+
+BOARD_KEYS = ("sae_id", "status", "problem")
+
+
+def board_row(ctx: AtlasContext, sae_id: str) -> dict[str, Any]:
+    """`sae_id`, `status` ("ok", or "damaged" when a result fails verification; its columns
+    are then left out and `problem` names the file and the repair) and one `<eval>/<metric>`
+    entry per metric of every stored result."""
+    row: dict[str, Any] = {"sae_id": sae_id, "status": "ok", "problem": None}
+    problems = []
+    try:
+        names = stored_evals(ctx.root, sae_id)
+    except IntegrityError as exc:  # registered, but its folder is gone
+        names, problems = [], [ctx.describe(exc)]
+    for name in names:
+        try:
+            output = read_result(ctx.root, sae_id, name)
+        except IntegrityError as exc:
+            problems.append(ctx.describe(exc))
+            continue
+        for metrics in output["eval_result_metrics"].values():
+            row.update({f"{name}/{metric}": value for metric, value in metrics.items()})
+    if problems:
+        row.update(status="damaged", problem="; ".join(problems))
+    return row
+
+
+def board(ctx: AtlasContext) -> pl.DataFrame:
+    """The board frame: `sae_id`, `status`, `problem`, then the metric columns sorted by
+    name (null where an SAE has no result of that eval)."""
+    rows = [board_row(ctx, sae_id) for sae_id in ctx.sae_ids()]
+    metrics = sorted({key for row in rows for key in row} - set(BOARD_KEYS))
+    schema = {"sae_id": pl.String, "status": pl.String, "problem": pl.String}
+    if not rows:
+        return pl.DataFrame(schema=schema)
+    frame = pl.from_dicts(rows, infer_schema_length=None)
+    return frame.select(*BOARD_KEYS, *metrics).cast(schema)  # type: ignore[arg-type]

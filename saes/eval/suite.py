@@ -1,0 +1,86 @@
+"""The evaluation suite: every registered eval, run resumably over SAEs of an atlas.
+
+`EVALS` is the registry (one module per eval under `saes.eval`, each declaring its
+`EvalSpec`). `run_suite` runs the named evals on each SAE in turn with a progress bar per
+(SAE, eval): a result that verifies and was computed with the same config from the same
+weights is kept (so a killed run restarts the rest), a failing eval is reported and leaves
+any earlier result untouched (results are written only after an eval succeeds, atomically,
+sidecar last), and every other eval still runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from saes.eval.core import CORE
+from saes.eval.ground_truth import GROUND_TRUTH
+from saes.eval.mdl import MDL
+from saes.eval.meta import META
+from saes.eval.results import finished_result, write_result
+from saes.eval.sparse_probing import SPARSE_PROBING
+from saes.eval.spec import EVAL_NAMES, EvalInputs, EvalName, EvalSpec
+from saes.models import ModelHandle
+from store.errors import InvalidInputError
+
+EVALS: dict[EvalName, EvalSpec[Any]] = {spec.name: spec for spec in (CORE, SPARSE_PROBING, META, MDL, GROUND_TRUTH)}
+
+
+def parse_suite(text: str) -> list[EvalName]:
+    """Eval names from a comma-separated list, in order, without repeats (InvalidInputError
+    naming an unknown one and listing the valid names)."""
+    names: list[EvalName] = []
+    for name in (part.strip() for part in text.split(",")):
+        if name not in EVALS:
+            raise InvalidInputError(f"unknown eval {name!r} in --suite; valid: {', '.join(EVAL_NAMES)}")
+        if name not in names:
+            names.append(name)  # type: ignore[arg-type]
+    return names
+
+
+@dataclass
+class SuiteRun:
+    """What a suite run produced: per SAE the result of each eval that has one (kept or
+    new), which were kept from earlier runs, and the failures with their messages."""
+
+    results: dict[str, dict[EvalName, dict[str, Any]]] = field(default_factory=dict)
+    kept: list[tuple[str, EvalName]] = field(default_factory=list)
+    failures: dict[tuple[str, EvalName], str] = field(default_factory=dict)
+
+
+def run_suite(atlas: str | Path, sae_ids: Sequence[str], names: Sequence[EvalName], configs: dict[EvalName, Any],
+              *, device: str, model: Callable[[], ModelHandle], force: bool = False,
+              progress: bool = True) -> SuiteRun:
+    """Run `names` on every SAE of `sae_ids` with `configs` (an eval without one uses its
+    config's defaults); `force` recomputes finished results. The progress bar shows on a
+    terminal only."""
+    run = SuiteRun()
+    bar = tqdm(total=len(sae_ids) * len(names), disable=None if progress else True, unit="eval")  # None: off without a TTY
+    for sae_id in sae_ids:
+        inputs = EvalInputs(Path(atlas), sae_id, device, model)
+        run.results[sae_id] = {}
+        for name in names:
+            spec = EVALS[name]
+            config = configs.get(name) or spec.config_type()
+            bar.set_description(f"{sae_id} {name}")
+            kept = None if force else finished_result(atlas, sae_id, spec, config)
+            if kept is not None:
+                run.results[sae_id][name] = kept
+                run.kept.append((sae_id, name))
+            else:
+                started = time.perf_counter()
+                try:
+                    outcome = spec.run(inputs, config)
+                except Exception as exc:  # reported per eval; the other evals still run
+                    run.failures[(sae_id, name)] = f"{type(exc).__name__}: {exc}"
+                else:
+                    run.results[sae_id][name] = write_result(atlas, sae_id, spec, config, outcome,
+                                                             time.perf_counter() - started)
+            bar.update(1)
+    bar.close()
+    return run

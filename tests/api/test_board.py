@@ -1,0 +1,92 @@
+"""The eval board: `Atlas.board()` over verified evals results, damaged rows, `GET /board`."""
+
+import httpx
+import polars as pl
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from api.atlas import Atlas
+from saes.eval.ground_truth import ground_truth_config
+from saes.eval.mdl import MdlConfig
+from saes.eval.results import result_paths
+from saes.eval.suite import run_suite
+from saes.formats import save_saelens
+from saes.sae.base import SAEConfig
+from saes.sae.registry import build_sae
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+from tests.api.conftest import LiveServer
+from tests.saes.planted import planted_atoms, write_planted_atlas
+
+HOOK = "blocks.0.hook_resid_post"
+
+
+def no_model():
+    raise InvalidInputError("no model here")
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """A planted atlas with three SAEs: two with ground_truth and mdl results, one with none."""
+    root = tmp_path_factory.mktemp("board") / "atlas"
+    write_planted_atlas(root, [HOOK], d_in=16, n_atoms=24, n_blocks=8, context=16)
+    AtlasLayout(root).write_meta({"model": {"kind": "tiny"}, "hooks": [HOOK]})
+    for seed, sae_id in enumerate(("a", "b", "unevaluated")):
+        save_saelens(build_sae(SAEConfig("topk", d_in=16, d_sae=24, k=2, hook_name=HOOK, seed=seed)),
+                     AtlasLayout(root).sae_dir(sae_id))
+    truth = root.parent / "truth.safetensors"
+    save_file({"W_dec": planted_atoms(16, 24).contiguous()}, str(truth))
+    configs = {"ground_truth": ground_truth_config(truth), "mdl": MdlConfig(n_tokens=64)}
+    done = run_suite(root, ["a", "b"], ["ground_truth", "mdl"], configs, device="cpu", model=no_model, progress=False)
+    assert not done.failures, done.failures
+    return root
+
+
+def test_board_has_one_row_per_sae_and_one_column_per_metric(evaluated):
+    frame = Atlas(evaluated).board()
+    assert frame["sae_id"].to_list() == ["a", "b", "unevaluated"]
+    assert frame.columns[:3] == ["sae_id", "status", "problem"]
+    assert {"ground_truth/mcc", "ground_truth/frac_recovered", "mdl/description_length", "mdl/num_bins"} <= set(
+        frame.columns)
+    assert frame["status"].to_list() == ["ok"] * 3 and frame["problem"].null_count() == 3
+    assert frame.schema["ground_truth/mcc"] == pl.Float64
+    mcc = frame["ground_truth/mcc"].to_list()
+    assert 0 < mcc[0] < 1 and 0 < mcc[1] < 1 and mcc[2] is None
+
+
+def test_board_serves_over_http(evaluated):
+    with LiveServer(evaluated) as live:
+        body = httpx.get(live.url + "/board", timeout=30).json()
+    assert "ground_truth/mcc" in body["columns"] and [row["sae_id"] for row in body["rows"]] == ["a", "b", "unevaluated"]
+    assert set(body["rows"][0]["metrics"]) == set(body["columns"])
+    assert body["rows"][2]["metrics"]["mdl/description_length"] is None
+    assert body["rows"][0]["status"] == "ok"
+
+
+def test_a_damaged_result_marks_its_row_and_names_the_file(evaluated, tmp_path):
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(evaluated, root)
+    path, _ = result_paths(root, "b", "mdl")
+    path.write_text(path.read_text()[:-20])
+    frame = Atlas(root).board()
+    row = frame.row(1, named=True)
+    assert row["status"] == "damaged" and "saes/b/evals/mdl.json" in row["problem"]
+    assert "sae-atlas eval" in row["problem"] and row["mdl/description_length"] is None
+    assert row["ground_truth/mcc"] is not None and frame.row(0, named=True)["status"] == "ok"
+    assert torch.isfinite(torch.tensor(frame["ground_truth/mcc"][0]))
+
+
+def test_openapi_publishes_the_board_type(evaluated):
+    from pydantic import TypeAdapter
+
+    from api.http import ServerSettings, create_app
+    from api.results.board import Board
+
+    spec = create_app(ServerSettings(root=evaluated)).openapi()
+    schema = spec["paths"]["/board"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/Board"}
+    own = TypeAdapter(Board).json_schema(mode="serialization", ref_template="#/components/schemas/{model}")
+    assert set(own["properties"]) == {"columns", "rows"} and "BoardRow" in spec["components"]["schemas"]
