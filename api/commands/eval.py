@@ -77,7 +77,8 @@ def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bo
 def _core_from_model(atlas: Path, ids: list[str], config: CoreConfig, *, tokens: int, corpus: str, context: int,
                      batch_blocks: int, where: Any, ctx: Any) -> dict[str, dict[str, Any]] | None:
     """`core` over corpus tokens streamed through the model (every torchrun rank takes part;
-    rank 0 writes eval.json and the core results); None on the other ranks."""
+    rank 0 writes eval.json and the core results); None on the other ranks. Always
+    recomputed: the ranks share one pass over the tokens for all SAEs."""
     import time
 
     from saes.corpus import CorpusSpec

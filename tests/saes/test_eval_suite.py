@@ -162,6 +162,19 @@ def test_an_interrupted_suite_resumes_keeping_finished_results(atlas, monkeypatc
     assert ("planted", "mdl") not in again.kept  # another config is another result
 
 
+def test_a_result_killed_between_its_two_writes_is_not_finished(atlas):
+    root, truth = atlas
+    run(root, truth, ["ground_truth"])
+    path, sidecar = result_paths(root, "planted", "ground_truth")
+    first = json.loads(path.read_text())["eval_id"]
+    sidecar.unlink()  # killed after the result, before its sidecar
+    with pytest.raises(IntegrityError, match="ground_truth.sha256.json: file is missing"):
+        read_result(root, "planted", "ground_truth")
+    redone = run(root, truth, ["ground_truth"])
+    assert ("planted", "ground_truth") not in redone.kept
+    assert read_result(root, "planted", "ground_truth")["eval_id"] != first
+
+
 def test_a_failed_eval_never_overwrites_a_good_result(atlas, monkeypatch):
     root, truth = atlas
     run(root, truth, ["ground_truth"])
