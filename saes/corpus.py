@@ -41,21 +41,27 @@ class CorpusSpec:
             raise InvalidInputError(f"context_size must be at least 2, got {self.context_size}")
 
 
+def jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """`(line number, value)` of every non-blank line of a `.jsonl` file; InvalidInputError
+    naming the file and line of one that is not JSON."""
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield line_no, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidInputError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from exc
+
+
 def _read_local(path: Path, text_field: str) -> Iterator[str]:
     if path.suffix == ".txt":
         yield path.read_text(encoding="utf-8", errors="replace")
     elif path.suffix == ".jsonl":
-        with open(path, encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InvalidInputError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from exc
-                if not isinstance(record, dict) or text_field not in record:
-                    raise InvalidInputError(f"{path}:{line_no}: no text field {text_field!r}")
-                yield str(record[text_field])
+        for line_no, record in jsonl_records(path):
+            if not isinstance(record, dict) or text_field not in record:
+                raise InvalidInputError(f"{path}:{line_no}: no text field {text_field!r}")
+            yield str(record[text_field])
     else:
         import polars as pl
 

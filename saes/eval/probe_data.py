@@ -11,7 +11,6 @@ fewer than two classes.
 from __future__ import annotations
 
 import ast
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from saes.builtin_text import (
     docstrings_of,
     stdlib_source_files,
 )
+from saes.corpus import jsonl_records
 from store.errors import InvalidInputError
 
 BuiltinProbeSet = Literal["topics", "code_vs_prose"]
@@ -116,13 +116,7 @@ def file_probe_set(path: str | Path, label_field: str, text_field: str = "text")
     if not file.is_file():
         raise InvalidInputError(f"probe data file {file} does not exist")
     texts, labels = [], []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{file} line {number} is not JSON ({exc})") from exc
+    for number, row in jsonl_records(file):
         if not isinstance(row, dict) or label_field not in row or row[label_field] is None:
             fields = ", ".join(sorted(row)) if isinstance(row, dict) else type(row).__name__
             raise InvalidInputError(f"{file} line {number} has no label field {label_field!r} "

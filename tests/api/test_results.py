@@ -18,6 +18,7 @@ from api.atlas import Atlas
 from api.http import ServerSettings, create_app
 from api.http.json_body import dumps
 from api.results.analysis import AnalysisResult, AnalysisRunFiles
+from api.results.board import Board
 from api.results.feature import Feature, Match
 from api.results.interventions import AttributionView, RunView, SteerView
 from api.results.jsonable import to_jsonable
@@ -121,7 +122,7 @@ def test_openapi_publishes_the_result_types(small_atlas: dict[str, Any]) -> None
                ("post", "/run"): RunView, ("post", "/steer"): SteerView, ("post", "/attribute"): AttributionView,
                ("get", "/saes/{sae_id}"): SaeInfo, ("get", "/saes"): list[SaeStatus],
                ("get", "/saes/{sae_id}/features/{index}/similar"): list[Match],
-               ("get", "/analyses"): list[AnalysisRunFiles]}
+               ("get", "/analyses"): list[AnalysisRunFiles], ("get", "/board"): Board}
     for (method, path), answer in answers.items():
         schema = spec["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
         listed = getattr(answer, "__origin__", None) is list
