@@ -13,6 +13,7 @@ from api.commands import (
     feature,
     import_sae,
     index,
+    register,
     search,
     serve,
     steer,
@@ -30,7 +31,8 @@ app = typer.Typer(
 analyze_app = typer.Typer(help="Geometry analyses over an atlas.", no_args_is_help=True)
 app.add_typer(analyze_app, name="analyze")
 
-for module in (cache, train, eval_command, import_sae, summarize, index, demo, serve, feature, search, steer, attribute):
+for module in (cache, train, eval_command, import_sae, summarize, index, register, demo, serve, feature, search, steer,
+               attribute):
     module.register(app)
 analyze_circular.register_analyze(analyze_app)
 analyze_geometry.register_analyze(analyze_app)

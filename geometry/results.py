@@ -9,9 +9,12 @@ of its JSON, so a run whose JSON is deleted or changed is reported, not dropped 
 
 Files are written atomically in that order (tables, figures, JSON, then `runs.json` under a
 lock), so a run is complete once `runs.json` lists it. Readers verify every checksum and
-raise IntegrityError naming the file and the command that rebuilds it. Folders written
-before `runs.json` existed are read as before (tables verified) and adopted into a
-`runs.json` by the next run written there.
+raise IntegrityError naming the file and the command that rebuilds it. A run on disk that
+`runs.json` does not list (a write killed before it registered the run, or a `runs.json`
+replaced) is *unregistered*: it is reported, never served, and `register_run` (`sae-atlas
+register --analysis KIND/RUN`) records it again once its files verify against its JSON.
+Folders written before `runs.json` existed are read as before (tables verified) and adopted
+into a `runs.json` by the next run written or registered there.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import polars as pl
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.integrity import verify_file
-from store.layout import AtlasLayout, check_id, created_with
+from store.layout import AtlasLayout, check_id, created_with, is_id
 
 MAIN = "main"
 RUNS_FILE = "runs.json"
@@ -62,6 +65,18 @@ def run_repair(kind: str, run: str) -> str:
     """What to do about a damaged run."""
     return (f"re-run the {kind} analysis that wrote run {run!r} (`sae-atlas analyze {kind} ... --run {run}`), "
             f"or delete analyses/{kind}/{run}.* and its entry in analyses/{kind}/{RUNS_FILE}")
+
+
+def unregistered_run(root: str | Path, kind: str, run: str) -> IntegrityError:
+    """What is wrong with an unregistered run (`unregistered_runs`) and the command that
+    registers it again."""
+    _, js = run_paths(root, kind, run)
+    return IntegrityError(
+        js, f"the run is on disk but not recorded in {RUNS_FILE} (a write killed before it registered the run, "
+        f"or a {RUNS_FILE} replaced)",
+        f"register it again with `sae-atlas register --atlas <atlas> --analysis {kind}/{run}` (its files are "
+        f"verified against its JSON first), or delete analyses/{kind}/{run}.*",
+    )
 
 
 def figure_names(meta: dict[str, Any]) -> list[str]:
@@ -113,14 +128,33 @@ def write_analysis(
     meta = {"kind": kind, "run": run, "parameters": parameters, "summary": summary or {},
             "tables": files, "created_with": created_with(), **extra, "figure_sha256": figures, "format": FORMAT}
     atomic_write_json(js, meta)
+    _record_run(js, kind)
+    return js
+
+
+def _record_run(js: Path, kind: str) -> None:
+    """Add the run whose JSON is `js` to its kind's `runs.json` (under the lock); a folder
+    without one (new, or from before it existed) adopts its runs as they are."""
     with _runs_lock(js.parent):
         runs = _read_runs(js.parent, kind, writing=True)
-        if runs is None:  # a new folder, or one from before runs.json: adopt its runs as they are
-            runs = {p.stem: {"json": p.name, "sha256": sha256_file(p)} for p in sorted(js.parent.glob("*.json"))
-                    if p.name != RUNS_FILE}
-        runs[run] = {"json": js.name, "sha256": sha256_file(js)}
+        if runs is None:
+            runs = {p.stem: {"json": p.name, "sha256": sha256_file(p)} for p in _json_files(js.parent)}
+        runs[js.stem] = {"json": js.name, "sha256": sha256_file(js)}
         atomic_write_json(js.parent / RUNS_FILE, {"format": FORMAT, "runs": dict(sorted(runs.items()))})
-    return js
+
+
+def register_run(root: str | Path, kind: str, run: str) -> dict[str, Any]:
+    """Record an unregistered run (its JSON on disk, not in `runs.json`) in its kind's
+    `runs.json` after checking every file its JSON records (`verify_run_files`); the run's
+    JSON. NotFoundError when the run has no JSON, InvalidInputError when it is registered."""
+    _, js = run_paths(root, kind, run)
+    if not js.is_file():
+        raise NotFoundError(f"no {kind} analysis run {run!r} on disk (no analyses/{kind}/{js.name})")
+    if run in (_read_runs(js.parent, kind, writing=True) or {}):
+        raise InvalidInputError(f"analysis run {kind}/{run} is already registered in analyses/{kind}/{RUNS_FILE}")
+    meta = verify_run_files(root, kind, run)
+    _record_run(js, kind)
+    return meta
 
 
 def _json_files(folder: Path) -> list[Path]:
@@ -132,8 +166,9 @@ def _read_runs(folder: Path, kind: str, *, writing: bool = False) -> dict[str, d
     before it existed; IntegrityError when it is unreadable or (for readers) missing from a
     folder whose runs were written with it."""
     path = folder / RUNS_FILE
-    repair = (f"re-run the {kind} analyses (each run re-registers itself), or delete analyses/{kind}/ "
-              "to start the kind afresh")
+    repair = (f"re-run the {kind} analyses (each run re-registers itself); or delete analyses/{kind}/{RUNS_FILE} "
+              f"and register the runs on disk again (`sae-atlas register --atlas <atlas> --analysis {kind}/RUN`, "
+              f"which verifies each); or delete analyses/{kind}/ to start the kind afresh")
     if not path.exists():
         if writing:
             return None
@@ -162,12 +197,19 @@ def list_runs(root: str | Path, kind: str) -> list[str]:
     return sorted(runs) if runs is not None else [p.stem for p in _json_files(folder)]
 
 
-def unrecorded_runs(root: str | Path, kind: str) -> list[str]:
+def unregistered_runs(root: str | Path, kind: str) -> list[str]:
     """Runs with a `<run>.json` that `runs.json` does not list (a write killed before it
-    finished); empty for a folder from before `runs.json`."""
+    registered the run, or a `runs.json` replaced); empty for a folder from before `runs.json`."""
     folder = AtlasLayout(root).analysis_dir(kind)
     runs = _read_runs(folder, kind)
     return [] if runs is None else [p.stem for p in _json_files(folder) if p.stem not in runs]
+
+
+def analysis_kinds(root: str | Path) -> list[str]:
+    """The kinds with a folder under `analyses/`, sorted (a folder whose name no kind can
+    have, such as `.ipynb_checkpoints`, is none)."""
+    base = AtlasLayout(root).root / "analyses"
+    return sorted(p.name for p in base.iterdir() if p.is_dir() and is_id(p.name)) if base.is_dir() else []
 
 
 def verify_run(root: str | Path, kind: str, run: str, repair: str | None = None) -> dict[str, Any]:
@@ -179,7 +221,8 @@ def verify_run(root: str | Path, kind: str, run: str, repair: str | None = None)
     runs = _read_runs(js.parent, kind)
     if runs is not None and run not in runs:
         if js.exists():
-            raise IntegrityError(js, f"the run is not recorded in {RUNS_FILE} (its write did not finish)", repair)
+            verify_run_files(root, kind, run, repair)  # a damaged file is named first
+            raise unregistered_run(root, kind, run)
         raise NotFoundError(f"no {kind} analysis run {run!r}; runs: {', '.join(sorted(runs)) or '(none)'}")
     if runs is None and not js.exists():
         raise NotFoundError(f"no {kind} analysis run {run!r}; runs: {', '.join(list_runs(root, kind)) or '(none)'}")
@@ -189,6 +232,14 @@ def verify_run(root: str | Path, kind: str, run: str, repair: str | None = None)
         except IntegrityError:
             fresh = _read_runs(js.parent, kind) or {}  # the run may have been rewritten meanwhile
             verify_file(js, fresh.get(run, {}).get("sha256", ""), f"analyses/{kind}/{RUNS_FILE}", repair)
+    return verify_run_files(root, kind, run, repair)
+
+
+def verify_run_files(root: str | Path, kind: str, run: str, repair: str | None = None) -> dict[str, Any]:
+    """The run's JSON after checking the sha256 of every table and figure it records, without
+    consulting `runs.json` (IntegrityError naming the damaged file)."""
+    _, js = run_paths(root, kind, run)
+    repair = repair or run_repair(kind, run)
     meta = read_json(js, repair)
     if not isinstance(meta, dict):
         raise IntegrityError(js, "not a JSON object", repair)
@@ -216,8 +267,9 @@ def read_analysis(root: str | Path, kind: str, run: str, repair: str | None = No
 
 
 def figure_owner(root: str | Path, kind: str, name: str) -> tuple[str, dict[str, Any]] | None:
-    """`(run, verified meta)` of the run whose JSON records figure `name`, or None."""
-    for run in list_runs(root, kind):
+    """`(run, verified meta)` of the run whose JSON records figure `name`, or None. The
+    IntegrityError of that run when it is damaged or unregistered."""
+    for run in list_runs(root, kind) + unregistered_runs(root, kind):
         try:
             meta = verify_run(root, kind, run)
         except IntegrityError:

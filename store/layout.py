@@ -11,7 +11,10 @@ analyses/<kind>/<run>.*    geometry results with their parameters
 
 `atlas.json["saes"][sae_id]` records each SAE's hook, architecture, widths and held-out
 metrics; an imported one also has `source` (kind, SOURCE, format) and `suspect` (kept with
-`--force` despite the misload guard).
+`--force` despite the misload guard). An SAE folder that atlas.json does not list (a train
+or import killed before it registered the SAE, or an atlas.json restored from elsewhere) is
+*unregistered*: readers still find its files, listings report it, and `sae-atlas register`
+records it again (`saes.registry`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,22 @@ from store.atomic import atomic_write_json, read_json
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 
 SCHEMA_VERSION = 1
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_ID_LENGTH = 128
+ID_PATTERN = r"^[A-Za-z0-9](\.?[A-Za-z0-9_-])*\.?$"
+"""A safe id (SAE id, hook name, analysis kind or run) as a JSON-schema pattern, with
+`MAX_ID_LENGTH`: a letter or digit, then letters, digits, '.', '_' or '-', never '..'.
+Request schemas state it wherever an id appears, so the server refuses no id they allow."""
+_SAFE_ID = re.compile(ID_PATTERN)
+
+
+def is_id(value: object) -> bool:
+    """Whether `value` is a safe path component (`ID_PATTERN`: no '/', no '..')."""
+    return isinstance(value, str) and len(value) <= MAX_ID_LENGTH and _SAFE_ID.fullmatch(value) is not None
 
 
 def check_id(value: str, what: str = "id") -> str:
-    """Return `value` if it is a safe path component (no '/', no '..'); else raise."""
-    if not isinstance(value, str) or not _SAFE_ID.match(value) or ".." in value:
+    """Return `value` if it is a safe path component (`is_id`); else raise."""
+    if not is_id(value):
         raise InvalidInputError(
             f"invalid {what} {value!r}: use letters, digits, '.', '_' or '-' (no '/' or '..')"
         )
@@ -76,13 +89,32 @@ class AtlasLayout:
         saes = self.read_meta().get("saes") or {}
         return sorted(saes) if isinstance(saes, dict) else []
 
+    def saved_sae_ids(self) -> list[str]:
+        """SAE ids with a folder holding a cfg.json, sorted."""
+        base = self.root / "saes"
+        return sorted(p.name for p in base.iterdir() if (p / "cfg.json").exists()) if base.is_dir() else []
+
     def sae_ids(self) -> list[str]:
         """SAE ids that have saved weights or are registered in atlas.json, sorted. A
         registered SAE whose files are missing stays listed: reading it raises
         IntegrityError (`require_sae`) instead of it silently dropping out of searches."""
-        base = self.root / "saes"
-        saved = {p.name for p in base.iterdir() if (p / "cfg.json").exists()} if base.is_dir() else set()
-        return sorted(saved | set(self.registered_sae_ids()))
+        return sorted(set(self.saved_sae_ids()) | set(self.registered_sae_ids()))
+
+    def unregistered_sae_ids(self) -> list[str]:
+        """Ids of the saved SAEs that atlas.json does not list (none without an atlas.json)."""
+        if not self.atlas_json.exists():
+            return []
+        registered = set(self.registered_sae_ids())
+        return [sae_id for sae_id in self.saved_sae_ids() if sae_id not in registered]
+
+    def unregistered_sae(self, sae_id: str) -> IntegrityError:
+        """What is wrong with an unregistered SAE (`unregistered_sae_ids`) and the command
+        that registers it again."""
+        return IntegrityError(
+            self.atlas_json, f"SAE {sae_id!r} is on disk (saes/{sae_id}/) but atlas.json does not list it",
+            f"register it again with `sae-atlas register --atlas <atlas> --sae {sae_id}` (its record is rebuilt "
+            "from the folder's cfg.json, training.json or source.json and eval.json)",
+        )
 
     def require_sae(self, sae_id: str) -> Path:
         """The SAE's directory: NotFoundError listing the valid ids for an unknown one,

@@ -77,12 +77,15 @@ def is_loopback(host: str) -> bool:
 
 def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
           log_level: str = "info") -> None:
-    """Run the service with uvicorn (blocks). Several workers listen on the port with
+    """Run the service with uvicorn (blocks), requests it cannot parse answered as JSON
+    (`api.http.protocol`). Several workers listen on the port with
     SO_REUSEPORT (`api.http.workers`), each with its own Atlas; settings reach them through
     the environment. Without `settings.threads`,
     each worker gets an equal share of the cores for torch, FAISS and polars, so that
     workers do not oversubscribe them."""
     import uvicorn
+
+    from api.http.protocol import JsonErrorsProtocol
 
     if not settings.threads:
         settings = replace(settings, threads=max(1, (os.cpu_count() or 1) // workers))
@@ -95,4 +98,5 @@ def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000
     if workers > 1:
         run_workers(host=host, port=port, workers=workers, log_level=log_level)
         return
-    uvicorn.run("api.http.app:app_from_env", factory=True, host=host, port=port, log_level=log_level)
+    uvicorn.run("api.http.app:app_from_env", factory=True, host=host, port=port, log_level=log_level,
+                http=JsonErrorsProtocol)

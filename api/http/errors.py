@@ -7,6 +7,7 @@ IntegrityError 500 with the atlas-relative file and the repair command); request
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -23,6 +24,12 @@ log = logging.getLogger("sae_atlas.http")
 def error_response(status: int, kind: str, detail: str, **extra: Any) -> JSONResponse:
     """A JSON error response."""
     return JSONResponse(status_code=status, content={"error": kind, "detail": detail, **extra})
+
+
+def error_bytes(kind: str, detail: str) -> bytes:
+    """An error body as bytes, for answers written below the application (ASGI middleware,
+    the HTTP protocol)."""
+    return json.dumps({"error": kind, "detail": detail}).encode()
 
 
 def _field(loc: tuple[Any, ...]) -> str:

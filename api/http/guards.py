@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from api.http.errors import error_bytes
 
 Scope = dict[str, Any]
 
@@ -64,7 +65,7 @@ class BodyLimit:
 
     @staticmethod
     async def _reply(send: Any, status: int, detail: str) -> None:
-        body = json.dumps({"error": "http", "detail": detail}).encode()
+        body = error_bytes("http", detail)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})

@@ -1,7 +1,8 @@
 """The OpenAPI document of one server: FastAPI's, plus what only the served atlas knows
-(the residual widths a `/search/vector` direction may have) and what pydantic enforces but
-does not publish (a tagged union's tag is required even where a member gives it a
-default), so that every request the document calls valid is one the server accepts."""
+(the residual widths a `/search/vector` direction may have, and examples naming its SAEs,
+features, tokens and analyses: `api.http.examples`) and what pydantic enforces but does not
+publish (a tagged union's tag is required even where a member gives it a default), so that
+every request the document calls valid is one the server accepts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from api.atlas import Atlas
+from api.http.examples import add_examples
 
 
 def atlas_openapi(app: FastAPI, atlas: Atlas) -> dict[str, Any]:
@@ -22,6 +24,7 @@ def atlas_openapi(app: FastAPI, atlas: Atlas) -> dict[str, Any]:
             vector["vector"]["anyOf"] = [{"minItems": w, "maxItems": w} for w in widths]
             vector["vector"]["description"] += f" (d_in of this atlas's SAEs: {', '.join(map(str, widths))})"
         _require_union_tags(document)
+        add_examples(document, atlas)
         app.openapi_schema = document
     return app.openapi_schema
 

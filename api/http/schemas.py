@@ -11,26 +11,39 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 from api.bounds import MAX_K, MAX_SAES_PER_QUERY, MAX_TEXT_CHARS, MAX_VECTOR
 from api.results.feature import ExampleContext
 from api.results.wire import Number
 from geometry.maps import Basis
-
-ID_PATTERN = r"^[A-Za-z0-9](\.?[A-Za-z0-9_-])*\.?$"
-"""`store.layout.check_id` as a JSON-schema pattern (with maxLength 128): a letter or digit,
-then letters, digits, '.', '_' or '-', never '..'."""
+from store.layout import ID_PATTERN, MAX_ID_LENGTH
 
 
 def _integral(value: Any) -> Any:
-    """A JSON number with no fraction (`3.0`) as an int; anything else unchanged."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    """A JSON number with no fraction (`3.0`) as an int, also inside lists and objects;
+    anything else unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _integral(item) for key, item in value.items()}
+    return value
 
 
 JsonInt = Annotated[int, BeforeValidator(_integral)]
 """An integer as JSON Schema means it: `3` or `3.0`, never `true` or `"3"` (with `_Strict`)."""
-SafeId = Annotated[str, Field(max_length=128, pattern=ID_PATTERN)]
+
+
+def json_strict(annotation: Any) -> Any:
+    """`annotation` validated as request bodies are (`_Strict`, `JsonInt`) down to the
+    fields of the models it holds, which pydantic validates by their own, lax,
+    configuration: `true` is not 1 and `3.0` is 3 there too."""
+    adapter = TypeAdapter(annotation)
+    return Annotated[annotation, BeforeValidator(lambda value: adapter.validate_python(_integral(value), strict=True))]
+SafeId = Annotated[str, Field(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)]
+"""An id as `store.layout.check_id` accepts it (SAE id, analysis kind or run)."""
 
 
 class _Strict(BaseModel):
@@ -87,6 +100,12 @@ class Health(BaseModel):
     analyses_allowed: bool | None = None
     damaged_saes: dict[str, str] | None = Field(
         default=None, description="SAEs not served because a file is damaged: SAE id -> the file and its repair")
+    unregistered_saes: dict[str, str] | None = Field(
+        default=None, description="SAE folders atlas.json does not list (served, marked 'unregistered' in /saes): "
+                                  "SAE id -> the command that registers it again")
+    unregistered_analyses: dict[str, str] | None = Field(
+        default=None, description="analysis runs on disk their kind's runs.json does not list (not served): "
+                                  "'KIND/RUN' -> the command that registers it again")
 
 
 class FeatureRow(BaseModel):

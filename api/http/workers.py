@@ -34,7 +34,9 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 def _worker(host: str, port: int, log_level: str) -> None:
     import uvicorn
 
-    config = uvicorn.Config("api.http.app:app_from_env", factory=True, log_level=log_level)
+    from api.http.protocol import JsonErrorsProtocol
+
+    config = uvicorn.Config("api.http.app:app_from_env", factory=True, log_level=log_level, http=JsonErrorsProtocol)
     uvicorn.Server(config).run(sockets=[reuseport_socket(host, port)])
 
 

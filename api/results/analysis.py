@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import polars as pl
 from pydantic import Field, computed_field
 from typing_extensions import TypedDict
 
 from api.results.html import escape
+from api.results.sae import Status
 from api.results.wire import FileName, FrameRows, JsonResult, wire_payload
 from store.errors import InvalidInputError
 
@@ -20,14 +21,20 @@ MAX_ROWS = 1000
 
 
 class AnalysisRunFiles(TypedDict):
-    """A stored analysis run and its files; a `damaged` run names the bad file and the repair."""
+    """A stored analysis run and its files; a `damaged` run names the bad file and the repair,
+    an `unregistered` one the command that registers it again."""
 
     kind: str
     run: str
     table: str | None
     figures: list[str]
-    status: Literal["ok", "damaged"]
-    problem: Annotated[str | None, Field(description="for a damaged run: the file, what is wrong, the repair")]
+    status: Annotated[Status, Field(
+        description="'damaged': a file of the run is missing, truncated or corrupt; 'unregistered': its files "
+                    "verify against its JSON but its kind's runs.json does not list it. Neither is served "
+                    "(500 naming the file and the repair)")]
+    problem: Annotated[str | None, Field(
+        description="for a damaged run: the file, what is wrong, the repair; for an unregistered one: the command "
+                    "that registers it again")]
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""`SaeInfo`: facts about one SAE (`Atlas.sae_info`), and `SaeStatus`, the same with its
-health (`Atlas.sae_status`, one row of `Atlas.saes()`)."""
+"""`SaeInfo`: facts about one SAE (`Atlas.sae_info`), `SaeStatus`, the same with its
+health (`Atlas.sae_status`, one row of `Atlas.saes()`), and `Status`, the health of a
+stored SAE or analysis run."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from api.results.wire import Number
+
+Status = Literal["ok", "damaged", "unregistered"]
+"""Whether a stored SAE or analysis run is served: "ok"; "damaged" (a file of it is missing,
+truncated or corrupt); "unregistered" (on disk, but atlas.json or its kind's runs.json does
+not list it; `sae-atlas register` records it again)."""
 
 
 class SaeInfo(TypedDict):
@@ -30,6 +36,10 @@ class SaeInfo(TypedDict):
 class SaeStatus(SaeInfo):
     """One SAE and whether it can be served."""
 
-    status: Annotated[Literal["ok", "damaged"], Field(
-        description="'damaged': a file of the SAE is missing, truncated or corrupt; its pages answer 500 naming it")]
-    problem: Annotated[str | None, Field(description="for a damaged SAE: the file, what is wrong, the repair")]
+    status: Annotated[Status, Field(
+        description="'damaged': a file of the SAE is missing, truncated or corrupt; its pages answer 500 naming it. "
+                    "'unregistered': its folder is on disk but atlas.json does not list it; its pages are served "
+                    "from the folder and the facts shown are the record `sae-atlas register` would write")]
+    problem: Annotated[str | None, Field(
+        description="for a damaged SAE: the file, what is wrong, the repair; for an unregistered one: the command "
+                    "that registers it again (or why it cannot be)")]

@@ -1,6 +1,6 @@
 """Stored geometry results (`analyses/<kind>/<run>.*`): the listing with each run's
-status, one run with its table and figures, figure files checked against their run, and
-circular-feature discovery on one SAE."""
+status (ok, damaged or unregistered), one run with its table and figures, figure files
+checked against their run, and circular-feature discovery on one SAE."""
 
 from __future__ import annotations
 
@@ -10,39 +10,44 @@ from typing import Any
 import polars as pl
 
 from api.analyses.circular import discover_for_sae
-from api.results.analysis import AnalysisResult
+from api.results.analysis import AnalysisResult, AnalysisRunFiles
+from api.results.sae import Status
 from api.sae_view import SaeView
 from geometry import results
 from store.errors import IntegrityError, NotFoundError
 from store.layout import AtlasLayout, check_id
 
 
-def analysis_runs(root: Path) -> list[dict[str, Any]]:
+def analysis_runs(root: Path) -> list[AnalysisRunFiles]:
     """Every stored analysis run: kind, run, its table and figure file names, and `status`
-    ("ok", or "damaged" with the `problem`: the file, what is wrong and the repair). Every
-    file of every run is verified (`geometry.results.verify_run`, hashes cached per file
-    version), so a deleted or changed file shows here instead of a run going missing."""
-    base = AtlasLayout(root).root / "analyses"
-    if not base.is_dir():
-        return []
+    ("ok"; "damaged" with the `problem`: the file, what is wrong and the repair; or
+    "unregistered", a run on disk that its kind's runs.json does not list, with the command
+    that registers it again). Every file of every run is verified
+    (`geometry.results.verify_run`, hashes cached per file version), so a deleted or changed
+    file shows here instead of a run going missing."""
     rows = []
-    for kind_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-        kind = kind_dir.name
+    for kind in results.analysis_kinds(root):
+        kind_dir = AtlasLayout(root).analysis_dir(kind)
         try:
-            runs = results.list_runs(root, kind) + results.unrecorded_runs(root, kind)
+            registered, unregistered = results.list_runs(root, kind), results.unregistered_runs(root, kind)
         except IntegrityError as exc:  # the kind's runs.json itself is damaged
-            rows += [_run_row(kind_dir, p.stem, None, exc) for p in sorted(kind_dir.glob("*.json"))
+            rows += [_run_row(kind_dir, p.stem, None, "damaged", exc) for p in sorted(kind_dir.glob("*.json"))
                      if p.name != results.RUNS_FILE]
             continue
-        for run in sorted(runs):
+        for run in sorted(registered + unregistered):
+            verify = results.verify_run_files if run in unregistered else results.verify_run
             try:
-                rows.append(_run_row(kind_dir, run, results.verify_run(root, kind, run), None))
+                meta = verify(root, kind, run)
             except IntegrityError as exc:
-                rows.append(_run_row(kind_dir, run, None, exc))
+                rows.append(_run_row(kind_dir, run, None, "damaged", exc))
+                continue
+            rows.append(_run_row(kind_dir, run, meta, "unregistered", results.unregistered_run(root, kind, run))
+                        if run in unregistered else _run_row(kind_dir, run, meta, "ok", None))
     return rows
 
 
-def _run_row(kind_dir: Path, run: str, meta: dict[str, Any] | None, problem: IntegrityError | None) -> dict[str, Any]:
+def _run_row(kind_dir: Path, run: str, meta: dict[str, Any] | None, state: Status,
+             problem: IntegrityError | None) -> AnalysisRunFiles:
     """A listing row; the files come from the verified JSON, or by name for a damaged run or
     one written before figures were recorded."""
     main = ((meta or {}).get("tables") or {}).get(results.MAIN)
@@ -51,12 +56,11 @@ def _run_row(kind_dir: Path, run: str, meta: dict[str, Any] | None, problem: Int
         figures = sorted(p.name for p in kind_dir.glob("*.png") if p.name == f"{run}.png"
                          or p.name.startswith(f"{run}."))
     table = main["file"] if main else f"{run}.parquet" if (kind_dir / f"{run}.parquet").exists() else None
-    return {"kind": kind_dir.name, "run": run, "table": table, "figures": figures,
-            "status": "ok" if problem is None else "damaged",
-            "problem": None if problem is None else problem.describe(kind_dir.parent.parent)}
+    return AnalysisRunFiles(kind=kind_dir.name, run=run, table=table, figures=figures, status=state,
+                            problem=None if problem is None else problem.describe(kind_dir.parent.parent))
 
 
-def analysis_run(root: Path, kind: str, run: str) -> tuple[dict[str, Any], dict[str, Any], pl.DataFrame | None]:
+def analysis_run(root: Path, kind: str, run: str) -> tuple[AnalysisRunFiles, dict[str, Any], pl.DataFrame | None]:
     """`(files, meta, table)` of one run, every file verified (`geometry.results.read_analysis`);
     NotFoundError names the runs of that kind and the kinds."""
     kind_dir = AtlasLayout(root).analysis_dir(kind)
@@ -65,7 +69,7 @@ def analysis_run(root: Path, kind: str, run: str) -> tuple[dict[str, Any], dict[
     except NotFoundError as exc:
         kinds = sorted({r["kind"] for r in analysis_runs(root)})
         raise NotFoundError(f"{exc}; kinds: {', '.join(kinds) or '(none)'}") from exc
-    return _run_row(kind_dir, run, stored.meta, None), stored.meta, stored.table
+    return _run_row(kind_dir, run, stored.meta, "ok", None), stored.meta, stored.table
 
 
 def figure_path(root: Path, kind: str, name: str) -> Path:

@@ -1,4 +1,5 @@
-"""The SAEs of an atlas: listing with status, damage reports, import and preload."""
+"""The SAEs of an atlas: listing with status, damage and registration reports, import and
+preload."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 import polars as pl
 
 from api.context import AtlasContext
-from api.results.sae import SaeStatus
+from api.results.sae import SaeStatus, Status
 from api.sae_view import open_sae
 from saes.importing.pipeline import import_sae
+from saes.registry import folder_record
 from store.errors import IntegrityError
 
 RECORDED_KEYS = ("hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")
@@ -27,14 +29,28 @@ def problem_of(ctx: AtlasContext, sae_id: str) -> IntegrityError | None:
 
 def status(ctx: AtlasContext, sae_id: str) -> SaeStatus:
     """The SAE's facts plus `status` "ok"; for a damaged SAE what atlas.json records of it,
-    `status` "damaged" and the `problem` (the file, what is wrong, the repair)."""
+    `status` "damaged" and the `problem` (the file, what is wrong, the repair); for an SAE
+    folder atlas.json does not list, the record `sae-atlas register` would write for it,
+    `status` "unregistered" and the `problem` naming that command (or, when the folder
+    cannot be registered, why)."""
     problem = problem_of(ctx, sae_id)
-    if problem is None:
-        return SaeStatus(**open_sae(ctx, sae_id).info, status="ok", problem=None)
-    recorded = ctx.recorded(sae_id)
-    return SaeStatus(sae_id=sae_id, **{key: recorded.get(key) for key in RECORDED_KEYS},
-                     source=(recorded.get("source") or {}).get("source") or "trained",
-                     suspect=bool(recorded.get("suspect")), status="damaged", problem=ctx.describe(problem))
+    if problem is not None:
+        return _row(sae_id, ctx.recorded(sae_id), "damaged", ctx.describe(problem))
+    view = open_sae(ctx, sae_id)
+    if sae_id in ctx.layout.registered_sae_ids():
+        return SaeStatus(**view.info, status="ok", problem=None)
+    try:
+        record = folder_record(view.folder, sae_id, view.module().cfg)
+    except IntegrityError as exc:
+        return SaeStatus(**view.info, status="unregistered", problem=ctx.describe(exc))
+    return _row(sae_id, record, "unregistered", ctx.describe(ctx.layout.unregistered_sae(sae_id)))
+
+
+def _row(sae_id: str, record: dict[str, Any], state: Status, problem: str) -> SaeStatus:
+    """A listing row from an atlas.json record (what it holds of the SAE's facts)."""
+    return SaeStatus(sae_id=sae_id, **{key: record.get(key) for key in RECORDED_KEYS},
+                     source=(record.get("source") or {}).get("source") or "trained",
+                     suspect=bool(record.get("suspect")), status=state, problem=problem)
 
 
 def listing(ctx: AtlasContext) -> pl.DataFrame:

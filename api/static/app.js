@@ -140,11 +140,14 @@ function renderTextResult(out, result, sae) {
 // --- SAE list and feature list ----------------------------------------------------------------
 async function saesView() {
   const list = await saes();
+  const problems = list.filter((r) => r.status !== "ok");
   view.replaceChildren(el("h2", {}, "SAEs"),
+    problems.length ? el("div", { id: "sae-problems" }, problems.map((r) =>
+      el("p", { class: `error ${r.status}` }, el("b", {}, `${r.sae_id} (${r.status}) `), r.problem))) : "",
     table(["sae_id", "hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "source"], list, {
       sae_id: (r) => el("span", {}, el("a", { class: "feat", href: `#/saes/${enc(r.sae_id)}` }, r.sae_id),
         r.suspect ? el("span", { class: "suspect", title: "imported with --force despite the misload guard" }, " suspect") : "",
-        r.status === "damaged" ? el("span", { class: "suspect damaged", title: r.problem }, " damaged") : ""),
+        r.status !== "ok" ? el("span", { class: `suspect ${r.status}`, title: r.problem }, ` ${r.status}`) : ""),
       fvu: (r) => (r.fvu === null ? "" : fmt(r.fvu)), k: (r) => (r.k === null ? "" : r.k),
       l0: (r) => (r.l0 === null ? "" : fmt(r.l0)) }));
 }
@@ -179,6 +182,8 @@ async function featureView(sae, index) {
     ...(f.explanations || []).map((text) => el("p", { class: "explanation" }, el("b", {}, "explanation "), text)),
     info && info.suspect ? el("p", { id: "suspect-mark", class: "suspect" },
       "suspect: this SAE failed the import misload guard and was kept with --force (see its eval.json)") : "",
+    info && info.status === "unregistered" ? el("p", { id: "unregistered-mark", class: "suspect" },
+      "unregistered: ", info.problem) : "",
     el("p", { class: "muted" }, f.hook, " · ", mapNote, " · ",
       index > 0 ? featLink(sae, index - 1, "previous") : "", " ", featLink(sae, index + 1, "next")),
     el("div", { class: "grid" },
@@ -420,7 +425,7 @@ async function analysesView() {
   view.replaceChildren(el("h2", {}, "Geometry results"), runs.length ? table(["kind", "run", "figures", "status"], runs, {
     run: (r) => el("a", { class: "feat", href: `#/analyses/${enc(r.kind)}/${enc(r.run)}` }, r.run),
     figures: (r) => r.figures.length,
-    status: (r) => (r.status === "ok" ? "ok" : el("span", { class: "error", title: r.problem }, "damaged: " + r.problem)) })
+    status: (r) => (r.status === "ok" ? "ok" : el("span", { class: `error ${r.status}`, title: r.problem }, `${r.status}: ${r.problem}`)) })
     : el("p", { class: "muted" }, "No analyses yet (sae-atlas analyze ...)."));
 }
 

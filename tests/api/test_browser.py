@@ -3,11 +3,14 @@ type a text, click a feature, see its examples and neighbours, open the map."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.api.conftest import LiveServer
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -22,22 +25,33 @@ def _chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def page(server: Any) -> Any:
+def browser() -> Any:
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
     executable = _chromium()
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1200, "height": 900})
-        blocked: list[str] = []
-        context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(server.url)
-                      else (blocked.append(route.request.url), route.abort()))
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.errors = errors
-        page.blocked = blocked
-        yield page
+        yield browser
         browser.close()
+
+
+def _page(browser: Any, url: str) -> Any:
+    """A page that may reach only `url`, with the page errors (`errors`) and the requests it
+    tried to send elsewhere (`blocked`)."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    blocked: list[str] = []
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(url)
+                  else (blocked.append(route.request.url), route.abort()))
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.errors = errors
+    page.blocked = blocked
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser: Any, server: Any) -> Any:
+    return _page(browser, server.url)
 
 
 def test_text_feature_neighbours_and_map(page: Any, server: Any, small_atlas: dict[str, Any]) -> None:
@@ -107,3 +121,34 @@ def test_feature_url_opens_explorer(page: Any, server: Any, small_atlas: dict[st
     page.goto(server.url + f"/saes/{sae}/features/5")
     page.wait_for_selector("#feature-title")
     assert page.inner_text("#feature-title") == f"{sae} / feature 5"
+
+
+def test_unregistered_sae_and_run_are_shown(browser: Any, small_atlas: dict[str, Any], tmp_path: Path) -> None:
+    """An SAE atlas.json does not list and a run its runs.json does not list are marked
+    "unregistered" with the command that registers them again: in the SAE list, on the
+    SAE's feature pages and in the geometry results."""
+    root = Path(shutil.copytree(small_atlas["root"], tmp_path / "atlas"))
+    sae = small_atlas["sae_ids"][0]
+    meta = json.loads((root / "atlas.json").read_text())
+    del meta["saes"][sae]
+    (root / "atlas.json").write_text(json.dumps(meta))
+    runs_json = root / "analyses" / "planted" / "runs.json"
+    runs_json.write_text(json.dumps({**json.loads(runs_json.read_text()), "runs": {}}))
+    with LiveServer(root) as live:
+        page = _page(browser, live.url)
+        page.goto(live.url + "/#/saes")
+        page.wait_for_selector("#sae-problems")
+        problems = page.inner_text("#sae-problems")
+        assert f"{sae} (unregistered)" in problems and f"sae-atlas register --atlas <atlas> --sae {sae}" in problems
+        assert page.locator("span.unregistered").count() == 1
+        page.goto(live.url + f"/#/saes/{sae}/features/3")
+        page.wait_for_selector("#unregistered-mark")
+        assert "sae-atlas register" in page.inner_text("#unregistered-mark")
+        page.goto(live.url + "/#/analyses")
+        page.wait_for_selector(".error.unregistered")
+        assert "unregistered: " in page.inner_text(".error.unregistered")
+        assert "--analysis planted/demo-run" in page.inner_text(".error.unregistered")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "explorer-unregistered.png"), full_page=True)
+        assert not page.errors, page.errors
+        assert not page.blocked, page.blocked

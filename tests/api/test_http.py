@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
+import time
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.api.conftest import TOKEN
+from tests.api.conftest import TOKEN, free_port
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +219,67 @@ def test_json_integers_and_extreme_vectors(http: httpx.Client, small_atlas: dict
     for scale in (1e300, 1e-310):
         hits = http.post("/search/vector", json={"vector": [scale] * 32, "sae_id": b, "k": 3}).json()
         assert [h["latent"] for h in hits] == [u["latent"] for u in unit], scale
+
+
+def _raw_get(port: int, target: str) -> tuple[int, dict[str, str], bytes]:
+    """GET `target` over a bare socket (httpx refuses URLs this long): status, headers, body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
+
+
+def test_overlong_urls_get_json_errors_from_sae_atlas_serve(small_atlas: dict[str, Any]) -> None:
+    """`sae-atlas serve` runs uvicorn with `api.http.protocol`: a query string too long for the
+    HTTP parser (over 65535 bytes) gets the documented 414 in the project's JSON shape, not
+    uvicorn's plain text; one under it reaches the application and fails validation (422)."""
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "api", "serve", str(small_atlas["root"]), "--port", str(port),
+                              "--log-level", "error", "--threads", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert serve.poll() is None, serve.stderr.read().decode()[-2000:] if serve.stderr else ""
+            assert time.monotonic() < deadline, "sae-atlas serve did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        status, headers, body = _raw_get(port, "/search/labels?q=" + "a" * 100_000)
+        assert status == 414 and headers["content-type"] == "application/json", body[:200]
+        answer = json.loads(body)
+        assert answer["error"] == "http" and "65535" in answer["detail"], answer
+        status, headers, body = _raw_get(port, "/search/labels?q=" + "a" * 60_000)
+        assert status == 422 and headers["content-type"] == "application/json"
+        assert json.loads(body)["error"] == "validation" and "500 characters" in json.loads(body)["detail"]
+        status, _, body = _raw_get(port, "/saes/" + "x" * 70_000)
+        assert status == 414 and json.loads(body)["error"] == "http"
+        assert httpx.get(f"http://127.0.0.1:{port}/health").json()["status"] == "ok"  # and it still serves
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+
+
+def test_the_url_limit_is_documented(http: httpx.Client) -> None:
+    spec = http.get("/openapi.json").json()
+    for path, method in (("/search/labels", "get"), ("/saes/{sae_id}", "get"), ("/search/text", "post")):
+        documented = spec["paths"][path][method]["responses"]["414"]
+        assert "65535" in documented["description"] and documented["content"]["application/json"]["schema"]["$ref"]
+
+
+def test_statuses_are_documented(http: httpx.Client) -> None:
+    """The status values of a listed SAE or analysis run, and what /health reports of the
+    unregistered ones, are in /openapi.json."""
+    schemas = http.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("SaeStatus", "AnalysisRunFiles"):
+        status = schemas[name]["properties"]["status"]
+        assert status["enum"] == ["ok", "damaged", "unregistered"] and "unregistered" in status["description"], name
+    health = schemas["Health"]["properties"]
+    assert {"damaged_saes", "unregistered_saes", "unregistered_analyses"} <= set(health)

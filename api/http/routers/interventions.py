@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.bounds import (
     MAX_ATTRIBUTED,
@@ -27,45 +27,54 @@ from api.bounds import (
 from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
 from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, error_responses
-from api.http.schemas import SafeId
+from api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict, json_strict
+from api.http.schemas_meaning import PY_WHITESPACE
 from api.results.interventions import AttributionView, RunView, SteerView
 from saes.intervene.attribution import AttributionMode, Target
 from saes.intervene.edits import Edit
 
-router = APIRouter(tags=["interventions"], responses={**DATA_ERRORS, **error_responses(400, 403, 404, 413)})
+MODEL_BOUND = {400: {"model": ErrorBody, "description": (
+    "input that only the model can judge: a prompt of more tokens than allowed, an edit position or token match "
+    "outside the prompt, a target that is not exactly one token of the vocabulary or lacks its token")}}
+router = APIRouter(tags=["interventions"],
+                   responses={**DATA_ERRORS, **error_responses(403, 404, 413), **MODEL_BOUND})
 
 
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, description="the prompt")
+StrictEdits = json_strict(list[Edit])
+StrictTarget = json_strict(Target | str)
+
+
+class _Request(_Strict):
+    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS, pattern=f"[^{PY_WHITESPACE}]",
+                      description="the prompt (at least one non-space character)")
 
 
 class RunRequest(_Request):
     """A forward pass with SAEs spliced in and edits applied."""
 
-    edits: list[Edit] = Field(default_factory=list, max_length=MAX_EDITS)
+    edits: StrictEdits = Field(default_factory=list, max_length=MAX_EDITS)
     sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
                                          description="SAEs to splice in besides those the edits name")
-    k: int = Field(default=10, ge=1, le=MAX_NEXT_TOKENS, description="next tokens to list")
+    k: JsonInt = Field(default=10, ge=1, le=MAX_NEXT_TOKENS, description="next tokens to list")
 
 
 class SteerRequest(_Request):
     """Baseline vs edited generation with one seed."""
 
-    edits: list[Edit] = Field(min_length=1, max_length=MAX_EDITS)
-    max_new_tokens: int = Field(default=20, ge=1, le=MAX_NEW_TOKENS)
+    edits: StrictEdits = Field(min_length=1, max_length=MAX_EDITS)
+    max_new_tokens: JsonInt = Field(default=20, ge=1, le=MAX_NEW_TOKENS)
     temperature: float = Field(default=0.0, ge=0.0, le=MAX_TEMPERATURE, description="0: greedy")
-    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
 
 
 class AttributeRequest(_Request):
     """Feature attribution of a target on the prompt."""
 
-    target: Target | str = Field(description="a token string (its logit at the last position) or a target")
+    target: StrictTarget = Field(description="a token string (its logit at the last position) or a target")
     sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
                                          description="SAEs to attribute to (default: all)")
-    top: int = Field(default=20, ge=1, le=MAX_ATTRIBUTED)
-    verify: int = Field(default=5, ge=0, le=MAX_VERIFIED, description="top features checked by true ablation")
+    top: JsonInt = Field(default=20, ge=1, le=MAX_ATTRIBUTED)
+    verify: JsonInt = Field(default=5, ge=0, le=MAX_VERIFIED, description="top features checked by true ablation")
     mode: AttributionMode = Field(default="linearized", description="linearized: parts sum to the target; "
                                   "gradient: the model's own gradient")
 

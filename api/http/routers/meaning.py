@@ -13,8 +13,7 @@ from fastapi.responses import Response
 
 from api.http.deps import AtlasDep, ModelQueueDep
 from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, K, error_responses
-from api.http.schemas import ID_PATTERN
+from api.http.routers.params import DATA_ERRORS, K, OneSae, error_responses
 from api.http.schemas_meaning import ConceptQuery, GeometryFeature, LabelHit
 from api.results.meaning import ConceptResult
 
@@ -35,7 +34,7 @@ async def search_concept(atlas: AtlasDep, queue: ModelQueueDep, query: ConceptQu
 @router.get("/search/geometry", summary="Features in a circle, of a period, in a lobe", response_model=list[GeometryFeature])
 async def search_geometry(
     atlas: AtlasDep,
-    sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
+    sae_id: str | None = OneSae,
     in_circle: bool | None = Query(None, description="in a circle (true) or in none (false)"),
     period: float | None = Query(None, gt=0, le=100_000, description="fitted period of the circle (within 0.5)"),
     lobe: int | None = Query(None, ge=0, le=2**31 - 1, description="co-occurrence lobe"),
@@ -49,9 +48,9 @@ async def search_geometry(
 @router.get("/search/labels", summary="Features whose labels or explanations match words", response_model=list[LabelHit])
 async def search_labels(
     atlas: AtlasDep,
-    q: str = Query(min_length=1, max_length=500, pattern="[A-Za-z0-9]",
+    q: str = Query(min_length=1, max_length=500, pattern="[A-Za-z0-9]", examples=["weekday"],
                description="words to look for (at least one letter or digit)"),
-    sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
+    sae_id: str | None = OneSae,
     k: int = K,
 ) -> Response:
     return json_body(atlas.search_labels(q, sae_id=sae_id or None, k=k).to_dicts())

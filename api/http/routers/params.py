@@ -8,14 +8,17 @@ from typing import Any
 from fastapi import Path, Query
 
 from api.bounds import MAX_INDEX, MAX_K
-from api.http.schemas import ID_PATTERN, ErrorBody
+from api.http.protocol import MAX_URL_BYTES
+from api.http.schemas import ErrorBody
+from store.layout import ID_PATTERN, MAX_ID_LENGTH
 
-SaeId = Path(description="SAE id, e.g. blocks.6.hook_resid_post-topk-4608", max_length=128, pattern=ID_PATTERN)
+SaeId = Path(description="SAE id, e.g. blocks.6.hook_resid_post-topk-4608", max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)
+OneSae = Query(None, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="one SAE (default: all)")
 Index = Path(ge=0, le=MAX_INDEX, description="latent index")
 K = Query(10, ge=1, le=MAX_K, description=f"number of results (1..{MAX_K})")
-Kind = Path(max_length=128, pattern=ID_PATTERN, description="analysis kind, e.g. circular")
-Run = Path(max_length=128, pattern=ID_PATTERN, description="run name")
-FigureName = Path(max_length=128, pattern=ID_PATTERN.removesuffix(r"\.?$") + r"\.png$",
+Kind = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="analysis kind, e.g. circular")
+Run = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="run name")
+FigureName = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN.removesuffix(r"\.?$") + r"\.png$",
                   description="a PNG file of the kind's folder, e.g. <run>.png")
 
 
@@ -30,8 +33,9 @@ ERROR_MEANINGS = {
     403: "not allowed on this server",
     404: "no such SAE, feature, analysis or figure",
     413: "request body larger than the server's limit",
+    414: f"request URL longer than {MAX_URL_BYTES} bytes (send long inputs in a POST body)",
     422: "request validation failed (each bad field is named)",
     500: "a damaged atlas file (the file and the repair command are named)",
 }
-DATA_ERRORS = error_responses(401, 422, 500)
-"""Every data route: auth, validation and integrity errors."""
+DATA_ERRORS = error_responses(401, 414, 422, 500)
+"""Every data route: auth, URL length, validation and integrity errors."""

@@ -13,8 +13,8 @@ from fastapi.responses import Response
 from api.bounds import MAX_INDEX, MAX_K
 from api.http.deps import AtlasDep, ModelQueueDep
 from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, Index, K, SaeId, error_responses
-from api.http.schemas import ID_PATTERN, TextQuery, VectorQuery
+from api.http.routers.params import DATA_ERRORS, Index, K, OneSae, SaeId, error_responses
+from api.http.schemas import TextQuery, VectorQuery
 from api.http.schemas_meaning import ContrastQuery
 from api.results.feature import Match
 from api.results.meaning import ContrastResult
@@ -65,7 +65,7 @@ async def search_contrast(atlas: AtlasDep, queue: ModelQueueDep, query: Contrast
 def search_token(
     atlas: AtlasDep,
     token: str = Query(min_length=1, max_length=256, description="token string, as the tokenizer writes it"),
-    sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
+    sae_id: str | None = OneSae,
     k: int = K,
 ) -> Response:
     return json_body(atlas.search_token(token, sae_id=sae_id or None, k=k).to_dict())
@@ -76,7 +76,7 @@ def search_token(
 def search_token_id(
     atlas: AtlasDep,
     token_id: int = Path(ge=0, le=MAX_INDEX, description="token id"),
-    sae_id: str | None = Query(None, max_length=128, pattern=ID_PATTERN, description="one SAE (default: all)"),
+    sae_id: str | None = OneSae,
     k: int = K,
 ) -> Response:
     return json_body(atlas.search_token(token_id, sae_id=sae_id or None, k=k).to_dict())

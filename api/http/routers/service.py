@@ -29,9 +29,11 @@ def health(request: Request, atlas: AtlasDep, settings: SettingsDep) -> Health:
     if not token_ok(request):
         return Health(status="ok")
     damaged = atlas.damaged()
+    saes = {r["sae_id"]: r["problem"] for r in atlas.saes().to_dicts() if r["status"] == "unregistered"}
+    runs = {f"{r['kind']}/{r['run']}": r["problem"] for r in atlas.analyses().to_dicts() if r["status"] == "unregistered"}
     return Health(status="ok", saes=len(atlas.sae_ids) - len(damaged), worker_pid=os.getpid(),
                   auth=bool(settings.token), analyses_allowed=settings.allow_analyses,
-                  damaged_saes=damaged or None)
+                  damaged_saes=damaged or None, unregistered_saes=saes or None, unregistered_analyses=runs or None)
 
 
 @router.get("/openapi.json", include_in_schema=False, responses=error_responses(401))

@@ -1,0 +1,106 @@
+"""Examples in `/openapi.json` taken from the served atlas, so that every operation can be
+called (by a reader, or by schemathesis) with data that reaches a real SAE, feature, token
+and analysis run: an SAE that is served, its first latent, a token its summaries name, a
+stored run and its figure, and a request body of each kind built from them. Nothing is
+added for what the atlas lacks (no SAE served, no summaries, no stored run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from api.atlas import Atlas
+from api.http.routers.interventions import AttributeRequest, RunRequest, SteerRequest
+from api.http.schemas import CircularRequest, TextQuery, VectorQuery
+from api.http.schemas_meaning import ConceptQuery, ContrastQuery
+from store.errors import AtlasError
+
+TEXT = "the cat sat on the mat"
+
+
+@dataclass(frozen=True)
+class AtlasSample:
+    """What the examples name: one served SAE and its width, a token of its summaries (string
+    and id), and one stored run with a figure (each None when the atlas has none)."""
+
+    sae_id: str | None = None
+    d_in: int | None = None
+    token: str | None = None
+    token_id: int | None = None
+    kind: str | None = None
+    run: str | None = None
+    figure: str | None = None
+
+
+def atlas_sample(atlas: Atlas) -> AtlasSample:
+    """The first served SAE (with a token its summaries promote) and the first stored run
+    that is served and has a figure."""
+    served = [row for row in atlas.saes().to_dicts() if row.get("status") == "ok"]
+    runs = [row for row in atlas.analyses().to_dicts() if row["status"] == "ok" and row["figures"]]
+    sae = served[0] if served else {}
+    run = runs[0] if runs else {}
+    token, token_id = _summary_token(atlas, sae["sae_id"]) if sae else (None, None)
+    return AtlasSample(sae_id=sae.get("sae_id"), d_in=sae.get("d_in"), token=token, token_id=token_id,
+                       kind=run.get("kind"), run=run.get("run"), figure=run["figures"][0] if run else None)
+
+
+def _summary_token(atlas: Atlas, sae_id: str) -> tuple[str | None, int | None]:
+    """The first token the SAE's first latent promotes (from its summaries), or Nones."""
+    try:
+        first = atlas.features(sae_id).select("top_logit_tokens", "top_logit_ids").row(0)
+    except AtlasError:  # not summarized
+        return None, None
+    tokens, ids = first
+    return (tokens[0], int(ids[0])) if tokens and ids else (None, None)
+
+
+def parameter_examples(sample: AtlasSample) -> dict[tuple[str, str], Any]:
+    """An example of each parameter (by location and name) that names something in the atlas."""
+    examples = {("path", "sae_id"): sample.sae_id, ("query", "sae_id"): sample.sae_id,
+                ("path", "index"): 0 if sample.sae_id else None, ("query", "token"): sample.token,
+                ("path", "token_id"): sample.token_id, ("path", "kind"): sample.kind, ("path", "run"): sample.run,
+                ("path", "name"): sample.figure}
+    return {key: value for key, value in examples.items() if value is not None}
+
+
+def body_examples(sample: AtlasSample) -> dict[type[BaseModel], dict[str, Any]]:
+    """An example body of each request (those that name an SAE only when one is served)."""
+    examples: dict[type[BaseModel], dict[str, Any]] = {
+        TextQuery: {"text": TEXT, "k": 3},
+        ContrastQuery: {"texts_a": ["the cat sat", "a cat ran"], "texts_b": ["the dog sat", "a dog ran"],
+                        "k": 3, "n_permutations": 100},
+        ConceptQuery: {"concept": "weekdays", "max_features": 2},
+        AttributeRequest: {"text": TEXT, "target": {"kind": "loss"}, "top": 5, "verify": 1},
+    }
+    if sample.sae_id is None:
+        return examples
+    sae = sample.sae_id
+    steer = {"kind": "steer", "sae": sae, "feature": 0, "alpha": 2.0}
+    return examples | {
+        TextQuery: {"text": TEXT, "sae_ids": [sae], "k": 3},
+        VectorQuery: {"vector": [1.0] * int(sample.d_in or 1), "sae_id": sae, "k": 3},
+        ConceptQuery: {"concept": "weekdays", "sae_ids": [sae], "max_features": 2},
+        CircularRequest: {"sae_id": sae, "max_tokens": 256},
+        RunRequest: {"text": TEXT, "edits": [steer], "sae_ids": [sae], "k": 3},
+        SteerRequest: {"text": TEXT, "edits": [steer], "max_new_tokens": 4},
+        AttributeRequest: {"text": TEXT, "target": {"kind": "loss"}, "sae_ids": [sae], "top": 5, "verify": 1},
+    }
+
+
+def add_examples(document: dict[str, Any], atlas: Atlas) -> None:
+    """Put the atlas's examples into an OpenAPI `document`: on each parameter the atlas
+    names (`parameter_examples`) and on each request body's schema (`body_examples`)."""
+    sample = atlas_sample(atlas)
+    by_name = parameter_examples(sample)
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                key = (parameter["in"], parameter["name"])
+                if key in by_name:
+                    parameter["schema"]["examples"] = [by_name[key]]
+    schemas = document.get("components", {}).get("schemas", {})
+    for model, body in body_examples(sample).items():
+        if model.__name__ in schemas:
+            schemas[model.__name__]["examples"] = [body]

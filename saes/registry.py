@@ -1,0 +1,100 @@
+"""What atlas.json records of each SAE, and registering an SAE folder it does not list.
+
+Training records a trained SAE once it finishes (`saes.train.atlas`), import an imported
+one once it passed the misload guard (`saes.importing.pipeline`): `trained_record` and
+`imported_record` are those records. A folder that atlas.json does not list (a run killed
+before it registered the SAE, or an atlas.json restored from elsewhere) is *unregistered*
+(`store.layout.AtlasLayout.unregistered_sae_ids`); `register_sae` verifies its weights and
+records it again from what the folder holds (`folder_record`): its config (cfg.json) and
+`training.json` (trained) or `source.json` and `eval.json` (imported).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from saes.atlas_saes import load_atlas_sae
+from saes.eval.evaluate import EVAL_FILE
+from saes.sae.base import SAEConfig
+from store.atomic import read_json
+from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from store.layout import AtlasLayout
+
+TRAINING_FILE = "training.json"
+SOURCE_FILE = "source.json"
+
+
+def _identity(sae_id: str, cfg: SAEConfig) -> dict[str, Any]:
+    return {"sae_id": sae_id, "hook": cfg.hook_name, "architecture": cfg.architecture,
+            "d_in": cfg.d_in, "d_sae": cfg.d_sae, "k": cfg.k}
+
+
+def trained_record(sae_id: str, cfg: SAEConfig, training: dict[str, Any]) -> dict[str, Any]:
+    """The atlas.json record of a trained SAE: its config, tokens, input scale, final
+    training metrics and held-out metrics (from its `training.json` content)."""
+    heldout = training.get("heldout_metrics") or {}
+    final = training.get("final_metrics") or {}
+    return {**_identity(sae_id, cfg), "tokens": training["train_config"]["total_tokens"],
+            "input_scale": training.get("input_scale"), "train_fvu": final.get("fvu"), "train_l0": final.get("l0"),
+            "fvu": heldout.get("fvu"), "l0": heldout.get("l0"), "dead_fraction": heldout.get("dead_fraction")}
+
+
+def imported_record(sae_id: str, cfg: SAEConfig, metrics: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
+    """The atlas.json record of an imported SAE: its config, the metrics measured at import,
+    where it came from (`source`: kind, SOURCE, format) and whether it is `suspect`."""
+    return {**_identity(sae_id, cfg), "fvu": metrics.get("fvu"), "l0": metrics.get("l0"),
+            "dead_fraction": metrics.get("dead_fraction"),
+            "source": {"kind": provenance["kind"], "source": provenance["source"], "format": provenance["format"]},
+            "suspect": provenance["suspect"]}
+
+
+def _object(path: Path, repair: str) -> dict[str, Any]:
+    data = read_json(path, repair)
+    if not isinstance(data, dict):
+        raise IntegrityError(path, "not a JSON object", repair)
+    return data
+
+
+def folder_record(folder: Path, sae_id: str, cfg: SAEConfig) -> dict[str, Any]:
+    """The record of the SAE saved in `folder` (config `cfg`), rebuilt from its
+    `source.json` and `eval.json` (imported) or its complete `training.json` (trained);
+    IntegrityError naming the file that is missing, unreadable or unfinished."""
+    if (folder / SOURCE_FILE).is_file():
+        repair = f"import SAE {sae_id!r} again (delete {folder} first)"
+        try:
+            provenance = _object(folder / SOURCE_FILE, repair)
+            metrics = _object(folder / EVAL_FILE, repair)["metrics"]
+            return imported_record(sae_id, cfg, metrics, provenance)
+        except (KeyError, TypeError) as exc:
+            raise IntegrityError(folder / SOURCE_FILE, f"lacks the import record's field {exc}", repair) from exc
+    repair = f"train SAE {sae_id!r} again (`sae-atlas train`), or delete {folder}"
+    if not (folder / TRAINING_FILE).is_file():
+        raise IntegrityError(folder / TRAINING_FILE, f"file is missing, and so is {SOURCE_FILE}: the folder records "
+                             "neither a finished training nor an import", repair)
+    training = _object(folder / TRAINING_FILE, repair)
+    if training.get("status") != "complete":
+        raise IntegrityError(folder / TRAINING_FILE, f"the training did not finish (status "
+                             f"{training.get('status')!r})", repair)
+    try:
+        return trained_record(sae_id, cfg, training)
+    except (KeyError, TypeError) as exc:
+        raise IntegrityError(folder / TRAINING_FILE, f"lacks the training record's field {exc}", repair) from exc
+
+
+def register_sae(root: str | Path, sae_id: str) -> dict[str, Any]:
+    """Writes: record an unregistered SAE in atlas.json after verifying its weights
+    (`folder_record`); the record. NotFoundError for an id with no folder, InvalidInputError
+    for one atlas.json already lists."""
+    layout = AtlasLayout(root)
+    if sae_id in layout.registered_sae_ids():
+        raise InvalidInputError(f"SAE {sae_id!r} is already registered in {layout.atlas_json.name}")
+    if sae_id not in layout.unregistered_sae_ids():
+        unregistered = ", ".join(layout.unregistered_sae_ids()) or "(none)"
+        raise NotFoundError(f"no SAE folder saes/{layout.sae_dir(sae_id).name}/ with a cfg.json; "
+                            f"unregistered SAEs: {unregistered}")
+    record = folder_record(layout.sae_dir(sae_id), sae_id, load_atlas_sae(root, sae_id).cfg)
+    saes = dict(layout.read_meta().get("saes") or {})
+    saes[sae_id] = record
+    layout.update_meta(saes=saes)
+    return record
