@@ -22,6 +22,7 @@ from store.errors import InvalidInputError
 
 ProbeKind = Literal["diff_means", "logistic", "ridge"]
 KINDS: tuple[ProbeKind, ...] = get_args(ProbeKind)
+ClassWeight = Literal["balanced"] | None
 
 
 @dataclass
@@ -75,15 +76,16 @@ def diff_means_probe(X_ND: np.ndarray, y_N: np.ndarray, *, test_frac: float = 0.
 
 def logistic_probe(
     X_ND: np.ndarray, y_N: np.ndarray, *, C: float = 1.0, test_frac: float = 0.25, seed: int = 0,
-    features: np.ndarray | None = None,
+    features: np.ndarray | None = None, class_weight: ClassWeight = None,
 ) -> ProbeResult:
-    """L2-regularised logistic regression (on `features` columns only when given)."""
+    """L2-regularised logistic regression (on `features` columns only when given;
+    `class_weight="balanced"` weighs each class by the inverse of its frequency)."""
     X, y = _check(X_ND, y_N, True)
     cols = np.arange(X.shape[1]) if features is None else np.asarray(features, dtype=np.int64)
     tr, te = train_test_split(len(X), test_frac, seed)
     mu, sd = X[tr][:, cols].mean(0), X[tr][:, cols].std(0) + 1e-8
     Z = (X[:, cols] - mu) / sd
-    model = LogisticRegression(C=C, max_iter=2000, random_state=seed).fit(Z[tr], y[tr])
+    model = LogisticRegression(C=C, max_iter=2000, random_state=seed, class_weight=class_weight).fit(Z[tr], y[tr])
     w_std = model.coef_.ravel()
     w = np.zeros(X.shape[1])
     w[cols] = w_std / sd
@@ -106,6 +108,17 @@ def ksparse_probe(
     result = logistic_probe(X, y, C=C, test_frac=test_frac, seed=seed, features=top)
     result.kind = f"ksparse_{k}"
     return result
+
+
+def l1_ranked_units(X_ND: np.ndarray, y_N: np.ndarray, *, l1_decay: float = 0.01,
+                    class_weight: ClassWeight = "balanced") -> np.ndarray:
+    """Every unit, most positive weight first, of an L1-regularised logistic probe on the raw
+    `X` (all rows; pass training rows only): SAEBench's latent choice for k-sparse probes,
+    the top k of this order. `l1_decay` is the L1 strength per row (mean loss + decay * |w|_1)."""
+    X, y = _check(X_ND, y_N, True)
+    model = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=1.0 / (l1_decay * len(X)),
+                               class_weight=class_weight, max_iter=2000, random_state=0).fit(X, y)
+    return np.argsort(-model.coef_.ravel(), kind="stable")
 
 
 def sparse_probing_accuracies(
