@@ -18,6 +18,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from saes.eval.absorption import ABSORPTION
 from saes.eval.core import CORE
 from saes.eval.ground_truth import GROUND_TRUTH
 from saes.eval.mdl import MDL
@@ -28,7 +29,8 @@ from saes.eval.spec import EVAL_NAMES, EvalInputs, EvalName, EvalSpec
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
-EVALS: dict[EvalName, EvalSpec[Any]] = {spec.name: spec for spec in (CORE, SPARSE_PROBING, META, MDL, GROUND_TRUTH)}
+EVALS: dict[EvalName, EvalSpec[Any]] = {spec.name: spec for spec in (CORE, SPARSE_PROBING, META, MDL, GROUND_TRUTH,
+                                                                    ABSORPTION)}
 
 
 def parse_suite(text: str) -> list[EvalName]:
