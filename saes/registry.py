@@ -16,6 +16,7 @@ from typing import Any
 
 from saes.atlas_saes import load_atlas_sae
 from saes.eval.evaluate import EVAL_FILE
+from saes.formats.saelens import CFG_FILE, OUR_KEY
 from saes.sae.base import SAEConfig
 from store.atomic import read_json
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
@@ -56,19 +57,30 @@ def _object(path: Path, repair: str) -> dict[str, Any]:
     return data
 
 
-def folder_record(folder: Path, sae_id: str, cfg: SAEConfig) -> dict[str, Any]:
-    """The record of the SAE saved in `folder` (config `cfg`), rebuilt from its
-    `source.json` and `eval.json` (imported) or its complete `training.json` (trained);
+def saved_config(folder: Path, repair: str) -> SAEConfig:
+    """The config an atlas SAE folder was saved with (its cfg.json's `sae_atlas` section),
+    read without loading the weights; IntegrityError when cfg.json does not hold one."""
+    cfg = _object(folder / CFG_FILE, repair)
+    try:
+        return SAEConfig.from_dict(cfg[OUR_KEY]["sae_config"])
+    except (KeyError, TypeError, InvalidInputError) as exc:
+        raise IntegrityError(folder / CFG_FILE, f"no valid {OUR_KEY}.sae_config section ({exc})", repair) from exc
+
+
+def folder_record(folder: Path, sae_id: str) -> dict[str, Any]:
+    """The record of the SAE saved in `folder`, rebuilt from its config (`saved_config`) and
+    its `source.json` and `eval.json` (imported) or its complete `training.json` (trained);
     IntegrityError naming the file that is missing, unreadable or unfinished."""
     if (folder / SOURCE_FILE).is_file():
-        repair = f"import SAE {sae_id!r} again (delete {folder} first)"
+        repair = f"import SAE {sae_id!r} again (delete saes/{sae_id}/ first)"
+        cfg = saved_config(folder, repair)
         try:
             provenance = _object(folder / SOURCE_FILE, repair)
             metrics = _object(folder / EVAL_FILE, repair)["metrics"]
             return imported_record(sae_id, cfg, metrics, provenance)
         except (KeyError, TypeError) as exc:
             raise IntegrityError(folder / SOURCE_FILE, f"lacks the import record's field {exc}", repair) from exc
-    repair = f"train SAE {sae_id!r} again (`sae-atlas train`), or delete {folder}"
+    repair = f"train SAE {sae_id!r} again (`sae-atlas train`), or delete saes/{sae_id}/"
     if not (folder / TRAINING_FILE).is_file():
         raise IntegrityError(folder / TRAINING_FILE, f"file is missing, and so is {SOURCE_FILE}: the folder records "
                              "neither a finished training nor an import", repair)
@@ -77,7 +89,7 @@ def folder_record(folder: Path, sae_id: str, cfg: SAEConfig) -> dict[str, Any]:
         raise IntegrityError(folder / TRAINING_FILE, f"the training did not finish (status "
                              f"{training.get('status')!r})", repair)
     try:
-        return trained_record(sae_id, cfg, training)
+        return trained_record(sae_id, saved_config(folder, repair), training)
     except (KeyError, TypeError) as exc:
         raise IntegrityError(folder / TRAINING_FILE, f"lacks the training record's field {exc}", repair) from exc
 
@@ -93,7 +105,8 @@ def register_sae(root: str | Path, sae_id: str) -> dict[str, Any]:
         unregistered = ", ".join(layout.unregistered_sae_ids()) or "(none)"
         raise NotFoundError(f"no SAE folder saes/{layout.sae_dir(sae_id).name}/ with a cfg.json; "
                             f"unregistered SAEs: {unregistered}")
-    record = folder_record(layout.sae_dir(sae_id), sae_id, load_atlas_sae(root, sae_id).cfg)
+    load_atlas_sae(root, sae_id)  # every file it loads from verifies
+    record = folder_record(layout.sae_dir(sae_id), sae_id)
     saes = dict(layout.read_meta().get("saes") or {})
     saes[sae_id] = record
     layout.update_meta(saes=saes)

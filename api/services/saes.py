@@ -40,7 +40,7 @@ def status(ctx: AtlasContext, sae_id: str) -> SaeStatus:
     if sae_id in ctx.layout.registered_sae_ids():
         return SaeStatus(**view.info, status="ok", problem=None)
     try:
-        record = folder_record(view.folder, sae_id, view.module().cfg)
+        record = folder_record(view.folder, sae_id)
     except IntegrityError as exc:
         return SaeStatus(**view.info, status="unregistered", problem=ctx.describe(exc))
     return _row(sae_id, record, "unregistered", ctx.describe(ctx.layout.unregistered_sae(sae_id)))

@@ -136,6 +136,7 @@ def test_register_by_name_and_what_it_refuses(audited: dict[str, Any], small_atl
     (root / "saes" / sae / "training.json").unlink()  # nothing left to rebuild its record from
     row = Atlas(root).sae_status(sae)
     assert row["status"] == "unregistered" and "training.json: file is missing" in row["problem"]
+    assert str(root) not in row["problem"]
     refused = _register("--atlas", str(root), "--sae", sae)
     assert refused.exit_code == 2 and "training.json" in refused.stdout
     assert sae not in json.loads((root / "atlas.json").read_text())["saes"]

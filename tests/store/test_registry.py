@@ -87,7 +87,7 @@ def test_unregistered_sae_folders_are_found_and_registered_again(tmp_path: Path)
 
 @pytest.mark.parametrize("damage,named", [
     ("unfinished", "did not finish"), ("no-record", "neither a finished training nor an import"),
-    ("weights", "sae_weights.safetensors"),
+    ("weights", "sae_weights.safetensors"), ("foreign-cfg", "no valid sae_atlas.sae_config"),
 ])
 def test_a_folder_that_cannot_be_registered_is_named_and_atlas_json_kept(tmp_path: Path, damage: str,
                                                                          named: str) -> None:
@@ -97,6 +97,10 @@ def test_a_folder_that_cannot_be_registered_is_named_and_atlas_json_kept(tmp_pat
     _training(folder, "running" if damage == "unfinished" else "complete")
     if damage == "no-record":
         (folder / TRAINING_FILE).unlink()
+    if damage == "foreign-cfg":  # a SAELens cfg.json without the section sae-atlas writes
+        cfg = json.loads((folder / "cfg.json").read_text())
+        del cfg["sae_atlas"]
+        (folder / "cfg.json").write_text(json.dumps(cfg))
     if damage == "weights":
         weights = folder / "sae_weights.safetensors"
         weights.write_bytes(weights.read_bytes()[:-4])
