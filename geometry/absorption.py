@@ -41,7 +41,6 @@ class AbsorptionThresholds:
     full_cos: float = 0.025
     projection_share: float = 0.4
     max_absorbing: int = 3
-    full_top_latents: int = 10
     f1_jump: float = 0.03
     min_probe_f1: float = 0.6
     min_letters: int = 20
@@ -50,11 +49,13 @@ class AbsorptionThresholds:
 @dataclass
 class LetterAbsorption:
     """One concept's result: its probe's held-out F1, its main (split) latents and, per probe
-    true positive, the absorption fraction and whether it is fully absorbed."""
+    true positive (`true_positives`: their rows), the absorption fraction and whether it is
+    fully absorbed."""
 
     letter: str
     probe_f1: float
     split_latents: list[int]
+    true_positives: np.ndarray
     fractions: np.ndarray
     full: np.ndarray
 
@@ -162,7 +163,7 @@ def letter_absorption(letter: str, acts_ND: np.ndarray, codes_NF: np.ndarray, de
     scores = np.asarray(acts_ND, dtype=np.float64)[test] @ probe.direction_D + probe.bias
     positives = test[y[test] & (scores > 0)]
     codes, acts = np.asarray(codes_NF)[positives], np.asarray(acts_ND)[positives]
-    return LetterAbsorption(letter, probe_f1(probe, acts_ND, y, test), main,
+    return LetterAbsorption(letter, probe_f1(probe, acts_ND, y, test), main, positives,
                             absorption_fractions(codes, acts, probe.direction_D, decoder_FD, main, thresholds),
                             full_absorptions(codes, acts, probe.direction_D, decoder_FD, main, thresholds))
 

@@ -16,6 +16,7 @@ from geometry.absorption import (
     letter_absorption,
     split_latents,
 )
+from geometry.probes import train_test_split
 
 D, F = 16, 12
 
@@ -98,7 +99,8 @@ def test_letter_absorption_on_planted_activations_finds_the_probe_and_the_split(
 
 
 def letter(name: str, f1: float, fractions: list[float]) -> LetterAbsorption:
-    return LetterAbsorption(name, f1, [0], np.asarray(fractions), np.asarray(fractions) > 0.9)
+    return LetterAbsorption(name, f1, [0], np.arange(len(fractions)), np.asarray(fractions),
+                            np.asarray(fractions) > 0.9)
 
 
 def test_fewer_than_twenty_good_letters_are_not_scored():
@@ -118,3 +120,37 @@ def test_scores_average_the_letters_with_a_good_probe():
     assert scores.metrics["mean_num_split_features"] == 1.0
     assert scores.details[1] == {"first_letter": "b", "mean_absorption_fraction": 0.5, "full_absorption_rate": 0.5,
                                  "num_full_absorption": 1, "num_probe_true_positives": 2, "num_split_features": 1}
+
+
+def many_small_absorbers(absorbing: bool, n: int = 600, seed: int = 0):
+    """A letter (30% of rows) whose parent latent 0 fires on its words, except on a quarter
+    of them where one of 15 child latents (1..15, a few words each: too small for the
+    k-sparse step) fires instead, its decoder row parent + own direction; without
+    absorption the child's row is its own direction and the parent fires beside it."""
+    rng = np.random.default_rng(seed)
+    d, f = 48, 40
+    eye = np.eye(d)
+    decoder = np.vstack([eye[0]] + [eye[0] * absorbing + eye[j] for j in range(1, 16)] + [eye[j] for j in range(16, f)])
+    y = rng.random(n) < 0.3
+    child = np.where(y & (rng.random(n) < 0.25), rng.integers(1, 16, n), 0)
+    codes = np.zeros((n, f))
+    codes[np.arange(n), 16 + rng.integers(0, f - 16, n)] = rng.uniform(0.5, 1.5, n)  # unrelated latents
+    codes[y & ((child == 0) | (not absorbing)), 0] = rng.uniform(1, 2, (y & ((child == 0) | (not absorbing))).sum())
+    codes[np.flatnonzero(child), child[child > 0]] = rng.uniform(1, 2, (child > 0).sum())
+    return codes @ decoder + 0.01 * rng.normal(size=(n, d)), codes, decoder, y, child > 0
+
+
+@pytest.mark.parametrize("absorbing", [True, False])
+def test_letter_absorption_measures_planted_absorption_end_to_end(absorbing):
+    acts, codes, decoder, y, absorbed = many_small_absorbers(absorbing)
+    result = letter_absorption("s", acts, codes, decoder, y)
+    assert result.probe_f1 > 0.95 and result.split_latents == [0]
+    _, test = train_test_split(len(y), 0.2, 0)
+    assert set(result.true_positives) <= set(test[y[test]]) and len(result.true_positives) >= 0.9 * y[test].sum()
+    hit = absorbed[result.true_positives]
+    assert hit.sum() >= 5 and len(result.fractions) == len(result.full) == len(hit)
+    if absorbing:
+        assert result.fractions[hit].min() >= 0.9 and result.full[hit].all()
+    else:
+        assert result.fractions[hit].max() <= 0.05 and not result.full.any()
+    assert result.fractions[~hit].max() <= 0.05
