@@ -23,6 +23,7 @@ from api.commands.corpus_options import (
 from api.commands.device_options import device_option, model_dtype_option
 from saes.devices import use_by_default
 from saes.distributed import init_distributed
+from saes.eval.autointerp import autointerp_config
 from saes.eval.core import CORE, CoreConfig, core_outcome
 from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, read_eval
 from saes.eval.ground_truth import ground_truth_config
@@ -57,7 +58,8 @@ class EvalsFailed(AtlasError):
 
 
 def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bool, from_model: bool,
-             probe_data: Path | None, label_field: str, ground_truth: Path | None) -> dict[EvalName, Any]:
+             probe_data: Path | None, label_field: str, ground_truth: Path | None,
+             autointerp: dict[str, Any]) -> dict[EvalName, Any]:
     """Each named eval's config from the options, checked before anything runs."""
     if no_model and (needing := [n for n in names if n in NEEDS_MODEL]):
         raise InvalidInputError(f"--suite {','.join(needing)} runs the model; drop --no-model")
@@ -71,6 +73,8 @@ def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bo
         configs["sparse_probing"] = sparse if probe_data is None else with_probe_file(sparse, probe_data, label_field)
     if ground_truth is not None:
         configs["ground_truth"] = ground_truth_config(ground_truth)
+    if "autointerp" in names:
+        configs["autointerp"] = autointerp_config(**autointerp)
     return configs
 
 
@@ -128,6 +132,11 @@ def eval_command(
     label_field: str = typer.Option("label", help="sparse_probing: the label field of --probe-data."),
     ground_truth: Path = typer.Option(None, "--ground-truth",
                                       help="ground_truth: a .safetensors planted dictionary with W_dec [n_atoms, d]."),
+    autointerp_backend: str = typer.Option("lexical", help="autointerp: lexical (offline lexical proxy, no LLM) or "
+                                           "openai (an OpenAI-compatible chat endpoint; key in $SAE_ATLAS_AUTOINTERP_KEY)."),
+    autointerp_url: str = typer.Option("", help="autointerp: the endpoint's base URL, e.g. http://127.0.0.1:8000/v1."),
+    autointerp_model: str = typer.Option("", help="autointerp: the model name the endpoint serves."),
+    autointerp_latents: int = typer.Option(32, min=1, help="autointerp: latents explained and scored (seeded sample)."),
     force: bool = typer.Option(False, "--force", help="Recompute evals whose results are already finished."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     device: str = device_option(),
@@ -139,7 +148,7 @@ def eval_command(
     batch_blocks: int = batch_blocks_option(FROM_MODEL),
 ) -> None:
     """Evaluate SAEs: `core` (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score,
-    BOS excluded), `sparse_probing`, `meta`, `mdl`, `ground_truth` (--suite).
+    BOS excluded), `sparse_probing`, `meta`, `mdl`, `ground_truth`, `autointerp` (--suite).
 
     Results: saes/<id>/evals/<eval>.json (SAEBench layout) and, for core, eval.json.
     Finished results are kept (--force recomputes). With --from-model `core` also runs under
@@ -159,7 +168,9 @@ def eval_command(
     for sae_id in ids:
         layout.require_sae(sae_id)
     configs = _configs(names, tokens=tokens, ce_blocks=ce_blocks, no_model=no_model, from_model=from_model,
-                       probe_data=probe_data, label_field=label_field, ground_truth=ground_truth)
+                       probe_data=probe_data, label_field=label_field, ground_truth=ground_truth,
+                       autointerp={"backend": autointerp_backend, "url": autointerp_url, "model": autointerp_model,
+                                   "n_latents": autointerp_latents})
     core: dict[str, dict[str, Any]] = {}
     suite_names = names
     if from_model and "core" in names:

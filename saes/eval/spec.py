@@ -22,7 +22,7 @@ from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.errors import InvalidInputError
 
-EvalName = Literal["core", "sparse_probing", "meta", "mdl", "ground_truth", "absorption"]
+EvalName = Literal["core", "sparse_probing", "meta", "mdl", "ground_truth", "absorption", "autointerp"]
 EVAL_NAMES: tuple[EvalName, ...] = get_args(EvalName)
 
 Config = TypeVar("Config")

@@ -19,6 +19,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from saes.eval.absorption import ABSORPTION
+from saes.eval.autointerp import AUTOINTERP
 from saes.eval.core import CORE
 from saes.eval.ground_truth import GROUND_TRUTH
 from saes.eval.mdl import MDL
@@ -30,7 +31,7 @@ from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
 EVALS: dict[EvalName, EvalSpec[Any]] = {spec.name: spec for spec in (CORE, SPARSE_PROBING, META, MDL, GROUND_TRUTH,
-                                                                    ABSORPTION)}
+                                                                    ABSORPTION, AUTOINTERP)}
 
 
 def parse_suite(text: str) -> list[EvalName]:
