@@ -209,9 +209,9 @@ def test_damaged_or_stale_results_are_refused_by_name_and_recomputed(atlas):
 
 def test_refusals_name_the_problem_and_the_valid_choices(atlas):
     root, truth = atlas
-    with pytest.raises(InvalidInputError, match="unknown eval 'absorption'.*valid: core, sparse_probing, meta, mdl, "
+    with pytest.raises(InvalidInputError, match="unknown eval 'scr'.*valid: core, sparse_probing, meta, mdl, "
                                                 "ground_truth"):
-        parse_suite("core,absorption")
+        parse_suite("core,scr")
     assert parse_suite("mdl, core,mdl") == ["mdl", "core"]
     with pytest.raises(InvalidInputError, match="does not exist"):
         ground_truth_config(root / "missing.safetensors")
