@@ -98,7 +98,8 @@ class Atlas:
 
     def saes(self) -> pl.DataFrame:
         """One row per SAE: id, hook, architecture, widths, held-out metrics and `status`:
-        "ok", or "damaged" with `problem` naming the damaged file and its repair."""
+        "ok"; "damaged" with `problem` naming the damaged file and its repair; or
+        "unregistered" (a folder atlas.json does not list) with the `sae-atlas register` command."""
         return saes.listing(self.ctx)
 
     def board(self) -> pl.DataFrame:
@@ -108,7 +109,7 @@ class Atlas:
 
     def sae_status(self, sae_id: str) -> SaeStatus:
         """`sae_info` plus `status` "ok"; for a damaged SAE what atlas.json records of it,
-        `status` "damaged" and the `problem`."""
+        `status` "damaged" and the `problem`; "unregistered" for a folder atlas.json lacks."""
         return saes.status(self.ctx, sae_id)
 
     def sae_info(self, sae_id: str) -> SaeInfo:
@@ -282,8 +283,9 @@ class Atlas:
         return self.sae(sae_id).map_scores()
 
     def analyses(self) -> pl.DataFrame:
-        """Stored geometry results: kind, run, table file, figure files, and `status` ("ok", or
-        "damaged" with the `problem`: which file, what is wrong, the repair)."""
+        """Stored geometry results: kind, run, table file, figure files, and `status`: "ok",
+        "damaged" (the `problem`: which file, what is wrong, the repair) or "unregistered" (a
+        run its kind's runs.json does not list; the `problem` names `sae-atlas register`)."""
         schema = {"kind": pl.String, "run": pl.String, "table": pl.String, "figures": pl.List(pl.String),
                   "status": pl.String, "problem": pl.String}
         return pl.DataFrame(analyses.analysis_runs(self.root), schema=schema)

@@ -34,12 +34,12 @@ from saes.importing.activations import ImportActivations
 from saes.importing.guard import Problem, check_sae
 from saes.importing.sources import ResolvedSource, resolve_source
 from saes.models import ModelHandle, load_model
+from saes.registry import SOURCE_FILE, imported_record
 from saes.sae.base import SAE
 from store.atomic import atomic_write_json, read_json, sha256_file
 from store.errors import InvalidInputError, UnknownHookError
 from store.layout import AtlasLayout, check_id, created_with
 
-SOURCE_FILE = "source.json"
 STAGING_DIR = ".import-staging"
 DEFAULT_TOKENS = 8192
 DEFAULT_CE_BLOCKS = 4
@@ -263,11 +263,5 @@ def _register(layout: AtlasLayout, sae_id: str, sae: SAE, metrics: dict[str, Any
     """Record the imported SAE in atlas.json next to the trained ones."""
     meta = layout.read_meta()
     saes = dict(meta.get("saes") or {})
-    saes[sae_id] = {
-        "sae_id": sae_id, "hook": sae.cfg.hook_name, "architecture": sae.cfg.architecture,
-        "d_in": sae.cfg.d_in, "d_sae": sae.cfg.d_sae, "k": sae.cfg.k,
-        "fvu": metrics.get("fvu"), "l0": metrics.get("l0"), "dead_fraction": metrics.get("dead_fraction"),
-        "source": {"kind": provenance["kind"], "source": provenance["source"], "format": provenance["format"]},
-        "suspect": provenance["suspect"],
-    }
+    saes[sae_id] = imported_record(sae_id, sae.cfg, metrics, provenance)
     layout.update_meta(saes=saes)

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 from saes.distributed import DistContext, barrier, init_distributed
 from saes.formats.saelens import OUR_KEY
+from saes.registry import trained_record
 from saes.sae.base import SAEConfig, architecture_class
 from saes.train.checkpoint import remove_checkpoints
 from saes.train.config import TrainConfig
@@ -112,26 +113,6 @@ def _saved_differences(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig
     return sorted(f"sae_config.{key}" for key in set(saved) | set(wanted) if saved.get(key) != wanted.get(key))
 
 
-def _summary(sae_id: str, sae_cfg: SAEConfig, record: dict[str, Any]) -> dict[str, Any]:
-    heldout = record.get("heldout_metrics") or {}
-    final = record.get("final_metrics") or {}
-    return {
-        "sae_id": sae_id,
-        "hook": sae_cfg.hook_name,
-        "architecture": sae_cfg.architecture,
-        "d_in": sae_cfg.d_in,
-        "d_sae": sae_cfg.d_sae,
-        "k": sae_cfg.k,
-        "tokens": record["train_config"]["total_tokens"],
-        "input_scale": record.get("input_scale"),
-        "train_fvu": final.get("fvu"),
-        "train_l0": final.get("l0"),
-        "fvu": heldout.get("fvu"),
-        "l0": heldout.get("l0"),
-        "dead_fraction": heldout.get("dead_fraction"),
-    }
-
-
 def _train_one(
     root: Path, hook: str, architecture: str, d_sae: int | None, expansion: int | None,
     k: int | None, options: dict[str, Any], train_cfg: TrainConfig, overwrite: bool,
@@ -223,7 +204,7 @@ def train_saes(
         record = _completed(layout.sae_dir(sae_id), sae_cfg, train_cfg)
         if record is None:
             raise InvalidInputError(f"training of {sae_id} did not complete")
-        results[hook] = _summary(sae_id, sae_cfg, record)
+        results[hook] = trained_record(sae_id, sae_cfg, record)
     if ctx is None or ctx.is_main:
         meta = layout.read_meta() if layout.atlas_json.exists() else {}
         saes = dict(meta.get("saes", {}))

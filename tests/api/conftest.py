@@ -37,10 +37,11 @@ class LiveServer:
         import uvicorn
 
         from api.http import ServerSettings, create_app
+        from api.http.protocol import JsonErrorsProtocol
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(ServerSettings(root=root, **settings)), host="127.0.0.1",
+        config = uvicorn.Config(create_app(ServerSettings(root=root, **settings)), host="127.0.0.1", http=JsonErrorsProtocol,
                                 port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

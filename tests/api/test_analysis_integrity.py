@@ -98,7 +98,8 @@ def test_a_run_killed_before_its_registration_is_reported(root: Path) -> None:
     with pytest.raises(IntegrityError, match="not recorded in runs.json"):
         atlas.analysis(KIND, "half")
     rows = {r["run"]: r for r in atlas.analyses().to_dicts() if r["kind"] == KIND}
-    assert rows[RUN]["status"] == "ok" and rows["half"]["status"] == "damaged"
+    assert rows[RUN]["status"] == "ok" and rows["half"]["status"] == "unregistered"
+    assert "sae-atlas register" in rows["half"]["problem"]
     with pytest.raises(NotFoundError, match=RUN):
         atlas.analysis(KIND, "never-written")
 
