@@ -89,12 +89,13 @@ def ksparse_f1_curve(codes_NF: np.ndarray, y_N: np.ndarray, max_k: int, *, l1_de
     """Held-out F1 of the k-sparse probes k = 1..max_k on the codes (latents: the top k of an
     L1 probe fitted on the training rows; balanced logistic probe on them) and their latents."""
     train, test = train_test_split(len(y_N), test_frac, seed)
-    order = l1_ranked_units(np.asarray(codes_NF)[train], np.asarray(y_N)[train], l1_decay=l1_decay)
+    codes = np.asarray(codes_NF)
+    order = l1_ranked_units(codes[train], np.asarray(y_N)[train], l1_decay=l1_decay)
     f1s, latents = [], []
     for k in range(1, min(max_k, len(order)) + 1):
-        probe = logistic_probe(codes_NF, y_N, test_frac=test_frac, seed=seed, features=order[:k],
-                               class_weight="balanced")
-        f1s.append(probe_f1(probe, codes_NF, y_N, test))
+        chosen = codes[:, order[:k]]
+        probe = logistic_probe(chosen, y_N, test_frac=test_frac, seed=seed, class_weight="balanced")
+        f1s.append(probe_f1(probe, chosen, y_N, test))
         latents.append(order[:k].tolist())
     return f1s, latents
 

@@ -15,6 +15,7 @@ from typing import Literal, get_args
 
 import numpy as np
 import polars as pl
+from scipy import sparse
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import r2_score
 
@@ -114,9 +115,13 @@ def l1_ranked_units(X_ND: np.ndarray, y_N: np.ndarray, *, l1_decay: float = 0.01
                     class_weight: ClassWeight = "balanced") -> np.ndarray:
     """Every unit, most positive weight first, of an L1-regularised logistic probe on the raw
     `X` (all rows; pass training rows only): SAEBench's latent choice for k-sparse probes,
-    the top k of this order. `l1_decay` is the L1 strength per row (mean loss + decay * |w|_1)."""
-    X, y = _check(X_ND, y_N, True)
-    model = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=1.0 / (l1_decay * len(X)),
+    the top k of this order. `l1_decay` is the L1 strength per row (mean loss + decay * |w|_1).
+    The fit reads `X` as a sparse matrix (SAE codes are mostly zeros)."""
+    y = np.asarray(y_N).astype(bool)
+    if X_ND.ndim != 2 or len(X_ND) != len(y) or y.all() or not y.any():
+        raise InvalidInputError(f"need X [N, d] with one label per row and both classes, got X {X_ND.shape}")
+    X = sparse.csr_matrix(X_ND, dtype=np.float64)
+    model = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=1.0 / (l1_decay * X.shape[0]),
                                class_weight=class_weight, max_iter=2000, random_state=0).fit(X, y)
     return np.argsort(-model.coef_.ravel(), kind="stable")
 

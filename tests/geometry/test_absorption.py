@@ -154,3 +154,12 @@ def test_letter_absorption_measures_planted_absorption_end_to_end(absorbing):
     else:
         assert result.fractions[hit].max() <= 0.05 and not result.full.any()
     assert result.fractions[~hit].max() <= 0.05
+
+
+def test_the_l1_ranking_puts_the_predictive_latents_first_and_the_anti_predictive_last():
+    from geometry.probes import l1_ranked_units
+
+    codes, y = split_concept()
+    codes[:, 9] = np.where(y, 0.0, 1.0)  # fires on the negatives only
+    order = l1_ranked_units(codes, y)
+    assert sorted(order[:2]) == [2, 6] and order[-1] == 9
