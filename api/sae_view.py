@@ -7,13 +7,19 @@ Each is loaded lazily into the context's resource cache, so every view of the sa
 shares one copy. What `sae-atlas summarize` and the label commands rewrite while a server
 runs (summary tables, record tables) is kept per version of its sidecar, so a page reads
 the files as they are now, whole, and never a copy from before a rewrite beside one after.
+The summary tables and the labels computed from them are read together (`SummaryReader`),
+and a view keeps the pair it read first, so every answer built from one view shows one
+summary with its own labels.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -24,26 +30,64 @@ from geometry.maps import MAP_FILE, MAP_META, Basis, basis_frame, map_scores, re
 from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from saes.formats.saelens import CFG_FILE, true_architecture
 from saes.sae.base import SAE
-from store.atomic import read_json
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.feature_records import RecordTable, read_records, record_files
+from store.atomic import file_version, read_json
+from store.errors import AtlasError, IntegrityError, InvalidInputError, NotFoundError
+from store.feature_records import AUTO_LABELS, RecordTable, read_records, record_files
 from store.index import index_built, sae_index_path
 from store.integrity import verify_sae_weights
+from store.locks import tables_lock
 from store.tables import FEATURES_FILE, TABLES_FILE, FeatureTables
 
-AUTO_LABELS = "auto"
-"""The `source` of the offline labels in an SAE's labels table (imported sets are named)."""
 MapScores = dict[str, dict[str, float | None]]
+T = TypeVar("T")
 
 
-def _file_version(path: Path) -> str:
-    """The version of a file that is replaced atomically when rewritten (a new inode and
-    modification time each time); "none" when it does not exist."""
+@dataclass(frozen=True)
+class Summary:
+    """An SAE's summary tables and labels table as read together: each is the loaded value
+    or the error reading it raised (re-raised by `SaeView`)."""
+
+    version: tuple[str, str]  # of tables.json and labels.json
+    tables: FeatureTables | AtlasError
+    labels: pl.DataFrame | AtlasError
+
+
+def _attempt(load: Callable[[], T]) -> T | AtlasError:
     try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return "none"
-    return f"{stat.st_ino}:{stat.st_mtime_ns}"
+        return load()
+    except AtlasError as exc:
+        return exc
+
+
+def _value(loaded: T | AtlasError) -> T:
+    if isinstance(loaded, AtlasError):
+        raise loaded.with_traceback(None)
+    return loaded
+
+
+class SummaryReader:
+    """Reads one SAE's summary tables and labels table together under the summary's shared
+    lock, again whenever either sidecar changed; while a writer holds the lock it answers
+    with the pair read last at once (it waits only when it has none), so a server keeps
+    answering during `sae-atlas summarize` and never shows new statistics with old labels."""
+
+    def __init__(self, root: Path, sae_id: str, folder: Path) -> None:
+        self.root, self.sae_id, self.folder = root, sae_id, folder
+        self._held: Summary | None = None
+        self._lock = threading.Lock()  # one read per version
+
+    def current(self) -> Summary:
+        """The pair as the files are now, or as read last while they are being replaced."""
+        held = self._held
+        with tables_lock(self.folder, "shared", wait=None if held is None else 0) as locked:
+            if not locked and held is not None:
+                return held
+            version = (file_version(self.folder / TABLES_FILE), file_version(record_files(self.folder, "labels")[1]))
+            with self._lock:
+                if self._held is None or self._held.version != version:
+                    self._held = Summary(version, _attempt(lambda: FeatureTables(self.root, self.sae_id)),
+                                         _attempt(lambda: read_records(self.root, self.sae_id, "labels")))
+                return self._held
 
 
 class SaeView:
@@ -53,6 +97,7 @@ class SaeView:
         self.ctx = ctx
         self.sae_id = sae_id
         self.folder = folder
+        self._summary: Summary | None = None
 
     def __repr__(self) -> str:
         return f"SaeView({self.sae_id!r})"
@@ -115,11 +160,18 @@ class SaeView:
         """Whether summary tables were written (reading them may still find damage)."""
         return (self.folder / FEATURES_FILE).exists()
 
+    def summary(self) -> Summary:
+        """The summary tables and labels table of the SAE, read together once per view
+        (`SummaryReader`, shared by every view of the SAE)."""
+        if self._summary is None:
+            reader = self._kept("summary", lambda: SummaryReader(self.ctx.root, self.sae_id, self.folder))
+            self._summary = reader.current()
+        return self._summary
+
     def tables(self) -> FeatureTables:
         """The verified summary tables (NotFoundError if not summarized, IntegrityError if
         damaged), read again once they were rewritten (their sidecar, written last, changed)."""
-        return self.ctx.cache.current(("tables", self.sae_id), _file_version(self.folder / TABLES_FILE),
-                                      lambda: FeatureTables(self.ctx.root, self.sae_id))
+        return _value(self.summary().tables)
 
     def feature_mean(self, latent: int) -> float | None:
         """A latent's mean activation from the summaries; None when not summarized."""
@@ -155,18 +207,18 @@ class SaeView:
         return hit.row(0, named=True) if hit.height else None
 
     # record tables and labels ---------------------------------------------------------------
-    def _version(self, table: RecordTable) -> str:
-        """A record table's version: that of its sidecar (written last)."""
-        return _file_version(record_files(self.folder, table)[1])
-
     def records(self, table: RecordTable) -> pl.DataFrame:
-        """The `geometry` or `labels` record table, read once per version of its sidecar."""
-        return self.ctx.cache.current(("records", self.sae_id, table), self._version(table),
+        """The `geometry` or `labels` record table, read once per version of its sidecar
+        (written last); the labels with the summary tables (`summary`)."""
+        if table == "labels":
+            return _value(self.summary().labels)
+        return self.ctx.cache.current(("records", self.sae_id, table),
+                                      file_version(record_files(self.folder, table)[1]),
                                       lambda: read_records(self.ctx.root, self.sae_id, table))
 
     def labels_version(self) -> str:
         """The version of the labels table (changes whenever labels are written)."""
-        return self._version("labels")
+        return self.summary().version[1]
 
     def labels_by_latent(self) -> pl.DataFrame:
         """One row per labelled latent: latent, label (the offline one), explanations

@@ -1,4 +1,4 @@
-"""Atomic file writes (temporary file, fsync, rename) and checksums."""
+"""Atomic file writes (temporary file, fsync, rename), the versions they give a file, and checksums."""
 
 from __future__ import annotations
 
@@ -52,6 +52,16 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """Write `obj` as indented JSON to `path` atomically."""
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def file_version(path: str | os.PathLike[str]) -> str:
+    """The version of a file that is replaced atomically when rewritten (a new inode and
+    modification time each time); "none" when it does not exist."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return "none"
+    return f"{stat.st_ino}:{stat.st_mtime_ns}"
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:

@@ -6,11 +6,14 @@ Each table is written atomically with a sidecar `<name>.json` (written last) hol
 schema version, the file's sha256 and row count, and the sha256 of the SAE weights the
 records were derived from; readers verify all three (a sidecar written before the weights
 were recorded is accepted) and raise `IntegrityError` naming the file and the command that
-rebuilds it. A table that was never written reads as empty.
+rebuilds it. A table that was never written reads as empty. Record tables are written and
+read under the SAE folder's `tables_lock`, the labels together with the summary tables they
+were computed from (`store.tables.write_tables`), so a reader sees one whole summary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -19,12 +22,15 @@ import polars as pl
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError
+from store.frames import conform
 from store.integrity import check_weights_record, weights_record
 from store.layout import AtlasLayout, created_with
-from store.tables import conform
+from store.locks import tables_lock
 
 RecordTable = Literal["geometry", "labels"]
 RECORDS_SCHEMA_VERSION = 1
+AUTO_LABELS = "auto"
+"""The `source` of the offline labels in an SAE's labels table (imported sets are named)."""
 
 GEOMETRY_SCHEMA: dict[str, pl.DataType] = {
     "sae_id": pl.String(),
@@ -60,23 +66,30 @@ def record_paths(root: str | Path, sae_id: str, table: RecordTable) -> tuple[Pat
 
 def write_records(root: str | Path, sae_id: str, table: RecordTable, frame: pl.DataFrame) -> Path:
     """Write a record table (conformed to its schema) and then its sidecar, which records the
-    SAE's current weights; returns the parquet path."""
+    SAE's current weights, under the exclusive `tables_lock`; returns the parquet path."""
     frame = conform(frame, SCHEMAS[table], f"{table} records of {sae_id}")
     path, sidecar = record_paths(root, sae_id, table)
     weights = weights_record(root, sae_id)
-    with atomic_path(path) as tmp:
-        frame.write_parquet(tmp, compression="zstd")
-    atomic_write_json(sidecar, {"schema_version": RECORDS_SCHEMA_VERSION, "table": table, "rows": frame.height,
-                                "sha256": sha256_file(path), **weights, "created_with": created_with()})
+    with tables_lock(path.parent, "exclusive"):
+        with atomic_path(path) as tmp:
+            frame.write_parquet(tmp, compression="zstd")
+        atomic_write_json(sidecar, {"schema_version": RECORDS_SCHEMA_VERSION, "table": table, "rows": frame.height,
+                                    "sha256": sha256_file(path), **weights, "created_with": created_with()})
     return path
 
 
 def read_records(root: str | Path, sae_id: str, table: RecordTable, *, check_weights: bool = True) -> pl.DataFrame:
-    """A verified record table of an SAE (empty when never written). With `check_weights`
-    False, a table derived from other weights than the SAE's current ones is read too: only
-    for a rewrite that replaces the derived rows (rebuilding the offline labels keeps the
-    imported explanations)."""
+    """A verified record table of an SAE (empty when never written), read under the shared
+    `tables_lock`. With `check_weights` False, a table derived from other weights than the
+    SAE's current ones is read too: only for a rewrite that replaces the derived rows
+    (rebuilding the offline labels keeps the imported explanations)."""
     path, sidecar = record_paths(root, sae_id, table)
+    with tables_lock(path.parent, "shared"):
+        return _read_records(root, sae_id, table, path, sidecar, check_weights)
+
+
+def _read_records(root: str | Path, sae_id: str, table: RecordTable, path: Path, sidecar: Path,
+                  check_weights: bool) -> pl.DataFrame:
     repair = REPAIR[table].format(root=root)
     if not sidecar.exists():
         if path.exists():
@@ -93,6 +106,27 @@ def read_records(root: str | Path, sae_id: str, table: RecordTable, *, check_wei
     if check_weights:
         check_weights_record(root, sae_id, meta, path, repair)
     return frame
+
+
+def update_labels(root: str | Path, sae_id: str, change: Callable[[pl.DataFrame], pl.DataFrame], *,
+                  check_weights: bool = True) -> pl.DataFrame:
+    """Replace an SAE's labels table by `change(current table)` holding the exclusive
+    `tables_lock` from the read to the write (no other label or summary write in between);
+    returns the table written. `check_weights` as in `read_records`."""
+    path = record_paths(root, sae_id, "labels")[0]
+    with tables_lock(path.parent, "exclusive"):
+        frame = change(read_records(root, sae_id, "labels", check_weights=check_weights))
+        write_records(root, sae_id, "labels", frame)
+    return frame
+
+
+def replace_auto_labels(root: str | Path, sae_id: str, labels: pl.DataFrame) -> None:
+    """Store `labels` (columns latent, text) as the SAE's offline labels, first, keeping its
+    imported explanations (also those stored beside labels of other weights)."""
+    auto = conform(labels.select(pl.lit(sae_id).alias("sae_id"), "latent", pl.lit(AUTO_LABELS).alias("source"),
+                                 "text"), LABELS_SCHEMA, f"offline labels of {sae_id}")
+    update_labels(root, sae_id, lambda current: pl.concat([auto, current.filter(pl.col("source") != AUTO_LABELS)]),
+                  check_weights=False)
 
 
 PERIOD_TOLERANCE = 0.5  # a fitted period matches a wanted one within this distance

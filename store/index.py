@@ -17,6 +17,7 @@ of the SAE pairs too large to compute when a search process loads them
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from store.integrity import (
     weights_repair,
 )
 from store.layout import AtlasLayout, created_with
+from store.locks import file_lock
 from store.neighbour_tables import build_tables
 from store.safetensors_io import MappedSafetensors
 from store.vectors import unit_rows
@@ -47,6 +49,7 @@ APPROX_THRESHOLD = 200_000
 INT8_SCAN_THRESHOLD = 4096
 SearchIndex = faiss.Index | Int8Scan  # what `load_index` returns: both have ntotal, d, search
 RECALL_SAMPLE = 256
+INDEX_LOCK_WAIT = 30.0  # seconds `load_index` waits for a `save_index` putting the same index in place
 K_FACTORS = (8, 16, 32, 64)  # candidates re-ranked per result, tried while tuning
 
 
@@ -171,12 +174,21 @@ def recall_against(index: faiss.Index, queries: np.ndarray, truth: np.ndarray) -
     return float(np.mean(hits) / truth.shape[1])
 
 
+def index_lock_path(path: Path) -> Path:
+    """The lock file of the index at `path` and its sidecar (`.<name>.lock` beside them)."""
+    return path.with_name(f".{path.name}.lock")
+
+
 def save_index(index: faiss.Index, info: dict[str, Any], path: Path, extra: dict[str, Any]) -> None:
-    """Write the index atomically plus its sidecar (`<name>.json`) with checksums."""
-    with atomic_path(path) as tmp:
-        faiss.write_index(index, str(tmp))
-    sidecar = {**info, **extra, "index_sha256": sha256_file(path), "created_with": created_with()}
-    atomic_write_json(path.with_suffix(".json"), sidecar)
+    """Write the index atomically plus its sidecar (`<name>.json`) with checksums. The index
+    is written and hashed beside its place first; putting both in place holds the index's
+    exclusive lock (`load_index` reads them under its shared one)."""
+    with contextlib.ExitStack() as installing:
+        with atomic_path(path) as tmp:  # renamed into place on leaving, under the lock below
+            faiss.write_index(index, str(tmp))
+            sidecar = {**info, **extra, "index_sha256": sha256_file(tmp), "created_with": created_with()}
+            installing.enter_context(file_lock(index_lock_path(path), "exclusive"))
+        atomic_write_json(path.with_suffix(".json"), sidecar)
 
 
 def load_index(path: Path, root: str | Path, expected: dict[str, str], *,
@@ -186,7 +198,15 @@ def load_index(path: Path, root: str | Path, expected: dict[str, str], *,
     `expected` maps sidecar keys (e.g. `weights_sha256`) to the values the current atlas
     has; a difference means the index is stale. An exact index of `scan_threshold` rows or
     more is searched through `Int8Scan` (same results, a quarter of the bytes per query).
+    The pair is read under the index's shared lock, so a `save_index` in progress is waited
+    for (up to `INDEX_LOCK_WAIT` seconds; then the checks below name a torn pair).
     """
+    with file_lock(index_lock_path(path), "shared", wait=INDEX_LOCK_WAIT):
+        return _load_index(path, root, expected, scan_threshold)
+
+
+def _load_index(path: Path, root: str | Path, expected: dict[str, str],
+                scan_threshold: int) -> tuple[SearchIndex, dict[str, Any]]:
     repair = rebuild_command(root)
     if not path.exists():
         raise IntegrityError(path, "index file is missing", repair)
@@ -272,15 +292,25 @@ def build_marker_path(root: str | Path) -> Path:
     return AtlasLayout(root).root / "indexes" / "build.json"
 
 
+def build_lock_path(root: str | Path) -> Path:
+    """`indexes/.build.lock`: held exclusively by the running index build."""
+    return AtlasLayout(root).root / "indexes" / ".build.lock"
+
+
 def check_build_complete(root: str | Path) -> None:
-    """IntegrityError when an index build was interrupted: its indexes may mix exact and
-    approximate types, or cover other SAE sets, until the build is run again."""
+    """IntegrityError when an index build was interrupted (its marker is there and no build
+    holds its lock): its indexes may mix exact and approximate types, or cover other SAE
+    sets, until the build is run again. A build still running is not an error: each index
+    it replaces is read whole, old or new (`load_index`). Never waits."""
     marker = build_marker_path(root)
-    if marker.exists():
-        started = read_json(marker, rebuild_command(root))
-        raise IntegrityError(marker, "an index build was interrupted, so the indexes may mix exact and "
-                             "approximate types", f"re-run `sae-atlas index --atlas {root} --approx-threshold "
-                             f"{started.get('approx_threshold', APPROX_THRESHOLD)}`")
+    if not marker.exists():
+        return
+    with file_lock(build_lock_path(root), "shared", wait=0) as builder_gone:
+        if builder_gone and marker.exists():
+            started = read_json(marker, rebuild_command(root))
+            raise IntegrityError(marker, "an index build was interrupted, so the indexes may mix exact and "
+                                 "approximate types", f"re-run `sae-atlas index --atlas {root} --approx-threshold "
+                                 f"{started.get('approx_threshold', APPROX_THRESHOLD)}`")
 
 
 def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, rebuild: bool = False,
@@ -291,9 +321,10 @@ def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, r
     (`model_members`), whatever `sae_ids` selects. Every SAE's weights are verified before
     anything is written, so corrupt weights are refused, not indexed. An index is kept only
     when it verifies and is of the type `approx_threshold` asks for (exact below it); while
-    the build runs, `indexes/build.json` marks it unfinished (`check_build_complete`), so
-    a killed build is re-run rather than served half old, half new. Returns the sidecars
-    of the indexes, with `"rebuilt"` telling which were (re)written.
+    the build runs, `indexes/build.json` marks it unfinished and the build holds
+    `indexes/.build.lock` exclusively (`check_build_complete`), so a killed build is re-run
+    rather than served half old, half new, and one still running is not taken for killed.
+    Returns the sidecars of the indexes, with `"rebuilt"` telling which were (re)written.
     """
     layout = AtlasLayout(root)
     ids = sae_ids or layout.sae_ids()
@@ -303,14 +334,27 @@ def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, r
     for sae_id in dict.fromkeys([*ids, *members]):
         verify_sae_weights(root, sae_id)
     marker = build_marker_path(root)
-    atomic_write_json(marker, {"approx_threshold": approx_threshold, "seed": seed, "rebuild": rebuild,
-                               "started": time.time()})
-    out = []
-    for sae_id in ids:
-        dec = read_decoder(root, sae_id)
-        out.append(_ensure(sae_index_path(root, sae_id), root, dec.rows,
-                           {"sae_id": sae_id, "hook": dec.hook, "layer": dec.layer,
-                            WEIGHTS_SHA256: dec.weights_sha256}, rebuild, approx_threshold, seed))
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(build_lock_path(root), "exclusive"):
+        atomic_write_json(marker, {"approx_threshold": approx_threshold, "seed": seed, "rebuild": rebuild,
+                                   "started": time.time()})
+        out = [_ensure_sae_index(root, sae_id, rebuild, approx_threshold, seed) for sae_id in ids]
+        out.append(_ensure_model_index(root, members, excluded, rebuild, approx_threshold, seed))
+        _build_neighbour_tables(root, rebuild)
+        marker.unlink()
+    return out
+
+
+def _ensure_sae_index(root: str | Path, sae_id: str, rebuild: bool, approx_threshold: int,
+                      seed: int) -> dict[str, Any]:
+    dec = read_decoder(root, sae_id)
+    return _ensure(sae_index_path(root, sae_id), root, dec.rows,
+                   {"sae_id": sae_id, "hook": dec.hook, "layer": dec.layer, WEIGHTS_SHA256: dec.weights_sha256},
+                   rebuild, approx_threshold, seed)
+
+
+def _ensure_model_index(root: str | Path, members: list[str], excluded: list[dict[str, Any]], rebuild: bool,
+                        approx_threshold: int, seed: int) -> dict[str, Any]:
     offsets, parts, start = [], [], 0
     for sae_id in members:
         dec = read_decoder(root, sae_id)
@@ -320,13 +364,9 @@ def build_atlas_indexes(root: str | Path, sae_ids: list[str] | None = None, *, r
         start += len(dec.rows)
     rows = np.concatenate(parts)
     del parts
-    out.append(_ensure(model_index_path(root), root, rows,
-                       {"saes": offsets, "excluded": excluded, WEIGHTS_SHA256: combined_weights_sha256(offsets)},
-                       rebuild, approx_threshold, seed))
-    del rows
-    _build_neighbour_tables(root, rebuild)
-    marker.unlink()
-    return out
+    return _ensure(model_index_path(root), root, rows,
+                   {"saes": offsets, "excluded": excluded, WEIGHTS_SHA256: combined_weights_sha256(offsets)},
+                   rebuild, approx_threshold, seed)
 
 
 def _build_neighbour_tables(root: str | Path, rebuild: bool) -> None:

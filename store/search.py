@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from store.atomic import file_version
 from store.errors import InvalidInputError, NotFoundError
 from store.feature_records import geometry_mask, read_records, record_paths
 from store.index import (
@@ -37,7 +38,7 @@ from store.index import (
 from store.integrity import WEIGHTS_SHA256, verify_sae_weights
 from store.layout import AtlasLayout
 from store.neighbour_tables import TABLE_MAX_PAIRS, Table, load_table, nearest_rows
-from store.tables import FEATURES_FILE, read_table
+from store.tables import FEATURES_FILE, TABLES_FILE, read_table
 from store.vectors import unit_rows
 
 MAX_K = 1000
@@ -104,7 +105,7 @@ class FeatureSearch:
         self._lock = threading.Lock()
         self._sae: dict[str, tuple[SearchIndex, dict[str, Any]]] = {}
         self._model: tuple[SearchIndex, dict[str, Any]] | None = None
-        self._densities: dict[str, np.ndarray] = {}
+        self._densities: dict[str, tuple[str, np.ndarray]] = {}  # SAE id -> (tables.json version, densities)
         self._rows: dict[str, np.ndarray] = {}
         self._shas: dict[str, str] = {}
         self._tables: dict[tuple[str, str], Table | None] = {}
@@ -145,17 +146,21 @@ class FeatureSearch:
         return rows[latent]
 
     def density(self, sae_id: str) -> np.ndarray:
-        """Per-latent firing density: from the `densities` given, else features.parquet."""
-        if sae_id not in self._densities:
-            values = self._provided_density(sae_id)
-            if values is None:
-                values = read_table(self.root, sae_id, FEATURES_FILE).sort("latent")["density"].to_numpy()
-            n = self.sae_index(sae_id)[0].ntotal
-            values = np.asarray(values, dtype=np.float64).reshape(-1)
-            if values.shape != (n,):
-                raise InvalidInputError(f"densities for SAE {sae_id!r} have {values.size} entries; it has {n} latents")
-            self._densities[sae_id] = values
-        return self._densities[sae_id]
+        """Per-latent firing density: from the `densities` given, else features.parquet; read
+        again when the SAE's summary tables were rewritten (tables.json changed)."""
+        version = file_version(self.layout.sae_dir(sae_id) / TABLES_FILE)
+        held = self._densities.get(sae_id)
+        if held is not None and held[0] == version:
+            return held[1]
+        values = self._provided_density(sae_id)
+        if values is None:
+            values = read_table(self.root, sae_id, FEATURES_FILE).sort("latent")["density"].to_numpy()
+        n = self.sae_index(sae_id)[0].ntotal
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if values.shape != (n,):
+            raise InvalidInputError(f"densities for SAE {sae_id!r} have {values.size} entries; it has {n} latents")
+        self._densities[sae_id] = (version, values)
+        return values
 
     def _provided_density(self, sae_id: str) -> np.ndarray | None:
         if self._provider is None:
@@ -183,8 +188,7 @@ class FeatureSearch:
 
     def _geometry_allowed(self, sae_id: str, latent: int, filters: Filters) -> bool:
         """The geometry filters against the SAE's geometry records (read once per version)."""
-        sidecar = record_paths(self.root, sae_id, "geometry")[1]
-        version = sidecar.stat().st_mtime_ns if sidecar.exists() else 0
+        version = file_version(record_paths(self.root, sae_id, "geometry")[1])
         key = (sae_id, filters.in_circle, filters.period, filters.lobe, version)
         if key not in self._geometry:
             records = read_records(self.root, sae_id, "geometry")

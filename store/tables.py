@@ -6,14 +6,15 @@ last, records the schema version, each file's sha256 and row count, the paramete
 the summary and the sha256 of the SAE weights it was computed from. Readers verify all of
 it (tables of other weights are stale: `store.integrity.check_weights_record`; a sidecar
 written before the weights were recorded is accepted) and raise `IntegrityError` naming
-the file and the command that rebuilds it. `FeatureTables` loads both tables once and answers
-single-latent lookups by row offsets.
+the file and the command that rebuilds it. The tables, their sidecar and the offline labels
+computed from them are written under the SAE folder's exclusive `store.locks.tables_lock`
+and read under its shared one, so a reader sees one whole summary. `FeatureTables` loads
+both tables once and answers single-latent lookups by row offsets.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -26,8 +27,11 @@ import scipy.sparse as sp
 
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from store.feature_records import replace_auto_labels
+from store.frames import conform
 from store.integrity import check_weights_record, weights_record
 from store.layout import AtlasLayout, created_with
+from store.locks import tables_lock
 
 TABLES_FORMAT = "sae-atlas-feature-tables"
 TABLES_SCHEMA_VERSION = 1
@@ -36,7 +40,6 @@ FEATURES_FILE = "features.parquet"
 EXAMPLES_FILE = "examples.parquet"
 OCCURRENCE_FILE = "occurrence.npz"
 PENDING_OCCURRENCE = ".pending-occurrence.npz"  # finished by OccurrenceWriter, installed by write_tables
-LOCK_FILE = ".tables.lock"
 _SPOOL_PREFIX = ".occurrence-"
 
 FEATURES_SCHEMA: dict[str, pl.DataType] = {
@@ -112,49 +115,6 @@ def padded_list(
     return frame.select(pl.col(name).list.slice(pl.col("_start"), pl.col("_length"))).to_series()
 
 
-def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
-    """`frame` with exactly `schema`'s columns, in order and cast to its dtypes
-    (InvalidInputError naming the columns that are missing, unexpected or not castable)."""
-    missing = [c for c in schema if c not in frame.columns]
-    extra = [c for c in frame.columns if c not in schema]
-    if missing or extra:
-        raise InvalidInputError(f"{what}: missing columns {missing}, unexpected columns {extra}")
-    try:
-        return frame.select([pl.col(c).cast(t, strict=True) for c, t in schema.items()])
-    except pl.exceptions.PolarsError as exc:
-        wrong = [c for c, t in schema.items() if frame.schema[c] != t and not _castable(frame[c], t)]
-        raise InvalidInputError(f"{what}: columns {wrong} cannot be cast to {[str(schema[c]) for c in wrong]}") from exc
-
-
-def _castable(column: pl.Series, dtype: pl.DataType) -> bool:
-    try:
-        column.cast(dtype, strict=True)
-    except pl.exceptions.PolarsError:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def tables_lock(folder: Path, *, exclusive: bool) -> Iterator[None]:
-    """An advisory lock (flock) on the SAE folder's summary files: `write_tables` holds it
-    exclusively while it replaces the tables and their sidecar, readers hold it shared
-    while they read the sidecar and the tables, so a reader sees the old or the new summary
-    whole. On a read-only atlas without the lock file there is no writer to wait for."""
-    try:
-        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        try:
-            fd = os.open(folder / LOCK_FILE, os.O_RDONLY)
-        except OSError:
-            yield
-            return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 # writing ----------------------------------------------------------------------------------
 def _write_parquet(frame: pl.DataFrame, path: Path, table: str) -> dict[str, Any]:
     with atomic_path(path) as tmp:
@@ -172,12 +132,18 @@ def write_tables(
     features: pl.DataFrame,
     examples: pl.DataFrame,
     params: dict[str, Any],
+    *,
+    labels: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Write both tables atomically (the occurrence file must already be written: a
     finished `OccurrenceWriter` is installed here), then the sidecar `tables.json` with
-    checksums and the sha256 of the SAE's current weights; return the sidecar. All of it happens under the exclusive `tables_lock`, so
-    readers never see a new table with an old sidecar. Features must have one row per
-    latent in order; examples are sorted by (latent, band, rank) for offset lookups."""
+    checksums and the sha256 of the SAE's current weights; return the sidecar. `labels`
+    (columns latent, text), the offline labels computed from these tables, replace the
+    SAE's stored ones after the tables and before the sidecar. All of it happens under the
+    exclusive `tables_lock`, so readers never see a new table with an old sidecar or new
+    statistics with old labels, and a write killed before the sidecar is named as damage.
+    Features must have one row per latent in order; examples are sorted by (latent, band,
+    rank) for offset lookups."""
     sae_dir = AtlasLayout(root).sae_dir(sae_id)
     features = conform(features, FEATURES_SCHEMA, FEATURES_FILE)
     if not np.array_equal(features["latent"].to_numpy(), np.arange(features.height)):
@@ -189,7 +155,7 @@ def write_tables(
     if not (occurrence.exists() or pending.exists()):
         raise InvalidInputError(f"{occurrence} must be written (finish the OccurrenceWriter) before the tables")
     weights = weights_record(root, sae_id)
-    with tables_lock(sae_dir, exclusive=True):
+    with tables_lock(sae_dir, "exclusive"):
         if pending.exists():
             os.replace(pending, occurrence)
         files = {
@@ -197,6 +163,8 @@ def write_tables(
             EXAMPLES_FILE: _write_parquet(examples, sae_dir / EXAMPLES_FILE, "examples"),
             OCCURRENCE_FILE: {"sha256": sha256_file(occurrence)},
         }
+        if labels is not None:
+            replace_auto_labels(root, sae_id, labels)
         sidecar = {
             "format": TABLES_FORMAT,
             "schema_version": TABLES_SCHEMA_VERSION,
@@ -335,7 +303,7 @@ def _snapshot(root: str | Path, sae_id: str) -> Iterator[dict[str, Any]]:
     """The sidecar, read under the shared `tables_lock` held while the caller reads the
     files it describes (so no summary is replaced in between)."""
     folder = AtlasLayout(root).require_sae(sae_id)
-    with tables_lock(folder, exclusive=False):
+    with tables_lock(folder, "shared"):
         yield read_sidecar(root, sae_id)
 
 

@@ -10,12 +10,14 @@ import polars as pl
 
 from api.bounds import check_k
 from api.context import AtlasContext
-from api.sae_view import AUTO_LABELS, SaeView, open_sae
+from api.sae_view import SaeView, open_sae
 from saes.explanations import read_explanations
 from saes.labels import auto_labels
 from store.errors import InvalidInputError, NotFoundError
-from store.feature_records import read_records, write_records
+from store.feature_records import AUTO_LABELS, replace_auto_labels, update_labels
 from store.label_index import LabelIndex
+from store.locks import tables_lock
+from store.tables import FeatureTables
 
 LABEL_COLUMNS = {"sae_id": pl.String, "latent": pl.Int64, "label": pl.String, "explanations": pl.List(pl.String)}
 
@@ -52,14 +54,14 @@ def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -
 
 def build_labels(view: SaeView) -> int:
     """Compute the SAE's offline labels from its summary tables (`saes.labels`) and store
-    them beside any imported explanations; returns the number of labels."""
-    tables = view.tables()
-    auto = auto_labels(tables.features, tables.examples).with_columns(
-        pl.lit(view.sae_id).alias("sae_id"), pl.lit(AUTO_LABELS).alias("source"))
-    kept = read_records(view.ctx.root, view.sae_id, "labels", check_weights=False).filter(  # explanations stand
-        pl.col("source") != AUTO_LABELS)
-    write_records(view.ctx.root, view.sae_id, "labels", pl.concat([auto.select(kept.columns), kept]))
-    return auto.height
+    them beside any imported explanations, holding the summary's exclusive lock from the
+    read of the tables to the write, so the labels are those of the tables beside them;
+    returns the number of labels."""
+    with tables_lock(view.folder, "exclusive"):
+        tables = FeatureTables(view.ctx.root, view.sae_id)
+        labels = auto_labels(tables.features, tables.examples)
+        replace_auto_labels(view.ctx.root, view.sae_id, labels)
+    return labels.height
 
 
 def import_explanations(view: SaeView, path: Path, source: str) -> int:
@@ -69,6 +71,6 @@ def import_explanations(view: SaeView, path: Path, source: str) -> int:
         raise InvalidInputError(f"the source name must be non-empty and not {AUTO_LABELS!r}")
     new = read_explanations(path, view.d_sae).with_columns(
         pl.lit(view.sae_id).alias("sae_id"), pl.lit(source).alias("source"))
-    kept = read_records(view.ctx.root, view.sae_id, "labels").filter(pl.col("source") != source)
-    write_records(view.ctx.root, view.sae_id, "labels", pl.concat([kept, new.select(kept.columns)]))
+    update_labels(view.ctx.root, view.sae_id,
+                  lambda kept: pl.concat([kept.filter(pl.col("source") != source), new.select(kept.columns)]))
     return new.height
