@@ -17,7 +17,7 @@ class BoardRow(TypedDict):
     """One SAE's eval metrics."""
 
     sae_id: str
-    status: Annotated[Status, Field(description="'damaged': an eval result of the SAE failed verification")]
+    status: Annotated[Status, Field(description="'damaged': an eval result of the SAE failed verification; 'unregistered': atlas.json does not list the SAE")]
     problem: Annotated[str | None, Field(description="for a damaged row: the files, what is wrong, the repair")]
     metrics: Annotated[dict[str, MetricValue], Field(
         description="'<eval>/<metric>' -> value (SAEBench metric names); null where undefined or not run")]

@@ -15,11 +15,14 @@ BOARD_KEYS = ("sae_id", "status", "problem")
 
 
 def board_row(ctx: AtlasContext, sae_id: str) -> dict[str, Any]:
-    """`sae_id`, `status` ("ok", or "damaged" when a result fails verification; its columns
-    are then left out and `problem` names the file and the repair) and one `<eval>/<metric>`
-    entry per metric of every stored result."""
+    """`sae_id`, `status` ("ok"; "damaged" when a result fails verification, its columns
+    then left out and `problem` naming the file and the repair; "unregistered" for an SAE
+    atlas.json does not list, `problem` naming `sae-atlas register`) and one
+    `<eval>/<metric>` entry per metric of every stored result."""
     row: dict[str, Any] = {"sae_id": sae_id, "status": "ok", "problem": None}
     problems = []
+    if sae_id in ctx.layout.unregistered_sae_ids():
+        row.update(status="unregistered", problem=ctx.describe(ctx.layout.unregistered_sae(sae_id)))
     try:
         names = stored_evals(ctx.root, sae_id)
     except IntegrityError as exc:  # registered, but its folder is gone
@@ -33,7 +36,7 @@ def board_row(ctx: AtlasContext, sae_id: str) -> dict[str, Any]:
         for metrics in output["eval_result_metrics"].values():
             row.update({f"{name}/{metric}": value for metric, value in metrics.items()})
     if problems:
-        row.update(status="damaged", problem="; ".join(problems))
+        row.update(status="damaged", problem="; ".join(problems))  # a damaged result outranks unregistered
     return row
 
 

@@ -35,6 +35,7 @@ def evaluated(tmp_path_factory):
     for seed, sae_id in enumerate(("a", "b", "unevaluated")):
         save_saelens(build_sae(SAEConfig("topk", d_in=16, d_sae=24, k=2, hook_name=HOOK, seed=seed)),
                      AtlasLayout(root).sae_dir(sae_id))
+    AtlasLayout(root).update_meta(saes={s: {"sae_id": s, "hook": HOOK} for s in ("a", "b", "unevaluated")})
     truth = root.parent / "truth.safetensors"
     save_file({"W_dec": planted_atoms(16, 24).contiguous()}, str(truth))
     configs = {"ground_truth": ground_truth_config(truth), "mdl": MdlConfig(n_tokens=64)}
@@ -90,3 +91,18 @@ def test_openapi_publishes_the_board_type(evaluated):
     assert schema == {"$ref": "#/components/schemas/Board"}
     own = TypeAdapter(Board).json_schema(mode="serialization", ref_template="#/components/schemas/{model}")
     assert set(own["properties"]) == {"columns", "rows"} and "BoardRow" in spec["components"]["schemas"]
+
+
+def test_an_unregistered_sae_is_marked_on_the_board(evaluated, tmp_path):
+    import shutil
+
+    root = tmp_path / "atlas"
+    shutil.copytree(evaluated, root)
+    layout = AtlasLayout(root)
+    meta = layout.read_meta()
+    del meta["saes"]["b"]
+    layout.write_meta(meta)
+    rows = {r["sae_id"]: r for r in Atlas(root).board().to_dicts()}
+    assert rows["a"]["status"] == "ok"
+    assert rows["b"]["status"] == "unregistered" and "sae-atlas register" in rows["b"]["problem"]
+    assert rows["b"]["ground_truth/mcc"] == rows["b"]["ground_truth/mcc"]  # its results are still shown
