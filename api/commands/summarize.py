@@ -49,10 +49,13 @@ def _model_tensors(layout: AtlasLayout) -> dict[str, Any]:
 
 
 def build_offline_labels(atlas: Path, reports: list[SummaryReport]) -> None:
-    """Store the offline labels of every SAE just summarized (text search reads them)."""
+    """Store the offline labels of the SAEs whose tables were kept (written tables carry
+    their labels, stored with them under the summary lock)."""
     from api.atlas import Atlas
 
-    Atlas(atlas).build_labels([r.sae_id for r in reports])
+    kept = [r.sae_id for r in reports if r.skipped]
+    if kept:
+        Atlas(atlas).build_labels(kept)
 
 
 def print_reports(reports: list[SummaryReport]) -> None:

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from saes.labels import auto_labels
 from saes.sae.base import SAE
 from saes.summary.accumulator import SummaryAccumulator, SummaryParams
 from saes.summary.batch import BatchInfo
@@ -241,7 +242,7 @@ def write_summary(
     examples = acc.examples_frame(vocab)
     n_dead = int((features["n_active"] == 0).sum())
     record = {**record, "n_tokens": acc.n_tokens, "n_dead": n_dead}
-    write_tables(root, sae_id, features, examples, record)
+    write_tables(root, sae_id, features, examples, record, labels=auto_labels(features, examples))
     seconds = time.perf_counter() - started
     return SummaryReport(sae_id, record["hook"], acc.n_tokens, features.height, n_dead, examples.height, use_logits,
                          seconds, acc.n_tokens / max(seconds, 1e-9), False)
