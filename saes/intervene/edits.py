@@ -135,7 +135,7 @@ def resolve_positions(at: Positions, tokens: list[str], n_prompt: int, n_total: 
 @dataclass
 class CompiledEdit:
     """One edit ready to apply at `hook`: on the SAE code `f` (`FEATURE_KINDS`) or on the
-    hook output `x`, at the positions in `mask_T`."""
+    hook output `x`, at the positions in `mask_T` (`[N]`, or `[B, N]`: one row per batch row)."""
 
     spec: Any
     hook: str
@@ -152,18 +152,29 @@ class CompiledEdit:
     def on_code(self) -> bool:
         return self.spec.kind in FEATURE_KINDS
 
-    def apply_code(self, f_TF: torch.Tensor) -> torch.Tensor:
-        """The SAE code `[..., T, F]` with this clamp / scale / ablate applied."""
-        m = self.mask_T[: f_TF.shape[-2]].to(f_TF.device)
+    def mask_at(self, n: int, positions: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+        """The mask at the `n` tokens a hook sees: positions `0..n-1`, or the absolute
+        `positions` (`[n]` or `[B, n]`; negative marks padding, never edited)."""
+        pos = torch.arange(n, device=device) if positions is None else positions.to(device)
+        mask = self.mask_T.to(device)
+        idx = pos.clamp_min(0)
+        hit = mask[idx] if mask.ndim == 1 else mask.gather(-1, idx.expand(mask.shape[0], -1))
+        return hit & (pos >= 0)
+
+    def apply_code(self, f_TF: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The SAE code `[..., T, F]` with this clamp / scale / ablate applied (`positions`
+        as in `mask_at`)."""
+        m = self.mask_at(f_TF.shape[-2], positions, f_TF.device)
         col = f_TF[..., self.feature]
         new = col * self.value if self.spec.kind == "scale" else torch.full_like(col, self.value)
         f_TF = f_TF.clone()
         f_TF[..., self.feature] = torch.where(m, new, col)
         return f_TF
 
-    def apply_output(self, x_TD: torch.Tensor) -> torch.Tensor:
-        """The hook output `[..., T, D]` with this steer / project-out / rotate applied."""
-        m = self.mask_T[: x_TD.shape[-2]].to(x_TD.device).unsqueeze(-1)
+    def apply_output(self, x_TD: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The hook output `[..., T, D]` with this steer / project-out / rotate applied
+        (`positions` as in `mask_at`)."""
+        m = self.mask_at(x_TD.shape[-2], positions, x_TD.device).unsqueeze(-1)
         if self.vector_D is not None:
             return x_TD + m * (self.value * self.vector_D.to(x_TD))
         U = self.basis_DK.to(x_TD)

@@ -1,20 +1,25 @@
 """Seeded generation with and without edits, and the next-token distribution shift.
 
-`generate_tokens` decodes greedily (`temperature=0`) or by sampling from a seeded
-generator, one full forward pass per new token through the spliced model. `compare`
-generates the baseline (SAEs spliced, no edits) and the edited continuation with the
-same seed and reports how the first next-token distribution moved: the tokens that rise
-and fall most in probability and `KL(baseline || edited)`.
+`generate_batch` continues several prompts (or one prompt under several splices) in one
+batch with a KV cache (`saes.intervene.decode`: prompts left-padded, each new token one
+forward pass of the new position only); it decodes greedily (`temperature=0`) or samples,
+each row from its own generator seeded with `seed`, so a row continues exactly as it would
+alone. `generate_tokens` is one row of it. `compare` generates the baseline (SAEs spliced,
+no edits) and the edited continuation in one batch with the same seed and reports how the
+first next-token distribution moved: the tokens that rise and fall most in probability and
+`KL(baseline || edited)`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from saes.intervene.splice import Splice
+from saes.intervene.decode import cached_decoding
+from saes.intervene.splice import Splice, stack_splices
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
@@ -41,7 +46,57 @@ class Generation:
     kl: float  # KL(baseline || edited) of the next-token distributions, nats
 
 
-@torch.inference_mode()
+def _check_masks_cover(prompts: Sequence[torch.Tensor], splices: Sequence[Splice], max_new_tokens: int) -> None:
+    """Every edit's mask covers each position its row feeds the model."""
+    for prompt, splice in zip(prompts, splices, strict=True):
+        need = len(prompt) + max(max_new_tokens - 1, 0)
+        short = [e.spec.kind for e in splice.edits if e.mask_T.shape[-1] < need]
+        if short:
+            raise InvalidInputError(f"{', '.join(short)} edit positions cover fewer than the {need} tokens of the "
+                                    "prompt and its continuation (compile them with n_total >= prompt + new tokens)")
+
+
+def _next_token(logits_V: torch.Tensor, temperature: float, gen: torch.Generator) -> int:
+    if temperature == 0:
+        return int(logits_V.argmax())
+    return int(torch.multinomial(torch.softmax(logits_V / temperature, -1), 1, generator=gen))
+
+
+def generate_batch(
+    handle: ModelHandle,
+    prompts: Sequence[torch.Tensor],
+    splices: Sequence[Splice],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    stop_at_eos: bool = True,
+) -> list[tuple[list[int], torch.Tensor]]:
+    """For each row `b` (prompt ids `prompts[b]` `[T_b]` with `splices[b]` applied; every
+    splice with the same SAEs): the new token ids and the first step's next-token logits `[V]`."""
+    if temperature < 0:
+        raise InvalidInputError(f"temperature must be >= 0, got {temperature}")
+    if len(prompts) != len(splices) or not prompts:
+        raise InvalidInputError(f"need one splice per prompt, got {len(prompts)} prompts and {len(splices)} splices")
+    _check_masks_cover(prompts, splices, max_new_tokens)
+    gens = [torch.Generator().manual_seed(seed) for _ in prompts]
+    eos = handle.tokenizer.eos_token_id
+    new: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    with cached_decoding(handle, prompts, stack_splices(splices)) as decoder:
+        first_BV = logits_BV = decoder.prefill().cpu()
+        for step in range(max_new_tokens):
+            picked = [_next_token(logits_V, temperature, gen) for logits_V, gen in zip(logits_BV, gens, strict=True)]
+            for row, token in enumerate(picked):
+                if not done[row]:
+                    new[row].append(token)
+                    done[row] = stop_at_eos and token == eos
+            if all(done) or step == max_new_tokens - 1:
+                break
+            logits_BV = decoder.step(torch.tensor(picked)).cpu()
+    return [(ids, first_V) for ids, first_V in zip(new, first_BV, strict=True)]
+
+
 def generate_tokens(
     handle: ModelHandle,
     prompt_ids_T: torch.Tensor,
@@ -53,29 +108,8 @@ def generate_tokens(
     stop_at_eos: bool = True,
 ) -> tuple[list[int], torch.Tensor]:
     """New token ids and the first step's next-token logits `[V]` of the spliced model."""
-    if temperature < 0:
-        raise InvalidInputError(f"temperature must be >= 0, got {temperature}")
-    gen = torch.Generator().manual_seed(seed)
-    ids = prompt_ids_T.clone()
-    hooks = splice.fwd_hooks()
-    eos = handle.tokenizer.eos_token_id
-    new: list[int] = []
-    first = None
-    for _ in range(max_new_tokens):
-        logits_V = handle.bridge.run_with_hooks(ids[None], fwd_hooks=hooks)[0, -1].float()
-        if first is None:
-            first = logits_V
-        if temperature == 0:
-            nxt = int(logits_V.argmax())
-        else:
-            nxt = int(torch.multinomial(torch.softmax(logits_V / temperature, -1), 1, generator=gen))
-        new.append(nxt)
-        ids = torch.cat([ids, torch.tensor([nxt])])
-        if stop_at_eos and nxt == eos:
-            break
-    if first is None:
-        first = handle.bridge.run_with_hooks(ids[None], fwd_hooks=hooks)[0, -1].float()
-    return new, first
+    return generate_batch(handle, [prompt_ids_T], [splice], max_new_tokens=max_new_tokens,
+                          temperature=temperature, seed=seed, stop_at_eos=stop_at_eos)[0]
 
 
 def distribution_shift(
@@ -105,11 +139,11 @@ def compare(
     seed: int = 0,
     k: int = 10,
 ) -> Generation:
-    """Generate from `baseline` and `edited` with the same seed; see the module docstring."""
-    base_ids, base_V = generate_tokens(handle, prompt_ids_T, baseline, max_new_tokens=max_new_tokens,
-                                       temperature=temperature, seed=seed)
-    edit_ids, edit_V = generate_tokens(handle, prompt_ids_T, edited, max_new_tokens=max_new_tokens,
-                                       temperature=temperature, seed=seed)
+    """Generate from `baseline` and `edited` (the same SAEs) with the same seed, in one
+    batch; see the module docstring."""
+    (base_ids, base_V), (edit_ids, edit_V) = generate_batch(
+        handle, [prompt_ids_T, prompt_ids_T], [baseline, edited], max_new_tokens=max_new_tokens,
+        temperature=temperature, seed=seed)
     rising, falling, kl = distribution_shift(handle.tokenizer, base_V, edit_V, k)
     tok = handle.tokenizer
     return Generation(prompt, base_ids, edit_ids, tok.decode(base_ids), tok.decode(edit_ids), rising, falling, kl)

@@ -8,12 +8,17 @@ model's logits are reproduced (up to float rounding).
 `Splice` holds the SAEs (by id) and the compiled edits; `run_spliced` runs one forward
 pass and returns the logits and every spliced SAE's (edited) code. `EditSources` is what
 the caller supplies to compile edit specs: the SAEs, feature means and circle planes.
+
+Edits act at absolute token positions. A forward pass over a whole unpadded sequence sees
+positions `0..T-1`; incremental decoding (`saes.intervene.decode`) feeds a few tokens at a
+time, left-padded in a batch, and tells the hooks where those tokens stand through
+`HookPositions`. `stack_splices` makes one splice for a batch whose rows run different edits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -37,6 +42,14 @@ class EditSources(Protocol):
 
 
 @dataclass
+class HookPositions:
+    """Absolute positions `[B, T]` of the tokens the next forward pass feeds the model (-1
+    marks left padding), read by a splice's hooks when they run; None means `0..T-1`."""
+
+    current: torch.Tensor | None = None
+
+
+@dataclass
 class Splice:
     """SAEs to splice in (sae_id -> (hook, SAE)) and edits to apply."""
 
@@ -48,12 +61,15 @@ class Splice:
         """Every hook the splice touches (SAEs and edits), in first-use order."""
         return list(dict.fromkeys([h for h, _ in self.saes.values()] + [e.hook for e in self.edits]))
 
-    def hook_fn(self, hook: str, record: dict[str, torch.Tensor] | None) -> Any:
-        """The forward hook at `hook`: splice its SAEs, apply its edits, record codes."""
+    def hook_fn(self, hook: str, record: dict[str, torch.Tensor] | None,
+                positions: HookPositions | None = None) -> Any:
+        """The forward hook at `hook`: splice its SAEs, apply its edits (at `positions`),
+        record codes."""
         at_hook = [(sid, sae) for sid, (h, sae) in self.saes.items() if h == hook]
         out_edits = [e for e in self.edits if e.hook == hook and not e.on_code]
 
         def fn(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+            pos = None if positions is None else positions.current
             x = act
             for sid, sae in at_hook:
                 xs = x.to(sae.W_dec.dtype)
@@ -61,18 +77,36 @@ class Splice:
                 err = xs - sae.decode(f)
                 for e in self.edits:
                     if e.on_code and e.spec.sae == sid:
-                        f = e.apply_code(f)
+                        f = e.apply_code(f, pos)
                 if record is not None:
                     record[sid] = f.detach()
                 x = (sae.decode(f) + err).to(act.dtype)
             for e in out_edits:
-                x = e.apply_output(x)
+                x = e.apply_output(x, pos)
             return x
 
         return fn
 
-    def fwd_hooks(self, record: dict[str, torch.Tensor] | None = None) -> list[tuple[str, Any]]:
-        return [(h, self.hook_fn(h, record)) for h in self.hooks]
+    def fwd_hooks(self, record: dict[str, torch.Tensor] | None = None,
+                  positions: HookPositions | None = None) -> list[tuple[str, Any]]:
+        return [(h, self.hook_fn(h, record, positions)) for h in self.hooks]
+
+
+def stack_splices(splices: Sequence[Splice]) -> Splice:
+    """One splice for a batch whose row `b` runs `splices[b]`. Every row splices the same
+    SAEs (ids, hooks and modules); each row's edits act on that row only (their masks
+    become `[B, N]`, False past a mask's own length)."""
+    first = splices[0]
+    if any(s.saes != first.saes for s in splices[1:]):
+        raise InvalidInputError("the rows of a batch must splice the same SAEs at the same hooks")
+    width = max((e.mask_T.shape[-1] for s in splices for e in s.edits), default=0)
+    edits = []
+    for row, splice in enumerate(splices):
+        for edit in splice.edits:
+            mask_BN = torch.zeros(len(splices), width, dtype=torch.bool)
+            mask_BN[row, : edit.mask_T.shape[-1]] = edit.mask_T
+            edits.append(replace(edit, mask_T=mask_BN))
+    return Splice(dict(first.saes), edits)
 
 
 def build_splice(
