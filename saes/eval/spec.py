@@ -22,7 +22,8 @@ from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.errors import InvalidInputError
 
-EvalName = Literal["core", "sparse_probing", "meta", "mdl", "ground_truth", "absorption", "autointerp"]
+EvalName = Literal["core", "sparse_probing", "meta", "mdl", "ground_truth", "absorption", "autointerp", "scr",
+                   "tpp"]
 EVAL_NAMES: tuple[EvalName, ...] = get_args(EvalName)
 
 Config = TypeVar("Config")
@@ -47,6 +48,15 @@ class EvalInputs:
     def hook(self) -> str:
         """The hook the SAE reads."""
         return hook_of(self.sae, self.sae_id)
+
+    def checked_model(self) -> tuple[ModelHandle, str]:
+        """`(model, hook)` once the SAE's width matches the model's and the model has its
+        hook (InvalidInputError otherwise)."""
+        handle = self.model()
+        if handle.d_model != self.sae.cfg.d_in:
+            raise InvalidInputError(f"SAE {self.sae_id!r} has d_in={self.sae.cfg.d_in} but {handle.name} "
+                                    f"has d_model={handle.d_model}")
+        return handle, handle.check_hook(self.hook)
 
 
 @dataclass

@@ -25,13 +25,14 @@ from saes.eval.ground_truth import GROUND_TRUTH
 from saes.eval.mdl import MDL
 from saes.eval.meta import META
 from saes.eval.results import finished_result, write_result
+from saes.eval.scr_tpp import SCR, TPP
 from saes.eval.sparse_probing import SPARSE_PROBING
 from saes.eval.spec import EVAL_NAMES, EvalInputs, EvalName, EvalSpec
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
 EVALS: dict[EvalName, EvalSpec[Any]] = {spec.name: spec for spec in (CORE, SPARSE_PROBING, META, MDL, GROUND_TRUTH,
-                                                                    ABSORPTION, AUTOINTERP)}
+                                                                    ABSORPTION, AUTOINTERP, SCR, TPP)}
 
 
 def parse_suite(text: str) -> list[EvalName]:
