@@ -17,6 +17,7 @@ from api.commands import (
     search,
     serve,
     steer,
+    steering_scores,
     summarize,
     train,
 )
@@ -32,7 +33,7 @@ analyze_app = typer.Typer(help="Geometry analyses over an atlas.", no_args_is_he
 app.add_typer(analyze_app, name="analyze")
 
 for module in (cache, train, eval_command, import_sae, summarize, index, register, demo, serve, feature, search, steer,
-               attribute):
+               attribute, steering_scores):
     module.register(app)
 analyze_circular.register_analyze(analyze_app)
 analyze_geometry.register_analyze(analyze_app)

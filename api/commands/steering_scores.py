@@ -1,0 +1,60 @@
+"""`sae-atlas steering-scores`: per feature, what steering with it does to the next token
+(output scores, KL, promoted and suppressed tokens), stored as `saes/<id>/steering.parquet`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from api.commands.common import handle_errors, print_json, print_table
+from api.commands.device_options import device_option
+from saes.devices import resolve_device
+from saes.intervene.output_scores import SteeringParams, compute_steering_scores
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+
+DEFAULTS = SteeringParams()
+
+
+@handle_errors
+def steering_scores_command(
+    atlas: Path = typer.Option(..., help="Atlas directory."),
+    sae: list[str] = typer.Option([], help="SAE id to score (repeatable); default: every SAE."),
+    prompts: int = typer.Option(DEFAULTS.n_prompts, min=1, help="Neutral prompts from the built-in corpus."),
+    prompt_tokens: int = typer.Option(DEFAULTS.prompt_tokens, min=2, help="Tokens per prompt (BOS included)."),
+    strength: float = typer.Option(DEFAULTS.strength, help="Steering strength: alpha = strength x the feature's "
+                                   "mean active value."),
+    seed: int = typer.Option(DEFAULTS.seed, help="Seed of the prompt draw."),
+    top_k: int = typer.Option(DEFAULTS.top_k, min=1, help="Promoted and suppressed tokens kept per feature."),
+    chunk: int = typer.Option(DEFAULTS.chunk, min=1, help="Features per batch and per resumable chunk."),
+    device: str = device_option(),
+    json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
+) -> None:
+    """Steer every feature at the last token of neutral prompts and store its output score
+    (Arad et al. 2025); a killed run resumes after its last finished chunk."""
+    from saes.models import load_model
+
+    layout = AtlasLayout(atlas)
+    ids = list(sae) or layout.sae_ids()
+    if not ids:
+        raise InvalidInputError(f"{atlas} has no SAEs yet; train one with `sae-atlas train --atlas {atlas}`")
+    for sae_id in ids:
+        layout.require_sae(sae_id)
+    spec = layout.read_meta().get("model") if layout.atlas_json.exists() else None
+    if spec is None:
+        raise InvalidInputError(f"{layout.atlas_json} records no model; steering scores need the atlas's model")
+    handle = load_model(spec, device=resolve_device(device))
+    params = SteeringParams(n_prompts=prompts, prompt_tokens=prompt_tokens, seed=seed, strength=strength,
+                            top_k=top_k, chunk=chunk)
+    reports = [compute_steering_scores(handle, atlas, sae_id, params, progress=not json_out) for sae_id in ids]
+    if json_out:
+        print_json(reports)
+        return
+    print_table("steering scores", ["sae", "latents", "chunks computed", "chunks resumed", "table"],
+                [(r.sae_id, r.n_latents, r.chunks_computed, r.chunks_resumed, r.path) for r in reports])
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `steering-scores` verb."""
+    app.command("steering-scores")(steering_scores_command)

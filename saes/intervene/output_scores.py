@@ -1,0 +1,188 @@
+"""Output scores: what steering with each feature of an SAE does to the next token.
+
+For every latent `f` the decoder row `W_dec[f]`, scaled to `alpha_f = strength *
+mean_active_act_f` (the latent's typical active value from the summaries; 0 for a dead
+latent), is added at the SAE's hook at the LAST position of a fixed, seeded set of neutral
+prompts from the built-in corpus. Steering the last position changes only that position's
+computation, so the prompts' prefixes run once into a KV cache (`saes.intervene.decode`)
+and each batch runs only the last token, one row per (feature, prompt), each row with its
+own steering vector (`last_token_steering`; equal to a full spliced forward with a steer
+edit at `at="last"`, see the tests).
+
+Per latent, over the prompts (Arad, Mueller and Belinkov 2025, "SAEs are good for steering
+- if you select the right features"), with `p` the steered and `q` the clean next-token
+distribution over the vocabulary `V` and `L_f` the latent's top logit-lens tokens
+(`top_logit_ids` of the summaries):
+
+- `output_score = mean_prompts[(1 - r_f / |V|) * m_f]` where `m_f = max_{t in L_f} p(t)`
+  and `r_f = min_{t in L_f} rank_p(t)`, the 0-based rank (`#{v : p(v) > p(t)}`); the best
+  rank belongs to the most probable lens token, so `r_f = #{v : p(v) > m_f}`;
+- `lens_top_prob = mean m_f` and `lens_best_rank = mean r_f`;
+- `kl = mean KL(q || p)`;
+- the `top_k` tokens whose mean log-probability change `log p - log q` is largest
+  (`promoted_*`) and smallest (`suppressed_*`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from tqdm.auto import tqdm
+
+from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from saes.builtin_text import builtin_documents
+from saes.intervene.decode import cached_decoding
+from saes.intervene.splice import Splice
+from saes.models import ModelHandle
+from store.errors import InvalidInputError
+from store.steering import SteeringChunks
+from store.tables import FeatureTables, summarize_repair
+
+
+@dataclass(frozen=True)
+class SteeringParams:
+    """How output scores are measured (recorded in the table's sidecar)."""
+
+    n_prompts: int = 16
+    prompt_tokens: int = 12  # tokens per neutral prompt, BOS included
+    seed: int = 0  # order of the built-in corpus the prompts are drawn from
+    strength: float = 10.0  # alpha = strength * mean_active_act
+    top_k: int = 10  # promoted and suppressed tokens kept per latent
+    chunk: int = 32  # latents per batch and per resumable chunk
+
+
+def neutral_prompts(handle: ModelHandle, n: int, n_tokens: int, seed: int) -> torch.Tensor:
+    """Token ids `[n, n_tokens]` (BOS first) of the first `n` built-in corpus documents, in
+    the order `seed` fixes, that have at least `n_tokens` tokens, each cut to `n_tokens`."""
+    if n < 1 or n_tokens < 2:
+        raise InvalidInputError(f"need at least 1 prompt of at least 2 tokens, got {n} of {n_tokens}")
+    rows = []
+    for _, text in builtin_documents(seed):
+        ids = handle.to_tokens(text)[0]
+        if len(ids) >= n_tokens:
+            rows.append(ids[:n_tokens].cpu())
+            if len(rows) == n:
+                return torch.stack(rows)
+    raise InvalidInputError(f"the built-in corpus has only {len(rows)} documents of {n_tokens} tokens or more")
+
+
+@contextmanager
+def last_token_steering(handle: ModelHandle, prompts_PT: torch.Tensor,
+                        hook: str) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
+    """A function `steered(delta_FD) -> logits [F, P, V]`: the next-token logits of every
+    prompt with `delta_FD[f]` added to `hook`'s output at the last position (row `f` of the
+    answer); the prefixes `prompts_PT[:, :-1]` run once, on entry, into a KV cache."""
+    handle.check_hook(hook)
+    n_prompts = len(prompts_PT)
+    steer: dict[str, torch.Tensor] = {}
+
+    def add_at_last(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
+        act = act.clone()
+        act[:, -1] += steer["BD"].to(act)
+        return act
+
+    with cached_decoding(handle, list(prompts_PT[:, :-1]), Splice()) as decoder:
+        decoder.prefill()
+        last_B1 = prompts_PT[:, -1:].to(handle.device)
+
+        def steered(delta_FD: torch.Tensor) -> torch.Tensor:
+            n = len(delta_FD)
+            cache = copy.deepcopy(decoder.cache)
+            cache.batch_repeat_interleave(n)  # row p * n + f: prompt p steered by feature f
+            kwargs = {k: cache if v is decoder.cache else v for k, v in decoder.cache_kwargs.items()}
+            steer["BD"] = delta_FD.repeat(n_prompts, 1).to(handle.device)
+            logits = handle.bridge.forward(last_B1.repeat_interleave(n, 0), **kwargs)[:, -1].float()
+            return logits.view(n_prompts, n, -1).transpose(0, 1)
+
+        with handle.bridge.hooks(fwd_hooks=[(hook, add_at_last)]):
+            yield steered
+
+
+def score_steering(steered_FPV: torch.Tensor, clean_PV: torch.Tensor, lens_ids_FK: torch.Tensor,
+                   top_k: int) -> dict[str, np.ndarray]:
+    """Per latent the statistics of the module docstring, from the steered logits
+    `[F, P, V]`, the clean ones `[P, V]` and each latent's logit-lens tokens `[F, K]`."""
+    logp = torch.log_softmax(steered_FPV.float(), -1)
+    logq = torch.log_softmax(clean_PV.float(), -1)[None]
+    kl_FP = (logq.exp() * (logq - logp)).sum(-1)
+    delta_FV = (logp - logq).mean(1)
+    best_FP = logp.gather(-1, lens_ids_FK[:, None, :].expand(-1, logp.shape[1], -1).to(logp.device)).amax(-1)
+    rank_FP = (logp > best_FP[..., None]).sum(-1).float()
+    score_FP = (1 - rank_FP / logp.shape[-1]) * best_FP.exp()
+    up, down = delta_FV.topk(top_k, -1), (-delta_FV).topk(top_k, -1)
+    return {
+        "output_score": score_FP.mean(1).cpu().numpy(), "lens_top_prob": best_FP.exp().mean(1).cpu().numpy(),
+        "lens_best_rank": rank_FP.mean(1).cpu().numpy(), "kl": kl_FP.mean(1).cpu().numpy(),
+        "promoted_ids": up.indices.cpu().numpy(), "promoted_deltas": up.values.cpu().numpy(),
+        "suppressed_ids": down.indices.cpu().numpy(), "suppressed_deltas": (-down.values).cpu().numpy(),
+    }
+
+
+def lens_token_matrix(top_logit_ids: list[list[int] | None], what: str) -> torch.Tensor:
+    """Each latent's logit-lens token ids as a `[F, K]` tensor (short lists padded with
+    their first id, which leaves the max and the best rank unchanged)."""
+    width = max((len(ids or []) for ids in top_logit_ids), default=0)
+    if width == 0 or any(not ids for ids in top_logit_ids):
+        raise InvalidInputError(f"{what} records no top logit tokens (summarized without the model)")
+    return torch.tensor([list(ids) + [ids[0]] * (width - len(ids)) for ids in top_logit_ids], dtype=torch.long)
+
+
+def steering_chunk(steered: Callable[[torch.Tensor], torch.Tensor], clean_PV: torch.Tensor, W_dec_FD: torch.Tensor,
+                   latents: np.ndarray, alpha_F: np.ndarray, lens_ids_FK: torch.Tensor, top_k: int) -> pl.DataFrame:
+    """The steering rows of `latents` (decoder rows `W_dec_FD`, strengths `alpha_F`)."""
+    delta_FD = torch.as_tensor(alpha_F, dtype=torch.float32)[:, None] * W_dec_FD.float()
+    stats = score_steering(steered(delta_FD), clean_PV, lens_ids_FK, top_k)
+    return pl.DataFrame({"latent": latents, "alpha": alpha_F, **{k: list(v) if v.ndim == 2 else v
+                                                                 for k, v in stats.items()}})
+
+
+@dataclass
+class SteeringReport:
+    """What `compute_steering_scores` did."""
+
+    sae_id: str
+    path: str  # of the written table
+    n_latents: int
+    chunks_computed: int
+    chunks_resumed: int
+
+
+def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
+                            params: SteeringParams = SteeringParams(), *, progress: bool = True) -> SteeringReport:
+    """Measure and store the steering table of a summarized SAE (`store.steering`), chunk
+    by chunk; chunks finished by a killed run with the same parameters are kept."""
+    tables = FeatureTables(root, sae_id).features
+    lens = lens_token_matrix(tables["top_logit_ids"].to_list(), f"the summary of SAE {sae_id!r}")
+    if lens.max() >= handle.d_vocab:
+        raise InvalidInputError(f"the summary of SAE {sae_id!r} names tokens outside the model's vocabulary; "
+                                f"{summarize_repair(root, sae_id)}")
+    alpha = params.strength * np.nan_to_num(tables["mean_active_act"].to_numpy().astype(np.float32))
+    sae = load_atlas_sae(root, sae_id, device=handle.device)
+    hook = atlas_sae_hook(root, sae_id)
+    prompts = neutral_prompts(handle, params.n_prompts, params.prompt_tokens, params.seed)
+    chunks = SteeringChunks(root, sae_id, {**asdict(params), "hook": hook, "model": handle.name,
+                                           "lens_tokens": int(lens.shape[1])})
+    n_chunks = math.ceil(len(tables) / params.chunk)
+    computed = 0
+    with last_token_steering(handle, prompts, hook) as steered, \
+            tqdm(total=len(tables), unit="latent", desc=f"steering {sae_id}", disable=not progress) as bar:
+        clean = steered(torch.zeros(1, sae.W_dec.shape[1]))[0]
+        for i in range(n_chunks):
+            part = slice(i * params.chunk, min((i + 1) * params.chunk, len(tables)))
+            if not chunks.done(i):
+                latents = np.arange(part.start, part.stop, dtype=np.int32)
+                chunks.write(i, steering_chunk(steered, clean, sae.W_dec.detach()[part], latents, alpha[part],
+                                               lens[part], params.top_k))
+                computed += 1
+            bar.update(part.stop - part.start)
+    path = chunks.finish(n_chunks)
+    return SteeringReport(sae_id, str(path), len(tables), computed, n_chunks - computed)
