@@ -148,7 +148,7 @@ def eval_command(
     batch_blocks: int = batch_blocks_option(FROM_MODEL),
 ) -> None:
     """Evaluate SAEs: `core` (SAEBench metrics: EV, FVU, L0, dead/dense, CE recovered, KL score,
-    BOS excluded), `sparse_probing`, `meta`, `mdl`, `ground_truth`, `autointerp`, `absorption` (--suite).
+    BOS excluded), `sparse_probing`, `meta`, `mdl`, `ground_truth`, `autointerp`, `absorption`, `scr`, `tpp` (--suite).
 
     Results: saes/<id>/evals/<eval>.json (SAEBench layout) and, for core, eval.json.
     Finished results are kept (--force recomputes). With --from-model `core` also runs under

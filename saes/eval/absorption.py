@@ -131,11 +131,7 @@ def run_absorption(inputs: EvalInputs, config: AbsorptionConfig) -> EvalOutcome:
     """Prompt the model with every alphabetic word, probe each first letter and score."""
     if config.min_feats_for_eval < 2:
         raise InvalidInputError("min_feats_for_eval must be at least 2 (the scores include a standard deviation)")
-    handle = inputs.model()
-    if handle.d_model != inputs.sae.cfg.d_in:
-        raise InvalidInputError(f"SAE {inputs.sae_id!r} has d_in={inputs.sae.cfg.d_in} but {handle.name} "
-                                f"has d_model={handle.d_model}")
-    hook = handle.check_hook(inputs.hook)
+    handle, hook = inputs.checked_model()
     vocabulary = alphabetic_words(handle.tokenizer)
     if config.max_words and len(vocabulary) > config.max_words:
         keep = np.sort(np.random.default_rng(config.random_seed).choice(len(vocabulary), config.max_words,

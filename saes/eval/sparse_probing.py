@@ -119,11 +119,7 @@ def set_scores(acts: np.ndarray, codes: np.ndarray, probe_set: ProbeSet,
 
 def run_sparse_probing(inputs: EvalInputs, config: SparseProbingConfig) -> EvalOutcome:
     """Pool the model's activations and the SAE's codes over every labelled text and probe."""
-    handle = inputs.model()
-    if handle.d_model != inputs.sae.cfg.d_in:
-        raise InvalidInputError(f"SAE {inputs.sae_id!r} has d_in={inputs.sae.cfg.d_in} but {handle.name} "
-                                f"has d_model={handle.d_model}")
-    hook = handle.check_hook(inputs.hook)
+    handle, hook = inputs.checked_model()
     details: list[dict[str, Any]] = []
     unstructured: dict[str, Any] = {}
     for probe_set in probe_sets(config):

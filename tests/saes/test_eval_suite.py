@@ -210,9 +210,9 @@ def test_damaged_or_stale_results_are_refused_by_name_and_recomputed(atlas):
 
 def test_refusals_name_the_problem_and_the_valid_choices(atlas):
     root, truth = atlas
-    with pytest.raises(InvalidInputError, match="unknown eval 'scr'.*valid: core, sparse_probing, meta, mdl, "
+    with pytest.raises(InvalidInputError, match="unknown eval 'nope'.*valid: core, sparse_probing, meta, mdl, "
                                                 "ground_truth"):
-        parse_suite("core,scr")
+        parse_suite("core,nope")
     assert parse_suite("mdl, core,mdl") == ["mdl", "core"]
     with pytest.raises(InvalidInputError, match="does not exist"):
         ground_truth_config(root / "missing.safetensors")
@@ -241,7 +241,7 @@ def test_cli_suite_runs_resumes_and_refuses(atlas):
     assert core_only.exit_code == 0 and "metrics" in json.loads(core_only.output)["planted"]
     table = runner.invoke(app, [*args, "--suite", "ground_truth", "--ground-truth", str(truth)])
     assert table.exit_code == 0 and "ground_truth" in table.output and "mcc" in table.output
-    unknown = runner.invoke(app, [*args, "--suite", "core,scr"])
+    unknown = runner.invoke(app, [*args, "--suite", "core,nope"])
     assert unknown.exit_code == 2 and "valid: core, sparse_probing, meta, mdl, ground_truth" in unknown.output
     missing = runner.invoke(app, [*args, "--suite", "ground_truth"])
     assert missing.exit_code == 2 and "--ground-truth" in missing.output
