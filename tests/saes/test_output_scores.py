@@ -1,11 +1,17 @@
 """Output scores (`saes.intervene.output_scores`): the last-token trick equals a full spliced
 forward with a steer edit at the last position; a planted feature that promotes a token
 outranks one that only detects it; the stored table is checksummed, tied to the weights and
-resumes after an interrupted run from its last finished chunk; the CLI verb writes it."""
+resumes after kill -9 from its last finished chunk; the CLI verb writes it."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from saes.sae.registry import build_sae
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.steering import CHUNKS_DIR, STEERING_FILE, STEERING_META, STEERING_SCHEMA, read_steering
 from tests.api.small_atlas import build_small_atlas
+from tests.saes.kill_points import KillPoint
 
 ATOL = 1e-4
 
@@ -103,29 +110,39 @@ def atlas_root(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 PARAMS = SteeringParams(n_prompts=4, prompt_tokens=8, chunk=16, top_k=4)
 
 
-def test_an_interrupted_run_resumes_from_its_last_finished_chunk(atlas_root: dict[str, Any],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    root, sae_id = atlas_root["root"], atlas_root["sae_ids"][1]
+REPO = Path(__file__).resolve().parents[2]
+KILLED_RUN = """
+import json, sys
+from saes.intervene.output_scores import SteeringParams, compute_steering_scores
+from saes.models import tiny_model
+from tests.saes.kill_points import KillPoint
+KillPoint(**json.loads(sys.argv[1])).install()
+compute_steering_scores(tiny_model(n_layers=2, d_model=32), sys.argv[3], sys.argv[4],
+                        SteeringParams(**json.loads(sys.argv[2])), progress=False)
+"""  # a fresh interpreter: polars' thread pool does not survive a fork
+
+
+@pytest.mark.parametrize(("point", "finished"), [
+    (KillPoint("saes.intervene.output_scores.steering_chunk", 3), 2),  # before the third chunk
+    (KillPoint("polars.DataFrame.write_parquet", 2, "mid_write"), 1),  # half of the second chunk's temporary file
+])
+def test_a_killed_run_resumes_from_its_last_finished_chunk(atlas_root: dict[str, Any], point: KillPoint,
+                                                           finished: int, tmp_path: Path) -> None:
+    root = tmp_path / "atlas"
+    shutil.copytree(atlas_root["root"], root)
+    sae_id = atlas_root["sae_ids"][1]
     handle = tiny_model(n_layers=2, d_model=32)
-    original, calls = steering_chunk, []
-
-    def dies_on_the_third_chunk(*args: Any, **kwargs: Any) -> pl.DataFrame:
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(output_scores, "steering_chunk", dies_on_the_third_chunk)
-    with pytest.raises(KeyboardInterrupt):
-        compute_steering_scores(handle, root, sae_id, PARAMS, progress=False)
-    folder = Path(root) / "saes" / sae_id
-    assert sorted(p.name for p in (folder / CHUNKS_DIR).glob("chunk-*")) == ["chunk-000000.parquet",
-                                                                            "chunk-000001.parquet"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, json.dumps(asdict(point)), json.dumps(asdict(PARAMS)),
+                             str(root), sae_id], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert killed.returncode == -signal.SIGKILL
+    folder = root / "saes" / sae_id
+    assert sorted(p.name for p in (folder / CHUNKS_DIR).glob("chunk-*")) == [
+        f"chunk-{i:06d}.parquet" for i in range(finished)]
     with pytest.raises(NotFoundError, match="steering-scores"):
         read_steering(root, sae_id)
-    monkeypatch.setattr(output_scores, "steering_chunk", original)
     report = compute_steering_scores(handle, root, sae_id, PARAMS, progress=False)
-    assert (report.chunks_computed, report.chunks_resumed, report.n_latents) == (2, 2, atlas_root["d_sae"])
+    assert (report.chunks_computed, report.chunks_resumed, report.n_latents) == (4 - finished, finished,
+                                                                                 atlas_root["d_sae"])
     assert not (folder / CHUNKS_DIR).exists()
     resumed, meta = read_steering(root, sae_id)
     again = compute_steering_scores(handle, root, sae_id, PARAMS, progress=False)
