@@ -58,7 +58,7 @@ class SteeringChunks:
         self.folder = AtlasLayout(root).require_sae(sae_id) / CHUNKS_DIR
         self.run = {"params": params, **weights_record(root, sae_id)}
         marker = self.folder / "params.json"
-        if marker.exists() and read_json(marker, "delete the folder") != self.run:
+        if marker.exists() and read_json(marker, f"delete {self.folder}") != self.run:
             shutil.rmtree(self.folder)
         self.folder.mkdir(exist_ok=True)
         atomic_write_json(marker, self.run)

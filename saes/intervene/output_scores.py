@@ -139,7 +139,7 @@ def lens_token_matrix(top_logit_ids: list[list[int] | None], what: str) -> torch
 def steering_chunk(steered: Callable[[torch.Tensor], torch.Tensor], clean_PV: torch.Tensor, W_dec_FD: torch.Tensor,
                    latents: np.ndarray, alpha_F: np.ndarray, lens_ids_FK: torch.Tensor, top_k: int) -> pl.DataFrame:
     """The steering rows of `latents` (decoder rows `W_dec_FD`, strengths `alpha_F`)."""
-    delta_FD = torch.as_tensor(alpha_F, dtype=torch.float32)[:, None] * W_dec_FD.float()
+    delta_FD = torch.as_tensor(alpha_F, dtype=torch.float32, device=W_dec_FD.device)[:, None] * W_dec_FD.float()
     stats = score_steering(steered(delta_FD), clean_PV, lens_ids_FK, top_k)
     return pl.DataFrame({"latent": latents, "alpha": alpha_F, **{k: list(v) if v.ndim == 2 else v
                                                                  for k, v in stats.items()}})
