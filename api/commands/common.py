@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from api.results.jsonable import to_jsonable
-from store.errors import AtlasError
+from store.errors import AtlasError, InvalidInputError
+from store.layout import AtlasLayout
 
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,6 +31,17 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(2) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def chosen_saes(layout: AtlasLayout, sae_ids: list[str]) -> list[str]:
+    """The SAEs a command was given (`--sae`, repeatable), or every SAE of the atlas; each
+    checked (NotFoundError listing the valid ids), InvalidInputError when there are none."""
+    ids = list(sae_ids) or layout.sae_ids()
+    if not ids:
+        raise InvalidInputError(f"{layout.root} has no SAEs yet; train one with `sae-atlas train --atlas {layout.root}`")
+    for sae_id in ids:
+        layout.require_sae(sae_id)
+    return ids
 
 
 def print_json(obj: Any) -> None:

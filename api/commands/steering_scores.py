@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
+from api.commands.common import chosen_saes, handle_errors, print_json, print_table
 from api.commands.device_options import device_option
 from saes.devices import resolve_device
 from saes.intervene.output_scores import SteeringParams, compute_steering_scores
@@ -36,11 +36,7 @@ def steering_scores_command(
     from saes.models import load_model
 
     layout = AtlasLayout(atlas)
-    ids = list(sae) or layout.sae_ids()
-    if not ids:
-        raise InvalidInputError(f"{atlas} has no SAEs yet; train one with `sae-atlas train --atlas {atlas}`")
-    for sae_id in ids:
-        layout.require_sae(sae_id)
+    ids = chosen_saes(layout, sae)
     spec = layout.read_meta().get("model") if layout.atlas_json.exists() else None
     if spec is None:
         raise InvalidInputError(f"{layout.atlas_json} records no model; steering scores need the atlas's model")

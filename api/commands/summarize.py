@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from api.commands.common import console, handle_errors, print_json, print_table
+from api.commands.common import chosen_saes, console, handle_errors, print_json, print_table
 from api.commands.corpus_options import (
     FROM_MODEL,
     batch_blocks_option,
@@ -102,11 +102,7 @@ def summarize_command(
     --tokens, resumable after a kill); under `torchrun --nproc_per_node=R -m api summarize
     --from-model ...` the ranks split the batches and rank 0 writes the merged tables."""
     layout = AtlasLayout(atlas)
-    ids = list(sae) or layout.sae_ids()
-    if not ids:
-        raise InvalidInputError(f"{atlas} has no SAEs yet; train one with `sae-atlas train --atlas {atlas}`")
-    for sae_id in ids:
-        layout.require_sae(sae_id)
+    ids = chosen_saes(layout, sae)
     if from_model:
         _summarize_from_model(layout, ids, tokens, CorpusSpec(source=corpus, text_field=text_field,
                               context_size=context, prepend_bos=not no_bos, seed=corpus_seed),
