@@ -35,12 +35,13 @@ def steering_scores_command(
     (Arad et al. 2025); a killed run resumes after its last finished chunk."""
     from saes.models import load_model
 
+    where = resolve_device(device)  # a device this machine lacks is refused before anything else
     layout = AtlasLayout(atlas)
     ids = chosen_saes(layout, sae)
     spec = layout.read_meta().get("model") if layout.atlas_json.exists() else None
     if spec is None:
         raise InvalidInputError(f"{layout.atlas_json} records no model; steering scores need the atlas's model")
-    handle = load_model(spec, device=resolve_device(device))
+    handle = load_model(spec, device=where)
     params = SteeringParams(n_prompts=prompts, prompt_tokens=prompt_tokens, seed=seed, strength=strength,
                             top_k=top_k, chunk=chunk)
     reports = [compute_steering_scores(handle, atlas, sae_id, params, progress=not json_out) for sae_id in ids]

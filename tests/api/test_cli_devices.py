@@ -34,6 +34,7 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("demo",): lambda root: ["--atlas", str(root / "demo")],
     ("serve",): lambda root: [str(root)],
     ("search", "text"): lambda root: [str(root), "the cat"],
+    ("steering-scores",): lambda root: ["--atlas", str(root)],
 }
 
 
