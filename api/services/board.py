@@ -14,14 +14,14 @@ from store.errors import IntegrityError
 BOARD_KEYS = ("sae_id", "status", "problem")
 
 
-def board_row(ctx: AtlasContext, sae_id: str) -> dict[str, Any]:
+def board_row(ctx: AtlasContext, sae_id: str, unregistered: set[str]) -> dict[str, Any]:
     """`sae_id`, `status` ("ok"; "damaged" when a result fails verification, its columns
     then left out and `problem` naming the file and the repair; "unregistered" for an SAE
     atlas.json does not list, `problem` naming `sae-atlas register`) and one
     `<eval>/<metric>` entry per metric of every stored result."""
     row: dict[str, Any] = {"sae_id": sae_id, "status": "ok", "problem": None}
     problems = []
-    if sae_id in ctx.layout.unregistered_sae_ids():
+    if sae_id in unregistered:
         row.update(status="unregistered", problem=ctx.describe(ctx.layout.unregistered_sae(sae_id)))
     try:
         names = stored_evals(ctx.root, sae_id)
@@ -43,7 +43,8 @@ def board_row(ctx: AtlasContext, sae_id: str) -> dict[str, Any]:
 def board(ctx: AtlasContext) -> pl.DataFrame:
     """The board frame: `sae_id`, `status`, `problem`, then the metric columns sorted by
     name (null where an SAE has no result of that eval)."""
-    rows = [board_row(ctx, sae_id) for sae_id in ctx.sae_ids()]
+    unregistered = set(ctx.layout.unregistered_sae_ids())  # read atlas.json once, not per row
+    rows = [board_row(ctx, sae_id, unregistered) for sae_id in ctx.sae_ids()]
     metrics = sorted({key for row in rows for key in row} - set(BOARD_KEYS))
     schema = {"sae_id": pl.String, "status": pl.String, "problem": pl.String}
     if not rows:
