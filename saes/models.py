@@ -55,6 +55,7 @@ class TinyModelSpec:
     context: int = 128
     seed: int = 0
     kind: str = "tiny"
+    act_fn: str = ""  # the MLP's activation (e.g. "relu"); empty: the arch's default
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TinyModelSpec:
@@ -202,6 +203,7 @@ def _tiny_hf_model(spec: TinyModelSpec, vocab_size: int) -> Any:
             max_position_embeddings=spec.context,
             bos_token_id=1,
             eos_token_id=2,
+            **({"hidden_act": spec.act_fn} if spec.act_fn else {}),
         )
         return LlamaForCausalLM(config).eval()
     if spec.arch == "gpt2":
@@ -214,6 +216,7 @@ def _tiny_hf_model(spec: TinyModelSpec, vocab_size: int) -> Any:
             n_positions=spec.context,
             bos_token_id=1,
             eos_token_id=2,
+            **({"activation_function": spec.act_fn} if spec.act_fn else {}),
         )
         return GPT2LMHeadModel(config).eval()
     raise InvalidInputError(f"unknown tiny-model arch {spec.arch!r}; valid: llama, gpt2")
