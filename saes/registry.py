@@ -27,8 +27,11 @@ SOURCE_FILE = "source.json"
 
 
 def _identity(sae_id: str, cfg: SAEConfig) -> dict[str, Any]:
-    return {"sae_id": sae_id, "hook": cfg.hook_name, "architecture": cfg.architecture,
-            "d_in": cfg.d_in, "d_sae": cfg.d_sae, "k": cfg.k}
+    record = {"sae_id": sae_id, "hook": cfg.hook_name, "architecture": cfg.architecture,
+              "d_in": cfg.d_in, "d_sae": cfg.d_sae, "k": cfg.k}
+    if cfg.is_transcoder:  # it reads `hook` and writes `hook_out`
+        record.update(hook_out=cfg.hook_name_out, d_out=cfg.output_dim, skip=cfg.skip)
+    return record
 
 
 def trained_record(sae_id: str, cfg: SAEConfig, training: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,11 @@ original architecture exactly. State SAELens has no slot for (JumpReLU's trained
 `log_threshold`) goes to `sae_atlas_extra.safetensors`, which SAELens ignores. SAELens
 folders of its own three architectures (`standard`, `topk`, `jumprelu`) load as ours of
 the same names.
+Transcoders are written as SAELens' transcoder classes (`transcoder`, `skip_transcoder`,
+`jumprelu_transcoder`: top-level `d_out`, `metadata.hook_name_out`, `W_skip` stored
+`[d_out, d_in]` as SAELens holds it); those three load as our `standard` (with or without
+skip) and `jumprelu` transcoders. A transcoder SAELens has no class for (TopK, or JumpReLU
+with a skip connection) is written as `<architecture>_transcoder` for our loader only.
 `metadata.sae_lens_version` is written as "6.0.0" (the layout version, needed by SAELens
 to read nested metadata); `sae_lens_training_version` is null because SAELens did not
 train the SAE.
@@ -65,12 +70,29 @@ def _package_version() -> str | None:
         return None
 
 
+# SAELens' transcoder classes by (exported architecture, skip connection)
+_SAELENS_TRANSCODERS = {("standard", False): "transcoder", ("standard", True): "skip_transcoder",
+                        ("jumprelu", False): "jumprelu_transcoder"}
+_FROM_SAELENS_TRANSCODER = {name: key for key, name in _SAELENS_TRANSCODERS.items()}
+
+
 def exported_tensors(sae: SAE) -> dict[str, torch.Tensor]:
-    """The SAELens tensors of `sae`: the four weights, plus `threshold` for a jumprelu export."""
+    """The SAELens tensors of `sae`: the four weights, plus `threshold` for a jumprelu export
+    and `W_skip` (transposed to SAELens' `[d_out, d_in]`) for a skip transcoder."""
     tensors = {name: getattr(sae, name).detach() for name in _CORE}
     if sae.saelens_architecture == "jumprelu":
         tensors["threshold"] = sae.threshold.detach()
+    if sae.cfg.skip:
+        tensors["W_skip"] = sae.W_skip.detach().T.contiguous()
     return tensors
+
+
+def saelens_architecture_name(sae: SAE) -> str:
+    """The `architecture` written to cfg.json: SAELens' class for an SAE or transcoder."""
+    if not sae.is_transcoder:
+        return sae.saelens_architecture
+    key = (sae.saelens_architecture, sae.cfg.skip)
+    return _SAELENS_TRANSCODERS.get(key, f"{sae.cfg.architecture}_transcoder")
 
 
 def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
@@ -83,7 +105,7 @@ def _saelens_cfg(sae: SAE, dtype: str) -> dict[str, Any]:
     cfg = sae.cfg
     architecture = sae.saelens_architecture
     out: dict[str, Any] = {
-        "architecture": architecture,
+        "architecture": saelens_architecture_name(sae),
         "d_in": cfg.d_in,
         "d_sae": cfg.d_sae,
         "dtype": dtype,
@@ -94,10 +116,13 @@ def _saelens_cfg(sae: SAE, dtype: str) -> dict[str, Any]:
     }
     if architecture == "topk":
         out.update(k=cfg.k, rescale_acts_by_decoder_norm=False)
+    if sae.is_transcoder:
+        out["d_out"] = cfg.output_dim
     out["metadata"] = {
         "model_name": cfg.model_name or None,
         "hook_name": cfg.hook_name or None,
         "hook_head_index": None,
+        **({"hook_name_out": cfg.hook_name_out, "hook_head_index_out": None} if sae.is_transcoder else {}),
         "context_size": cfg.context_size or None,
         "prepend_bos": cfg.prepend_bos,
         "dataset_path": cfg.dataset_path or None,
@@ -173,6 +198,8 @@ def _load_ours(folder: Path, raw: dict[str, Any]) -> tuple[SAEConfig, dict[str, 
     _verify(folder, sha, WEIGHTS_FILE)
     weights_path = folder / WEIGHTS_FILE
     tensors = read_safetensors(weights_path, _OURS_REPAIR)
+    if "W_skip" in tensors:  # stored as SAELens holds it, [d_out, d_in]
+        tensors["W_skip"] = tensors["W_skip"].T
     extra: dict[str, torch.Tensor] = {}
     if EXTRA_FILE in sha:
         _verify(folder, sha, EXTRA_FILE)
@@ -195,9 +222,11 @@ def _meta_field(raw: dict[str, Any], *names: str, default: Any = None) -> Any:
 
 def _foreign_architecture(raw: dict[str, Any], cfg_path: Path) -> tuple[SAELensArchitecture, int | None]:
     """The SAELens architecture a SAELens cfg.json declares (pre-6 configs name a top-k SAE
-    by its activation function) and its `k`."""
+    by its activation function; a transcoder class its SAE one) and its `k`."""
     activation = raw.get("activation_fn_str") or raw.get("activation_fn") or "relu"
     architecture = raw.get("architecture") or "standard"
+    if architecture in _FROM_SAELENS_TRANSCODER:
+        architecture = _FROM_SAELENS_TRANSCODER[architecture][0]
     if architecture == "standard" and activation == "topk":
         architecture = "topk"
     supported = get_args(SAELensArchitecture)
@@ -252,20 +281,29 @@ def _load_foreign(
     cfg_path = folder / CFG_FILE
     _check_supported(raw, cfg_path, norm_scaling_factor)
     architecture, k = _foreign_architecture(raw, cfg_path)
+    transcoder = _FROM_SAELENS_TRANSCODER.get(raw.get("architecture", ""))
     try:
         d_in, d_sae = int(raw["d_in"]), int(raw["d_sae"])
+        d_out = int(raw["d_out"]) if transcoder else d_in
     except (KeyError, TypeError, ValueError) as exc:
-        raise IntegrityError(cfg_path, f"needs integer 'd_in' and 'd_sae' ({exc!r})", _FOREIGN_REPAIR) from exc
+        raise IntegrityError(cfg_path, f"needs integer 'd_in' and 'd_sae' (and 'd_out' for a transcoder) "
+                             f"({exc!r})", _FOREIGN_REPAIR) from exc
+    hook_out = str(_meta_field(raw, "hook_name_out", default="")) if transcoder else ""
+    if transcoder and not hook_out:
+        raise IntegrityError(cfg_path, "a transcoder without 'hook_name_out' (the hook it writes)", _FOREIGN_REPAIR)
     cfg = make_config(
         cfg_path,
         architecture=architecture,  # SAELens' own architectures are ours of the same names
         d_in=d_in,
         d_sae=d_sae,
         k=k,
-        apply_b_dec_to_input=bool(raw.get("apply_b_dec_to_input", True)),
+        apply_b_dec_to_input=bool(raw.get("apply_b_dec_to_input", not transcoder)),
         dtype=dtype_name(raw.get("dtype", "float32"), cfg_path),
         model_name=str(_meta_field(raw, "model_name", default="")),
         hook_name=str(_meta_field(raw, "hook_name", "hook_point", default="")),
+        hook_name_out=hook_out,
+        d_out=d_out if transcoder else None,
+        skip=bool(transcoder and transcoder[1]),
         context_size=int(_meta_field(raw, "context_size", default=0)),
         prepend_bos=bool(_meta_field(raw, "prepend_bos", default=True)),
         dataset_path=str(_meta_field(raw, "dataset_path", default="")),
@@ -275,9 +313,13 @@ def _load_foreign(
     known = {*_CORE, "scaling_factor", "finetuning_scaling_factor"}
     if architecture == "jumprelu":
         known |= {"threshold", "log_threshold"}
+    if cfg.skip:
+        known.add("W_skip")
     reject_unknown(tensors, known, weights_path)
-    shapes = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
+    shapes = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_out), "b_dec": (d_out,)}
     state = {n: take(tensors, [n], shapes[n], weights_path, _FOREIGN_REPAIR).float() for n in _CORE}
+    if cfg.skip:
+        state["W_skip"] = take(tensors, ["W_skip"], (d_out, d_in), weights_path, _FOREIGN_REPAIR).float().T
     scale_names = [n for n in ("scaling_factor", "finetuning_scaling_factor") if n in tensors]
     if scale_names:  # old SAELens: decode(f * scale) -> fold the scale into W_dec rows
         scale = take(tensors, scale_names, (d_sae,), weights_path, _FOREIGN_REPAIR).float()

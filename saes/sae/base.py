@@ -5,6 +5,13 @@ Shapes follow SAELens: `W_enc [d_in, d_sae]`, `b_enc [d_sae]`, `W_dec [d_sae, d_
 `b_dec [d_in]`. `pre = (x - b_dec) @ W_enc + b_enc` (b_dec applied to the input),
 `x_hat = f @ W_dec + b_dec`.
 
+A transcoder (Dunefsky et al. 2024, "Transcoders Find Interpretable LLM Feature Circuits")
+is an SAE of any architecture that reads one hook (`cfg.hook_name`) and predicts another
+(`cfg.hook_name_out`, e.g. an MLP's input and output): `W_dec [d_sae, d_out]`,
+`b_dec [d_out]` (the output bias, never subtracted from the input) and, with `cfg.skip`,
+a linear skip connection `W_skip [d_in, d_out]`; `forward` returns the predicted output
+`decode(encode(x)) + x @ W_skip`.
+
 An architecture is one `SAE` subclass: it implements `activate` and `training_loss` and
 declares, as class attributes, what the rest of the package needs to know about it (its
 name, whether it needs `k`, what SAELens loads its export as, what the misload guard
@@ -60,7 +67,11 @@ class SAEConfig:
     dtype: DTypeName = "float32"
     # provenance (SAELens `metadata`)
     model_name: str = ""
-    hook_name: str = ""
+    hook_name: str = ""  # the hook the SAE reads
+    # transcoders (SAELens' transcoder names): the hook it writes, its width, a skip term
+    hook_name_out: str = ""  # empty: an SAE, reconstructing its own input
+    d_out: int | None = None  # None: d_in
+    skip: bool = False
     context_size: int = 0
     prepend_bos: bool = True
     dataset_path: str = ""
@@ -75,9 +86,41 @@ class SAEConfig:
             raise InvalidInputError(
                 f"{self.architecture} needs 0 < k <= d_sae ({self.d_sae}), got k={self.k}"
             )
+        if self.d_out is not None and self.d_out <= 0:
+            raise InvalidInputError(f"d_out must be positive, got {self.d_out}")
+        if not self.is_transcoder and (self.skip or self.output_dim != self.d_in):
+            raise InvalidInputError(
+                "skip and a d_out other than d_in are for transcoders: give hook_name_out, the hook it writes"
+            )
+        if self.is_transcoder and self.apply_b_dec_to_input:
+            raise InvalidInputError(
+                "a transcoder's b_dec is its output bias and is not subtracted from its input: "
+                "set apply_b_dec_to_input=False"
+            )
+
+    @property
+    def is_transcoder(self) -> bool:
+        """It writes another hook than it reads (`hook_name_out` is set)."""
+        return bool(self.hook_name_out)
+
+    @property
+    def output_dim(self) -> int:
+        """Width of what it writes: `d_out`, or `d_in` when None."""
+        return self.d_in if self.d_out is None else self.d_out
+
+    @property
+    def output_hook(self) -> str:
+        """The hook it writes: `hook_name_out`, or `hook_name` for an SAE."""
+        return self.hook_name_out or self.hook_name
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; the transcoder fields only when set, so an SAE's dict (and the
+        training records compared against it) is the same as before they existed."""
+        data = dataclasses.asdict(self)
+        for name in _TRANSCODER_FIELDS:
+            if data[name] == _TRANSCODER_DEFAULTS[name]:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SAEConfig:
@@ -85,10 +128,14 @@ class SAEConfig:
         return config_from_dict(cls, data, "SAE config")
 
 
+_TRANSCODER_FIELDS = ("hook_name_out", "d_out", "skip")
+_TRANSCODER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SAEConfig) if f.name in _TRANSCODER_FIELDS}
+
+
 class SAEOutput(NamedTuple):
     """Named outputs of `SAE.forward`."""
 
-    x_hat: torch.Tensor  # [..., d_in]
+    x_hat: torch.Tensor  # [..., d_out]: the reconstruction, or a transcoder's predicted output
     feature_acts: torch.Tensor  # [..., d_sae], the sparse code
     pre_acts: torch.Tensor  # [..., d_sae], before the sparsifying non-linearity
 
@@ -117,8 +164,15 @@ class SAE(nn.Module):
         self.cfg = cfg
         self.W_enc = nn.Parameter(torch.empty(cfg.d_in, cfg.d_sae))
         self.b_enc = nn.Parameter(torch.zeros(cfg.d_sae))
-        self.W_dec = nn.Parameter(torch.empty(cfg.d_sae, cfg.d_in))
-        self.b_dec = nn.Parameter(torch.zeros(cfg.d_in))
+        self.W_dec = nn.Parameter(torch.empty(cfg.d_sae, cfg.output_dim))
+        self.b_dec = nn.Parameter(torch.zeros(cfg.output_dim))
+        if cfg.skip:
+            self.W_skip = nn.Parameter(torch.zeros(cfg.d_in, cfg.output_dim))
+
+    @property
+    def is_transcoder(self) -> bool:
+        """It predicts another hook (`cfg.hook_name_out`) from the one it reads."""
+        return self.cfg.is_transcoder
 
     def _check_input(self, x: torch.Tensor) -> None:
         if x.shape[-1] != self.cfg.d_in:
@@ -137,9 +191,11 @@ class SAE(nn.Module):
         """The architecture's sparsifying non-linearity (inference behaviour)."""
         raise NotImplementedError
 
-    def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
+    def training_loss(self, x: torch.Tensor, info: StepInfo, target: torch.Tensor | None = None) -> TrainStep:
         """The loss to back-propagate on a batch `x [B, d_in]`, its metrics (`mse`, `fvu`,
-        `l0`, ...) and per-latent firing counts (`saes.sae.losses`)."""
+        `l0`, ...) and per-latent firing counts (`saes.sae.losses`). `target [B, d_out]` is
+        what the output should be: `x` itself when None (an SAE), the output hook's
+        activations at the same tokens for a transcoder."""
         raise NotImplementedError
 
     @torch.no_grad()
@@ -152,13 +208,25 @@ class SAE(nn.Module):
         return self.activate(self.encode_pre(x))
 
     def decode(self, feature_acts: torch.Tensor) -> torch.Tensor:
-        """Reconstruction `f @ W_dec + b_dec`."""
+        """Reconstruction `f @ W_dec + b_dec` (a transcoder's output without its skip term)."""
         return feature_acts @ self.W_dec + self.b_dec
 
+    def skip_out(self, x: torch.Tensor) -> torch.Tensor:
+        """The skip connection's part of the output, `x @ W_skip` (zeros without one)."""
+        if self.cfg.skip:
+            return x @ self.W_skip
+        return x.new_zeros(*x.shape[:-1], self.cfg.output_dim)
+
+    def with_skip(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """`out + skip_out(x)`, adding nothing without a skip connection."""
+        return out + x @ self.W_skip if self.cfg.skip else out
+
     def forward(self, x: torch.Tensor) -> SAEOutput:
+        """Code and output of `x [..., d_in]`: the reconstruction of `x`, or for a
+        transcoder its prediction of the output hook, `decode(code) + skip_out(x)`."""
         pre = self.encode_pre(x)
         acts = self.activate(pre)
-        return SAEOutput(self.decode(acts), acts, pre)
+        return SAEOutput(self.with_skip(self.decode(acts), x), acts, pre)
 
 
 _REGISTERED: dict[str, type[SAE]] = {}

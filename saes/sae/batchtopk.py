@@ -73,6 +73,7 @@ class BatchTopKSAE(SAE):
     def _reconstruction_loss(
         self,
         x: torch.Tensor,
+        y: torch.Tensor,
         x_hat: torch.Tensor,
         f: torch.Tensor,
         info: StepInfo,
@@ -80,18 +81,20 @@ class BatchTopKSAE(SAE):
     ) -> torch.Tensor:
         return metrics["fvu"]
 
-    def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
-        """FVU (+ AuxK) loss with the batch top-k code; updates the inference threshold."""
+    def training_loss(self, x: torch.Tensor, info: StepInfo, target: torch.Tensor | None = None) -> TrainStep:
+        """FVU (+ AuxK) loss with the batch top-k code (predicting `target` when given);
+        updates the inference threshold."""
         pre = self.encode_pre(x)
         f = batch_topk_code(pre, self.cfg.k)
         self._update_threshold(f, info)
-        x_hat = self.decode(f)
-        metrics = step_metrics(x, x_hat, (f > 0).sum(-1), info)
-        loss = self._reconstruction_loss(x, x_hat, f, info, metrics)
+        x_hat = self.with_skip(self.decode(f), x)
+        y = x if target is None else target
+        metrics = step_metrics(y, x_hat, (f > 0).sum(-1), info)
+        loss = self._reconstruction_loss(x, y, x_hat, f, info, metrics)
         if info.dead_mask is not None:
             aux = auxk_select(pre, info.dead_mask, info.k_aux)
             if aux is not None:
-                metrics["auxk"] = auxk_loss(x - x_hat, aux[0], aux[1], self.W_dec)
+                metrics["auxk"] = auxk_loss(y - x_hat, aux[0], aux[1], self.W_dec)
                 loss = loss + info.aux_coefficient * metrics["auxk"]
         metrics["threshold"] = self.threshold[0].clone()
         return TrainStep(loss, {k: v.detach() for k, v in metrics.items()}, fired_counts(f))

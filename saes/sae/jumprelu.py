@@ -85,13 +85,13 @@ class JumpReLUSAE(SAE):
     def divide_thresholds(self, divisor: float) -> None:
         self.log_threshold.sub_(math.log(divisor))
 
-    def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
-        """Reconstruction + L0 loss with straight-through threshold gradients."""
+    def training_loss(self, x: torch.Tensor, info: StepInfo, target: torch.Tensor | None = None) -> TrainStep:
+        """Reconstruction (of `target` when given) + L0 loss with straight-through threshold gradients."""
         pre = self.encode_pre(x)
         eps = self.cfg.jumprelu_bandwidth
         f = _JumpReLU.apply(pre, self.log_threshold, eps)
-        x_hat = self.decode(f)
-        metrics = step_metrics(x, x_hat, (f != 0).sum(-1), info)
+        x_hat = self.with_skip(self.decode(f), x)
+        metrics = step_metrics(x if target is None else target, x_hat, (f != 0).sum(-1), info)
         l0 = _Step.apply(pre, self.log_threshold, eps).sum(-1).mean()
         loss = metrics["mse"] + self.cfg.l0_coefficient * l0
         return TrainStep(loss, {k: v.detach() for k, v in metrics.items()}, fired_counts(f))

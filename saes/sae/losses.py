@@ -1,6 +1,6 @@
 """Training-loss pieces shared by the SAE architectures: step info, FVU, AuxK.
 
-Every architecture's `training_loss(x, info)` returns a `TrainStep`: the scalar loss to
+Every architecture's `training_loss(x, info, target)` returns a `TrainStep`: the scalar loss to
 back-propagate, named scalar metrics (`mse`, `fvu`, `l0` and the auxiliaries), and how
 often each latent fired in the batch (for the trainer's dead-latent counters).
 """
@@ -149,11 +149,19 @@ def fired_counts(acts_BF: torch.Tensor) -> torch.Tensor:
 
 
 def init_sae_weights(sae: torch.nn.Module, generator: torch.Generator) -> None:
-    """Random unit-norm decoder rows, encoder = decoder transpose, zero biases."""
+    """Random unit-norm decoder rows, encoder = decoder transpose, zero biases. A
+    transcoder's encoder (it reads another space than it writes) is drawn on its own, with
+    unit-norm columns; its skip connection starts at zero."""
     with torch.no_grad():
         W_dec = torch.randn(sae.W_dec.shape, generator=generator, dtype=sae.W_dec.dtype)
         W_dec /= W_dec.norm(dim=-1, keepdim=True)
         sae.W_dec.copy_(W_dec)
-        sae.W_enc.copy_(W_dec.T)
+        if sae.cfg.is_transcoder:
+            W_enc = torch.randn(sae.W_enc.shape, generator=generator, dtype=sae.W_enc.dtype)
+            sae.W_enc.copy_(W_enc / W_enc.norm(dim=0, keepdim=True))
+        else:
+            sae.W_enc.copy_(W_dec.T)
+        if sae.cfg.skip:
+            sae.W_skip.zero_()
         sae.b_enc.zero_()
         sae.b_dec.zero_()

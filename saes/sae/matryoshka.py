@@ -43,17 +43,18 @@ class MatryoshkaSAE(BatchTopKSAE):
     def _reconstruction_loss(
         self,
         x: torch.Tensor,
+        y: torch.Tensor,
         x_hat: torch.Tensor,
         f: torch.Tensor,
         info: StepInfo,
         metrics: dict[str, torch.Tensor],
     ) -> torch.Tensor:
-        partial = self.b_dec.expand_as(x)
+        partial = self.with_skip(self.b_dec.expand_as(y), x)
         start = 0
         fvus = []
         for end in self.prefixes[:-1]:
             partial = partial + f[:, start:end] @ self.W_dec[start:end]
-            fvus.append(normalised_error(x, partial, info))
+            fvus.append(normalised_error(y, partial, info))
             start = end
         fvus.append(metrics["fvu"])
         metrics["loss_first_prefix"] = fvus[0]

@@ -22,12 +22,12 @@ class StandardSAE(SAE):
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         return pre.relu()
 
-    def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
-        """Reconstruction + warmed-up L1 loss on a batch `x [B, d_in]`."""
+    def training_loss(self, x: torch.Tensor, info: StepInfo, target: torch.Tensor | None = None) -> TrainStep:
+        """Reconstruction + warmed-up L1 loss on a batch `x [B, d_in]` (of `target` when given)."""
         pre = self.encode_pre(x)
         f = pre.relu()
-        x_hat = self.decode(f)
-        metrics = step_metrics(x, x_hat, (f > 0).sum(-1), info)
+        x_hat = self.with_skip(self.decode(f), x)
+        metrics = step_metrics(x if target is None else target, x_hat, (f > 0).sum(-1), info)
         l1 = (f * self.W_dec.norm(dim=-1)).sum(-1).mean()
         warm = min(1.0, (info.step + 1) / max(1, self.cfg.l1_warmup_steps))
         loss = metrics["mse"] + self.cfg.l1_coefficient * warm * l1

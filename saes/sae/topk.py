@@ -36,8 +36,11 @@ class TopKSAE(SAE):
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         return topk_code(pre, self.cfg.k)
 
-    def training_loss(self, x: torch.Tensor, info: StepInfo, *, fast: bool = True) -> TrainStep:
-        """FVU + AuxK loss on `x [B, d_in]`; `fast=False` runs the dense reference path."""
+    def training_loss(
+        self, x: torch.Tensor, info: StepInfo, target: torch.Tensor | None = None, *, fast: bool = True
+    ) -> TrainStep:
+        """FVU + AuxK loss on `x [B, d_in]` (predicting `target` when given); `fast=False`
+        runs the dense reference path."""
         if fast:
             out = topk_sparse_forward(self, x, info.dead_mask, info.k_aux)
             x_hat, n_active, fired = out.x_hat, (out.vals > 0).sum(-1), out.fired
@@ -48,9 +51,11 @@ class TopKSAE(SAE):
             x_hat = self.decode(f)
             n_active, fired = (f > 0).sum(-1), (f > 0).sum(0)
             aux = auxk_select(pre, info.dead_mask, info.k_aux)
-        metrics = step_metrics(x, x_hat, n_active, info)
+        x_hat = self.with_skip(x_hat, x)
+        y = x if target is None else target
+        metrics = step_metrics(y, x_hat, n_active, info)
         loss = metrics["fvu"]
         if aux is not None:
-            metrics["auxk"] = auxk_loss(x - x_hat, aux[0], aux[1], self.W_dec)
+            metrics["auxk"] = auxk_loss(y - x_hat, aux[0], aux[1], self.W_dec)
             loss = loss + info.aux_coefficient * metrics["auxk"]
         return TrainStep(loss, {k: v.detach() for k, v in metrics.items()}, fired)
