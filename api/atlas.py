@@ -17,6 +17,7 @@ atlas.concept_search("weekdays")      # features carrying a concept, their span 
 atlas.geometry_features(in_circle=True, period=7)   # features by the geometry they belong to
 atlas.search_labels("weekday")        # features by words in their labels and explanations
 atlas.run(text, edits); atlas.steer(text, edits); atlas.attribute(text, target)
+atlas.steering_features(" Friday")   # features ranked by measured steering effect, with a ready edit
 ```
 
 Every method is a short delegation to a service (`api.services`), over one
@@ -43,12 +44,17 @@ from api.results.interventions import AttributionView, RunView, SteerView
 from api.results.meaning import ConceptResult, ContrastResult
 from api.results.sae import SaeInfo, SaeStatus
 from api.results.search import TextSearch, TokenFeatures
+from api.results.steering import SteeringSearch
 from api.sae_view import MapScores, SaeView, open_sae
 from api.services import analyses, board, features, interventions, labels, meaning, saes, search
+from api.services import steering as steering_service
+from api.services.evals import eval_result
+from api.services.steer_stream import SteerStream, steer_stream
 from geometry.feature_geometry import rebuild_geometry_records
 from geometry.maps import Basis
 from saes.encoding.texts import Pool
 from saes.intervene.attribution import AttributionMode
+from saes.intervene.steering_search import SteerMode
 from saes.models import ModelHandle
 from store.errors import IntegrityError, NotFoundError
 from store.layout import AtlasLayout
@@ -106,6 +112,11 @@ class Atlas:
         """The eval board: one row per SAE (`sae_id`, `status`, `problem`), one `<eval>/<metric>`
         column per metric of its verified `evals/<eval>.json` results (`sae-atlas eval --suite`)."""
         return board.board(self.ctx)
+
+    def eval_result(self, sae_id: str, name: str) -> dict[str, Any]:
+        """One verified eval result of an SAE in SAEBench's layout (`saes/<id>/evals/<name>.json`;
+        NotFoundError when it has none, naming the command that computes it)."""
+        return eval_result(self.ctx, sae_id, name)
 
     def sae_status(self, sae_id: str) -> SaeStatus:
         """`sae_info` plus `status` "ok"; for a damaged SAE what atlas.json records of it,
@@ -257,6 +268,13 @@ class Atlas:
         return interventions.steer(self.ctx, [], text, edits or [], max_new_tokens=max_new_tokens,
                                    temperature=temperature, seed=seed)
 
+    def steer_stream(self, text: str, edits: list[Any], *, max_new_tokens: int = 20, temperature: float = 0.0,
+                     seed: int = 0) -> SteerStream:
+        """`steer` checked now and generated as it is iterated: one step's baseline and edited
+        tokens at a time, then `.result` is what `steer` returns."""
+        return steer_stream(self.ctx, [], text, edits, max_new_tokens=max_new_tokens, temperature=temperature,
+                            seed=seed)
+
     def attribute(self, text: str, target: Any, *, sae_ids: list[str] | None = None, top: int = 20,
                   verify: int = 5, mode: AttributionMode = "linearized") -> AttributionView:
         """Activation x gradient attribution of `target` (a token, or `{"kind": "logit" |
@@ -265,6 +283,19 @@ class Atlas:
         "linearized" (parts sum to the target) or "gradient" (the model's own gradient)."""
         views = [self.sae(s) for s in sae_ids or self.sae_ids]
         return interventions.attribute_text(self.ctx, views, text, target, top=top, verify=verify, mode=mode)
+
+    def steering_features(self, target: Any, *, saes: list[str] | None = None, k: int = 10,
+                          mode: SteerMode = "add", ratio: float = 3.0, kl_bound: float = 1.0, n_prompts: int = 16,
+                          seed: int | None = None, candidates: int = 24) -> SteeringSearch:
+        """Features ranked by their MEASURED effect toward `target` (a token, a list of tokens,
+        `{"kind": "concept", "concept": "weekdays"}` or `{"kind": "contrast", "texts_a": [...],
+        "texts_b": [...]}`): steered at the last token of held-out neutral prompts, each with
+        the smallest strength raising the target's probability `ratio`-fold under `kl_bound`
+        (KL on the rest of the distribution) and its ready edit (`mode` "add" or "clamp").
+        Needs the SAEs' summaries and steering tables (`sae-atlas steering-scores`)."""
+        return steering_service.steering_features(self.ctx, self._views(saes), target, k=k, mode=mode, ratio=ratio,
+                                                  kl_bound=kl_bound, n_prompts=n_prompts, seed=seed,
+                                                  candidates=candidates)
 
     def model(self) -> ModelHandle:
         """The atlas's model handle (loaded on first call, then kept)."""

@@ -80,7 +80,8 @@ def last_token_steering(handle: ModelHandle, prompts_PT: torch.Tensor,
                         hook: str) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
     """A function `steered(delta_FD) -> logits [F, P, V]`: the next-token logits of every
     prompt with `delta_FD[f]` added to `hook`'s output at the last position (row `f` of the
-    answer); the prefixes `prompts_PT[:, :-1]` run once, on entry, into a KV cache."""
+    answer; `delta_FPD[f, p]` for one vector per prompt); the prefixes `prompts_PT[:, :-1]`
+    run once, on entry, into a KV cache."""
     handle.check_hook(hook)
     n_prompts = len(prompts_PT)
     steer: dict[str, torch.Tensor] = {}
@@ -99,7 +100,8 @@ def last_token_steering(handle: ModelHandle, prompts_PT: torch.Tensor,
             cache = copy.deepcopy(decoder.cache)
             cache.batch_repeat_interleave(n)  # row p * n + f: prompt p steered by feature f
             kwargs = {k: cache if v is decoder.cache else v for k, v in decoder.cache_kwargs.items()}
-            steer["BD"] = delta_FD.repeat(n_prompts, 1).to(handle.device)
+            per_row = delta_FD.repeat(n_prompts, 1) if delta_FD.ndim == 2 else delta_FD.transpose(0, 1).flatten(0, 1)
+            steer["BD"] = per_row.to(handle.device)
             logits = handle.bridge.forward(last_B1.repeat_interleave(n, 0), **kwargs)[:, -1].float()
             return logits.view(n_prompts, n, -1).transpose(0, 1)
 

@@ -1,0 +1,90 @@
+"""Result of `Atlas.steering_features`: features ranked by their measured effect toward a
+target, each with a calibrated strength and a ready edit (`saes.intervene.steering_search`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from typing_extensions import TypedDict
+
+from api.results.html import escape, rows_table
+from api.results.wire import JsonResult, Number
+from saes.intervene.steering_search import SearchResult
+
+
+class Strength(TypedDict):
+    """One strength in every unit: raw `alpha` (or clamp value), multiples of the latent's
+    typical active value, fraction of the hook's mean residual norm."""
+
+    alpha: float
+    act_multiple: Number
+    norm_fraction: float
+
+
+class SteeringFeature(TypedDict):
+    """One ranked feature: measured on held-out neutral prompts at its calibrated strength."""
+
+    rank: int
+    sae_id: str
+    hook: str
+    latent: int
+    label: str | None
+    sources: list[str]  # why it was a candidate: "table", "lens", "contrast"
+    best_ratio: Number  # best ratio of the target's probability under the KL bound (ranking key)
+    reached: bool  # the requested ratio is reached under the KL bound
+    ratio: Number  # mean p(T) steered / clean, at the calibrated strength
+    log_gain: Number
+    p_clean: Number
+    p_steered: Number
+    kl: Number  # KL(clean || steered), nats
+    kl_rest: Number  # the same over the tokens outside the target, renormalised (the fluency bound)
+    perplexity: Number  # the clean model's perplexity of the edited greedy continuation
+    strength: Strength
+    edit: dict[str, Any]  # SteerEdit / ClampEdit, ready for `Atlas.steer` and `Atlas.run`
+
+
+@dataclass
+class SteeringSearch(JsonResult):
+    """Features ranked by measured effect toward a target, best first."""
+
+    target: str  # what the target is
+    target_kind: str  # tokens, concept or contrast
+    tokens: list[str]  # the target tokens T
+    token_ids: list[int]
+    mode: str  # "add" (steer) or "clamp"
+    ratio_requested: float
+    kl_bound: float
+    n_prompts: int
+    seed: int  # of the held-out prompts
+    resid_norms: dict[str, float]  # per SAE: the hook's mean residual norm on those prompts
+    baseline_perplexity: Number  # of the unedited greedy continuation
+    features: list[SteeringFeature]
+
+    @classmethod
+    def build(cls, result: SearchResult, labels: dict[tuple[str, int], str | None]) -> SteeringSearch:
+        rows: list[SteeringFeature] = []
+        for rank, f in enumerate(result.features, 1):
+            d = asdict(f)
+            d.pop("screen_ratio")
+            rows.append({"rank": rank, **d, "label": labels.get((f.sae_id, f.latent))})  # type: ignore[typeddict-item]
+        t, p = result.target, result.params
+        return cls(t.description, t.kind, t.tokens, t.token_ids, p.mode, p.ratio, p.kl_bound, p.n_prompts,
+                   result.seed, result.resid_norms, result.baseline_perplexity, rows)
+
+    @property
+    def best_edit(self) -> dict[str, Any]:
+        """The ready edit of the top-ranked feature."""
+        return self.features[0]["edit"]
+
+    def __str__(self) -> str:
+        return "\n".join(f"{r['rank']:>2} {r['sae_id']}/{r['latent']} x{r['ratio']:.3g} kl_rest {r['kl_rest']:.3g} "
+                         f"{r['edit']}" for r in self.features)
+
+    def _repr_html_(self) -> str:
+        shown = [{**r, "alpha": r["strength"]["alpha"], "norm_fraction": r["strength"]["norm_fraction"]}
+                 for r in self.features]
+        return (f"<b>steering toward {escape(self.target)}</b> ({self.mode}, ratio {self.ratio_requested:g} "
+                f"requested, KL bound {self.kl_bound:g})"
+                + rows_table(shown, ["rank", "sae_id", "latent", "label", "ratio", "kl_rest", "alpha",
+                                     "norm_fraction", "reached"]))

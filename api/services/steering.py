@@ -1,0 +1,54 @@
+"""Steering toward a target: the SAEs' features ranked by measured effect, each with a
+calibrated strength and a ready edit (the model runs in `saes.intervene.steering_search`).
+Every SAE searched needs its summaries (typical active values) and its steering table
+(`sae-atlas steering-scores`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+
+from api.context import AtlasContext
+from api.results.steering import SteeringSearch
+from api.sae_view import SaeView
+from api.services.labels import with_labels
+from saes.intervene.steering_search import SearchParams, SteeringSource, SteerMode, rank_features
+from store.atomic import file_version
+from store.errors import NotFoundError
+from store.steering import STEERING_META, read_steering
+
+Progress = Callable[[str, int, int], None]
+
+
+def steering_source(view: SaeView) -> SteeringSource:
+    """What a search needs of one SAE: NotFoundError naming the command to run when it has
+    no summaries or no steering table; IntegrityError when either is damaged."""
+    features = view.tables().features
+    table, meta = view.ctx.cache.current(("steering", view.sae_id), file_version(view.folder / STEERING_META),
+                                         lambda: read_steering(view.ctx.root, view.sae_id))
+    p = meta["params"]
+    return SteeringSource(view.sae_id, view.hook, view.module(), features["mean_active_act"].to_numpy(), table,
+                          (int(p["n_prompts"]), int(p["prompt_tokens"]), int(p["seed"])))
+
+
+def steering_features(ctx: AtlasContext, views: list[SaeView], target: Any, *, k: int = 10, mode: SteerMode = "add",
+                      ratio: float = 3.0, kl_bound: float = 1.0, n_prompts: int = 16, seed: int | None = None,
+                      candidates: int = 24, fluency_prompts: int = 4,
+                      progress: Progress | None = None) -> SteeringSearch:
+    """The features of `views` ranked by their measured effect toward `target` (a token,
+    tokens, `{"kind": "concept" | "contrast", ...}`), with the smallest strength reaching
+    `ratio` under `kl_bound` and its ready edit (see `saes.intervene.steering_search`)."""
+    params = SearchParams(k=k, candidates=candidates, n_prompts=n_prompts, seed=seed, mode=mode, ratio=ratio,
+                          kl_bound=kl_bound, fluency_prompts=fluency_prompts).check()
+    if not views:
+        raise NotFoundError(f"the atlas {ctx.root} has no SAEs yet")
+    sources = [steering_source(view) for view in views]
+    handle = ctx.model()
+    result = ctx.run_locked(lambda: rank_features(handle, sources, target, params, progress))
+    keys = pl.DataFrame({"sae_id": [f.sae_id for f in result.features], "latent": [f.latent for f in result.features]},
+                        schema={"sae_id": pl.String, "latent": pl.Int64})
+    labelled = with_labels(ctx, keys, {view.sae_id: view for view in views})
+    labels = {(s, int(i)): label for s, i, label in labelled.select("sae_id", "latent", "label").iter_rows()}
+    return SteeringSearch.build(result, labels)
