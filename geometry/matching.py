@@ -11,6 +11,12 @@ autoencoders"). Atom recovery is the mean over true atoms of the best cosine wit
 learned direction, and the share of atoms whose best cosine exceeds a threshold. Cosines
 are signed: a direction pointing the other way does not recover an atom. `mcc_chance` is
 the MCC of a seeded random Gaussian dictionary of the learned one's shape.
+
+`match_features` matches two learned dictionaries by any similarity matrix (activation
+correlation or decoder cosine): the Hungarian one-to-one matching, mutual nearest
+neighbours and the mean max similarity of each side (Lan et al. 2024, "Sparse autoencoders
+reveal universal feature spaces across large language models"; Paulo & Belrose 2025,
+"Sparse autoencoders trained on the same data learn different features").
 """
 
 from __future__ import annotations
@@ -72,3 +78,39 @@ def match_dictionaries(learned_FD: np.ndarray, atoms_GD: np.ndarray, *, threshol
     matched_cosine[cols] = cos[rows, cols]
     return DictionaryMatch(mcc, chance, float(best.mean()), float((best > threshold).mean()),
                            matched_latent, matched_cosine)
+
+
+@dataclass(frozen=True)
+class FeatureMatch:
+    """Two dictionaries matched by a similarity matrix `[F, G]` (rows A, columns B)."""
+
+    mcc: float  # mean similarity over the min(F, G) Hungarian pairs
+    mean_max_a: float  # mean over A's latents of the best similarity with any B latent
+    mean_max_b: float  # mean over B's latents of the best similarity with any A latent
+    pairs_a: np.ndarray  # [P] A latents of the Hungarian pairs
+    pairs_b: np.ndarray  # [P] their B latents
+    pair_similarity: np.ndarray  # [P] the pairs' similarities
+    mutual_a: np.ndarray  # [M] A latents that are their B partner's nearest neighbour and back
+    mutual_b: np.ndarray  # [M] the partners
+
+
+def mutual_nearest(sim_FG: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`(rows, cols)`: the pairs each of which is the other's most similar (ties: first)."""
+    best_b = sim_FG.argmax(axis=1)
+    best_a = sim_FG.argmax(axis=0)
+    rows = np.flatnonzero(best_a[best_b] == np.arange(sim_FG.shape[0]))
+    return rows, best_b[rows]
+
+
+def match_features(sim_FG: np.ndarray) -> FeatureMatch:
+    """Hungarian matching, mutual nearest neighbours and mean max similarity of a finite
+    similarity matrix (InvalidInputError for an empty or non-finite one)."""
+    sim = np.asarray(sim_FG, dtype=np.float64)
+    if sim.ndim != 2 or 0 in sim.shape:
+        raise InvalidInputError(f"the similarity matrix must be a non-empty [F, G] array, got shape {sim.shape}")
+    if not np.isfinite(sim).all():
+        raise InvalidInputError("the similarity matrix has non-finite entries")
+    mcc, rows, cols = hungarian_mcc(sim)
+    mutual_a, mutual_b = mutual_nearest(sim)
+    return FeatureMatch(mcc, float(sim.max(axis=1).mean()), float(sim.max(axis=0).mean()),
+                        rows, cols, sim[rows, cols], mutual_a, mutual_b)

@@ -1,0 +1,112 @@
+"""Paired activations of two SAEs' hooks at the same tokens, streamed from the model(s).
+
+- Same tokenizer (one model, or two models sharing a vocabulary): the corpus is packed into
+  blocks once (`saes.streaming.stream_activations`, which also splits the batches between
+  torchrun ranks); model A's forward captures A's hook (and B's when both SAEs read the same
+  model), model B runs on the same token ids. BOS and separator positions are left out.
+- Different tokenizers: the corpus documents are read as texts (each cut to what fits
+  `context_size` tokens of A), tokenized by both sides, and paired at the positions
+  `saes.compare.align` pairs (tokens ending at the same character). Ranks take documents
+  round-robin. InvalidInputError when no text aligns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from saes.compare.align import align_spans, token_spans
+from saes.corpus import CorpusSpec, iter_documents
+from saes.distributed import DistContext, rank_and_world
+from saes.forward import run_hooks
+from saes.models import ModelHandle
+from saes.streaming import stream_activations, whole_blocks
+from store.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: the model and the hook its SAE reads."""
+
+    handle: ModelHandle
+    hook: str
+
+
+class PairedActs(NamedTuple):
+    """`N` tokens' activations at both hooks (rows paired), on each model's device."""
+
+    a_ND: torch.Tensor
+    b_ND: torch.Tensor
+
+
+def same_tokenizer(a: ModelHandle, b: ModelHandle) -> bool:
+    """Whether both models read text with the same vocabulary (same token -> id map)."""
+    return a is b or a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+
+
+def _same_tokens(a: Side, b: Side, corpus: CorpusSpec, n_tokens: int, batch_blocks: int, ctx: DistContext | None,
+                 progress: bool) -> Iterator[PairedActs]:
+    shared = a.handle is b.handle
+    hooks = [a.hook, b.hook] if shared else [a.hook]
+    for batch in stream_activations(a.handle, corpus, hooks, n_blocks=whole_blocks(n_tokens, corpus),
+                                    batch_blocks=batch_blocks, desc="comparing", progress=progress, ctx=ctx):
+        x_b = batch.acts[b.hook] if shared else run_hooks(b.handle, batch.token_ids, [b.hook])[b.hook]
+        keep = ~batch.excluded.reshape(-1)
+        x_a = batch.acts[a.hook]
+        yield PairedActs(x_a.reshape(-1, x_a.shape[-1])[keep.to(x_a.device)],
+                         x_b.reshape(-1, x_b.shape[-1])[keep.to(x_b.device)])
+
+
+def _with_bos(handle: ModelHandle, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    bos = handle.bos_token_id
+    return (torch.cat([torch.tensor([bos]), ids]), 1) if bos is not None else (ids, 0)
+
+
+def _aligned_texts(a: Side, b: Side, corpus: CorpusSpec, n_tokens: int, ctx: DistContext | None
+                   ) -> Iterator[PairedActs]:
+    rank, world = rank_and_world(ctx)
+    budget = -(-n_tokens // world)
+    done = seen = 0
+    for number, (_, text) in enumerate(iter_documents(corpus)):
+        if done >= budget:
+            break
+        if number % world != rank or not text.strip():
+            continue
+        spans_a = token_spans(a.handle.tokenizer, text, side="A")
+        cut = corpus.context_size - 1
+        if len(spans_a.ids) > cut:
+            text = text[: int(spans_a.ends[cut - 1])]
+            spans_a = token_spans(a.handle.tokenizer, text, side="A")
+        spans_b = token_spans(b.handle.tokenizer, text, side="B")
+        pairs = align_spans(spans_a, spans_b)
+        seen += 1
+        if not len(pairs.a):
+            continue
+        ids_a, off_a = _with_bos(a.handle, torch.from_numpy(spans_a.ids))
+        ids_b, off_b = _with_bos(b.handle, torch.from_numpy(spans_b.ids))
+        x_a = run_hooks(a.handle, ids_a[None], [a.hook])[a.hook][0]
+        x_b = run_hooks(b.handle, ids_b[None], [b.hook])[b.hook][0]
+        take = min(len(pairs.a), budget - done)
+        done += take
+        yield PairedActs(x_a[torch.from_numpy(pairs.a[:take] + off_a).to(x_a.device)],
+                         x_b[torch.from_numpy(pairs.b[:take] + off_b).to(x_b.device)])
+    if done == 0:
+        raise InvalidInputError(f"the texts of corpus {corpus.source!r} do not align across the two tokenizers "
+                                f"({seen} texts read on rank {rank}, no token of A ends at the same character "
+                                "as a token of B)")
+
+
+def paired_activations(a: Side, b: Side, corpus: CorpusSpec, *, n_tokens: int, batch_blocks: int = 8,
+                       ctx: DistContext | None = None, progress: bool = True) -> Iterator[PairedActs]:
+    """This rank's paired activations of `a.hook` and `b.hook` over about `n_tokens` tokens
+    of `corpus` (shared tokens for one tokenizer, character-aligned tokens for two)."""
+    if n_tokens < 2:
+        raise InvalidInputError(f"n_tokens must be at least 2, got {n_tokens}")
+    a.handle.check_hook(a.hook)
+    b.handle.check_hook(b.hook)
+    if same_tokenizer(a.handle, b.handle):
+        return _same_tokens(a, b, corpus, n_tokens, batch_blocks, ctx, progress)
+    return _aligned_texts(a, b, corpus, n_tokens, ctx)
