@@ -1,0 +1,115 @@
+"""Which dictionaries form a graph's nodes, checked against the model.
+
+Two kinds of graph:
+- "transcoders": one per-layer transcoder (PLT, skip connection optional) for every MLP,
+  reading the MLP's input (`blocks.L.hook_resid_mid` or its normalised form) and writing
+  its output (`blocks.L.hook_mlp_out`), as in circuit-tracer;
+- "residual": SAEs on the residual stream (`hook_resid_pre/post`) at any set of layers,
+  as in Marks et al. 2024 ("Sparse Feature Circuits"). Not `hook_resid_mid`: in
+  TransformerLens' TransformerBridge that hook feeds the MLP only, the residual sum goes
+  around it, so an SAE spliced there does not carry the stream.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from saes.models import ModelHandle
+from saes.sae.base import SAE
+from store.errors import InvalidInputError
+
+GraphKind = Literal["transcoders", "residual"]
+_MLP_IN = re.compile(r"^blocks\.(\d+)\.(hook_resid_mid|ln2\.hook_normalized|ln2\.hook_out|mlp\.hook_in)$")
+_MLP_OUT = re.compile(r"^blocks\.(\d+)\.(hook_mlp_out|mlp\.hook_out)$")
+_RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|post)$")
+_RESID_ORDER = {"pre": 0, "post": 1}
+
+
+@dataclass(frozen=True)
+class Dictionary:
+    """One dictionary of the graph: its id, module, the hook it reads and the hook it writes
+    (the same for an SAE) and the block it belongs to."""
+
+    id: str
+    sae: SAE
+    read_hook: str
+    write_hook: str
+    layer: int
+
+
+@dataclass(frozen=True)
+class DictionarySet:
+    """The graph's dictionaries, in the order the residual stream meets them."""
+
+    kind: GraphKind
+    items: tuple[Dictionary, ...]
+
+    @property
+    def ids(self) -> list[str]:
+        return [d.id for d in self.items]
+
+
+def _transcoders(handle: ModelHandle, saes: dict[str, SAE]) -> DictionarySet:
+    by_layer: dict[int, Dictionary] = {}
+    for sid, sae in saes.items():
+        read, write = sae.cfg.hook_name, sae.cfg.output_hook
+        m_in, m_out = _MLP_IN.match(read), _MLP_OUT.match(write)
+        if not (m_in and m_out and m_in.group(1) == m_out.group(1)):
+            raise InvalidInputError(
+                f"transcoder {sid!r} reads {read!r} and writes {write!r}; a graph needs transcoders from an "
+                "MLP's input (blocks.L.hook_resid_mid or blocks.L.ln2.hook_normalized) to its output "
+                "(blocks.L.hook_mlp_out) of the same layer")
+        layer = int(m_in.group(1))
+        if layer in by_layer:
+            raise InvalidInputError(f"transcoders {by_layer[layer].id!r} and {sid!r} both replace the MLP of "
+                                    f"layer {layer}; give one per layer")
+        by_layer[layer] = Dictionary(sid, sae, read, write, layer)
+    missing = [layer for layer in range(handle.n_layers) if layer not in by_layer]
+    if missing:
+        raise InvalidInputError(
+            f"no transcoder for the MLPs of layers {missing}: a transcoder graph replaces every MLP "
+            f"(layers 0..{handle.n_layers - 1}); have {sorted(by_layer)}")
+    return DictionarySet("transcoders", tuple(by_layer[layer] for layer in sorted(by_layer)))
+
+
+def _residual(saes: dict[str, SAE]) -> DictionarySet:
+    by_hook: dict[str, Dictionary] = {}
+    for sid, sae in saes.items():
+        hook = sae.cfg.hook_name
+        m = _RESID.match(hook)
+        if not m:
+            raise InvalidInputError(
+                f"SAE {sid!r} is at {hook!r}, which a graph cannot use: give residual-stream SAEs "
+                "(blocks.L.hook_resid_pre or blocks.L.hook_resid_post) or MLP transcoders")
+        if hook in by_hook:
+            raise InvalidInputError(f"SAEs {by_hook[hook].id!r} and {sid!r} are both at {hook!r}; give one per hook")
+        by_hook[hook] = Dictionary(sid, sae, hook, hook, int(m.group(1)))
+
+    def depth(d: Dictionary) -> tuple[int, int]:
+        m = _RESID.match(d.read_hook)
+        assert m is not None
+        return d.layer, _RESID_ORDER[m.group(2)]
+
+    return DictionarySet("residual", tuple(sorted(by_hook.values(), key=depth)))
+
+
+def dictionary_set(handle: ModelHandle, saes: dict[str, SAE]) -> DictionarySet:
+    """The graph's dictionaries from `saes` (id -> module): all transcoders (one per MLP) or
+    all residual-stream SAEs; InvalidInputError naming what is missing or unusable."""
+    if not saes:
+        raise InvalidInputError("an attribution graph needs transcoders (one per MLP) or residual-stream SAEs; "
+                                "none were given")
+    for sae in saes.values():
+        handle.check_hook(sae.cfg.hook_name)
+        handle.check_hook(sae.cfg.output_hook)
+        if sae.cfg.d_in != handle.d_model or sae.cfg.output_dim != handle.d_model:
+            raise InvalidInputError(f"dictionary at {sae.cfg.hook_name!r} has width {sae.cfg.d_in} -> "
+                                    f"{sae.cfg.output_dim}; the model's residual width is {handle.d_model}")
+    kinds = {sae.is_transcoder for sae in saes.values()}
+    if len(kinds) > 1:
+        tc = sorted(s for s, sae in saes.items() if sae.is_transcoder)
+        raise InvalidInputError(f"a graph is over transcoders or over residual SAEs, not both; transcoders: {tc}, "
+                                f"SAEs: {sorted(set(saes) - set(tc))}")
+    return _transcoders(handle, saes) if kinds == {True} else _residual(saes)
