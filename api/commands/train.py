@@ -15,6 +15,7 @@ from saes.devices import resolve_device
 from saes.sae.base import SAEConfig
 from saes.train.atlas import train_saes
 from saes.train.config import TrainConfig
+from saes.transcoders.pairs import mlp_output_hook
 from store.activations import ActivationReader
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
@@ -28,7 +29,7 @@ _CLI_KEYS = {
 _TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
 _SAE_KEYS = {f.name for f in dataclasses.fields(SAEConfig)} - {
     "architecture", "d_in", "d_sae", "k", "model_name", "hook_name", "context_size",
-    "prepend_bos", "dataset_path", "seed",
+    "prepend_bos", "dataset_path", "seed", "hook_name_out", "d_out",
 }
 
 
@@ -78,9 +79,13 @@ def train_command(
     device: str = device_option(None, "Default: the config file's device, else cpu."),
     config: Path = typer.Option(None, help="TOML/JSON file with the same keys (and any TrainConfig/SAEConfig field); flags win."),
     overwrite: bool = typer.Option(False, help="Retrain SAEs that already finished with this configuration."),
+    transcode: bool = typer.Option(False, help="Train transcoders: each --hook (an MLP input, e.g. "
+                                   "blocks.L.ln2.hook_normalized) predicts blocks.L.hook_mlp_out, cached in the same run."),
+    skip: bool = typer.Option(False, help="Transcoders with a linear skip connection (W_skip)."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
-    """Train SAEs on cached activations; an interrupted run resumes from its checkpoints.
+    """Train SAEs (or, with --transcode, per-layer transcoders) on cached activations; an
+    interrupted run resumes from its checkpoints.
 
     Under `torchrun --nproc_per_node=N`, several hooks are split over the processes and
     a single hook is trained data-parallel.
@@ -91,7 +96,14 @@ def train_command(
              "lr": lr, "seed": seed, "device": device}
     options.update({key: value for key, value in flags.items() if value is not None})
     options["device"] = str(resolve_device(options.get("device", TrainConfig.device)))
+    if skip:
+        options["skip"] = True
+    if options.get("skip") and not transcode:
+        raise InvalidInputError("--skip is for transcoders: add --transcode")
+    if transcode and not options.get("hooks"):
+        raise InvalidInputError("--transcode needs the MLP inputs to read: --hook blocks.L.ln2.hook_normalized ...")
     hooks = options.pop("hooks", None) or AtlasLayout(atlas).cached_hooks()
+    hook_out = {hook: mlp_output_hook(hook) for hook in hooks} if transcode else None
     if not hooks:
         raise InvalidInputError(f"no cached activations in {atlas}; run `sae-atlas cache` first")
     architecture = options.pop("architecture", "topk")
@@ -102,7 +114,7 @@ def train_command(
         train_opts["total_tokens"] = min(TrainConfig.total_tokens, _one_pass_tokens(atlas, hooks))
     results = train_saes(
         atlas, hooks, architecture=architecture, d_sae=width, expansion=expand, k=k_value,
-        sae_options=options, train_cfg=TrainConfig(**train_opts), overwrite=overwrite,
+        sae_options=options, train_cfg=TrainConfig(**train_opts), overwrite=overwrite, hook_out=hook_out,
     )
     if json_out:
         print_json(results)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from saes.sae.base import SAE
+from saes.transcoders.pairs import input_and_target
 from store.errors import InvalidInputError
 
 DENSE_DENSITY = 0.1
@@ -151,16 +152,19 @@ def density_histogram(density: torch.Tensor) -> dict[str, Any]:
 @torch.no_grad()
 def reconstruction_stats(sae: SAE, rows: Iterable[torch.Tensor], batch_size: int = 4096) -> ReconstructionStats:
     """Stream activation rows `[n, d_in]` through `sae` (in eval mode, restored afterwards)
-    in chunks of `batch_size` and return the accumulated statistics."""
-    stats = ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae)
+    in chunks of `batch_size` and return the accumulated statistics. A transcoder's rows
+    are paired `[n, d_in + d_out]` (`saes.transcoders.pairs`) and its statistics measure
+    the predicted output against the output part."""
+    stats = ReconstructionStats(sae.cfg.output_dim, sae.cfg.d_sae)
     param = sae.W_enc
     was_training = sae.training
     sae.eval()
     try:
         for chunk_rows in rows:
-            for x in chunk_rows.split(batch_size):
+            for chunk in chunk_rows.split(batch_size):
+                x, target = input_and_target(sae.cfg, chunk)
                 out = sae(x.to(param.device, param.dtype))
-                stats.update(x, out.x_hat.float(), out.feature_acts)
+                stats.update(target, out.x_hat.float(), out.feature_acts)
     finally:
         sae.train(was_training)
     return stats

@@ -3,14 +3,17 @@
 Each SAE gets the id `<hook>-<architecture>-<d_sae>` and its own directory
 `saes/<sae_id>/` (SAELens weights, `training.json`, checkpoints while running). Under
 torchrun, several hooks are dealt to the ranks (per-layer distribution) and a single hook
-is trained data-parallel (DDP) by all ranks.
+is trained data-parallel (DDP) by all ranks. Given `hook_out`, a hook trains a transcoder
+that predicts another cached hook at the same tokens (id
+`<hook>-to-<hook_out>-<architecture>[-skip]-<d_sae>`), on paired rows
+(`saes.transcoders.pairs.PairedReader`).
 """
 
 from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -22,6 +25,7 @@ from saes.train.checkpoint import remove_checkpoints
 from saes.train.config import TrainConfig
 from saes.train.distributed import assign_hooks
 from saes.train.trainer import train_sae
+from saes.transcoders.pairs import PairedReader
 from store.activations import ActivationReader
 from store.atomic import read_json
 from store.errors import InvalidInputError, UnknownHookError
@@ -33,17 +37,26 @@ DEFAULT_EXPANSION = 8
 HELDOUT_EVAL_TOKENS = 262_144
 
 
-def sae_id_for(hook: str, architecture: str, d_sae: int) -> str:
-    """The SAE id `<hook>-<architecture>-<d_sae>` (a safe path component)."""
+def sae_id_for(hook: str, architecture: str, d_sae: int, hook_out: str = "", skip: bool = False) -> str:
+    """The SAE id `<hook>-<architecture>-<d_sae>`, or a transcoder's
+    `<hook>-to-<hook_out>-<architecture>[-skip]-<d_sae>` (a safe path component)."""
+    if hook_out:
+        return check_id(f"{hook}-to-{hook_out}-{architecture}{'-skip' if skip else ''}-{d_sae}", "SAE id")
     return check_id(f"{hook}-{architecture}-{d_sae}", "SAE id")
 
 
+def _reader(root: Path, hook: str, hook_out: str) -> ActivationReader | PairedReader:
+    return PairedReader(root, hook, hook_out) if hook_out else ActivationReader(root, hook)
+
+
 def _sae_config(
-    reader: ActivationReader, architecture: str, d_sae: int | None, expansion: int | None,
+    reader: ActivationReader | PairedReader, architecture: str, d_sae: int | None, expansion: int | None,
     k: int | None, options: dict[str, Any], seed: int,
 ) -> SAEConfig:
     width = d_sae if d_sae is not None else (expansion or DEFAULT_EXPANSION) * reader.d
     corpus = reader.manifest.get("extra", {}).get("corpus", {})
+    if isinstance(reader, PairedReader):
+        options = {**options, "hook_name_out": reader.hook_out, "d_out": reader.d_out, "apply_b_dec_to_input": False}
     return SAEConfig(
         architecture=architecture,
         d_in=reader.d,
@@ -114,14 +127,14 @@ def _saved_differences(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig
 
 
 def _train_one(
-    root: Path, hook: str, architecture: str, d_sae: int | None, expansion: int | None,
+    root: Path, hook: str, hook_out: str, architecture: str, d_sae: int | None, expansion: int | None,
     k: int | None, options: dict[str, Any], train_cfg: TrainConfig, overwrite: bool,
     ctx: DistContext | None,
 ) -> None:
     layout = AtlasLayout(root)
-    reader = ActivationReader(root, hook)
+    reader = _reader(root, hook, hook_out)
     sae_cfg = _sae_config(reader, architecture, d_sae, expansion, k, options, train_cfg.seed)
-    sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae)
+    sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae, hook_out, sae_cfg.skip)
     sae_dir = layout.sae_dir(sae_id)
     if overwrite and (ctx is None or ctx.is_main):
         for name in ("training.json", "cfg.json"):
@@ -160,11 +173,14 @@ def train_saes(
     train_cfg: TrainConfig | None = None,
     distribute: Distribute = "auto",
     overwrite: bool = False,
+    hook_out: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train one SAE per hook (default: every cached hook) and record them in atlas.json.
 
     `d_sae` (or `expansion * d_in`, default 8x) sets the width; `sae_options` holds other
-    `SAEConfig` fields (e.g. `l1_coefficient`). A finished SAE with the same configuration
+    `SAEConfig` fields (e.g. `l1_coefficient`, `skip`). `hook_out` maps a hook to the cached
+    hook its transcoder predicts (e.g. `blocks.3.ln2.hook_normalized` ->
+    `blocks.3.hook_mlp_out`); hooks it does not name train SAEs. A finished SAE with the same configuration
     is not retrained unless `overwrite`; an interrupted one resumes from its checkpoint.
     Under torchrun (`distribute="auto"`) several hooks are split over the ranks and one
     hook is trained with DDP. Returns `{hook: summary}` with the SAE id and its metrics.
@@ -175,7 +191,10 @@ def train_saes(
     chosen = list(hooks) if hooks else cached
     if not chosen:
         raise InvalidInputError(f"no cached activations in {root}; run `sae-atlas cache` first")
-    unknown = [h for h in chosen if h not in cached]
+    outputs = dict(hook_out or {})
+    if set(outputs) - set(chosen):
+        raise InvalidInputError(f"hook_out names hooks that are not trained: {sorted(set(outputs) - set(chosen))}")
+    unknown = [h for h in [*chosen, *outputs.values()] if h not in cached]
     for hook in unknown:
         if layout.activation_dir(hook).is_dir() or hook in layout.recorded_hooks():
             ActivationReader(root, hook)  # a damaged cache: IntegrityError naming the missing manifest
@@ -194,13 +213,13 @@ def train_saes(
     mine = assign_hooks(chosen, ctx) if per_layer else chosen
     args = (architecture, d_sae, expansion, k, options, train_cfg, overwrite)
     for hook in mine:
-        _train_one(root, hook, *args, None if per_layer else ctx)
+        _train_one(root, hook, outputs.get(hook, ""), *args, None if per_layer else ctx)
     barrier(ctx)
     results = {}
     for hook in chosen:  # every rank reads the finished records; rank 0 writes atlas.json
-        reader = ActivationReader(root, hook)
+        reader = _reader(root, hook, outputs.get(hook, ""))
         sae_cfg = _sae_config(reader, architecture, d_sae, expansion, k, options, train_cfg.seed)
-        sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae)
+        sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae, sae_cfg.hook_name_out, sae_cfg.skip)
         record = _completed(layout.sae_dir(sae_id), sae_cfg, train_cfg)
         if record is None:
             raise InvalidInputError(f"training of {sae_id} did not complete")

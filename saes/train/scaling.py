@@ -5,6 +5,11 @@ thresholds by `s` gives an SAE on raw activations whose pre-activations and code
 those of the trained SAE divided by `s` (every code here is positively homogeneous:
 ReLU, top-k, batch top-k and JumpReLU with a scaled threshold), so its reconstruction is
 `x_hat(s x) / s` and the decoder rows stay unit norm.
+
+A transcoder trained from `s x` to `t y` (its target has its own scale `t`) folds the
+same way with the code divided by `t`: `W_enc` times `s / t`, `b_enc`, the thresholds and
+`b_dec` divided by `t`, `W_skip` times `s / t`; its output is `y_hat(s x) / t` and the
+decoder rows stay unit norm (with `t = s` this is the SAE's fold).
 """
 
 from __future__ import annotations
@@ -26,10 +31,16 @@ def input_scale(sum_sq_norms: float, n_tokens: int, d_in: int) -> float:
 
 
 @torch.no_grad()
-def fold_input_scale(sae: SAE, scale: float) -> SAE:
-    """A copy of `sae` (trained on `scale * x`) that works on raw `x` (see module doc)."""
+def fold_input_scale(sae: SAE, scale: float, output_scale: float | None = None) -> SAE:
+    """A copy of `sae` (trained on `scale * x`, predicting `output_scale * y`; None: the
+    same scale) that works on raw `x` and predicts raw `y` (see module doc)."""
+    out = scale if output_scale is None else output_scale
     folded = copy.deepcopy(sae)
-    folded.b_enc.div_(scale)
-    folded.b_dec.div_(scale)
-    folded.divide_thresholds(scale)
+    if out != scale:
+        folded.W_enc.mul_(scale / out)
+    if folded.cfg.skip:
+        folded.W_skip.mul_(scale / out)
+    folded.b_enc.div_(out)
+    folded.b_dec.div_(out)
+    folded.divide_thresholds(out)
     return folded

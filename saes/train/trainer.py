@@ -7,6 +7,11 @@ batch, scales inputs by one scalar so `E||x||^2 = d_in` (estimated on the first 
 folded into the weights of the returned SAE), tracks dead latents in tokens for AuxK, and
 checkpoints atomically so a killed run resumes from the latest valid checkpoint with the
 data stream continued exactly (same seed: same final weights).
+
+A transcoder trains the same way on paired rows `[B, d_in + d_out]`
+(`saes.transcoders.pairs`): it reads the input part and predicts the output part, which is
+scaled by its own scalar (`E||y||^2 = d_out`); `b_dec` (its output bias) starts at the
+geometric median of the targets and the FVU is measured against the targets' variance.
 """
 
 from __future__ import annotations
@@ -40,11 +45,13 @@ from saes.train.distributed import rank_slice
 from saes.train.geometric_median import geometric_median
 from saes.train.scaling import fold_input_scale, input_scale
 from saes.train.schedule import make_scheduler
+from saes.transcoders.pairs import input_and_target, row_width
 from store.atomic import atomic_write_json
 from store.errors import InvalidInputError
 from store.layout import created_with
 
-# A batch source: any iterable of [B, d_in] tensors, or a function `skip -> iterator` that
+# A batch source: any iterable of [B, d_in] tensors ([B, d_in + d_out] paired rows for a
+# transcoder), or a function `skip -> iterator` that
 # starts the stream after `skip` batches (e.g. `lambda s: reader.batches(B, skip_batches=s)`).
 BatchSource = Iterable[torch.Tensor] | Callable[[int], Iterator[torch.Tensor]]
 _UNCHECKED_ON_RESUME = ("progress", "device", "log_every_steps")
@@ -77,8 +84,10 @@ class _LossModule(nn.Module):
         super().__init__()
         self.sae = sae
 
-    def forward(self, x: torch.Tensor, info: StepInfo) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        out: TrainStep = self.sae.training_loss(x, info)
+    def forward(
+        self, x: torch.Tensor, info: StepInfo, target: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        out: TrainStep = self.sae.training_loss(x, info, target)
         return out.loss, out.metrics, out.fired
 
 
@@ -98,14 +107,15 @@ def normalise_decoder(sae: SAE) -> None:
 
 def optimizer_step(
     model: nn.Module, sae: SAE, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-    info: StepInfo, grad_clip: float,
+    info: StepInfo, grad_clip: float, target: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """One training step: loss, backward, decoder-gradient projection, clip, Adam, renorm.
 
-    `model` is the loss module (`loss_module(sae)`, possibly DDP-wrapped). Returns the
-    loss, the detached metrics and the per-latent firing counts of this rank's batch.
+    `model` is the loss module (`loss_module(sae)`, possibly DDP-wrapped); `target` is a
+    transcoder's output batch (None: reconstruct `x`). Returns the loss, the detached
+    metrics and the per-latent firing counts of this rank's batch.
     """
-    loss, metrics, fired = model(x, info)
+    loss, metrics, fired = model(x, info, target)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     project_decoder_grad(sae)
@@ -141,6 +151,7 @@ class _Run:
         self.tokens_seen = 0
         self.since_fired = torch.zeros(sae_cfg.d_sae, dtype=torch.int64, device=device)
         self.scale = 1.0
+        self.output_scale = 1.0  # a transcoder's target scale (an SAE's is `scale`)
         self.data_variance: float | None = None
         self.history: list[dict[str, float]] = []
         self.log_window: list[dict[str, float]] = []  # step metrics since the last history row
@@ -157,6 +168,7 @@ class _Run:
             "tokens_seen": self.tokens_seen,
             "since_fired": self.since_fired.cpu(),
             "input_scale": self.scale,
+            "output_scale": self.output_scale,
             "data_variance": self.data_variance,
             "history": self.history,
             "log_window": self.log_window,
@@ -172,6 +184,7 @@ class _Run:
         self.tokens_seen = state["tokens_seen"]
         self.since_fired = state["since_fired"].to(self.device)
         self.scale = state["input_scale"]
+        self.output_scale = state.get("output_scale", self.scale)  # absent in checkpoints of earlier versions
         self.data_variance = state["data_variance"]
         self.history = state["history"]
         self.log_window = state.get("log_window", [])  # absent in checkpoints of earlier versions
@@ -193,30 +206,33 @@ def _check_same_config(state: dict[str, Any], sae_cfg: SAEConfig, cfg: TrainConf
 
 @torch.no_grad()
 def _initialise_from_data(run: _Run, first: list[torch.Tensor]) -> None:
-    """Input scale and data variance from the first global batches; `b_dec` init."""
-    cfg, d_in = run.cfg, run.sae_cfg.d_in
-    stacked = torch.cat(first).to(run.device, torch.float64)
+    """Input (and a transcoder's target) scale and the target variance from the first global
+    batches; `b_dec` init from the first batch's targets."""
+    cfg, sae_cfg = run.cfg, run.sae_cfg
+    x, y = input_and_target(sae_cfg, torch.cat(first).to(run.device, torch.float64))
     if cfg.normalize_inputs:
-        run.scale = input_scale(float(stacked.pow(2).sum()), stacked.shape[0], d_in)
-    scaled = stacked * run.scale
+        run.scale = input_scale(float(x.pow(2).sum()), x.shape[0], sae_cfg.d_in)
+        run.output_scale = (input_scale(float(y.pow(2).sum()), y.shape[0], sae_cfg.output_dim)
+                            if sae_cfg.is_transcoder else run.scale)
+    scaled = y * run.output_scale
     run.data_variance = float((scaled - scaled.mean(0)).pow(2).sum(-1).mean())
-    first_batch = first[0].to(run.device, torch.float64) * run.scale
+    first_batch = input_and_target(sae_cfg, first[0].to(run.device, torch.float64))[1] * run.output_scale
     if cfg.b_dec_init == "geometric_median":
         run.sae.b_dec.copy_(geometric_median(first_batch))
     elif cfg.b_dec_init == "mean":
         run.sae.b_dec.copy_(first_batch.mean(0))
 
 
-def _checked(batch: torch.Tensor | None, step: int, cfg: TrainConfig, d_in: int) -> torch.Tensor:
+def _checked(batch: torch.Tensor | None, step: int, cfg: TrainConfig, width: int) -> torch.Tensor:
     """The batch, or InvalidInputError when the stream ended early or the shape is wrong."""
     if batch is None:
         raise InvalidInputError(
             f"the batch source ran out after {step} batches; the run needs "
             f"{cfg.total_steps} batches of {cfg.batch_size} tokens"
         )
-    if tuple(batch.shape) != (cfg.batch_size, d_in):
+    if tuple(batch.shape) != (cfg.batch_size, width):
         raise InvalidInputError(
-            f"expected batches of shape ({cfg.batch_size}, {d_in}), got {tuple(batch.shape)}"
+            f"expected batches of shape ({cfg.batch_size}, {width}), got {tuple(batch.shape)}"
         )
     return batch
 
@@ -247,7 +263,9 @@ class _Loop:
         """One optimizer step on this rank's slice of a global batch; updates the step and
         token counters and the dead-latent counters (all-reduced); returns the step's metrics."""
         run, cfg = self.run, self.cfg
-        x = rank_slice(batch, self.ctx).to(run.device, torch.float32) * run.scale
+        x, y = input_and_target(run.sae_cfg, rank_slice(batch, self.ctx).to(run.device, torch.float32))
+        x = x * run.scale
+        target = y * run.output_scale if run.sae_cfg.is_transcoder else None
         info = StepInfo(
             step=run.step,
             total_steps=cfg.total_steps,
@@ -256,7 +274,7 @@ class _Loop:
             aux_coefficient=cfg.aux_coefficient,
             data_variance=run.data_variance,
         )
-        loss, metrics, fired = optimizer_step(self.model, run.sae, run.optimizer, x, info, cfg.grad_clip)
+        loss, metrics, fired = optimizer_step(self.model, run.sae, run.optimizer, x, info, cfg.grad_clip, target)
         run.scheduler.step()
         with torch.no_grad():
             all_reduce_(fired, self.ctx)
@@ -296,7 +314,7 @@ class _Loop:
 def _start(run: _Run, batches: BatchSource, out: Path | None) -> tuple[Iterator[torch.Tensor], int | None]:
     """Resume `run` from the latest checkpoint in `out` (returning its step), or initialise it
     from the first batches; returns the batch stream positioned at `run.step`."""
-    cfg, d_in = run.cfg, run.sae_cfg.d_in
+    cfg, width = run.cfg, row_width(run.sae_cfg)
     resumed = None
     if out is not None and (state := load_latest_checkpoint(out, map_location=run.device)) is not None:
         run.load(state)
@@ -304,7 +322,7 @@ def _start(run: _Run, batches: BatchSource, out: Path | None) -> tuple[Iterator[
     stream = _open_stream(batches, run.step)
     if resumed is None:
         n_first = min(cfg.scale_batches, cfg.total_steps)
-        first = [_checked(next(stream, None), i, cfg, d_in) for i in range(n_first)]
+        first = [_checked(next(stream, None), i, cfg, width) for i in range(n_first)]
         _initialise_from_data(run, first)
         stream = itertools.chain(first, stream)
     return stream, resumed
@@ -358,15 +376,17 @@ def train_sae(
     started = time.perf_counter()
     run.sae.train()
     while run.step < last:
-        row = loop.step(_checked(next(stream, None), run.step, cfg, sae_cfg.d_in))
+        row = loop.step(_checked(next(stream, None), run.step, cfg, row_width(sae_cfg)))
         bar.update(1)
         bar.set_postfix(L0=f"{row['l0']:.1f}", FVU=f"{row['fvu']:.3f}")
         loop.log(row)
         loop.maybe_checkpoint()
     bar.close()
-    folded = fold_input_scale(run.sae, run.scale).eval()
+    folded = fold_input_scale(run.sae, run.scale, run.output_scale).eval()
     final = dict(run.history[-1]) if run.history else {}
     final.update(wall_seconds=time.perf_counter() - started, input_scale=run.scale)
+    if sae_cfg.is_transcoder:
+        final["output_scale"] = run.output_scale
     if run.step < cfg.total_steps:
         return TrainResult(folded, final, None, run.history, run.scale, cfg, resumed)
     heldout, density = _heldout(folded, eval_batches)

@@ -1,0 +1,100 @@
+"""Paired activation rows for transcoders: the hook a transcoder reads and the hook it
+writes, at the same tokens, side by side.
+
+A transcoder trains and evaluates on rows `[n, d_in + d_out]`: the input hook's
+activation followed by the output hook's activation of the same token. Two caches made
+in one `sae-atlas cache` run hold the same blocks in the same shards, so their seeded
+shuffled batches (`ActivationReader.batches`) visit the tokens in the same order;
+`PairedReader` checks that the caches do hold the same tokens before it pairs them.
+An SAE's rows are its input alone (`row_width` is d_in, the target is the input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from saes.sae.base import SAEConfig
+from store.activations import ActivationReader
+from store.errors import InvalidInputError
+from store.hooks import hook_layer
+from store.safetensors_io import MappedSafetensors
+
+MLP_OUT = "hook_mlp_out"
+
+
+def mlp_output_hook(hook: str) -> str:
+    """The MLP output of the block `hook` belongs to (`blocks.L.hook_mlp_out`): what a
+    per-layer transcoder reading `hook` predicts by default."""
+    layer = hook_layer(hook)
+    if layer < 0:
+        raise InvalidInputError(f"hook {hook!r} is not inside a block; a transcoder reads a block's MLP input "
+                                "(e.g. blocks.L.ln2.hook_normalized, blocks.L.hook_resid_mid or blocks.L.mlp.hook_in)")
+    out = f"blocks.{layer}.{MLP_OUT}"
+    if hook == out:
+        raise InvalidInputError(f"{hook!r} is the MLP output itself; a transcoder reads the MLP's input")
+    return out
+
+
+def row_width(cfg: SAEConfig) -> int:
+    """Width of one training row: `d_in + d_out` for a transcoder, `d_in` for an SAE."""
+    return cfg.d_in + cfg.output_dim if cfg.is_transcoder else cfg.d_in
+
+
+def input_and_target(cfg: SAEConfig, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(x [n, d_in], target [n, d_out])` of rows: split for a transcoder, `(rows, rows)` for an SAE."""
+    if rows.shape[-1] != row_width(cfg):
+        what = "d_in + d_out" if cfg.is_transcoder else "d_in"
+        raise InvalidInputError(f"expected rows of width {what} = {row_width(cfg)}, got shape {tuple(rows.shape)}")
+    if not cfg.is_transcoder:
+        return rows, rows
+    return rows[..., : cfg.d_in], rows[..., cfg.d_in :]
+
+
+def _token_ids(reader: ActivationReader) -> list[np.ndarray]:
+    return [np.asarray(MappedSafetensors(reader.dir / shard["file"], reader.repair).numpy("token_ids"))
+            for shard in reader.manifest["shards"]]
+
+
+class PairedReader:
+    """Two hooks' caches read as paired rows `[n, d_in + d_out]` (input hook first).
+
+    InvalidInputError when the caches do not hold the same tokens in the same shards
+    (different runs, models or amounts): cache both hooks in one `sae-atlas cache` run.
+    """
+
+    def __init__(self, root: str | Path, hook_in: str, hook_out: str) -> None:
+        self.input = ActivationReader(root, hook_in)
+        self.output = ActivationReader(root, hook_out)
+        layout = [[(s["first_block"], s["n_blocks"]) for s in r.manifest["shards"]] for r in (self.input, self.output)]
+        same = (self.input.model == self.output.model and self.input.context_size == self.output.context_size
+                and layout[0] == layout[1]
+                and all(np.array_equal(a, b) for a, b in zip(_token_ids(self.input), _token_ids(self.output),
+                                                             strict=True)))
+        if not same:
+            raise InvalidInputError(
+                f"the caches of {hook_in!r} and {hook_out!r} do not hold the same tokens in the same shards; "
+                "cache both hooks in one `sae-atlas cache` run to train a transcoder between them")
+
+    hook = property(lambda self: self.input.hook)
+    hook_out = property(lambda self: self.output.hook)
+    model = property(lambda self: self.input.model)
+    d = property(lambda self: self.input.d)
+    d_out = property(lambda self: self.output.d)
+    context_size = property(lambda self: self.input.context_size)
+    manifest = property(lambda self: self.input.manifest)
+
+    def count_tokens(self, split: Any = "all", exclude_bos: bool = True) -> int:
+        """Token rows one pass over a split gives (the same for both hooks)."""
+        return self.input.count_tokens(split, exclude_bos)
+
+    def batches(self, batch_size: int, **options: Any) -> Iterator[torch.Tensor]:
+        """Seeded shuffled paired batches `[batch_size, d_in + d_out]`; the options are
+        `ActivationReader.batches`' and apply to both hooks, which therefore draw the same tokens."""
+        pairs = zip(self.input.batches(batch_size, **options), self.output.batches(batch_size, **options), strict=True)
+        for x, y in pairs:
+            yield torch.cat([x, y], dim=-1)
