@@ -39,6 +39,7 @@ import polars as pl
 
 from api.context import AtlasContext
 from api.results.analysis import AnalysisResult
+from api.results.compare import CompareResult, CompareRunRow
 from api.results.feature import Feature
 from api.results.interventions import AttributionView, RunView, SteerView
 from api.results.meaning import ConceptResult, ContrastResult
@@ -47,6 +48,7 @@ from api.results.search import TextSearch, TokenFeatures
 from api.results.steering import SteeringSearch
 from api.sae_view import MapScores, SaeView, open_sae
 from api.services import analyses, board, features, interventions, labels, meaning, saes, search
+from api.services import compare as compare_service
 from api.services import steering as steering_service
 from api.services.evals import eval_result
 from api.services.steer_stream import SteerStream, steer_stream
@@ -332,3 +334,25 @@ class Atlas:
     def run_circular(self, sae_id: str, *, max_tokens: int = 20_000) -> AnalysisResult:
         """Writes: circular-feature discovery on one SAE, stored as a new analysis run."""
         return analyses.run_circular(self.sae(sae_id), max_tokens)
+
+    # comparisons ----------------------------------------------------------------------------
+    def compare(self, other: str | Path | Atlas, *, sae: str | None = None, other_sae: str | None = None,
+                n_tokens: int = 20_000, device: str = "cpu", decoder: bool | None = None, groups: str | None = None,
+                run: str | None = None, **options: Any) -> CompareResult:
+        """Writes: compare SAE `sae` of this atlas with `other_sae` of `other` (an atlas, its
+        path, or this one; each the atlas's only SAE when None) over `n_tokens` corpus tokens:
+        MCC and mutual nearest neighbours of activation correlations, decoder matching, SVCCA /
+        RSA beside their nulls; stored as `analyses/compare/<run>`. `options`: the other
+        `saes.compare.saes_pair.CompareParams` fields and `corpus` (a `CorpusSpec`)."""
+        return compare_service.compare_atlases(self.root, sae, other.root if isinstance(other, Atlas) else other,
+                                               other_sae,
+                                               n_tokens=n_tokens, device=device, decoder=decoder, groups=groups,
+                                               run=run, **options)
+
+    def comparisons(self) -> list[CompareRunRow]:
+        """The stored comparisons of this atlas with their headline scores."""
+        return compare_service.compare_runs(self.root)
+
+    def comparison(self, run: str) -> CompareResult:
+        """One stored comparison (files verified)."""
+        return compare_service.compare_result(self.root, run)

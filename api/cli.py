@@ -21,6 +21,7 @@ from api.commands import (
     summarize,
     train,
 )
+from api.commands import compare as compare_verb
 from api.commands import eval as eval_command
 
 app = typer.Typer(
@@ -35,6 +36,7 @@ app.add_typer(analyze_app, name="analyze")
 for module in (cache, train, eval_command, import_sae, summarize, index, register, demo, serve, feature, search, steer,
                attribute, steering_scores):
     module.register(app)
+compare_verb.register(app)
 analyze_circular.register_analyze(analyze_app)
 analyze_geometry.register_analyze(analyze_app)
 

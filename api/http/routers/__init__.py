@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from api.http.routers import (
                                  analyses,
                                  board,
+                                 compare,
                                  features,
                                  interventions,
                                  meaning,
@@ -18,5 +19,6 @@ from api.http.routers import (
 )
 
 DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, meaning.router, analyses.router,
-                                 interventions.router, board.router]
+                                 interventions.router, board.router,
+                                 compare.router]
 SERVICE_ROUTER = service.router

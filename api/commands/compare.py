@@ -1,0 +1,82 @@
+"""`sae-atlas compare A[:SAE] B[:SAE]`: match two SAEs' latents by activation correlation
+streamed from the model(s), score their matched spaces against nulls, store the run in A's
+atlas (`analyses/compare/`), print a table or `--json`."""
+
+from __future__ import annotations
+
+import typer
+
+from api.commands.common import console, handle_errors, print_json, print_table
+from api.commands.corpus_options import (
+    batch_blocks_option,
+    context_option,
+    corpus_option,
+    no_bos_option,
+    text_field_option,
+)
+from api.commands.device_options import device_option, model_dtype_option
+from api.services.compare import parse_side, run_compare, summary_rows
+from saes.compare.saes_pair import CompareParams
+from saes.corpus import CorpusSpec
+from saes.devices import use_by_default
+
+
+@handle_errors
+def compare_command(
+    side_a: str = typer.Argument(..., metavar="A[:SAE]", help="Atlas directory and SAE id (the only SAE if omitted)."),
+    side_b: str = typer.Argument(..., metavar="B[:SAE]", help="The other side; may be the same atlas."),
+    tokens: int = typer.Option(20_000, "--tokens", min=2, help="Corpus tokens to stream (shared or aligned)."),
+    corpus: str = corpus_option(),
+    text_field: str = text_field_option(),
+    context: int = context_option(),
+    no_bos: bool = no_bos_option(),
+    batch_blocks: int = batch_blocks_option(),
+    sample_tokens: int = typer.Option(2048, min=3, help="Tokens whose codes feed the activation-space scores."),
+    max_items: int = typer.Option(1024, min=3, help="Matched pairs entering SVCCA / RSA (a seeded subset beyond)."),
+    n_perm: int = typer.Option(50, min=1, help="Null draws per space score."),
+    rotations: int = typer.Option(1, min=1, help="Rotation-null accumulators streamed beside the real one."),
+    decoder: bool = typer.Option(None, "--decoder/--no-decoder",
+                                 help="Match decoder cosines too (default: when the SAEs share d_model)."),
+    groups: str = typer.Option(None, help="Score per group of A's latents from a stored run KIND/RUN[:COLUMN], "
+                                          "e.g. lobes/<run>."),
+    seed: int = typer.Option(0, help="Seed of the nulls and subsets."),
+    run: str = typer.Option(None, help="Run name (default <sae_a>--<sae_b>)."),
+    top: int = typer.Option(10, min=0, help="Matched pairs to print."),
+    json_out: bool = typer.Option(False, "--json", help="Print the stored result as JSON."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
+) -> None:
+    """Compare two SAEs (layers, seeds, widths or models): MCC, mutual nearest neighbours,
+    decoder matching, SVCCA / RSA beside their nulls.
+
+    Under `torchrun --nproc_per_node=R -m api compare ...` the ranks split the tokens and
+    rank 0 merges the statistics and stores the run."""
+    from saes.distributed import init_distributed
+
+    ctx = init_distributed()
+    where = use_by_default(device, model_dtype)
+    params = CompareParams(n_tokens=tokens, batch_blocks=batch_blocks, sample_tokens=sample_tokens,
+                           max_items=max_items, n_perm=n_perm, n_rotations=rotations, seed=seed)
+    result = run_compare(*parse_side(side_a), *parse_side(side_b), corpus=CorpusSpec(source=corpus, text_field=text_field,
+                                                           context_size=context, prepend_bos=not no_bos),
+                         params=params, device=str(where), decoder=decoder, groups=groups, run=run, ctx=ctx,
+                         progress=not json_out)
+    if result is None:
+        return
+    if json_out:
+        print_json(result.to_dict(max_rows=top))
+        return
+    p = result.parameters
+    print_table(f"{p['sae_a']} vs {p['sae_b']} ({result.summary['n_tokens']} tokens)",
+                ["score", "value", "null", "p"], summary_rows(result))
+    if top:
+        print_table("best matched pairs", result.pairs.columns, result.pairs.head(top).iter_rows())
+    if result.groups.height:
+        print_table("per group", result.groups.columns, result.groups.iter_rows())
+    console.print(f"stored analyses/compare/{result.run}.json in {p['atlas_a']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `compare` verb."""
+    app.command("compare")(compare_command)
+

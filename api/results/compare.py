@@ -1,0 +1,79 @@
+"""`CompareResult`: a stored comparison of two SAEs, and `CompareRunRow`, a row of the
+listing of stored comparisons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import polars as pl
+from pydantic import Field
+from typing_extensions import TypedDict
+
+from api.results.html import escape
+from api.results.wire import FrameRows, JsonResult, Number, wire_payload
+
+MAX_PAIRS = 500
+"""Matched pairs sent by `CompareResult.to_dict()` (and so over HTTP), best first."""
+
+
+class CompareRunRow(TypedDict):
+    """A stored comparison: which SAEs, on how many tokens, and its headline scores."""
+
+    run: str
+    sae_a: str
+    atlas_b: str
+    sae_b: str
+    n_tokens: int
+    mcc: Number
+    mcc_null: Annotated[Number, Field(description="mean MCC of the rotation null")]
+    decoder_mcc: Annotated[Number, Field(description="MCC of decoder cosines (null: no shared d_model)")]
+
+
+class MatchedPair(TypedDict):
+    """One Hungarian pair: A's latent, its B partner, their activation correlation."""
+
+    a_latent: int
+    b_latent: int
+    corr: Number
+    mutual: Annotated[bool, Field(description="each is the other's most correlated latent")]
+    decoder_cos: Annotated[Number, Field(description="cosine of their decoder rows (null: no shared d_model)")]
+
+
+class SpaceScoreRow(TypedDict):
+    """SVCCA or RSA of the matched features' decoder rows or codes, beside a null."""
+
+    space: Annotated[str, Field(description="'decoder' or 'activation'")]
+    score_name: Annotated[str, Field(description="'svcca' or 'rsa'")]
+    null: Annotated[str, Field(description="'random_features' or 'shuffled_tokens'")]
+    score: Number
+    null_mean: Number
+    null_std: Number
+    p_value: Annotated[Number, Field(description="(1 + #{null >= score}) / (1 + n_null)")]
+    n_null: int
+
+
+@dataclass
+class CompareResult(JsonResult):
+    """A stored comparison: its parameters and summary (MCC beside its rotation null, decoder
+    MCC, space scores), the matched pairs (best first), the space scores and the per-group
+    scores (one row per semantic group of A's latents; columns vary with the scores)."""
+
+    run: str
+    parameters: dict[str, Any]
+    summary: dict[str, Any]
+    pairs: Annotated[pl.DataFrame, FrameRows(MatchedPair), Field(
+        description=f"the first {MAX_PAIRS} matched pairs by correlation")]
+    spaces: Annotated[pl.DataFrame, FrameRows(SpaceScoreRow)]
+    groups: Annotated[pl.DataFrame, FrameRows(dict[str, Any])]
+
+    def to_dict(self, max_rows: int = MAX_PAIRS) -> dict[str, Any]:
+        """The result as JSON-ready data (pairs capped at `max_rows`)."""
+        return wire_payload(self, context={"max_rows": max_rows})
+
+    def _repr_html_(self) -> str:
+        s = self.summary
+        head = (f"<b>compare / {escape(self.run)}</b>: MCC {s.get('mcc', float('nan')):.3f} "
+                f"(rotation null {s.get('mcc_null', {}).get('null_mean', float('nan')):.3f}) on "
+                f"{s.get('n_tokens')} tokens")
+        return head + self.spaces._repr_html_() + self.pairs.head(10)._repr_html_()

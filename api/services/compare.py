@@ -1,0 +1,190 @@
+"""Comparisons of two SAEs (`analyses/compare/<run>.*` in atlas A): run one
+(`run_compare`, the model(s) streamed through `saes.compare`), list the stored ones and
+read one back (read-only, every file verified).
+
+A side is `ATLAS[:SAE]`: an atlas directory and one of its SAE ids (the atlas's only SAE
+when left out). Both sides may name one atlas. A run stores the Hungarian pairs (`main`),
+the rotation null's pair correlations (`null`), the space scores (`spaces`) and, with
+`groups`, the per-group scores (`groups`); parameters name both atlases, SAEs, hooks and
+models, the corpus and the scoring settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from api.results.compare import CompareResult, CompareRunRow
+from geometry import results
+from saes.atlas_saes import hook_of, load_atlas_sae
+from saes.compare.pairs import Side, paired_activations
+from saes.compare.saes_pair import CompareParams, Comparison, compare_codes, stream_statistics
+from saes.corpus import CorpusSpec
+from saes.distributed import DistContext
+from saes.models import load_model
+from store.errors import InvalidInputError, NotFoundError
+from store.layout import AtlasLayout, check_id
+
+KIND = "compare"
+
+
+def parse_side(text: str) -> tuple[Path, str | None]:
+    """`ATLAS[:SAE]` -> (atlas directory, SAE id or None); a path that exists as written is
+    an atlas even if it holds a ':'."""
+    if Path(text).is_dir() or ":" not in text:
+        return Path(text), None
+    root, _, sae_id = text.rpartition(":")
+    return Path(root), sae_id or None
+
+
+def side_sae(root: Path, sae_id: str | None) -> str:
+    """The SAE id a side names (checked), or the atlas's only SAE."""
+    layout = AtlasLayout(root)
+    if not layout.atlas_json.exists():
+        raise NotFoundError(f"{root} is not an atlas (no atlas.json)")
+    if sae_id is not None:
+        layout.require_sae(sae_id)
+        return sae_id
+    ids = layout.sae_ids()
+    if len(ids) != 1:
+        raise InvalidInputError(f"atlas {root} has {len(ids)} SAEs; name one as {root}:SAE ({', '.join(ids) or 'none'})")
+    return ids[0]
+
+
+def latent_groups(root: Path, spec: str) -> dict[str, np.ndarray]:
+    """Groups of A's latents from a stored run `KIND/RUN[:COLUMN]` whose table has a `latent`
+    column (e.g. `lobes/<run>`, grouped by `lobe`): group name -> latents."""
+    ref, _, column = spec.partition(":")
+    kind, _, run = ref.partition("/")
+    table = results.read_analysis(root, check_id(kind, "analysis kind"), check_id(run, "run name")).table
+    if table is None or "latent" not in table.columns:
+        raise InvalidInputError(f"analysis {ref} has no table with a 'latent' column to group latents by")
+    column = column or next((c for c in table.columns if c != "latent"), "")
+    if column not in table.columns:
+        raise InvalidInputError(f"analysis {ref} has no column {column!r}; columns: {', '.join(table.columns)}")
+    return {f"{column}={key}": part["latent"].to_numpy() for (key,), part in
+            table.select("latent", column).drop_nulls().group_by(column, maintain_order=True)}
+
+
+def _pairs_table(cmp: Comparison, W_a: np.ndarray, W_b: np.ndarray) -> pl.DataFrame:
+    m = cmp.activation
+    mutual = set(zip(m.mutual_a.tolist(), m.mutual_b.tolist(), strict=True))
+    cos = None
+    if W_a.shape[1] == W_b.shape[1]:
+        ua = W_a[m.pairs_a] / np.linalg.norm(W_a[m.pairs_a], axis=1, keepdims=True).clip(1e-12)
+        ub = W_b[m.pairs_b] / np.linalg.norm(W_b[m.pairs_b], axis=1, keepdims=True).clip(1e-12)
+        cos = (ua * ub).sum(1)
+    frame = pl.DataFrame({
+        "a_latent": m.pairs_a.astype(np.int32), "b_latent": m.pairs_b.astype(np.int32), "corr": m.pair_similarity,
+        "mutual": [(a, b) in mutual for a, b in zip(m.pairs_a.tolist(), m.pairs_b.tolist(), strict=True)],
+        "decoder_cos": cos if cos is not None else pl.Series([None] * len(m.pairs_a), dtype=pl.Float64),
+    })
+    return frame.sort("corr", descending=True)
+
+
+def _spaces_table(cmp: Comparison) -> pl.DataFrame:
+    rows = []
+    for key, s in cmp.spaces.items():
+        space, score_name, null = key.split("_", 2)
+        rows.append({"space": space, "score_name": score_name, "null": null, "score": s.score,
+                     "null_mean": s.null_mean, "null_std": s.null_std, "p_value": s.p_value, "n_null": s.n_null})
+    return pl.DataFrame(rows)
+
+
+def default_run(sae_a: str, root_b: Path, sae_b: str, same_atlas: bool) -> str:
+    """`<sae_a>--<sae_b>`, with B's atlas folder name when the atlases differ."""
+    b = sae_b if same_atlas else f"{root_b.resolve().name}.{sae_b}"
+    return check_id(f"{sae_a}--{b}"[:128], "run name")
+
+
+def compare_atlases(root_a: str | Path, sae_a: str | None, root_b: str | Path, sae_b: str | None, *,
+                    n_tokens: int = 20_000, corpus: CorpusSpec | None = None, device: str = "cpu",
+                    decoder: bool | None = None, groups: str | None = None, run: str | None = None,
+                    **options: Any) -> CompareResult:
+    """`run_compare` on one process, `options` being the other `CompareParams` fields."""
+    result = run_compare(Path(root_a), sae_a, Path(root_b), sae_b, corpus=corpus or CorpusSpec(),
+                         params=CompareParams(n_tokens=n_tokens, **options), device=device, decoder=decoder,
+                         groups=groups, run=run, progress=False)
+    assert result is not None  # one process is rank 0
+    return result
+
+
+def run_compare(
+    root_a: Path, id_a: str | None, root_b: Path, id_b: str | None, *, corpus: CorpusSpec, params: CompareParams,
+    device: str = "cpu", decoder: bool | None = None, groups: str | None = None, run: str | None = None,
+    ctx: DistContext | None = None, progress: bool = True,
+) -> CompareResult | None:
+    """Compare SAE `id_a` of atlas `root_a` with `id_b` of `root_b` (each the atlas's only SAE
+    when None) over `params.n_tokens` tokens of `corpus` on `device` and store the run in A's
+    atlas; the stored result (None on a torchrun rank other than 0, which streams its share)."""
+    id_a, id_b = side_sae(root_a, id_a), side_sae(root_b, id_b)
+    same_atlas = root_a.resolve() == root_b.resolve()
+    if same_atlas and id_a == id_b:
+        raise InvalidInputError(f"both sides name SAE {id_a!r} of {root_a}; compare two different SAEs")
+    run = check_id(run, "run name") if run else default_run(id_a, root_b, id_b, same_atlas)
+    group_map = latent_groups(root_a, groups) if groups else None
+    where = ctx.device(device) if ctx else device
+    sae_a, sae_b = load_atlas_sae(root_a, id_a, device=where), load_atlas_sae(root_b, id_b, device=where)
+    specs = [AtlasLayout(r).read_meta().get("model") for r in (root_a, root_b)]
+    handles = [load_model(spec, device=where) for spec in specs]
+    a, b = Side(handles[0], hook_of(sae_a, id_a)), Side(handles[1], hook_of(sae_b, id_b))
+    stats = stream_statistics(sae_a, sae_b, paired_activations(a, b, corpus, n_tokens=params.n_tokens,
+                                                                batch_blocks=params.batch_blocks, ctx=ctx,
+                                                                progress=progress), params, ctx)
+    if ctx is not None and not ctx.is_main:
+        return None
+    W_a, W_b = (s.W_dec.detach().float().cpu().numpy() for s in (sae_a, sae_b))
+    cmp = compare_codes(stats, W_a, W_b, params, decoder=decoder, groups=group_map)
+    tables = {"main": _pairs_table(cmp, W_a, W_b), "spaces": _spaces_table(cmp),
+              "null": pl.DataFrame({"corr": cmp.rotation_pair_corr})}
+    if cmp.groups:
+        tables["groups"] = pl.DataFrame(cmp.groups)
+    parameters = {
+        "atlas_a": str(root_a.resolve()), "sae_a": id_a, "hook_a": a.hook, "model_a": handles[0].name,
+        "atlas_b": str(root_b.resolve()), "sae_b": id_b, "hook_b": b.hook, "model_b": handles[1].name,
+        "shared_tokenizer": handles[0].tokenizer.get_vocab() == handles[1].tokenizer.get_vocab(),
+        "corpus": asdict(corpus), "decoder": decoder, "groups": groups, **asdict(params),
+        "world_size": ctx.world_size if ctx else 1,
+    }
+    results.write_analysis(root_a, KIND, run, parameters=parameters, summary=cmp.summary(), tables=tables)
+    return compare_result(root_a, run)
+
+
+def compare_result(root: str | Path, run: str) -> CompareResult:
+    """A stored comparison, every file verified (NotFoundError lists the stored runs)."""
+    stored = results.read_analysis(root, KIND, check_id(run, "run name"))
+    empty = pl.DataFrame()
+    return CompareResult(run, stored.meta.get("parameters", {}), stored.meta.get("summary", {}),
+                         stored.tables.get("main", empty), stored.tables.get("spaces", empty),
+                         stored.tables.get("groups", empty))
+
+
+def compare_runs(root: str | Path) -> list[CompareRunRow]:
+    """Every stored comparison of the atlas with its headline scores (each run verified)."""
+    rows = []
+    for run in results.list_runs(root, KIND):
+        meta = results.verify_run(root, KIND, run)
+        p, s = meta.get("parameters", {}), meta.get("summary", {})
+        rows.append(CompareRunRow(run=run, sae_a=p.get("sae_a", ""), atlas_b=p.get("atlas_b", ""),
+                                  sae_b=p.get("sae_b", ""), n_tokens=int(s.get("n_tokens", 0)), mcc=s.get("mcc"),
+                                  mcc_null=(s.get("mcc_null") or {}).get("null_mean"),
+                                  decoder_mcc=s.get("decoder_mcc")))
+    return rows
+
+
+def summary_rows(result: CompareResult) -> list[tuple[str, Any, Any, Any]]:
+    """`(score, value, null mean, p-value)` rows of a comparison, for a table."""
+    s = result.summary
+    rows = [("MCC (activation)", s["mcc"], s["mcc_null"]["null_mean"], s["mcc_null"]["p_value"]),
+            ("mean max corr A->B", s["mean_max_a"], None, None), ("mean max corr B->A", s["mean_max_b"], None, None),
+            ("mutual nearest pairs", s["n_mutual"], None, None)]
+    if s.get("decoder_mcc_null"):
+        d = s["decoder_mcc_null"]
+        rows.append(("MCC (decoder cosine)", d["score"], d["null_mean"], d["p_value"]))
+    for key, d in s["spaces"].items():
+        rows.append((key.replace("_", " "), d["score"], d["null_mean"], d["p_value"]))
+    return rows
