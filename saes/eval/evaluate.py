@@ -11,6 +11,9 @@ blocks. `evaluate_atlas_sae` does this for one SAE of an atlas and writes
 results were derived from: the sha256 of the SAE weights and of the activation manifest
 (`--from-model` evaluations record the corpus and model in their parameters instead).
 `read_eval` refuses results derived from other weights or another activation cache.
+A transcoder is evaluated on paired held-out rows (`saes.transcoders.pairs.PairedReader`:
+FVU etc. of its predicted output against the output hook) and, given a model, with its MLP
+replaced by it (`saes.eval.transcoder.replacement_metrics`).
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ import torch
 from saes.atlas_saes import hook_of, load_atlas_sae
 from saes.eval.downstream import downstream_metrics
 from saes.eval.reconstruction import reconstruction_metrics
+from saes.eval.transcoder import replacement_metrics
 from saes.models import ModelHandle
 from saes.sae.base import SAE
+from saes.transcoders.pairs import PairedReader
 from store.activations import ActivationReader
 from store.atomic import atomic_write_json, read_json
 from store.errors import IntegrityError, InvalidInputError
@@ -49,7 +54,7 @@ def _limited(batches: Iterable[torch.Tensor], n_tokens: int) -> Iterator[torch.T
             return
 
 
-def _token_batches(reader: ActivationReader, n_blocks: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _token_batches(reader: ActivationReader | PairedReader, n_blocks: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """`(token_ids, is_bos)` of the first `n_blocks` held-out blocks, a few blocks at a time."""
     left = n_blocks
     for blocks in reader.blocks(split="heldout"):
@@ -63,7 +68,7 @@ def _token_batches(reader: ActivationReader, n_blocks: int) -> Iterator[tuple[to
 
 def evaluate_sae(
     sae: SAE,
-    reader_or_batches: ActivationReader | Iterable[torch.Tensor],
+    reader_or_batches: ActivationReader | PairedReader | Iterable[torch.Tensor],
     *,
     model_handle: ModelHandle | None = None,
     hook: str | None = None,
@@ -77,7 +82,7 @@ def evaluate_sae(
     (`reader.batches(..., exclude_bos=True)` does). The SAE is evaluated in eval mode."""
     if n_tokens <= 0 or ce_blocks <= 0:
         raise InvalidInputError(f"n_tokens and ce_blocks must be positive, got {n_tokens}, {ce_blocks}")
-    reader = reader_or_batches if isinstance(reader_or_batches, ActivationReader) else None
+    reader = reader_or_batches if isinstance(reader_or_batches, ActivationReader | PairedReader) else None
     if reader is not None and reader.d != sae.cfg.d_in:
         raise InvalidInputError(
             f"SAE has d_in={sae.cfg.d_in} but hook {reader.hook!r} has d={reader.d}; "
@@ -97,7 +102,12 @@ def evaluate_sae(
                 raise InvalidInputError(
                     f"SAE has d_in={sae.cfg.d_in} but model {model_handle.name} has d_model={model_handle.d_model}"
                 )
-            metrics.update(downstream_metrics(sae, model_handle.bridge, target, _token_batches(reader, ce_blocks)))
+            blocks = _token_batches(reader, ce_blocks)
+            if sae.is_transcoder:
+                model_handle.check_hook(sae.cfg.hook_name_out)
+                metrics.update(replacement_metrics([sae], model_handle.bridge, blocks))
+            else:
+                metrics.update(downstream_metrics(sae, model_handle.bridge, target, blocks))
     finally:
         sae.train(was_training)
     return metrics
@@ -157,7 +167,7 @@ def evaluate_atlas_sae(
     sae_dir = layout.require_sae(sae_id)
     sae = load_atlas_sae(atlas, sae_id)
     hook = hook_of(sae, sae_id)
-    reader = ActivationReader(atlas, hook)
+    reader = PairedReader(atlas, hook, sae.cfg.hook_name_out) if sae.is_transcoder else ActivationReader(atlas, hook)
     if reader.d != sae.cfg.d_in:
         raise InvalidInputError(f"SAE {sae_id!r} has d_in={sae.cfg.d_in} but hook {hook!r} has d={reader.d}")
     activations = cached_sha256(reader.dir / "manifest.json")
@@ -171,6 +181,7 @@ def evaluate_atlas_sae(
     parameters = {
         "sae_id": sae_id,
         "hook": hook,
+        **({"hook_out": sae.cfg.hook_name_out} if sae.is_transcoder else {}),
         "architecture": sae.cfg.architecture,
         "split": "heldout",
         "n_tokens_requested": n_tokens,

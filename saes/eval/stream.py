@@ -49,23 +49,26 @@ def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[st
         if sae.cfg.d_in != handle.d_model:
             raise InvalidInputError(f"SAE {sae_id!r} has d_in={sae.cfg.d_in} but {handle.name} has d_model={handle.d_model}")
     hooks = {sae_id: handle.check_hook(sae.cfg.hook_name) for sae_id, sae in saes.items()}
-    stats = {sae_id: ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae) for sae_id, sae in saes.items()}
+    targets = {sae_id: handle.check_hook(sae.cfg.output_hook) for sae_id, sae in saes.items()}  # a transcoder's output
+    stats = {sae_id: ReconstructionStats(sae.cfg.output_dim, sae.cfg.d_sae) for sae_id, sae in saes.items()}
     started = time.perf_counter()
     with torch.no_grad():
-        for batch in stream_activations(handle, corpus, hooks.values(), n_blocks=n_blocks, batch_blocks=batch_blocks,
-                                        progress=False, ctx=ctx):
+        for batch in stream_activations(handle, corpus, {*hooks.values(), *targets.values()}, n_blocks=n_blocks,
+                                        batch_blocks=batch_blocks, progress=False, ctx=ctx):
             keep = ~batch.excluded.reshape(-1).to(handle.device)
             for sae_id, sae in saes.items():
                 x = batch.acts[hooks[sae_id]].flatten(0, 1)[keep].to(sae.W_enc.dtype)
                 out = sae(x)
-                stats[sae_id].update(x, out.x_hat.float(), out.feature_acts)
+                stats[sae_id].update(batch.acts[targets[sae_id]].flatten(0, 1)[keep].to(out.x_hat.dtype),
+                                     out.x_hat.float(), out.feature_acts)
     stats = _merged(stats, ctx)
     seconds = round(time.perf_counter() - started, 3)
     records = {}
     for sae_id, sae in saes.items():
         if stats[sae_id].n == 0:
             raise InvalidInputError(f"the streamed tokens of {hooks[sae_id]!r} have no non-BOS tokens")
-        parameters = {"sae_id": sae_id, "hook": hooks[sae_id], "architecture": sae.cfg.architecture,
+        parameters = {"sae_id": sae_id, "hook": hooks[sae_id], **({"hook_out": targets[sae_id]} if sae.is_transcoder
+                                                                   else {}), "architecture": sae.cfg.architecture,
                       "split": "stream", "corpus": dataclasses.asdict(corpus), "n_tokens_requested": n_tokens,
                       "ce_blocks_requested": 0, "exclude_bos": True, "model": handle.name}
         records[sae_id] = {"metrics": stats[sae_id].result(), "parameters": parameters, "seconds": seconds}

@@ -11,6 +11,7 @@ An SAE's rows are its input alone (`row_width` is d_in, the target is the input)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 from saes.sae.base import SAEConfig
-from store.activations import ActivationReader
+from store.activations import ActivationReader, Blocks, Split, TokenRows
 from store.errors import InvalidInputError
 from store.hooks import hook_layer
 from store.safetensors_io import MappedSafetensors
@@ -87,10 +88,21 @@ class PairedReader:
     d_out = property(lambda self: self.output.d)
     context_size = property(lambda self: self.input.context_size)
     manifest = property(lambda self: self.input.manifest)
+    dir = property(lambda self: self.input.dir)  # the input cache (its manifest dates an evaluation)
 
-    def count_tokens(self, split: Any = "all", exclude_bos: bool = True) -> int:
+    def count_tokens(self, split: Split = "all", exclude_bos: bool = True) -> int:
         """Token rows one pass over a split gives (the same for both hooks)."""
         return self.input.count_tokens(split, exclude_bos)
+
+    def blocks(self, split: Split = "all") -> Iterator[Blocks]:
+        """Whole blocks of a split in order, activations paired `[n, T, d_in + d_out]`."""
+        for x, y in zip(self.input.blocks(split), self.output.blocks(split), strict=True):
+            yield dataclasses.replace(x, acts=torch.cat([x.acts, y.acts], dim=-1))
+
+    def rows(self, split: Split = "all", **options: Any) -> Iterator[TokenRows]:
+        """Token rows of a split in cache order, paired; options as `ActivationReader.rows`'."""
+        for x, y in zip(self.input.rows(split, **options), self.output.rows(split, **options), strict=True):
+            yield TokenRows(torch.cat([x.acts, y.acts], dim=-1), x.token_ids, x.positions)
 
     def batches(self, batch_size: int, **options: Any) -> Iterator[torch.Tensor]:
         """Seeded shuffled paired batches `[batch_size, d_in + d_out]`; the options are
