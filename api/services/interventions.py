@@ -5,7 +5,8 @@ results wrapped for display."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, get_args
 
 import torch
@@ -29,8 +30,8 @@ from api.sae_view import SaeView, open_sae
 from saes.encoding.tokens import decoded_tokens
 from saes.intervene.attribution import AttributionMode, Target, attribute
 from saes.intervene.edits import CirclePlane, Edit
-from saes.intervene.generate import compare
-from saes.intervene.splice import build_splice, run_spliced
+from saes.intervene.generate import DecodeStep, Generation, compare_steps, run_to_end
+from saes.intervene.splice import Splice, build_splice, run_spliced
 from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.errors import InvalidInputError, NotFoundError
@@ -136,9 +137,34 @@ def run(ctx: AtlasContext, views: list[SaeView], text: str, edits: Sequence[Any]
     return RunView.build(handle.tokenizer, text, toks, tokens_T.tolist(), out, clean, specs, k=k)
 
 
-def steer(ctx: AtlasContext, views: list[SaeView], text: str, edits: Sequence[Any], *, max_new_tokens: int,
-          temperature: float, seed: int) -> SteerView:
-    """Generate from `text` without and with `edits` (same seed) and report the shift."""
+@dataclass(frozen=True)
+class SteerInputs:
+    """A checked steer request, ready to generate: the prompt's ids `[T]`, the edit specs and
+    the baseline (SAEs spliced, no edits) and edited splices."""
+
+    handle: ModelHandle
+    text: str
+    tokens_T: torch.Tensor
+    specs: list[Edit]
+    baseline: Splice
+    edited: Splice
+    max_new_tokens: int
+    temperature: float
+    seed: int
+
+    def steps(self) -> Generator[DecodeStep, None, Generation]:
+        """The generation's steps (`compare_steps`; run them holding the model lock)."""
+        return compare_steps(self.handle, self.text, self.tokens_T, self.baseline, self.edited,
+                             max_new_tokens=self.max_new_tokens, temperature=self.temperature, seed=self.seed)
+
+    def view(self, gen: Generation) -> SteerView:
+        """The generation's result."""
+        return SteerView.build(gen, self.specs, temperature=self.temperature, seed=self.seed)
+
+
+def steer_inputs(ctx: AtlasContext, views: list[SaeView], text: str, edits: Sequence[Any], *, max_new_tokens: int,
+                 temperature: float, seed: int) -> SteerInputs:
+    """Check a steer request against the bounds and the atlas, tokenize it and build its splices."""
     specs = parse_edits(edits)
     if not specs:
         raise InvalidInputError("steer needs at least one edit")
@@ -151,10 +177,16 @@ def steer(ctx: AtlasContext, views: list[SaeView], text: str, edits: Sequence[An
     tokens_T, toks = _tokenize(handle, text, room=max_new_tokens)
     edited = build_splice(sources, [view.sae_id for view in views], specs, toks, n_total=len(toks) + max_new_tokens)
     baseline = build_splice(sources, list(edited.saes), [], toks)
+    return SteerInputs(handle, text, tokens_T, specs, baseline, edited, max_new_tokens, float(temperature), seed)
+
+
+def steer(ctx: AtlasContext, views: list[SaeView], text: str, edits: Sequence[Any], *, max_new_tokens: int,
+          temperature: float, seed: int) -> SteerView:
+    """Generate from `text` without and with `edits` (same seed) and report the shift."""
+    inputs = steer_inputs(ctx, views, text, edits, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     with ctx.model_lock:
-        gen = compare(handle, text, tokens_T, baseline, edited, max_new_tokens=max_new_tokens,
-                      temperature=float(temperature), seed=seed)
-    return SteerView.build(gen, specs, temperature=float(temperature), seed=seed)
+        gen = run_to_end(inputs.steps())
+    return inputs.view(gen)
 
 
 def attribute_text(ctx: AtlasContext, views: list[SaeView], text: str, target: Any, *, top: int, verify: int,

@@ -8,13 +8,16 @@ alone. `generate_tokens` is one row of it. `compare` generates the baseline (SAE
 no edits) and the edited continuation in one batch with the same seed and reports how the
 first next-token distribution moved: the tokens that rise and fall most in probability and
 `KL(baseline || edited)`.
+
+`decode_steps` and `compare_steps` are the same generations yielded one step at a time (for
+streaming); `generate_batch` and `compare` run them to the end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -62,6 +65,75 @@ def _next_token(logits_V: torch.Tensor, temperature: float, gen: torch.Generator
     return int(torch.multinomial(torch.softmax(logits_V / temperature, -1), 1, generator=gen))
 
 
+@dataclass
+class DecodeStep:
+    """One decoding step of a batch."""
+
+    index: int  # 0 for the first new token
+    tokens: list[int | None]  # the new token of each row; None for a row that already stopped (EOS)
+    logits_BV: torch.Tensor  # the next-token logits the tokens were picked from
+
+
+def decode_steps(
+    handle: ModelHandle,
+    prompts: Sequence[torch.Tensor],
+    splices: Sequence[Splice],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    stop_at_eos: bool = True,
+) -> Iterator[DecodeStep]:
+    """The steps of `generate_batch`, one new token per row at a time, while the model keeps
+    its KV cache and the splices' hooks (consume it in one thread; closing it early removes
+    the hooks and stops the generation)."""
+    if temperature < 0:
+        raise InvalidInputError(f"temperature must be >= 0, got {temperature}")
+    if max_new_tokens < 1:
+        raise InvalidInputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if len(prompts) != len(splices) or not prompts:
+        raise InvalidInputError(f"need one splice per prompt, got {len(prompts)} prompts and {len(splices)} splices")
+    _check_masks_cover(prompts, splices, max_new_tokens)
+    gens = [torch.Generator().manual_seed(seed) for _ in prompts]
+    eos = handle.tokenizer.eos_token_id
+    done = [False] * len(prompts)
+    with cached_decoding(handle, prompts, stack_splices(splices)) as decoder:
+        logits_BV = decoder.prefill().cpu()
+        for step in range(max_new_tokens):
+            picked = [_next_token(logits_V, temperature, gen) for logits_V, gen in zip(logits_BV, gens, strict=True)]
+            yield DecodeStep(step, [None if stopped else token for token, stopped in zip(picked, done, strict=True)],
+                             logits_BV)
+            done = [stopped or (stop_at_eos and token == eos) for token, stopped in zip(picked, done, strict=True)]
+            if all(done) or step == max_new_tokens - 1:
+                break
+            logits_BV = decoder.step(torch.tensor(picked)).cpu()
+
+
+def _collect(steps: Iterator[DecodeStep], n_rows: int) -> Generator[DecodeStep, None, list[tuple[list[int], torch.Tensor]]]:
+    """Pass `steps` on and return each row's new token ids and its first step's logits `[V]`."""
+    new: list[list[int]] = [[] for _ in range(n_rows)]
+    first_BV = torch.empty(0)
+    for step in steps:
+        first_BV = step.logits_BV if step.index == 0 else first_BV
+        for row, token in enumerate(step.tokens):
+            if token is not None:
+                new[row].append(token)
+        yield step
+    return list(zip(new, first_BV, strict=True))
+
+
+R = TypeVar("R")
+
+
+def run_to_end(steps: Generator[Any, None, R]) -> R:
+    """What a step generator returns, once it has run to its end."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
 def generate_batch(
     handle: ModelHandle,
     prompts: Sequence[torch.Tensor],
@@ -74,27 +146,9 @@ def generate_batch(
 ) -> list[tuple[list[int], torch.Tensor]]:
     """For each row `b` (prompt ids `prompts[b]` `[T_b]` with `splices[b]` applied; every
     splice with the same SAEs): the new token ids and the first step's next-token logits `[V]`."""
-    if temperature < 0:
-        raise InvalidInputError(f"temperature must be >= 0, got {temperature}")
-    if len(prompts) != len(splices) or not prompts:
-        raise InvalidInputError(f"need one splice per prompt, got {len(prompts)} prompts and {len(splices)} splices")
-    _check_masks_cover(prompts, splices, max_new_tokens)
-    gens = [torch.Generator().manual_seed(seed) for _ in prompts]
-    eos = handle.tokenizer.eos_token_id
-    new: list[list[int]] = [[] for _ in prompts]
-    done = [False] * len(prompts)
-    with cached_decoding(handle, prompts, stack_splices(splices)) as decoder:
-        first_BV = logits_BV = decoder.prefill().cpu()
-        for step in range(max_new_tokens):
-            picked = [_next_token(logits_V, temperature, gen) for logits_V, gen in zip(logits_BV, gens, strict=True)]
-            for row, token in enumerate(picked):
-                if not done[row]:
-                    new[row].append(token)
-                    done[row] = stop_at_eos and token == eos
-            if all(done) or step == max_new_tokens - 1:
-                break
-            logits_BV = decoder.step(torch.tensor(picked)).cpu()
-    return [(ids, first_V) for ids, first_V in zip(new, first_BV, strict=True)]
+    steps = decode_steps(handle, prompts, splices, max_new_tokens=max_new_tokens, temperature=temperature,
+                         seed=seed, stop_at_eos=stop_at_eos)
+    return run_to_end(_collect(steps, len(prompts)))
 
 
 def generate_tokens(
@@ -127,6 +181,28 @@ def distribution_shift(
     return rows(diff.topk(k).indices), rows((-diff).topk(k).indices), kl
 
 
+def compare_steps(
+    handle: ModelHandle,
+    prompt: str,
+    prompt_ids_T: torch.Tensor,
+    baseline: Splice,
+    edited: Splice,
+    *,
+    max_new_tokens: int = 20,
+    temperature: float = 0.0,
+    seed: int = 0,
+    k: int = 10,
+) -> Generator[DecodeStep, None, Generation]:
+    """The steps of `compare` (row 0 the baseline, row 1 the edited continuation); returns
+    its `Generation` when run to the end."""
+    steps = decode_steps(handle, [prompt_ids_T, prompt_ids_T], [baseline, edited], max_new_tokens=max_new_tokens,
+                         temperature=temperature, seed=seed)
+    (base_ids, base_V), (edit_ids, edit_V) = yield from _collect(steps, 2)
+    rising, falling, kl = distribution_shift(handle.tokenizer, base_V, edit_V, k)
+    tok = handle.tokenizer
+    return Generation(prompt, base_ids, edit_ids, tok.decode(base_ids), tok.decode(edit_ids), rising, falling, kl)
+
+
 def compare(
     handle: ModelHandle,
     prompt: str,
@@ -141,9 +217,5 @@ def compare(
 ) -> Generation:
     """Generate from `baseline` and `edited` (the same SAEs) with the same seed, in one
     batch; see the module docstring."""
-    (base_ids, base_V), (edit_ids, edit_V) = generate_batch(
-        handle, [prompt_ids_T, prompt_ids_T], [baseline, edited], max_new_tokens=max_new_tokens,
-        temperature=temperature, seed=seed)
-    rising, falling, kl = distribution_shift(handle.tokenizer, base_V, edit_V, k)
-    tok = handle.tokenizer
-    return Generation(prompt, base_ids, edit_ids, tok.decode(base_ids), tok.decode(edit_ids), rising, falling, kl)
+    return run_to_end(compare_steps(handle, prompt, prompt_ids_T, baseline, edited, max_new_tokens=max_new_tokens,
+                                    temperature=temperature, seed=seed, k=k))
