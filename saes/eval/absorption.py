@@ -46,7 +46,8 @@ class AbsorptionConfig:
     """SAEBench's settings: prompt template, ICL examples per prompt, held-out share of the
     words, largest k and F1 jump for splits, L1 strength of the latent ranking, the probe F1
     a letter needs and how many letters must have it; `max_words` (0: all) caps the
-    vocabulary by a seeded sample; batch size and seed."""
+    vocabulary by a seeded sample (SAEBench reads all of it; a 1000-word default keeps the
+    eval within minutes on a CPU: one ~90-token prompt per word); batch size and seed."""
 
     prompt_template: str = "{word} has the first letter:"
     max_icl_examples: int = 10
@@ -56,7 +57,7 @@ class AbsorptionConfig:
     k_sparse_probe_l1_decay: float = 0.01
     min_GT_probe_f1: float = 0.6  # noqa: N815 (SAEBench's config name)
     min_feats_for_eval: int = 20
-    max_words: int = 0
+    max_words: int = 1000
     batch_size: int = 32
     random_seed: int = 42
 
