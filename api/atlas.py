@@ -17,6 +17,7 @@ atlas.concept_search("weekdays")      # features carrying a concept, their span 
 atlas.geometry_features(in_circle=True, period=7)   # features by the geometry they belong to
 atlas.search_labels("weekday")        # features by words in their labels and explanations
 atlas.run(text, edits); atlas.steer(text, edits); atlas.attribute(text, target)
+atlas.graph("Today is Monday, so tomorrow is", target=" Tuesday")   # attribution graph
 atlas.steering_features(" Friday")   # features ranked by measured steering effect, with a ready edit
 ```
 
@@ -41,6 +42,7 @@ from api.context import AtlasContext
 from api.results.analysis import AnalysisResult
 from api.results.compare import CompareResult, CompareRunRow
 from api.results.feature import Feature
+from api.results.graph import GraphView
 from api.results.interventions import AttributionView, RunView, SteerView
 from api.results.meaning import ConceptResult, ContrastResult
 from api.results.sae import SaeInfo, SaeStatus
@@ -49,6 +51,7 @@ from api.results.steering import SteeringSearch
 from api.sae_view import MapScores, SaeView, open_sae
 from api.services import analyses, board, features, interventions, labels, meaning, saes, search
 from api.services import compare as compare_service
+from api.services import graph as graph_service
 from api.services import steering as steering_service
 from api.services.evals import eval_result
 from api.services.steer_stream import SteerStream, steer_stream
@@ -285,6 +288,26 @@ class Atlas:
         "linearized" (parts sum to the target) or "gradient" (the model's own gradient)."""
         views = [self.sae(s) for s in sae_ids or self.sae_ids]
         return interventions.attribute_text(self.ctx, views, text, target, top=top, verify=verify, mode=mode)
+
+    def graph(self, text: str, target: str | int | list[str | int] | None = None, *,
+              sae_ids: list[str] | None = None, max_logits: int = 5, cumulative_prob: float = 0.95,
+              node_threshold: float = 0.8, edge_threshold: float = 0.98,
+              supernodes: str | dict[str, list[tuple[str, int]]] | None = "geometry", by_position: bool = False,
+              interventions: list[dict[str, Any]] | None = None, top: int = 20) -> GraphView:
+        """Attribution graph of the next token after `text` (circuit-tracer's method,
+        `saes.circuits`): logit nodes for `target` (tokens) or the top predictions up to
+        `cumulative_prob`, over the atlas's transcoders (default; one per MLP) or residual
+        SAEs, pruned by influence, scored, with supernodes from the stored geometry (circles,
+        concept spans, lobes; or `{label: [(sae_id, latent), ...]}`) and `interventions`
+        (`{"node": node id or supernode label, "kind": "ablate" | "clamp" | "steer",
+        "value": ...}`) beside the graph's prediction. `.save(path)` writes the graph JSON."""
+        targets = [target] if isinstance(target, (str, int)) else target
+        views = [self.sae(s) for s in sae_ids or self.sae_ids]
+        return graph_service.graph(self.ctx, views, text, chosen=bool(sae_ids), targets=targets,
+                                   max_logits=max_logits, cumulative_prob=cumulative_prob,
+                                   node_threshold=node_threshold, edge_threshold=edge_threshold,
+                                   supernode_groups=supernodes, by_position=by_position,
+                                   interventions=interventions or [], top=top)
 
     def steering_features(self, target: Any, *, saes: list[str] | None = None, k: int = 10,
                           mode: SteerMode = "add", ratio: float = 3.0, kl_bound: float = 1.0, n_prompts: int = 16,

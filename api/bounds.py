@@ -47,6 +47,14 @@ MAX_ATTRIBUTED = 200
 """Features listed by an attribution."""
 MAX_VERIFIED = 20
 """Top attributed features checked by true ablation."""
+MAX_GRAPH_TOKENS = 64
+"""Tokens of an attribution-graph prompt (BOS included): its backward passes grow with them."""
+MAX_GRAPH_FEATURES = 20_000
+"""Active features of one attribution graph (one adjacency row each)."""
+MAX_GRAPH_TARGETS = 10
+"""Logit nodes of one attribution graph."""
+MAX_GRAPH_NODE_EDITS = 8
+"""Interventions on graph nodes in one request."""
 
 
 def check_int(value: Any, what: str, lo: int, hi: int) -> int:

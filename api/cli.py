@@ -23,6 +23,7 @@ from api.commands import (
 )
 from api.commands import compare as compare_verb
 from api.commands import eval as eval_command
+from api.commands import graph as graph_verb
 
 app = typer.Typer(
     name="sae-atlas",
@@ -37,6 +38,7 @@ for module in (cache, train, eval_command, import_sae, summarize, index, registe
                attribute, steering_scores):
     module.register(app)
 compare_verb.register(app)
+graph_verb.register(app)
 analyze_circular.register_analyze(analyze_app)
 analyze_geometry.register_analyze(analyze_app)
 

@@ -11,6 +11,7 @@ from api.http.routers import (
                                  board,
                                  compare,
                                  features,
+                                 graph,
                                  interventions,
                                  meaning,
                                  saes,
@@ -20,5 +21,5 @@ from api.http.routers import (
 
 DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, meaning.router, analyses.router,
                                  interventions.router, board.router,
-                                 compare.router]
+                                 compare.router, graph.router]
 SERVICE_ROUTER = service.router

@@ -1,0 +1,62 @@
+"""`sae-atlas graph ATLAS "prompt" --target " Tuesday"`: the attribution graph of a prediction,
+written as circuit-tracer graph JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from api.atlas import Atlas
+from api.commands.common import handle_errors, print_json, print_table
+from store.errors import InvalidInputError
+
+
+@handle_errors
+def graph_command(
+    atlas: Path = typer.Argument(..., help="Atlas directory."),
+    text: str = typer.Argument(..., help="The prompt."),
+    target: list[str] = typer.Option(None, "--target", help="Target token (repeatable; default: the top "
+                                     "predictions up to --cumulative-prob)."),
+    out: Path = typer.Option(Path("graph.json"), "--out", help="Where to write the graph JSON."),
+    sae: list[str] = typer.Option(None, "--sae", help="Dictionaries of the graph (repeatable; default: the "
+                                  "atlas's transcoders, else its residual-stream SAEs)."),
+    max_logits: int = typer.Option(5, min=1, max=10, help="Most logit nodes without --target."),
+    cumulative_prob: float = typer.Option(0.95, min=0.0, max=1.0, help="Logit nodes up to this probability."),
+    node_threshold: float = typer.Option(0.8, min=0.0, max=1.0, help="Cumulative influence of the kept nodes."),
+    edge_threshold: float = typer.Option(0.98, min=0.0, max=1.0, help="Cumulative influence of the kept edges."),
+    supernodes: bool = typer.Option(True, help="Collapse stored circles, concept spans and lobes."),
+    intervene: list[str] = typer.Option(None, "--intervene", help="A node edit as JSON, e.g. "
+                                        '\'{"node": "1_12_5", "kind": "ablate"}\' (repeatable).'),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Attribution graph (circuit-tracer's method): direct effects among active features,
+    errors, tokens and logits with attention and norms frozen, pruned by influence."""
+    edits = []
+    for item in intervene or []:
+        try:
+            edits.append(json.loads(item))
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"--intervene {item!r} is not valid JSON: {exc}") from exc
+    result = Atlas(atlas).graph(text, target or None, sae_ids=sae or None, max_logits=max_logits,
+                                cumulative_prob=cumulative_prob, node_threshold=node_threshold,
+                                edge_threshold=edge_threshold, supernodes="geometry" if supernodes else None,
+                                interventions=edits)
+    path = result.save(out)
+    if json_out:
+        print_json({k: v for k, v in result.to_dict().items() if k != "graph"} | {"path": str(path)})
+        return
+    typer.echo(str(result))
+    print_table("most influential nodes", ["node", "sae_id", "latent", "token", "activation", "influence", "label"],
+                [[n["node_id"], n["sae_id"], n["latent"], repr(n["token"]), n["activation"], n["influence"],
+                  n["label"]] for n in result.top_nodes[:15]])
+    for i in result.interventions:
+        print_table(f"{i['kind']} {i['node']} (value {i['value']:g})", ["logit", "measured", "direct", "total"],
+                    zip(i["tokens"], i["measured"], i["direct"], i["total"], strict=True))
+    typer.echo(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `graph` verb."""
+    app.command("graph")(graph_command)

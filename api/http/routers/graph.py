@@ -1,0 +1,60 @@
+"""`POST /graph`: the attribution graph of a prompt's next token (circuit-tracer's method),
+pruned, scored, with supernodes and node interventions.
+
+Off unless the server was started with `--allow-interventions` (403 otherwise), bounded
+like the other interventions (`api.bounds`: prompt characters and graph tokens, logit
+nodes, active features, node edits) and run on the worker's one-thread model queue."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from pydantic import Field
+
+from api.bounds import MAX_GRAPH_NODE_EDITS, MAX_GRAPH_TARGETS, MAX_SAES_PER_QUERY
+from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
+from api.http.routers.interventions import MODEL_BOUND, _queued, _Request, require_interventions
+from api.http.routers.params import DATA_ERRORS, error_responses
+from api.http.schemas import JsonInt, SafeId, _Strict
+from api.results.graph import GraphView
+
+router = APIRouter(tags=["interventions"], responses={**DATA_ERRORS, **error_responses(403, 404, 413), **MODEL_BOUND})
+
+
+class NodeEditRequest(_Strict):
+    """An edit of one graph node (a feature node id such as `1_12_5`, or a supernode label)."""
+
+    node: str = Field(min_length=1, max_length=300)
+    kind: Literal["ablate", "clamp", "steer"] = "ablate"
+    value: float = Field(default=0.0, ge=-1e6, le=1e6, description="clamp: the activation; steer: added to it")
+    recompute: bool = Field(default=True, description="downstream features re-encode (false: they stay fixed)")
+
+
+class GraphRequest(_Request):
+    """An attribution graph of the next token after `text`."""
+
+    targets: list[str] | None = Field(default=None, max_length=MAX_GRAPH_TARGETS,
+                                      description="target tokens (default: the top predictions)")
+    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
+                                         description="dictionaries (default: the transcoders, else residual SAEs)")
+    max_logits: JsonInt = Field(default=5, ge=1, le=MAX_GRAPH_TARGETS)
+    cumulative_prob: float = Field(default=0.95, ge=0.0, le=1.0)
+    node_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
+    edge_threshold: float = Field(default=0.98, ge=0.0, le=1.0)
+    supernodes: bool = Field(default=True, description="collapse stored circles, concept spans and lobes")
+    by_position: bool = Field(default=False, description="one supernode per group and position")
+    interventions: list[NodeEditRequest] = Field(default_factory=list, max_length=MAX_GRAPH_NODE_EDITS)
+    top: JsonInt = Field(default=20, ge=1, le=200, description="influential nodes to list")
+
+
+@router.post("/graph", summary="Attribution graph of the next token (circuit-tracer graph JSON inside)",
+             response_model=GraphView)
+async def post_graph(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: GraphRequest) -> Response:
+    require_interventions(settings)
+    return await _queued(queue, lambda: atlas.graph(
+        body.text, body.targets or None, sae_ids=body.sae_ids or None, max_logits=body.max_logits,
+        cumulative_prob=body.cumulative_prob, node_threshold=body.node_threshold, edge_threshold=body.edge_threshold,
+        supernodes="geometry" if body.supernodes else None, by_position=body.by_position,
+        interventions=[e.model_dump() for e in body.interventions], top=body.top))

@@ -1,0 +1,121 @@
+"""Acausal crosscoders on paired activations of two models (or two layers, or two
+checkpoints) at the same tokens, and each latent's relative decoder norm.
+
+A crosscoder (Lindsey et al. 2024, "Sparse crosscoders for cross-layer features and model
+diffing") reads both sides of a token and reconstructs both: `f = TopK(W_A x_A + W_B x_B + b)`,
+`x_A' = f D_A + b_A`, `x_B' = f D_B + b_B`, one decoder per side. That is exactly an SAE over
+the concatenated row `[x_A, x_B]` whose encoder and decoder split by side, so it trains as a
+BatchTopK SAE (Bussmann et al. 2024; the BatchTopK crosscoder of Minder et al. 2025,
+"Overcoming sparsity artifacts in crosscoders to interpret chat-tuning") on the project's
+trainer and is saved in its SAELens layout (`crosscoders/<id>/` of atlas A) with a
+`crosscoder.json` naming both sides. Two differences from Lindsey et al., stated: each side
+is first scaled to `E||x_s||^2 = d_s` (estimated on the first `scale_batches` batches of the
+seeded stream, so a resumed run rescales identically) so neither side dominates the loss;
+and the trainer keeps each concatenated decoder row at unit norm (the top-k ranks `f_j` by
+the joint row norm, not the sum of the per-side norms).
+
+The relative decoder norm of latent `j` is `r_j = ||D_B[j]|| / (||D_A[j]|| + ||D_B[j]||)`
+(Lindsey et al.): about 0.5 for a latent both sides use alike, near 0 for an A-only latent
+and near 1 for a B-only latent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from saes.sae.base import SAE, SAEConfig
+from saes.train.config import TrainConfig
+from saes.train.trainer import TrainResult, train_sae
+from store.atomic import atomic_write_json, read_json
+from store.errors import InvalidInputError
+
+CROSSCODER_FILE = "crosscoder.json"
+LatentClass = Literal["a_only", "shared", "b_only"]
+A_ONLY_BELOW = 0.1
+B_ONLY_ABOVE = 0.9
+PairedStream = Callable[[int], Iterator[torch.Tensor]]  # skip -> batches [B, d_a + d_b]
+
+
+@dataclass(frozen=True)
+class SideScales:
+    """Per-side divisors applied before the crosscoder sees a row (`E||x_s / s||^2 = d_s`)."""
+
+    d_a: int
+    scale_a: float
+    scale_b: float
+
+    def apply(self, rows_BD: torch.Tensor) -> torch.Tensor:
+        """Rows `[B, d_a + d_b]` with each side divided by its scale."""
+        return torch.cat([rows_BD[:, : self.d_a] / self.scale_a, rows_BD[:, self.d_a :] / self.scale_b], dim=1)
+
+
+def side_scales(first_batches: list[torch.Tensor], d_a: int) -> SideScales:
+    """The scales making each side's mean squared norm its width, from a few batches."""
+    rows = torch.cat(first_batches).double()
+    if rows.shape[1] <= d_a:
+        raise InvalidInputError(f"paired rows of width {rows.shape[1]} leave no side B after d_a={d_a}")
+    a, b = rows[:, :d_a], rows[:, d_a:]
+    ms_a, ms_b = float((a**2).sum(1).mean()), float((b**2).sum(1).mean())
+    if ms_a <= 0 or ms_b <= 0:
+        raise InvalidInputError("one side's activations are all zero; nothing to crosscode")
+    return SideScales(d_a, (ms_a / d_a) ** 0.5, (ms_b / b.shape[1]) ** 0.5)
+
+
+def crosscoder_config(d_a: int, d_b: int, d_sae: int, k: int, *, hook_name: str = "", model_name: str = "") -> SAEConfig:
+    """The BatchTopK SAE config of a crosscoder over rows `[x_A (d_a), x_B (d_b)]`."""
+    return SAEConfig(architecture="batchtopk", d_in=d_a + d_b, d_sae=d_sae, k=k, hook_name=hook_name,
+                     model_name=model_name)
+
+
+def train_crosscoder(paired: PairedStream, d_a: int, d_b: int, *, d_sae: int, k: int, train_cfg: TrainConfig,
+                     out_dir: str | Path | None = None, sides: dict[str, Any] | None = None,
+                     scale_batches: int = 8) -> tuple[TrainResult, SideScales]:
+    """Train a crosscoder on `paired(skip)` batches `[B, d_a + d_b]` (each side scaled first,
+    `SideScales`); with `out_dir` it is saved (resumable) with a `crosscoder.json` recording
+    `sides` (what A and B are) and the scales."""
+    scales = side_scales(list(itertools.islice(paired(0), scale_batches)), d_a)
+
+    def stream(skip: int) -> Iterator[torch.Tensor]:
+        return (scales.apply(rows) for rows in paired(skip))
+
+    cfg = crosscoder_config(d_a, d_b, d_sae, k, hook_name=str((sides or {}).get("hook_a", "")),
+                            model_name=str((sides or {}).get("model_a", "")))
+    result = train_sae(cfg, stream, train_cfg, out_dir=out_dir)
+    if out_dir is not None:
+        atomic_write_json(Path(out_dir) / CROSSCODER_FILE, {"d_a": d_a, "d_b": d_b, "scale_a": scales.scale_a,
+                                                            "scale_b": scales.scale_b, "sides": sides or {}})
+    return result, scales
+
+
+def read_crosscoder_sides(folder: str | Path) -> dict[str, Any]:
+    """The `crosscoder.json` of a saved crosscoder (IntegrityError naming it when damaged)."""
+    return read_json(Path(folder) / CROSSCODER_FILE, "train the crosscoder again (`sae-atlas train-crosscoder`)")
+
+
+@dataclass(frozen=True)
+class RelativeNorms:
+    """Per latent: each side's decoder norm, the relative norm and its class."""
+
+    norm_a: np.ndarray  # [F]
+    norm_b: np.ndarray  # [F]
+    relative: np.ndarray  # [F] ||D_B|| / (||D_A|| + ||D_B||)
+    latent_class: np.ndarray  # [F] "a_only" (< 0.1), "shared" or "b_only" (> 0.9)
+
+
+def relative_norms(sae: SAE, d_a: int) -> RelativeNorms:
+    """The relative decoder norms of a crosscoder whose rows put side A's `d_a` dims first."""
+    W = sae.W_dec.detach().double().cpu()
+    if not 0 < d_a < W.shape[1]:
+        raise InvalidInputError(f"d_a={d_a} must split the decoder rows of width {W.shape[1]} into two sides")
+    na, nb = W[:, :d_a].norm(dim=1).numpy(), W[:, d_a:].norm(dim=1).numpy()
+    total = na + nb
+    rel = np.where(total > 0, nb / np.where(total > 0, total, 1.0), 0.5)
+    cls = np.where(rel < A_ONLY_BELOW, "a_only", np.where(rel > B_ONLY_ABOVE, "b_only", "shared"))
+    return RelativeNorms(na, nb, rel, cls)
