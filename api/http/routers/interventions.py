@@ -79,7 +79,8 @@ class AttributeRequest(_Request):
                                   "gradient: the model's own gradient")
 
 
-def _allowed(settings: Any) -> None:
+def require_interventions(settings: Any) -> None:
+    """403 unless the server was started with `--allow-interventions`."""
     if not settings.allow_interventions:
         raise HTTPException(status_code=403,
                             detail="interventions are off on this server; start it with --allow-interventions")
@@ -92,14 +93,14 @@ async def _queued(queue: Any, work: Any) -> Response:
 
 @router.post("/run", summary="Run the model with SAEs spliced in and features edited", response_model=RunView)
 async def post_run(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: RunRequest) -> Response:
-    _allowed(settings)
+    require_interventions(settings)
     ids = body.sae_ids or []
     return await _queued(queue, lambda: atlas.run(body.text, body.edits, sae_ids=ids, k=body.k))
 
 
 @router.post("/steer", summary="Generate without and with feature edits (same seed)", response_model=SteerView)
 async def post_steer(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: SteerRequest) -> Response:
-    _allowed(settings)
+    require_interventions(settings)
     return await _queued(queue, lambda: atlas.steer(body.text, body.edits, max_new_tokens=body.max_new_tokens,
                                                     temperature=body.temperature, seed=body.seed))
 
@@ -108,7 +109,7 @@ async def post_steer(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDe
              response_model=AttributionView)
 async def post_attribute(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep,
                          body: AttributeRequest) -> Response:
-    _allowed(settings)
+    require_interventions(settings)
     ids = body.sae_ids or None
     return await _queued(queue, lambda: atlas.attribute(body.text, body.target, sae_ids=ids, top=body.top,
                                                         verify=body.verify, mode=body.mode))
