@@ -47,7 +47,7 @@ from api.results.interventions import AttributionView, RunView, SteerView
 from api.results.meaning import ConceptResult, ContrastResult
 from api.results.sae import SaeInfo, SaeStatus
 from api.results.search import TextSearch, TokenFeatures
-from api.results.steering import SteeringSearch
+from api.results.steering import SteerBench, SteeringSearch
 from api.sae_view import MapScores, SaeView, open_sae
 from api.services import analyses, board, features, interventions, labels, meaning, saes, search
 from api.services import compare as compare_service
@@ -321,6 +321,16 @@ class Atlas:
         return steering_service.steering_features(self.ctx, self._views(saes), target, k=k, mode=mode, ratio=ratio,
                                                   kl_bound=kl_bound, n_prompts=n_prompts, seed=seed,
                                                   candidates=candidates)
+
+    def steer_bench(self, targets: list[Any], *, saes: list[str] | None = None, ratio: float = 3.0,
+                    kl_bound: float = 1.0, n_prompts: int = 16, candidates: int = 24,
+                    prompt_prefix: str = "Let's talk about {target}.") -> SteerBench:
+        """An AxBench-style benchmark per target: the best-ranked feature (added and clamped),
+        the top-activating feature, a difference of means, a probe, a random feature (matched
+        norms) and prompting, scored on the target's probability ratio against KL on the rest
+        of the distribution (`saes.intervene.steer_bench`); `.plot(path)` draws it."""
+        return steering_service.steer_bench(self.ctx, self._views(saes), targets, ratio=ratio, kl_bound=kl_bound,
+                                            n_prompts=n_prompts, candidates=candidates, prompt_prefix=prompt_prefix)
 
     def model(self) -> ModelHandle:
         """The atlas's model handle (loaded on first call, then kept)."""

@@ -17,7 +17,9 @@ from api.commands import (
     search,
     serve,
     steer,
+    steer_bench,
     steering_scores,
+    steering_search,
     summarize,
     train,
 )
@@ -35,7 +37,7 @@ analyze_app = typer.Typer(help="Geometry analyses over an atlas.", no_args_is_he
 app.add_typer(analyze_app, name="analyze")
 
 for module in (cache, train, eval_command, import_sae, summarize, index, register, demo, serve, feature, search, steer,
-               attribute, steering_scores):
+               attribute, steering_scores, steering_search, steer_bench):
     module.register(app)
 compare_verb.register(app)
 graph_verb.register(app)

@@ -15,6 +15,7 @@ import ast
 import random
 import sysconfig
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
@@ -62,8 +63,10 @@ _SKIP_TOP = {"site-packages", "test", "idlelib", "lib2to3", "tkinter", "turtlede
 _MIN_DOCSTRING = 40
 
 
-def stdlib_source_files() -> list[Path]:
-    """The standard library's own .py files (tests and bundled tools skipped), sorted."""
+@cache
+def stdlib_source_files() -> tuple[Path, ...]:
+    """The standard library's own .py files (tests and bundled tools skipped), sorted;
+    listed once per process (a walk of the whole library)."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = []
     for path in sorted(root.rglob("*.py")):
@@ -71,7 +74,7 @@ def stdlib_source_files() -> list[Path]:
         if parts[0] in _SKIP_TOP or "tests" in parts or parts[0].startswith("__phello"):
             continue
         files.append(path)
-    return files
+    return tuple(files)
 
 
 def docstrings_of(path: Path) -> list[str]:

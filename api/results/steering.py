@@ -4,12 +4,14 @@ target, each with a calibrated strength and a ready edit (`saes.intervene.steeri
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from typing_extensions import TypedDict
 
 from api.results.html import escape, rows_table
 from api.results.wire import JsonResult, Number
+from saes.intervene.steer_bench import plot_bench
 from saes.intervene.steering_search import SearchResult
 
 
@@ -88,3 +90,40 @@ class SteeringSearch(JsonResult):
                 f"requested, KL bound {self.kl_bound:g})"
                 + rows_table(shown, ["rank", "sae_id", "latent", "label", "ratio", "kl_rest", "alpha",
                                      "norm_fraction", "reached"]))
+
+
+class BenchArm(TypedDict):
+    """One arm of the steering benchmark on one target (`saes.intervene.steer_bench`)."""
+
+    target: str
+    arm: str  # feature_add, feature_clamp, top_activating, diff_means, probe, random_feature, prompting
+    sae_id: str | None
+    latent: int | None
+    reached: bool  # the requested ratio under the KL bound
+    norm_fraction: Number  # calibrated strength (None for prompting)
+    ratio: Number
+    kl_rest: Number
+    best_ratio: Number  # best ratio on the grid under the KL bound
+    matched_ratio: Number  # at the best feature's calibrated norm
+    matched_kl_rest: Number
+    curve: list[tuple[float, float, float]]  # (norm_fraction, ratio, kl_rest) over the grid
+
+
+@dataclass
+class SteerBench(JsonResult):
+    """The steering benchmark: every arm on every target, with how it was measured."""
+
+    ratio_requested: float
+    kl_bound: float
+    n_prompts: int
+    prompt_prefix: str
+    arms: list[BenchArm]
+
+    def plot(self, path: str | Path) -> Path:
+        """Each target's ratio-vs-KL curves per arm, as a PNG at `path` (needs matplotlib)."""
+        plot_bench(self.arms, path, self.kl_bound)
+        return Path(path)
+
+    def __str__(self) -> str:
+        return "\n".join(f"{a['target']:<24} {a['arm']:<15} x{a['ratio']:.3g} kl_rest {a['kl_rest']:.3g} "
+                         f"matched x{a['matched_ratio']:.3g}" for a in self.arms)

@@ -6,14 +6,17 @@ Every SAE searched needs its summaries (typical active values) and its steering 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import polars as pl
 
 from api.context import AtlasContext
-from api.results.steering import SteeringSearch
+from api.results.steering import SteerBench, SteeringSearch
 from api.sae_view import SaeView
 from api.services.labels import with_labels
+from saes.intervene.steer_bench import BenchParams
+from saes.intervene.steer_bench import steer_bench as run_bench
 from saes.intervene.steering_search import SearchParams, SteeringSource, SteerMode, rank_features
 from store.atomic import file_version
 from store.errors import NotFoundError
@@ -52,3 +55,21 @@ def steering_features(ctx: AtlasContext, views: list[SaeView], target: Any, *, k
     labelled = with_labels(ctx, keys, {view.sae_id: view for view in views})
     labels = {(s, int(i)): label for s, i, label in labelled.select("sae_id", "latent", "label").iter_rows()}
     return SteeringSearch.build(result, labels)
+
+
+def steer_bench(ctx: AtlasContext, views: list[SaeView], targets: list[Any], *, ratio: float = 3.0,
+                kl_bound: float = 1.0, n_prompts: int = 16, candidates: int = 24, seed: int | None = None,
+                prompt_prefix: str = BenchParams.prompt_prefix,
+                progress: Callable[[str], None] | None = None) -> SteerBench:
+    """The AxBench-style comparison of `saes.intervene.steer_bench` on each target: the best
+    feature (added and clamped), the top-activating feature, a difference of means, a probe,
+    a random feature (matched norms) and prompting."""
+    search = SearchParams(k=1, candidates=candidates, n_prompts=n_prompts, seed=seed, ratio=ratio, kl_bound=kl_bound,
+                          fluency_prompts=0).check()
+    if not views:
+        raise NotFoundError(f"the atlas {ctx.root} has no SAEs yet")
+    sources = [steering_source(view) for view in views]
+    handle = ctx.model()
+    params = BenchParams(search=search, prompt_prefix=prompt_prefix)
+    rows = ctx.run_locked(lambda: run_bench(handle, sources, targets, params, progress))
+    return SteerBench(ratio, kl_bound, n_prompts, prompt_prefix, [asdict(r) for r in rows])  # type: ignore[misc]

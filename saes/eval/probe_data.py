@@ -86,7 +86,7 @@ def _function_bodies(path: Path) -> list[str]:
 
 def code_vs_prose_set(per_class: int, seed: int) -> ProbeSet:
     """`per_class` standard-library function bodies ("code") and docstrings ("prose")."""
-    files = stdlib_source_files()
+    files = list(stdlib_source_files())
     random.Random(seed).shuffle(files)
     code: list[str] = []
     prose: list[str] = []

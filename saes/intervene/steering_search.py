@@ -144,12 +144,15 @@ def vocabulary_token(tokenizer: Any, token: str | int, d_vocab: int) -> int:
     if not token:
         raise InvalidInputError("a target token must be a non-empty string")
     ids = tokenizer(token, add_special_tokens=False)["input_ids"]
-    if len(ids) == 1 and ids[0] < d_vocab:
+    unknown = tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids and token != tokenizer.unk_token
+    if len(ids) == 1 and ids[0] < d_vocab and not unknown:
         return int(ids[0])
     spelled = tokenizer.convert_tokens_to_ids(token)
     if isinstance(spelled, int) and 0 <= spelled < d_vocab and spelled != tokenizer.unk_token_id:
         return spelled
     pieces = [tokenizer.decode([i]) for i in ids]
+    if unknown:
+        raise InvalidInputError(f"{token!r} is not in the model's vocabulary (the tokenizer reads it as unknown)")
     raise InvalidInputError(f"{token!r} is not a token of the model's vocabulary (it encodes as {len(ids)} tokens "
                             f"{pieces}); give one token, e.g. {pieces[0]!r}, or a token id")
 
