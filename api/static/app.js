@@ -454,6 +454,7 @@ const ROUTES = [
   [/^#\/analyses$/, () => analysesView(), "nav-analyses"],
   [/^#\/labels(?:\?q=(.*))?$/, (m) => labelsView(m[1] && decodeURIComponent(m[1])), "nav-labels"],
   [/^#\/attribute$/, () => attributeView(), "nav-attribute"],
+  [/^#\/graph$/, () => graphView(), "nav-graph"],
   [/^#\/board$/, () => boardView(), "nav-board"],
   [/^(#\/?)?$/, () => textView(), "nav-text"],
 ];
