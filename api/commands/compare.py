@@ -1,8 +1,11 @@
 """`sae-atlas compare A[:SAE] B[:SAE]`: match two SAEs' latents by activation correlation
 streamed from the model(s), score their matched spaces against nulls, store the run in A's
-atlas (`analyses/compare/`), print a table or `--json`."""
+atlas (`analyses/compare/`), print a table or `--json`. `sae-atlas train-crosscoder`: a
+crosscoder between two models or hooks and its relative decoder norms."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -76,7 +79,52 @@ def compare_command(
     console.print(f"stored analyses/compare/{result.run}.json in {p['atlas_a']}")
 
 
+@handle_errors
+def train_crosscoder_command(
+    atlas: Path = typer.Option(..., help="Atlas directory (side A is its model; the crosscoder is stored there)."),
+    hook_a: str = typer.Option(..., help="Hook of model A."),
+    hook_b: str = typer.Option(..., help="Hook of model B (another layer, or the same layer of --model-b)."),
+    model_b: str = typer.Option(None, help="Model B (smollm2-135m, a Hugging Face id or folder, a .gguf, tiny "
+                                           "JSON); default: the atlas's model."),
+    d_sae: int = typer.Option(4096, min=1, help="Crosscoder latents."),
+    k: int = typer.Option(32, min=1, help="Mean active latents per token (BatchTopK)."),
+    tokens: int = typer.Option(200_000, "--tokens", min=1, help="Training tokens."),
+    pass_tokens: int = typer.Option(None, min=2, help="Corpus tokens per pass (default --tokens; passes repeat)."),
+    batch_size: int = typer.Option(1024, min=1, help="Rows per training step."),
+    corpus: str = corpus_option(),
+    text_field: str = text_field_option(),
+    context: int = context_option(),
+    batch_blocks: int = batch_blocks_option(),
+    seed: int = typer.Option(0, help="Seed of the shuffle and the initialisation."),
+    cc_id: str = typer.Option(None, "--id", help="Crosscoder id (default <hook_a>--<hook_b>-<d_sae>)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
+) -> None:
+    """Train an acausal BatchTopK crosscoder on paired activations of two models (or two
+    hooks of one model) at the same tokens; store it in crosscoders/<id>/ and each latent's
+    relative decoder norm (A-only / shared / B-only) as analyses/crosscoder/<id>."""
+    from api.services.crosscoder import run_train_crosscoder
+
+    where = use_by_default(device, model_dtype)
+    result = run_train_crosscoder(atlas, hook_a, hook_b, model_b=model_b, d_sae=d_sae, k=k, n_tokens=tokens,
+                                  pass_tokens=pass_tokens, batch_size=batch_size,
+                                  corpus=CorpusSpec(source=corpus, text_field=text_field, context_size=context),
+                                  batch_blocks=batch_blocks, device=str(where), cc_id=cc_id, seed=seed,
+                                  progress=not json_out)
+    if json_out:
+        print_json(result.to_dict(max_rows=0))
+        return
+    s = result.meta["summary"]
+    print_table(f"crosscoder {result.run}", ["A-only", "shared", "B-only", "scale A", "scale B"],
+                [(s["a_only"], s["shared"], s["b_only"], s["scale_a"], s["scale_b"])])
+    top = result.table.sort("relative_norm", descending=True).head(10)
+    print_table("most B-only latents", top.columns, top.iter_rows())
+    console.print(f"stored crosscoders/{result.run}/ and analyses/crosscoder/{result.run}.json in {atlas}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add the `compare` verb."""
+    """Add the `compare` and `train-crosscoder` verbs."""
     app.command("compare")(compare_command)
+    app.command("train-crosscoder")(train_crosscoder_command)
 

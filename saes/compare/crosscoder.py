@@ -119,3 +119,25 @@ def relative_norms(sae: SAE, d_a: int) -> RelativeNorms:
     rel = np.where(total > 0, nb / np.where(total > 0, total, 1.0), 0.5)
     cls = np.where(rel < A_ONLY_BELOW, "a_only", np.where(rel > B_ONLY_ABOVE, "b_only", "shared"))
     return RelativeNorms(na, nb, rel, cls)
+
+
+def paired_batches(pairs: Iterator[torch.Tensor], batch_size: int, *, seed: int = 0,
+                   buffer_batches: int = 16) -> Iterator[torch.Tensor]:
+    """Fixed-size batches `[batch_size, d]` of rows arriving in chunks of any size, shuffled
+    within a buffer of `buffer_batches` batches (seeded: the same input gives the same batches)."""
+    gen = torch.Generator().manual_seed(seed)
+    buffer: list[torch.Tensor] = []
+    held = 0
+    for rows in pairs:
+        buffer.append(rows.float().cpu())
+        held += len(rows)
+        if held >= batch_size * buffer_batches:
+            pool = torch.cat(buffer)
+            pool = pool[torch.randperm(len(pool), generator=gen)]
+            n_out = len(pool) // batch_size
+            yield from pool[: n_out * batch_size].split(batch_size)
+            buffer, held = [pool[n_out * batch_size :]], len(pool) - n_out * batch_size
+    pool = torch.cat(buffer) if buffer else torch.zeros(0)
+    if len(pool) >= batch_size:
+        pool = pool[torch.randperm(len(pool), generator=gen)]
+        yield from pool[: (len(pool) // batch_size) * batch_size].split(batch_size)

@@ -66,3 +66,15 @@ def test_a_planted_b_only_direction_gets_a_b_only_latent_and_shared_ones_sit_nea
 def test_bad_splits_are_refused():
     with pytest.raises(InvalidInputError, match="no side B"):
         side_scales([torch.ones(4, 8)], 8)
+
+
+def test_paired_batches_are_fixed_size_reproducible_and_keep_every_row_once():
+    from saes.compare.crosscoder import paired_batches
+
+    chunks = [torch.arange(n * 2, dtype=torch.float32).reshape(n, 2) + 1000 * i for i, n in enumerate([5, 17, 3, 40])]
+    first = list(paired_batches(iter(chunks), 8, seed=1, buffer_batches=2))
+    again = list(paired_batches(iter(chunks), 8, seed=1, buffer_batches=2))
+    assert all(b.shape == (8, 2) for b in first) and len(first) == 65 // 8
+    assert all(torch.equal(x, y) for x, y in zip(first, again, strict=True))
+    rows = {tuple(r.tolist()) for b in first for r in b}
+    assert len(rows) == 64 and rows <= {tuple(r.tolist()) for c in chunks for r in c}
