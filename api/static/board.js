@@ -88,14 +88,15 @@ function frontier(points, better) {
 }
 
 function paretoPlot(board, metric, colours) {
-  const [W, H, left, right, top, bottom] = [300, 210, 52, 10, 22, 34];
+  const [W, H, left, right, top, bottom] = [330, 210, 52, 12, 24, 34];
   const points = board.rows.filter((r) => isNum(r.metrics[L0]) && isNum(r.metrics[metric]))
     .map((r) => ({ sae: r.sae_id, x: r.metrics[L0], y: r.metrics[metric] }));
   const plot = svg("svg", { class: "pareto", width: W, height: H, "data-metric": metric, "data-points": points.length });
   const proxy = metric.startsWith("autointerp/") && board.rows.some(isProxy) ? " (lexical proxy)" : "";
   const better = BETTER[metric];
-  plot.append(svg("text", { x: left, y: 14, class: "title" }, metric + proxy,
-    better ? (better > 0 ? " ↑" : " ↓") : ""));
+  const [evalName, name] = metric.split("/");
+  plot.append(svg("text", { x: 6, y: 14, class: "title" }, svg("tspan", { class: "eval" }, evalName + " "), name,
+    better ? (better > 0 ? " ↑" : " ↓") : "", svg("tspan", { class: "proxy" }, proxy)));
   if (!points.length) return plot;
   const xs = points.map((p) => p.x);
   const log = Math.min(...xs) > 0 && Math.max(...xs) / Math.min(...xs) >= 10;
@@ -160,7 +161,7 @@ async function absorptionPanel(out, sae) {
     return;
   }
   const f1 = Object.entries(extra.probe_f1 || {});
-  out.replaceChildren(el("p", { class: "error", id: "absorption-not-scored" }, extra.not_scored || "no letter was scored"),
+  out.replaceChildren(el("p", { class: "note", id: "absorption-not-scored" }, extra.not_scored || "no letter was scored"),
     el("p", { class: "muted" }, `The letters' probe F1 (a letter is scored above ${result.eval_config.min_GT_probe_f1}, the line):`),
     letterBars(f1.map(([letter]) => letter), [{ name: "probe F1", colour: "#1c7ed6", values: f1.map(([, v]) => v) }], 1,
       result.eval_config.min_GT_probe_f1));
@@ -182,7 +183,7 @@ async function autointerpPanel(out, sae) {
   }));
   out.replaceChildren(
     backend === LEXICAL_PROXY
-      ? el("p", { class: "proxy-note", id: "autointerp-backend" }, "Explained and scored by the lexical proxy: the explanation is the latent's offline label and the simulator matches its words; this is not LLM autointerp.")
+      ? el("p", { class: "note", id: "autointerp-backend" }, "Explained and scored by the lexical proxy: the explanation is the latent's offline label and the simulator matches its words; this is not LLM autointerp.")
       : el("p", { id: "autointerp-backend" }, `Explained and scored by ${backend}.`),
     el("p", { class: "muted" }, `${rows.length} latents; the ${shown.length === rows.length ? "" : "4 best and 4 worst "}by detection balanced accuracy, with two of their top examples.`),
     el("div", { id: "autointerp-latents" }, cards));
@@ -205,13 +206,14 @@ async function boardView() {
     ? plotted.map((c) => paretoPlot(board, c, colours))
     : el("p", { class: "muted" }, "No L0 yet: run `sae-atlas eval --suite core` to plot the metrics against it."));
   const legend = el("div", { class: "legend" }, rows.map((r) => el("span", {}, el("i", { style: `background:${colours[r.sae_id]}` }), r.sae_id)));
+  // An SAE's result of one eval, shown for the SAE picked (first: one with numbers of that eval).
   const panel = (evalName, render, id) => {
-    const saesWith = rows.filter((r) => Object.keys(r.metrics).some((c) => c.startsWith(evalName + "/") && r.metrics[c] !== null))
-      .map((r) => r.sae_id);
-    if (!saesWith.length) return el("p", { class: "muted", id }, `No ${evalName} results yet (sae-atlas eval --suite ${evalName}).`);
-    const select = el("select", { id: `${id}-sae` }, saesWith.map((s) => el("option", { value: s }, s)));
+    if (!rows.length) return "";
+    const scored = rows.find((r) => Object.keys(r.metrics).some((c) => c.startsWith(evalName + "/") && r.metrics[c] !== null));
+    const select = el("select", { id: `${id}-sae` }, rows.map((r) => el("option", { value: r.sae_id }, r.sae_id)));
+    select.value = (scored || rows[0]).sae_id;
     const out = el("div", { id });
-    const show = () => render(out, select.value).catch((err) => out.replaceChildren(el("div", { class: "error" }, err.message)));
+    const show = () => render(out, select.value).catch((err) => out.replaceChildren(el("div", { class: "muted no-result" }, err.message)));
     select.onchange = show;
     show();
     return el("div", {}, el("div", {}, "SAE ", select), out);

@@ -97,7 +97,7 @@ def test_board_page(browser: Any, evaluated: Path, small_atlas: dict[str, Any]) 
         assert page.locator("svg.pareto").count() >= 6  # core's, mdl's, meta's and autointerp's headline metrics
 
         # per-letter absorption bars of the SAE with a result: one group per planted letter
-        assert page.locator("#absorption-sae option").all_inner_texts() == [sae_ids[0]]
+        assert page.eval_on_selector("#absorption-sae", "s => s.value") == sae_ids[0]
         bars = page.locator("#absorption-bars")
         assert bars.get_attribute("data-letters") == str(len(PLANTED))
         fraction = {}
@@ -108,6 +108,11 @@ def test_board_page(browser: Any, evaluated: Path, small_atlas: dict[str, Any]) 
         assert set(fraction) == set(PLANTED)
         ratio = np.array([fraction[k] for k in PLANTED]) / np.array(list(PLANTED.values()))
         assert np.allclose(ratio, ratio[0], rtol=1e-3)  # bar heights proportional to the planted fractions
+        page.select_option("#absorption-sae", sae_ids[1])  # no absorption result: the command that computes it
+        page.wait_for_selector("#absorption .no-result")
+        assert "has no absorption result" in page.inner_text("#absorption") and "sae-atlas eval" in page.inner_text("#absorption")
+        page.select_option("#absorption-sae", sae_ids[0])
+        page.wait_for_selector("#absorption-bars")
 
         # autointerp: explanations with their scores, named as the lexical proxy
         assert "lexical proxy" in page.inner_text("#autointerp-backend")
