@@ -29,20 +29,25 @@ from saes.circuits.prune import Pruned, prune, scores
 from saes.circuits.supernodes import Group, Supernode, supernodes
 from saes.sae.base import SAE
 from store.errors import InvalidInputError, NotFoundError
+from store.hooks import hook_layer
 
 _USABLE_SAE = re.compile(r"^blocks\.\d+\.hook_resid_(pre|post)$")
 
 
 def graph_saes(ctx: AtlasContext, views: list[SaeView], *, chosen: bool) -> dict[str, SAE]:
     """The dictionaries of a graph: `views` as given when `chosen`, else the atlas's
-    transcoders if it has any, else its residual-stream SAEs (NotFoundError when none fits)."""
+    transcoders when they replace every MLP, else its residual-stream SAEs, else its
+    transcoders (the graph then names the MLPs they miss); NotFoundError when none fits."""
     modules = {v.sae_id: v.module() for v in views}
     if chosen:
         return modules
     transcoders = {sid: m for sid, m in modules.items() if m.is_transcoder}
     residual = {sid: m for sid, m in modules.items() if not m.is_transcoder and _USABLE_SAE.match(m.cfg.hook_name)}
-    if transcoders or residual:
-        return transcoders or residual
+    every_mlp = len({hook_layer(m.cfg.hook_name) for m in transcoders.values()}) == ctx.model().n_layers
+    if transcoders and (every_mlp or not residual):
+        return transcoders
+    if residual:
+        return residual
     have = ", ".join(f"{v.sae_id} at {v.hook}" for v in views) or "none"
     raise NotFoundError(f"the atlas {ctx.root} has no transcoder or residual-stream SAE (hook_resid_pre/post) "
                         f"a graph can use; its SAEs: {have}")
