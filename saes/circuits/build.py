@@ -101,7 +101,7 @@ def build_graph(
 
     def final(act: torch.Tensor) -> torch.Tensor:
         reads[-1] = act
-        return act
+        return act[:, -1:]  # the unembedding only needs the last position (its logits go unused)
 
     with torch.enable_grad():
         frozen_forward(handle, dset, cap, batch, write, embed=lambda act: embed_leaf, final=final)

@@ -57,7 +57,7 @@ def node_values(handle: ModelHandle, graph: Graph, scale_BN: torch.Tensor, add_B
 
     def keep_final(act: torch.Tensor) -> torch.Tensor:
         final.append(act)
-        return act
+        return act[:, -1:]  # the logits go unused: unembed the last position only
 
     frozen_forward(handle, dset, cap, B, write, embed=embed, final=keep_final)
     values = torch.full((B, N), float("nan"), dtype=dtype)

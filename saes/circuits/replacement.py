@@ -76,7 +76,7 @@ def frozen_forward(
     scales frozen at their clean values. At each dictionary's write hook the activation
     becomes `write(d, act, x_in)` (`x_in`: the live input at its read hook, also passed to
     `read`); `embed` and `final` may replace or record the token embeddings and the final
-    norm's output."""
+    norm's output (returning fewer positions unembeds only those)."""
     tokens = cap.token_ids_T[None].expand(batch, -1).to(handle.device)
     live: dict[str, torch.Tensor] = {}
 
