@@ -74,12 +74,13 @@ def build_graph(
     adjacency = torch.zeros(n_nodes, n_nodes, dtype=dtype)
 
     # target rows: (site, position, injected vector); site = dictionary index, or -1 for the logits
-    enc = [d.sae.W_enc.detach().to(dtype) for d in dset.items]
+    enc_vecs = torch.zeros(n_f, handle.d_model, dtype=dtype)  # W_enc[:, i]: the gradient of a pre-activation
+    for i, d in enumerate(dset.items):
+        mine = feats.dictionary == i
+        enc_vecs[mine] = d.sae.W_enc.detach().to(dtype).T[feats.latent[mine]].cpu()
     row_site = torch.cat([feats.dictionary, torch.full((len(lt.ids),), -1)])
     row_pos = torch.cat([feats.pos, torch.full((len(lt.ids),), T - 1)])
-    row_vec = torch.cat([torch.stack([enc[d][:, i] for d, i in zip(feats.dictionary.tolist(), feats.latent.tolist(),
-                                                                   strict=True)]) if n_f else
-                         torch.zeros(0, handle.d_model, dtype=dtype), lt.vecs_ND.to(dtype)])
+    row_vec = torch.cat([enc_vecs, lt.vecs_ND.to(dtype).cpu()])
     row_node = torch.cat([torch.arange(n_f), torch.arange(n_nodes - len(lt.ids), n_nodes)])
 
     # source vectors per dictionary: active features' a_i W_dec[i], errors
