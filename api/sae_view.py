@@ -116,6 +116,7 @@ class SaeView:
         recorded = self.ctx.recorded(self.sae_id)
         return SaeInfo(
             sae_id=self.sae_id, hook=atlas_sae_hook(self.ctx.root, self.sae_id),
+            hook_out=(cfg.get("metadata") or {}).get("hook_name_out") or None,
             architecture=true_architecture(cfg), d_in=cfg.get("d_in"), d_sae=cfg.get("d_sae"),
             k=recorded.get("k"), fvu=recorded.get("fvu"), l0=recorded.get("l0"),
             dead_fraction=recorded.get("dead_fraction"),
@@ -125,6 +126,11 @@ class SaeView:
     def hook(self) -> str:
         """The hook the SAE reads."""
         return self.info["hook"]
+
+    @property
+    def hook_out(self) -> str | None:
+        """The hook a transcoder writes (None for an SAE)."""
+        return self.info["hook_out"]
 
     @property
     def d_in(self) -> int:

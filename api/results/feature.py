@@ -95,7 +95,7 @@ class Feature(JsonResult):
 
     sae_id: str
     index: int
-    hook: str
+    hook: Annotated[str, Field(description="the hook the feature reads (where it activates)")]
     stats: FeatureStats
     histogram: Histogram
     examples: list[ExampleContext]
@@ -113,6 +113,9 @@ class Feature(JsonResult):
         description="offline label computed from the feature's statistics (null before "
                     "`sae-atlas search labels --rebuild`)")] = None
     explanations: Annotated[list[str] | None, Field(description="imported explanations")] = None
+    hook_out: Annotated[str | None, Field(
+        description="the hook a transcoder's feature writes (its decoder direction; logit effects are "
+                    "read there); null for an SAE feature, which writes the hook it reads")] = None
 
     def _repr_html_(self) -> str:
         s = self.stats

@@ -21,7 +21,10 @@ class SaeInfo(TypedDict):
     """One SAE: its hook, architecture, widths and the held-out metrics recorded at training."""
 
     sae_id: str
-    hook: str | None
+    hook: Annotated[str | None, Field(description="the hook the SAE reads (its features' activations)")]
+    hook_out: Annotated[str | None, Field(
+        description="the hook a transcoder writes (its decoder directions live there); null for an SAE, "
+                    "which writes the hook it reads")]
     architecture: str | None
     d_in: int | None
     d_sae: int | None

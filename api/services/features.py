@@ -38,6 +38,7 @@ def feature_page(view: SaeView, latent: int, *, examples: int, neighbours: int) 
         sae_id=view.sae_id,
         index=latent,
         hook=view.hook,
+        hook_out=view.hook_out,
         stats=stats,
         histogram=histogram(tables, row),
         examples=tables.examples_for(latent, "top").head(examples)

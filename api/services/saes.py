@@ -15,7 +15,7 @@ from saes.importing.pipeline import import_sae
 from saes.registry import folder_record
 from store.errors import IntegrityError
 
-RECORDED_KEYS = ("hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")
+RECORDED_KEYS = ("hook", "hook_out", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")
 
 
 def problem_of(ctx: AtlasContext, sae_id: str) -> IntegrityError | None:

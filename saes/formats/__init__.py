@@ -1,6 +1,6 @@
 """SAE file formats: the SAELens layout (read and write) and imports from Gemma Scope,
-Llama Scope, sparsify and dictionary_learning; `detect_layout` names the layout a folder
-holds and `load_any` loads it."""
+Llama Scope, sparsify, dictionary_learning and circuit-tracer (a layer file of a transcoder
+set); `detect_layout` names the layout a folder (or layer file) holds and `load_any` loads it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Literal
 
 import torch
 
+from saes.formats.circuit_tracer import is_circuit_tracer_file, load_circuit_tracer
 from saes.formats.common import read_config
 from saes.formats.dictionary_learning import is_dictionary_learning_folder, load_dictionary_learning
 from saes.formats.gemma_scope import is_gemma_scope_folder, load_gemma_scope
@@ -18,17 +19,21 @@ from saes.formats.sparsify import is_sparsify_folder, load_sparsify
 from saes.sae.base import SAE
 from store.errors import InvalidInputError
 
-__all__ = ["Layout", "declared_normalization", "detect_layout", "load_any", "load_dictionary_learning",
+__all__ = ["Layout", "declared_normalization", "detect_layout", "load_any", "load_circuit_tracer",
+           "load_dictionary_learning",
            "load_gemma_scope", "load_llama_scope", "load_saelens", "load_sparsify", "save_saelens"]
 
-Layout = Literal["saelens", "sparsify", "gemma_scope", "llama_scope", "dictionary_learning"]
+Layout = Literal["saelens", "sparsify", "gemma_scope", "llama_scope", "dictionary_learning", "circuit_tracer"]
 _LOADERS = {"sparsify": load_sparsify, "gemma_scope": load_gemma_scope,
-            "llama_scope": load_llama_scope, "dictionary_learning": load_dictionary_learning}
+            "llama_scope": load_llama_scope, "dictionary_learning": load_dictionary_learning,
+            "circuit_tracer": load_circuit_tracer}
 
 
 def detect_layout(folder: str | Path) -> Layout:
     """The layout `folder` holds; InvalidInputError listing the known layouts otherwise."""
     path = Path(folder)
+    if is_circuit_tracer_file(path):
+        return "circuit_tracer"
     if (path / WEIGHTS_FILE).is_file() or ((path / CFG_FILE).is_file() and not is_sparsify_folder(path)):
         return "saelens"
     checks: list[tuple[Layout, bool]] = [
@@ -42,7 +47,8 @@ def detect_layout(folder: str | Path) -> Layout:
     raise InvalidInputError(
         f"{path}: no SAE found (contents: {present}); expected SAELens cfg.json + "
         "sae_weights.safetensors, sparsify cfg.json + sae.safetensors, Gemma Scope params.npz, "
-        "Llama Scope hyperparams.json + checkpoints/final.safetensors, or dictionary_learning ae.pt"
+        "Llama Scope hyperparams.json + checkpoints/final.safetensors, dictionary_learning ae.pt, or a "
+        "circuit-tracer layer file (layer_<i>.safetensors beside its config.yaml)"
     )
 
 

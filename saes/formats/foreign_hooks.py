@@ -42,6 +42,16 @@ def hook_from_module(name: str | None) -> str:
     return f"blocks.{match.group(1)}.{_SUBLAYER_HOOK[match.group(2)]}" if match else ""
 
 
+def module_input_hook(name: str | None) -> str:
+    """TransformerLens hook for the input of a Hugging Face module (what a transcoder on
+    it reads): 'layers.6' -> 'blocks.6.hook_resid_pre', 'layers.6.mlp' -> 'blocks.6.mlp.hook_in';
+    '' for other modules."""
+    match = _HF_MODULE.match(name or "")
+    if not match or match.group(2) not in (None, "mlp"):
+        return ""
+    return f"blocks.{match.group(1)}.{'mlp.hook_in' if match.group(2) else 'hook_resid_pre'}"
+
+
 def _candidates(name: str) -> list[str]:
     """TransformerLens spellings `name` may stand for, most literal first."""
     name = name.strip()

@@ -1,7 +1,8 @@
 """Activation rows that judge an imported SAE: the target hook's held-out split, or, for a
 hook the atlas has not cached, a small sample streamed through the model over the atlas's
 corpus; plus the rows of the other cached hooks of the same width (to recognise a wrong
-hook)."""
+hook). For a transcoder the target rows are paired (`saes.transcoders.pairs`): its input
+hook's activation followed by its output hook's at the same token."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import torch
 from saes.corpus import CorpusSpec, iter_blocks
 from saes.eval.downstream import downstream_metrics
 from saes.eval.evaluate import evaluate_sae
+from saes.eval.transcoder import replacement_metrics
 from saes.forward import run_hooks
 from saes.sae.base import SAE
+from saes.transcoders.pairs import PairedReader
 from store.activations import ActivationReader
 from store.layout import AtlasLayout
 
@@ -23,18 +26,24 @@ class ImportActivations:
     """Activation rows of the target `hook` (and its same-width neighbours) for the guard;
     `model` is a callable giving the model handle, called only when the model is needed."""
 
-    def __init__(self, layout: AtlasLayout, hook: str, model: Any, n_tokens: int) -> None:
-        self.layout, self.hook, self.n_tokens = layout, hook, n_tokens
-        self.cached = hook in layout.cached_hooks()
-        self.reader = ActivationReader(layout.root, hook) if self.cached else None
+    def __init__(self, layout: AtlasLayout, hook: str, model: Any, n_tokens: int, *, hook_out: str = "") -> None:
+        self.layout, self.hook, self.hook_out, self.n_tokens = layout, hook, hook_out, n_tokens
+        self.cached = {hook, hook_out} - {""} <= set(layout.cached_hooks())
+        self.reader: ActivationReader | PairedReader | None = None
+        if self.cached:
+            self.reader = PairedReader(layout.root, hook, hook_out) if hook_out else ActivationReader(layout.root, hook)
         self._streamed: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._streamed_width = 0
         self._rows: dict[str, torch.Tensor] = {}
         self._model = model
 
     @property
     def width(self) -> int:
-        """The target hook's width d."""
-        return self.reader.d if self.reader is not None else int(self.rows().shape[-1])
+        """The target hook's width d (a transcoder's input hook's)."""
+        if self.reader is not None:
+            return self.reader.d
+        self._stream()
+        return self._streamed_width
 
     def _stream(self) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """A sample of the hook streamed through the model over the atlas's corpus."""
@@ -43,8 +52,11 @@ class ImportActivations:
             spec = CorpusSpec(**(self.layout.read_meta().get("corpus") or {}))
             n_blocks = max(1, math.ceil(self.n_tokens / spec.context_size))
             rows, batches = [], []
+            hooks = [self.hook, self.hook_out] if self.hook_out else [self.hook]
             for blocks in iter_blocks(handle.tokenizer, spec, max_blocks=n_blocks):
-                acts = run_hooks(handle, blocks.token_ids, [self.hook])[self.hook].float().cpu()
+                captured = run_hooks(handle, blocks.token_ids, hooks)
+                self._streamed_width = captured[self.hook].shape[-1]
+                acts = torch.cat([captured[h] for h in hooks], dim=-1).float().cpu()
                 is_bos = torch.zeros_like(blocks.token_ids, dtype=torch.bool)
                 is_bos[:, 0] = spec.prepend_bos
                 rows.append(acts[~is_bos])
@@ -53,10 +65,17 @@ class ImportActivations:
         return self._streamed
 
     def rows(self, hook: str | None = None) -> torch.Tensor:
-        """Up to n_tokens non-BOS rows `[n, d]` of the held-out split (or the streamed sample)."""
+        """Up to n_tokens non-BOS rows `[n, d]` of the held-out split (or the streamed sample);
+        a transcoder's target rows are paired, `[n, d_in + d_out]`."""
         hook = hook or self.hook
         if hook == self.hook and not self.cached:
             return self._stream()[0]
+        if hook == self.hook and self.hook_out:
+            return torch.cat([self._heldout(self.hook), self._heldout(self.hook_out)], dim=-1)
+        return self._heldout(hook)
+
+    def _heldout(self, hook: str) -> torch.Tensor:
+        """Up to n_tokens non-BOS held-out rows of one cached hook, in cache order."""
         if hook not in self._rows:
             chunks, left = [], self.n_tokens
             for blocks in ActivationReader(self.layout.root, hook).blocks(split="heldout"):
@@ -80,5 +99,7 @@ class ImportActivations:
                                 hook=self.hook, n_tokens=self.n_tokens, ce_blocks=ce_blocks)
         metrics = evaluate_sae(sae, [self.rows()], n_tokens=self.n_tokens)
         if with_model:
-            metrics.update(downstream_metrics(sae, self._model().bridge, self.hook, self._stream()[1][:ce_blocks]))
+            bridge, blocks = self._model().bridge, self._stream()[1][:ce_blocks]
+            metrics.update(replacement_metrics([sae], bridge, blocks) if sae.is_transcoder
+                           else downstream_metrics(sae, bridge, self.hook, blocks))
         return metrics

@@ -18,6 +18,10 @@ that fixes the reconstruction:
 - `hook`: it reconstructs another cached hook of the same width much better;
 - `fvu`: it reconstructs worse than the mean (FVU > 1) for no reason found above;
 - `dead`: no latent fires at all.
+
+A transcoder is judged on paired rows (`saes.transcoders.pairs`): how well it predicts its
+output hook from its input hook; the bias-convention flip and the other-hook check do not
+apply to it (its `b_dec` is an output bias).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import torch
 
 from saes.eval.reconstruction import ReconstructionStats
 from saes.sae.base import SAE
+from saes.transcoders.pairs import input_and_target
 
 Cause = Literal["threshold", "l0", "transposed", "normalisation", "apply_b_dec_to_input", "hook", "fvu", "dead"]
 MAX_FVU = 1.0
@@ -55,9 +60,10 @@ class Problem:
 def _fvu(sae: SAE, rows: torch.Tensor, scale: float = 1.0) -> float:
     """FVU of `sae` on `rows`; with `scale`, of the SAE with that input scale folded in
     (`x_hat(scale * x) / scale`, exactly what folding it into the weights gives)."""
-    stats = ReconstructionStats(sae.cfg.d_in, sae.cfg.d_sae)
-    out = sae((rows * scale).to(sae.W_enc.dtype))
-    stats.update(rows, out.x_hat.float() / scale, out.feature_acts)
+    x, target = input_and_target(sae.cfg, rows)
+    stats = ReconstructionStats(sae.cfg.output_dim, sae.cfg.d_sae)
+    out = sae((x * scale).to(sae.W_enc.dtype))
+    stats.update(target, out.x_hat.float() / scale, out.feature_acts)
     return float(stats.result()["fvu"])
 
 
@@ -88,7 +94,7 @@ def _good(fvu: float, baseline: float) -> bool:
 def _diagnose_fvu(sae: SAE, rows: torch.Tensor, fvu: float, other_hooks: dict[str, torch.Tensor],
                   hook: str) -> Problem:
     sample = rows[:DIAGNOSIS_TOKENS]
-    flipped = _bias_flipped_fvu(sae, sample)
+    flipped = math.inf if sae.is_transcoder else _bias_flipped_fvu(sae, sample)
     if _good(flipped, fvu):
         return Problem("apply_b_dec_to_input", f"FVU {fvu:.3g} > 1, but {flipped:.3g} with "
                        f"apply_b_dec_to_input={not sae.cfg.apply_b_dec_to_input}: the input-bias "

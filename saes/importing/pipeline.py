@@ -76,7 +76,10 @@ class ImportResult:
 
 
 def _original_files(folder: Path) -> dict[str, str | None]:
-    """Every file of the source folder (relative names) with the sha256 of the weight files."""
+    """Every file of the source folder (relative names) with the sha256 of the weight files
+    (a single-file source, a circuit-tracer layer, with its set's config)."""
+    if folder.is_file():
+        return {folder.name: sha256_file(folder), "config.yaml": None}
     files = sorted(p for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts)
     return {str(p.relative_to(folder)): sha256_file(p) if p.suffix in _WEIGHT_SUFFIXES else None for p in files}
 
@@ -112,6 +115,18 @@ def _resolve_hook(sae: SAE, hook: str | None, layout: AtlasLayout, model: Any) -
                                               f"({mapped}) but --hook is {hook!r} ({target}); drop --hook "
                                               "or pass the SAE's own hook")]
     return target, recorded, []
+
+
+def _output_hook(sae: SAE, layout: AtlasLayout, model: Any) -> str:
+    """The atlas hook a transcoder writes (its recorded output hook, mapped like its input);
+    '' for an SAE."""
+    if not sae.is_transcoder:
+        return ""
+    name = str(layout.read_meta().get("model_name", "the model"))
+    try:
+        return to_atlas_hook(sae.cfg.hook_name_out, layout.cached_hooks(), model_name=name)
+    except UnknownHookError:
+        return to_atlas_hook(sae.cfg.hook_name_out, model().hook_names, model_name=name)
 
 
 def _verdict(problems: list[Problem]) -> dict[str, Any]:
@@ -185,7 +200,8 @@ def import_sae(
     target, recorded, hook_problems = _resolve_hook(sae, hook, layout, model)
     if hook_problems and not force:
         raise MisloadError(_refusal(hook_problems), hook_problems)
-    acts = ImportActivations(layout, target, model, n_tokens)
+    target_out = _output_hook(sae, layout, model)
+    acts = ImportActivations(layout, target, model, n_tokens, hook_out=target_out)
     if acts.width != sae.cfg.d_in:
         raise MisloadError(f"import refused: d_in mismatch: the SAE has d_in={sae.cfg.d_in} but {target} has "
                            f"d={acts.width}; it belongs to another model or hook",
@@ -195,9 +211,10 @@ def import_sae(
         scale, origin = _norm_scale(resolved, acts, sae.cfg.d_in)
         sae = load_any(resolved.folder, norm_scaling_factor=scale)
         conversions["norm_scaling_factor"] = {"value": scale, "from": origin}
-    sae.cfg.hook_name = target
+    sae.cfg.hook_name, sae.cfg.hook_name_out = target, target_out
     sae.cfg.model_name = sae.cfg.model_name or str(meta.get("model_name", ""))
-    sae_id = check_id(sae_id or f"{target}-{sae.cfg.architecture}-{sae.cfg.d_sae}-{_slug(resolved.source)}", "SAE id")
+    hooks = f"{target}-to-{target_out}" if target_out else target
+    sae_id = check_id(sae_id or f"{hooks}-{sae.cfg.architecture}-{sae.cfg.d_sae}-{_slug(resolved.source)}", "SAE id")
     if (layout.sae_dir(sae_id) / "cfg.json").exists() or sae_id in (meta.get("saes") or {}):
         finished = _finish_interrupted(layout, sae_id, resolved.source)
         if finished is not None:
@@ -213,20 +230,23 @@ def import_sae(
         stored = load_saelens(staging)  # judge exactly what was written
         started = time.perf_counter()
         metrics = acts.metrics(stored, with_model, ce_blocks)
+        others = {} if stored.is_transcoder else acts.same_width_hooks()
         problems = hook_problems + check_sae(stored, acts.rows(), metrics, hook=target,
-                                             expected_l0=resolved.expected_l0, other_hooks=acts.same_width_hooks())
+                                             expected_l0=resolved.expected_l0, other_hooks=others)
         if problems and not force:
             raise MisloadError(_refusal(problems), problems)
         provenance = {
             "source": resolved.source, "kind": resolved.kind, "format": folder_layout,
             **resolved.provenance, "original_hook": recorded or None, "hook": target,
+            **({"hook_out": target_out} if target_out else {}),
             "architecture": stored.cfg.architecture, "dtype": stored.cfg.dtype,
             "original_files": _original_files(resolved.folder), "conversions": conversions, "linked": link,
             **_verdict(problems), "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "created_with": created_with(),
         }
         atomic_write_json(staging / SOURCE_FILE, provenance)
-        parameters = {"sae_id": sae_id, "hook": target, "architecture": stored.cfg.architecture,
+        parameters = {"sae_id": sae_id, "hook": target, **({"hook_out": target_out} if target_out else {}),
+                      "architecture": stored.cfg.architecture,
                       "split": "heldout" if acts.cached else "streamed", "n_tokens_requested": n_tokens,
                       "ce_blocks_requested": ce_blocks if with_model else 0, "exclude_bos": True,
                       "model": getattr(handle["model"], "name", None) if with_model else None}

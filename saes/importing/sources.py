@@ -1,6 +1,7 @@
 """Where an imported SAE comes from: a local folder, a registry entry or a Hugging Face path.
 
-- a local folder in any layout `saes.formats.detect_layout` knows;
+- a local folder in any layout `saes.formats.detect_layout` knows (or a circuit-tracer
+  layer file, `layer_<i>.safetensors` beside its set's `config.yaml`);
 - `RELEASE/SAE_ID`, looked up in a YAML registry in SAELens' `pretrained_saes.yaml`
   schema (`<release>: {repo_id, model, saes: [{id, path, l0, norm_scaling_factor}]}`); the
   default is the small registry shipped in `saes/data/`, and SAELens' own file works too;
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from saes.formats.circuit_tracer import is_circuit_tracer_file
 from store.errors import InvalidInputError, NotFoundError
 
 DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "data" / "pretrained_saes.yaml"
@@ -131,8 +133,9 @@ def resolve_source(source: str | Path, *, registry: str | Path | None = None) ->
                                                   "revision": commit, "requested_revision": where.revision})
     local = Path(text).expanduser()
     if local.exists():
-        if not local.is_dir():
-            raise InvalidInputError(f"{local} is a file; pass the folder that holds the SAE")
+        if not local.is_dir() and not is_circuit_tracer_file(local):
+            raise InvalidInputError(f"{local} is a file; pass the folder that holds the SAE (a file only for a "
+                                    "circuit-tracer layer, beside its config.yaml)")
         return ResolvedSource(local.resolve(), "local", text, {"path": str(local.resolve())})
     release, sae_id, record, entry = registry_entry(text, registry)
     path = str(entry.get("path") or "")

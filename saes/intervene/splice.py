@@ -5,6 +5,12 @@ At a spliced hook the activation `x` becomes `decode(f') + (x - decode(f))` wher
 project-out and rotate edits then act on that output. With no edit `f' = f`, so the
 model's logits are reproduced (up to float rounding).
 
+A transcoder is spliced across its two hooks: at the hook it reads, `f = encode(x)` is
+edited to `f'` (the input passes on unchanged); at the hook it writes, the output `y`
+becomes `y + decode(f') - decode(f)`, i.e. its prediction from `f'` plus its error
+`y - (decode(f) + skip(x))` (the skip term cancels). Steer edits on its features add their
+decoder directions at the hook it writes.
+
 `Splice` holds the SAEs (by id) and the compiled edits; `run_spliced` runs one forward
 pass and returns the logits and every spliced SAE's (edited) code. `EditSources` is what
 the caller supplies to compile edit specs: the SAEs, feature means and circle planes.
@@ -58,29 +64,40 @@ class Splice:
 
     @property
     def hooks(self) -> list[str]:
-        """Every hook the splice touches (SAEs and edits), in first-use order."""
-        return list(dict.fromkeys([h for h, _ in self.saes.values()] + [e.hook for e in self.edits]))
+        """Every hook the splice touches (SAEs, the hooks transcoders write, and edits), in
+        first-use order."""
+        written = [sae.cfg.hook_name_out for _, sae in self.saes.values() if sae.is_transcoder]
+        return list(dict.fromkeys([h for h, _ in self.saes.values()] + written + [e.hook for e in self.edits]))
 
     def hook_fn(self, hook: str, record: dict[str, torch.Tensor] | None,
-                positions: HookPositions | None = None) -> Any:
+                positions: HookPositions | None = None, pending: dict[str, torch.Tensor] | None = None) -> Any:
         """The forward hook at `hook`: splice its SAEs, apply its edits (at `positions`),
-        record codes."""
+        record codes. `pending` carries a transcoder's output change from the hook it reads
+        to the hook it writes (one dict shared by the hooks of one forward pass)."""
         at_hook = [(sid, sae) for sid, (h, sae) in self.saes.items() if h == hook]
+        writing = [sid for sid, (_, sae) in self.saes.items() if sae.is_transcoder and sae.cfg.hook_name_out == hook]
         out_edits = [e for e in self.edits if e.hook == hook and not e.on_code]
+        pending = {} if pending is None else pending
 
         def fn(act: torch.Tensor, hook: Any = None) -> torch.Tensor:
             pos = None if positions is None else positions.current
             x = act
+            for sid in writing:
+                x = (x + pending.pop(sid).to(x.device)).to(act.dtype)
             for sid, sae in at_hook:
                 xs = x.to(sae.W_dec.dtype)
                 f = sae.encode(xs)
-                err = xs - sae.decode(f)
+                before = sae.decode(f)
                 for e in self.edits:
                     if e.on_code and e.spec.sae == sid:
                         f = e.apply_code(f, pos)
                 if record is not None:
                     record[sid] = f.detach()
-                x = (sae.decode(f) + err).to(act.dtype)
+                if sae.is_transcoder:
+                    pending[sid] = sae.decode(f) - before
+                else:
+                    err = xs - before
+                    x = (sae.decode(f) + err).to(act.dtype)
             for e in out_edits:
                 x = e.apply_output(x, pos)
             return x
@@ -89,7 +106,8 @@ class Splice:
 
     def fwd_hooks(self, record: dict[str, torch.Tensor] | None = None,
                   positions: HookPositions | None = None) -> list[tuple[str, Any]]:
-        return [(h, self.hook_fn(h, record, positions)) for h in self.hooks]
+        pending: dict[str, torch.Tensor] = {}
+        return [(h, self.hook_fn(h, record, positions, pending)) for h in self.hooks]
 
 
 def stack_splices(splices: Sequence[Splice]) -> Splice:
@@ -135,7 +153,8 @@ def build_splice(
             continue
         hook, sae = splice.saes[spec.sae]
         mean = sources.feature_mean(spec.sae, spec.feature) if spec.kind == "ablate" and spec.to == "mean" else None
-        splice.edits.append(compile_edit(spec, mask, sae=sae, hook=hook, feature_mean=mean))
+        # a decoder direction acts where the dictionary writes (a transcoder's output hook)
+        splice.edits.append(compile_edit(spec, mask, sae=sae, hook=sae.cfg.hook_name_out or hook, feature_mean=mean))
     return splice
 
 

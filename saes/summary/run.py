@@ -206,7 +206,7 @@ def summarize_sae(
 def summary_record(sae: SAE, hook: str, params: SummaryParams, source: dict[str, Any],
                    W_U: torch.Tensor | None, norm_kind: NormKind) -> dict[str, Any]:  # noqa: N803
     """The parameters recorded in tables.json (compared to skip a finished summary)."""
-    use_logits = W_U is not None and W_U.shape[0] == sae.cfg.d_in
+    use_logits = W_U is not None and W_U.shape[0] == sae.cfg.output_dim  # W_dec writes the output space
     return {
         **params.to_dict(),
         "hook": hook,

@@ -82,3 +82,34 @@ def test_core_eval_of_a_trained_transcoder(atlas, handle):
                                    n_tokens=16 * 32)[record["sae_id"]]
     assert streamed["parameters"]["hook_out"] == OUTS[1]
     assert streamed["metrics"]["fvu"] < 0.15  # the output hook streamed beside the input, not the input itself
+
+
+def test_spliced_transcoder_edits_act_on_the_mlp_output(atlas, handle):
+    """Splicing an exact transcoder changes nothing; ablating / steering its feature j moves
+    the MLP output by exactly neuron j's write (`-a_j W_out[j]`, `+alpha W_out[j]`)."""
+    from saes.intervene.edits import AblateEdit, SteerEdit, compile_edit, resolve_positions
+    from saes.intervene.splice import Splice, run_spliced
+
+    sae = mlp_transcoder(handle, 1)
+    tokens = handle.to_tokens("the cat sat on the mat and the dog ran")[0]
+    clean = handle.bridge(tokens[None])[0]
+    spliced = run_spliced(handle, tokens, Splice({"tc": (INS[1], sae)}))
+    torch.testing.assert_close(spliced.logits_TV, clean, atol=1e-4, rtol=1e-4)
+    _, cache = handle.bridge.run_with_cache(tokens[None], names_filter=[INS[1]])
+    acts = sae.encode(cache[INS[1]][0]).detach()
+    j = int(acts[-1].argmax())
+    last = resolve_positions("last", [], len(tokens), len(tokens))
+    W_out = sae.W_dec.detach()[j]
+    for spec, delta in ((AblateEdit(sae="tc", feature=j, at="last"), -float(acts[-1, j]) * W_out),
+                        (SteerEdit(sae="tc", feature=j, alpha=3.0, at="last"), 3.0 * W_out)):
+        edit = compile_edit(spec, last, sae=sae, hook=OUTS[1])
+        got = run_spliced(handle, tokens, Splice({"tc": (INS[1], sae)}, [edit])).logits_TV
+
+        def shift(act, hook=None, delta=delta):
+            act = act.clone()
+            act[:, -1] += delta
+            return act
+
+        want = handle.bridge.run_with_hooks(tokens[None], fwd_hooks=[(OUTS[1], shift)])[0]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert float((want[-1] - clean[-1]).abs().max()) > 1e-3, spec.kind
