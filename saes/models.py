@@ -237,6 +237,13 @@ def normalize_spec(spec: str | dict[str, Any]) -> str | dict[str, Any]:
     return spec
 
 
+def load_causal_lm(spec: str | dict[str, Any]) -> tuple[str, Any, Any]:
+    """`(display name, Hugging Face causal LM in eval mode, tokenizer)` of a model spec as
+    `load_model` takes it, without the TransformerLens bridge (for text generation)."""
+    name, hf_model, tokenizer, _ = _resolve(normalize_spec(spec))
+    return name, hf_model, tokenizer
+
+
 def _resolve(spec: str | dict[str, Any]) -> tuple[str, Any, Any, str]:
     """(display name, hf model, tokenizer, bridge name) for a normalised spec."""
     if isinstance(spec, dict):

@@ -132,10 +132,12 @@ def eval_command(
     label_field: str = typer.Option("label", help="sparse_probing: the label field of --probe-data."),
     ground_truth: Path = typer.Option(None, "--ground-truth",
                                       help="ground_truth: a .safetensors planted dictionary with W_dec [n_atoms, d]."),
-    autointerp_backend: str = typer.Option("lexical", help="autointerp: lexical (offline lexical proxy, no LLM) or "
-                                           "openai (an OpenAI-compatible chat endpoint; key in $SAE_ATLAS_AUTOINTERP_KEY)."),
+    autointerp_backend: str = typer.Option("lexical", help="autointerp: lexical (offline lexical proxy, no LLM), "
+                                           "openai (an OpenAI-compatible chat endpoint; key in $SAE_ATLAS_AUTOINTERP_KEY) "
+                                           "or hf (--autointerp-model run in-process)."),
     autointerp_url: str = typer.Option("", help="autointerp: the endpoint's base URL, e.g. http://127.0.0.1:8000/v1."),
-    autointerp_model: str = typer.Option("", help="autointerp: the model name the endpoint serves."),
+    autointerp_model: str = typer.Option("", help="autointerp: the model name the endpoint serves (openai) or the "
+                                         "model spec to load, e.g. smollm2-135m (hf)."),
     autointerp_latents: int = typer.Option(32, min=1, help="autointerp: latents explained and scored (seeded sample)."),
     force: bool = typer.Option(False, "--force", help="Recompute evals whose results are already finished."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),

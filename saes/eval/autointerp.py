@@ -7,7 +7,7 @@ activating windows drawn across activation quantiles and on non-activating windo
 stored examples of other latents (their windows overlapping the latent's own examples left
 out; its activation there is not stored, at a sparse latent's density nearly all are
 silent). See `saes.eval.autointerp_scoring` for the samples and delphi's metrics and
-`saes.eval.autointerp_backends` for the back-ends. The default `lexical` back-end is a
+`saes.eval.autointerp_backends` for the back-ends (`lexical`, `openai`, `hf`). The default `lexical` back-end is a
 LEXICAL PROXY, not LLM autointerp: its results say so (`autointerp.backend`,
 `eval_result_unstructured.backend`) and its config records `backend: "lexical"`.
 
@@ -22,10 +22,12 @@ recomputed).
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import numpy as np
 import polars as pl
@@ -34,6 +36,7 @@ from saes.eval.autointerp_backends import (
     KEY_ENV,
     AutointerpBackend,
     BackendName,
+    HuggingFaceBackend,
     LexicalBackend,
     OpenAIBackend,
 )
@@ -58,8 +61,9 @@ SUMMARY_FILES = (FEATURES_FILE, EXAMPLES_FILE)
 @dataclass(frozen=True)
 class AutointerpConfig:
     """The back-end (`openai`: its endpoint URL, model, timeout and samples per request; the
-    key comes from $SAE_ATLAS_AUTOINTERP_KEY), latents evaluated, windows per latent shown to
-    the explainer / scored activating / scored non-activating, and the seed."""
+    key comes from $SAE_ATLAS_AUTOINTERP_KEY; `hf`: `model` is the spec of the model run
+    in-process), latents evaluated, windows per latent shown to the explainer / scored
+    activating / scored non-activating, and the seed."""
 
     backend: BackendName = "lexical"
     url: str = ""
@@ -73,10 +77,21 @@ class AutointerpConfig:
     seed: int = 0
 
 
-def build_backend(config: AutointerpConfig) -> AutointerpBackend:
-    """The config's back-end; an `openai` endpoint that does not answer is refused here."""
+@functools.cache
+def hf_backend(spec: str, device: str) -> HuggingFaceBackend:
+    """The in-process back-end of a model spec, loaded once per process and device."""
+    return HuggingFaceBackend(json.loads(spec) if spec.lstrip().startswith("{") else spec, device=device)
+
+
+def build_backend(config: AutointerpConfig, device: str = "cpu") -> AutointerpBackend:
+    """The config's back-end; an `openai` endpoint that does not answer or an `hf` model that
+    does not load is refused here."""
     if config.backend == "lexical":
         return LexicalBackend()
+    if config.backend == "hf":
+        if not config.model:
+            raise InvalidInputError("the hf autointerp back-end needs --autointerp-model (a model spec)")
+        return hf_backend(config.model, device)
     backend = OpenAIBackend(config.url, config.model, key=os.environ.get(KEY_ENV, ""), timeout_s=config.timeout_s,
                             batch_size=config.batch_size)
     backend.check()
@@ -84,13 +99,14 @@ def build_backend(config: AutointerpConfig) -> AutointerpBackend:
 
 
 def autointerp_config(backend: str, *, url: str = "", model: str = "", n_latents: int = 32) -> AutointerpConfig:
-    """The config of the command-line options, checked now: an unknown back-end or an
-    `openai` endpoint that does not answer is refused (InvalidInputError) before any work."""
+    """The config of the command-line options, checked now: an unknown back-end, an `openai`
+    endpoint that does not answer or an `hf` model that does not load is refused
+    (InvalidInputError) before any work."""
     if backend not in get_args(BackendName):
         raise InvalidInputError(f"unknown autointerp back-end {backend!r}; valid: {', '.join(get_args(BackendName))}")
     if backend == "lexical":
         return AutointerpConfig(n_latents=n_latents)
-    config = AutointerpConfig("openai", url=url, model=model, n_latents=n_latents)
+    config = AutointerpConfig(cast(BackendName, backend), url=url, model=model, n_latents=n_latents)
     build_backend(config)
     return config
 
@@ -111,7 +127,7 @@ def _pooled(judged: dict[ScorerName, tuple[list[Sample], list[Judgement]]], scor
 
 def run_autointerp(inputs: EvalInputs, config: AutointerpConfig) -> EvalOutcome:
     """Explain and score a sample of the SAE's latents from its summary tables."""
-    backend = build_backend(config)
+    backend = build_backend(config, inputs.device)
     tables = FeatureTables(inputs.atlas, inputs.sae_id)
     pooled: dict[ScorerName, tuple[list[Sample], list[Judgement]]] = {scorer: ([], []) for scorer in SCORERS}
     details: list[dict[str, Any]] = []

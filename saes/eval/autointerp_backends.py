@@ -9,6 +9,11 @@ One protocol, two back-ends:
 - `openai`: a language model behind any OpenAI-compatible chat-completions endpoint (vLLM,
   llama.cpp server, Ollama), reached with httpx; `check` refuses an endpoint that does not
   answer before any work. Its answers give predictions without probabilities (AUC None).
+- `hf`: a causal language model run in-process with transformers (any spec `load_model`
+  takes: `smollm2-135m`, a .gguf file, a local folder, a hub id). Same prompts; it explains
+  by greedy generation and judges one sample per forward from its next-token probabilities
+  of "1" and "0" after the answer's opening "[" (delphi's log-prob scoring), so every
+  judgement has a probability and the AUC is defined.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ from typing import Any, Literal, Protocol
 import httpx
 import numpy as np
 import polars as pl
+import torch
 
 from saes.eval.autointerp_scoring import Judgement, Sample, ScorerName, Window
 from saes.labels import auto_labels
 from store.errors import InvalidInputError
 
-BackendName = Literal["lexical", "openai"]
+BackendName = Literal["lexical", "openai", "hf"]
 LEXICAL_PROXY = "lexical proxy"
 KEY_ENV = "SAE_ATLAS_AUTOINTERP_KEY"
 
@@ -113,6 +119,11 @@ def _numbered(texts: Sequence[str]) -> str:
     return "\n".join(f"{i + 1}. {text}" for i, text in enumerate(texts))
 
 
+def explanation_of(answer: str) -> str:
+    """The explanation in a model's answer to EXPLAIN_PROMPT."""
+    return answer.strip().removeprefix("Explanation:").strip()
+
+
 def read_verdicts(answer: str, n: int) -> list[bool | None]:
     """The 0/1 list of a scoring answer; all None when there is no list of `n` numbers."""
     for found in re.findall(r"\[[^\[\]]*\]", answer):
@@ -160,7 +171,7 @@ class OpenAIBackend:
     def explain(self, windows: Sequence[Window]) -> str:
         """The model's one-phrase explanation of the marked windows."""
         text = _numbered([marked_text(w.tokens, w.firing) for w in windows])
-        return self.complete(EXPLAIN_PROMPT.format(examples=text)).strip().removeprefix("Explanation:").strip()
+        return explanation_of(self.complete(EXPLAIN_PROMPT.format(examples=text)))
 
     def judge(self, scorer: ScorerName, explanation: str, samples: Sequence[Sample]) -> list[Judgement]:
         """The model's 0/1 verdicts, `batch_size` samples per request."""
@@ -170,4 +181,65 @@ class OpenAIBackend:
             text = _numbered([marked_text(s.tokens, s.highlighted) for s in batch])
             answer = self.complete(SCORE_PROMPTS[scorer].format(explanation=explanation, n=len(batch), examples=text))
             judgements.extend(Judgement(verdict) for verdict in read_verdicts(answer, len(batch)))
+        return judgements
+
+
+class HuggingFaceBackend:
+    """A causal language model run in-process with transformers (see the module docstring)."""
+
+    def __init__(self, spec: str | dict[str, Any], *, device: str = "cpu", max_new_tokens: int = 32) -> None:
+        from saes.models import load_causal_lm
+
+        try:
+            name, self.model, self.tokenizer = load_causal_lm(spec)
+        except (OSError, ValueError) as exc:
+            raise InvalidInputError(f"cannot load the autointerp model {spec!r} ({type(exc).__name__}: {exc}); "
+                                    "pass --autointerp-model a model spec sae-atlas loads") from exc
+        self.model.to(device)
+        self.device, self.max_new_tokens = device, max_new_tokens
+        self.description = f"LLM {name} in-process"
+        self.answer_ids = [self._single_token(text) for text in ("0", "1")]
+
+    def _single_token(self, text: str) -> int:
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) != 1:
+            raise InvalidInputError(f"the autointerp model's tokenizer splits {text!r} into {len(ids)} tokens; "
+                                    "the hf back-end reads its verdicts from single-token '0' and '1'")
+        return int(ids[0])
+
+    def _prompt_ids(self, prompt: str, opening: str = "") -> torch.Tensor:
+        """Token ids `[1, S]` of the user message (in the chat template when the tokenizer has
+        one), followed by the start of the answer."""
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                      add_generation_prompt=True)
+            ids = self.tokenizer.encode(text + opening, add_special_tokens=False)
+        else:
+            ids = self.tokenizer.encode(prompt + "\n" + opening)
+        return torch.tensor([ids], device=self.device)
+
+    @torch.inference_mode()
+    def complete(self, prompt: str) -> str:
+        """The model's greedy answer to one user message (up to `max_new_tokens`)."""
+        ids = self._prompt_ids(prompt)
+        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,
+                                  do_sample=False, pad_token_id=self.tokenizer.eos_token_id)
+        return str(self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
+
+    def explain(self, windows: Sequence[Window]) -> str:
+        """The model's explanation of the marked windows (its answer's first line)."""
+        text = _numbered([marked_text(w.tokens, w.firing) for w in windows])
+        lines = explanation_of(self.complete(EXPLAIN_PROMPT.format(examples=text))).splitlines()
+        return lines[0].strip() if lines else ""
+
+    @torch.inference_mode()
+    def judge(self, scorer: ScorerName, explanation: str, samples: Sequence[Sample]) -> list[Judgement]:
+        """One forward per sample: P("1") / (P("0") + P("1")) as the answer's first number."""
+        judgements = []
+        for sample in samples:
+            prompt = SCORE_PROMPTS[scorer].format(explanation=explanation, n=1,
+                                                  examples=_numbered([marked_text(sample.tokens, sample.highlighted)]))
+            logits = self.model(self._prompt_ids(prompt, "[")).logits[0, -1, self.answer_ids].float()
+            probability = float(torch.softmax(logits, dim=0)[1])
+            judgements.append(Judgement(probability >= 0.5, probability))
         return judgements
