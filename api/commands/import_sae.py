@@ -12,7 +12,8 @@ from api.commands.common import handle_errors, print_json, print_table
 @handle_errors
 def import_command(
     source: str = typer.Argument(..., help="A folder (SAELens, Gemma Scope, Llama Scope, sparsify, "
-                                 "dictionary_learning), RELEASE/SAE_ID from the registry, or hf://org/repo/path[@revision]."),
+                                 "dictionary_learning), a circuit-tracer layer file beside its config.yaml, "
+                                 "RELEASE/SAE_ID from the registry, or hf://org/repo/path[@revision]."),
     atlas: Path = typer.Option(Path("atlas-demo"), help="Atlas directory."),
     hook: str | None = typer.Option(None, help="Hook the SAE reads (TransformerLens, SAELens or HF module name); "
                                     "default: the one it records."),
