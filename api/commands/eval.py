@@ -139,6 +139,9 @@ def eval_command(
     autointerp_model: str = typer.Option("", help="autointerp: the model name the endpoint serves (openai) or the "
                                          "model spec to load, e.g. smollm2-135m (hf)."),
     autointerp_latents: int = typer.Option(32, min=1, help="autointerp: latents explained and scored (seeded sample)."),
+    autointerp_negatives: str = typer.Option("random", help="autointerp: non-activating windows from random other "
+                                             "latents, or 'similar' (hard negatives: the nearest latents by decoder "
+                                             "cosine, in blocks where the latent never fires)."),
     force: bool = typer.Option(False, "--force", help="Recompute evals whose results are already finished."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     device: str = device_option(),
@@ -172,7 +175,7 @@ def eval_command(
     configs = _configs(names, tokens=tokens, ce_blocks=ce_blocks, no_model=no_model, from_model=from_model,
                        probe_data=probe_data, label_field=label_field, ground_truth=ground_truth,
                        autointerp={"backend": autointerp_backend, "url": autointerp_url, "model": autointerp_model,
-                                   "n_latents": autointerp_latents})
+                                   "n_latents": autointerp_latents, "negatives": autointerp_negatives})
     core: dict[str, dict[str, Any]] = {}
     suite_names = names
     if from_model and "core" in names:

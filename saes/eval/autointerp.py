@@ -6,7 +6,10 @@ latents (fired in the summary, with top examples); per latent an explanation fro
 activating windows drawn across activation quantiles and on non-activating windows: the
 stored examples of other latents (their windows overlapping the latent's own examples left
 out; its activation there is not stored, at a sparse latent's density nearly all are
-silent). See `saes.eval.autointerp_scoring` for the samples and delphi's metrics and
+silent), or with `negatives="similar"` hard negatives (delphi's FAISS negatives, in
+decoder space): the stored examples of the latent's `n_similar` nearest latents by decoder
+cosine (the SAE's FAISS index) from blocks where the occurrence matrix says the latent
+never fires. See `saes.eval.autointerp_scoring` for the samples and delphi's metrics and
 `saes.eval.autointerp_backends` for the back-ends (`lexical`, `openai`, `hf`). The default `lexical` back-end is a
 LEXICAL PROXY, not LLM autointerp: its results say so (`autointerp.backend`,
 `eval_result_unstructured.backend`) and its config records `backend: "lexical"`.
@@ -27,7 +30,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 import polars as pl
@@ -52,9 +55,11 @@ from saes.eval.autointerp_scoring import (
 from saes.eval.results import read_result, result_paths, result_repair
 from saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.tables import EXAMPLES_FILE, FEATURES_FILE, FeatureTables, read_sidecar
+from store.search import FeatureSearch
+from store.tables import EXAMPLES_FILE, FEATURES_FILE, FeatureTables, load_occurrence, read_sidecar
 
 REPORTED = ("balanced_accuracy", "f1", "auc")
+NegativesSource = Literal["random", "similar"]
 SUMMARY_FILES = (FEATURES_FILE, EXAMPLES_FILE)
 
 
@@ -63,7 +68,9 @@ class AutointerpConfig:
     """The back-end (`openai`: its endpoint URL, model, timeout and samples per request; the
     key comes from $SAE_ATLAS_AUTOINTERP_KEY; `hf`: `model` is the spec of the model run
     in-process), latents evaluated, windows per latent shown to the explainer / scored
-    activating / scored non-activating, and the seed."""
+    activating / scored non-activating, where the non-activating ones come from ("random":
+    other latents' examples; "similar": those of the `n_similar` nearest latents by decoder
+    cosine, from blocks where the latent never fires), and the seed."""
 
     backend: BackendName = "lexical"
     url: str = ""
@@ -74,6 +81,8 @@ class AutointerpConfig:
     n_explain: int = 10
     n_activating: int = 10
     n_non_activating: int = 10
+    negatives: NegativesSource = "random"
+    n_similar: int = 10
     seed: int = 0
 
 
@@ -98,15 +107,20 @@ def build_backend(config: AutointerpConfig, device: str = "cpu") -> AutointerpBa
     return backend
 
 
-def autointerp_config(backend: str, *, url: str = "", model: str = "", n_latents: int = 32) -> AutointerpConfig:
-    """The config of the command-line options, checked now: an unknown back-end, an `openai`
-    endpoint that does not answer or an `hf` model that does not load is refused
-    (InvalidInputError) before any work."""
+def autointerp_config(backend: str, *, url: str = "", model: str = "", n_latents: int = 32,
+                      negatives: str = "random") -> AutointerpConfig:
+    """The config of the command-line options, checked now: an unknown back-end or source of
+    negatives, an `openai` endpoint that does not answer or an `hf` model that does not load
+    is refused (InvalidInputError) before any work."""
     if backend not in get_args(BackendName):
         raise InvalidInputError(f"unknown autointerp back-end {backend!r}; valid: {', '.join(get_args(BackendName))}")
+    if negatives not in get_args(NegativesSource):
+        raise InvalidInputError(f"unknown autointerp negatives {negatives!r}; valid: "
+                                f"{', '.join(get_args(NegativesSource))}")
+    chosen = cast(NegativesSource, negatives)
     if backend == "lexical":
-        return AutointerpConfig(n_latents=n_latents)
-    config = AutointerpConfig(cast(BackendName, backend), url=url, model=model, n_latents=n_latents)
+        return AutointerpConfig(n_latents=n_latents, negatives=chosen)
+    config = AutointerpConfig(cast(BackendName, backend), url=url, model=model, n_latents=n_latents, negatives=chosen)
     build_backend(config)
     return config
 
@@ -117,6 +131,21 @@ def sampled_latents(features: pl.DataFrame, examples: pl.DataFrame, n: int, seed
     alive = [int(i) for i in features.filter(pl.col("n_active") > 0)["latent"].to_list() if i in with_top]
     chosen = np.random.default_rng(seed).choice(len(alive), size=min(n, len(alive)), replace=False)
     return sorted(alive[i] for i in chosen)
+
+
+class SimilarNegatives:
+    """Hard-negative pools of one SAE: its FAISS decoder index and its occurrence matrix."""
+
+    def __init__(self, root: Path, sae_id: str, examples: pl.DataFrame, k: int) -> None:
+        self.search, self.sae_id, self.examples, self.k = FeatureSearch(root), sae_id, examples, k
+        occurrence, self.block_index = load_occurrence(root, sae_id)
+        self.occurrence = occurrence.tocsc()
+
+    def pool(self, latent: int) -> pl.DataFrame:
+        """The stored examples of the latent's nearest latents in blocks where it never fires."""
+        nearest = [match.latent for match in self.search.similar(self.sae_id, latent, self.k)]
+        fired = self.block_index[self.occurrence[:, latent].nonzero()[0]].tolist()
+        return self.examples.filter(pl.col("latent").is_in(nearest) & ~pl.col("block").is_in(fired))
 
 
 def _pooled(judged: dict[ScorerName, tuple[list[Sample], list[Judgement]]], scorer: ScorerName) -> dict[str, Any]:
@@ -132,8 +161,11 @@ def run_autointerp(inputs: EvalInputs, config: AutointerpConfig) -> EvalOutcome:
     pooled: dict[ScorerName, tuple[list[Sample], list[Judgement]]] = {scorer: ([], []) for scorer in SCORERS}
     details: list[dict[str, Any]] = []
     skipped: list[int] = []
+    similar = (SimilarNegatives(inputs.atlas, inputs.sae_id, tables.examples, config.n_similar)
+               if config.negatives == "similar" else None)
     for latent in sampled_latents(tables.features, tables.examples, config.n_latents, config.seed):
-        examples = latent_examples(latent, tables.examples_for(latent), tables.examples, n_explain=config.n_explain,
+        pool = tables.examples if similar is None else similar.pool(latent)
+        examples = latent_examples(latent, tables.examples_for(latent), pool, n_explain=config.n_explain,
                                    n_activating=config.n_activating, n_non_activating=config.n_non_activating,
                                    seed=config.seed)
         if not examples.explain or not examples.activating or not examples.non_activating:
