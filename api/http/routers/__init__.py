@@ -10,6 +10,7 @@ from api.http.routers import (
                                  analyses,
                                  board,
                                  compare,
+                                 evals,
                                  features,
                                  graph,
                                  interventions,
@@ -20,6 +21,6 @@ from api.http.routers import (
 )
 
 DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, meaning.router, analyses.router,
-                                 interventions.router, board.router,
+                                 interventions.router, board.router, evals.router,
                                  compare.router, graph.router]
 SERVICE_ROUTER = service.router
