@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from api.atlas import Atlas
+from api.http.routers.graph import GraphRequest
 from api.http.routers.interventions import AttributeRequest, RunRequest, SteerRequest
 from api.http.schemas import CircularRequest, TextQuery, VectorQuery
 from api.http.schemas_meaning import ConceptQuery, ContrastQuery
@@ -73,6 +74,7 @@ def body_examples(sample: AtlasSample) -> dict[type[BaseModel], dict[str, Any]]:
                         "k": 3, "n_permutations": 100},
         ConceptQuery: {"concept": "weekdays", "max_features": 2},
         AttributeRequest: {"text": TEXT, "target": {"kind": "loss"}, "top": 5, "verify": 1},
+        GraphRequest: {"text": TEXT, "max_logits": 2},
     }
     if sample.sae_id is None:
         return examples

@@ -35,13 +35,14 @@ from schemathesis.engine import events, from_schema  # noqa: E402
 EXAMPLES_PER_OPERATION = 15
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 Operation = tuple[str, str]
-MODEL_BOUND = {("POST", "/run"), ("POST", "/steer"), ("POST", "/attribute")}
+MODEL_BOUND = {("POST", "/run"), ("POST", "/steer"), ("POST", "/attribute"), ("POST", "/graph")}
 """Operations whose input only the model can judge: a prompt of too many tokens, a position
 or token match outside it, a target that is not one token. Their documented 400 answers to
 such schema-valid requests are accepted, and must say which of these it was."""
 MODEL_BOUND_400 = re.compile(r"the prompt is \d+ tokens|outside the prompt|no prompt token matches|"
                              r"target .* tokens|outside the vocabulary|target needs|outside the \d+ tokens|"
-                             r"needs at least two tokens")
+                             r"needs at least two tokens|not in the model's vocabulary|a graph takes at most|"
+                             r"not a feature node or supernode|features are active on this prompt|the same token twice")
 GATED = {("POST", "/analyses/circular"), *MODEL_BOUND}
 """Off on a read-only server: the documented 403."""
 
@@ -65,9 +66,9 @@ def open_server(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFa
 def _all_checks_schema(url: str, headers: dict[str, str] | None) -> Any:
     expected = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]  # schemathesis' own, and 400
     config = SchemathesisConfig.from_dict({"operations": [
-        {"include-path-regex": "^/(run|steer|attribute)$",
+        {"include-path-regex": "^/(run|steer|attribute|graph)$",
          "checks": {"positive_data_acceptance": {"expected-statuses": expected}}},
-        {"include-path-regex": "^/(steer|attribute|analyses/circular)$",  # the slowest: model runs, discovery
+        {"include-path-regex": "^/(steer|attribute|graph|analyses/circular)$",  # the slowest: model runs, discovery
          "generation": {"max-examples": 5}},
         {"include-path": "/analyses/circular", "phases": {"coverage": {"enabled": False}}},  # 1.5 s a run
     ]})
@@ -172,6 +173,7 @@ def _live_requests(a: str, b: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", "/run", {"body": {"text": "the cat sat", "edits": [steer], "k": 3}}),
         ("POST", "/steer", {"body": {"text": "the cat sat", "edits": [steer], "max_new_tokens": 3}}),
         ("POST", "/attribute", {"body": {"text": "the cat sat", "target": "sat", "top": 5, "verify": 1}}),
+        ("POST", "/graph", {"body": {"text": "the cat sat", "max_logits": 2}}),
     ]
 
 
