@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from saes.circuits.dictionaries import Dictionary, dictionary_set
+from saes.circuits.dictionaries import Dictionary, dictionary_set, frozen_mlps
 from saes.circuits.graph import FeatureNodes, Graph
 from saes.circuits.replacement import capture, frozen_forward
 from saes.circuits.targets import logit_targets
@@ -52,16 +52,20 @@ def build_graph(
     batch_size: int = 64,
     skip_bos: bool = True,
     max_features: int = 20_000,
+    freeze_mlps: bool = False,
 ) -> Graph:
     """The attribution graph of the next-token prediction after `token_ids_T [T]` over the
     dictionaries `saes` (id -> module; see `saes.circuits.dictionaries`), with logit nodes
     for `targets` or the top predictions (`saes.circuits.targets`). `batch_size` adjacency
     rows are computed per backward pass; InvalidInputError when more than `max_features`
-    features are active."""
+    features are active. `freeze_mlps` lets transcoders at some layers stand with the other
+    MLPs frozen (`saes.circuits.dictionaries.frozen_mlps`: their outputs are error nodes)."""
     if token_ids_T.ndim != 1 or len(token_ids_T) == 0:
         raise InvalidInputError(f"need token ids [T], got shape {tuple(token_ids_T.shape)}")
     if batch_size < 1:
         raise InvalidInputError(f"batch_size must be at least 1, got {batch_size}")
+    if freeze_mlps and saes and all(sae.is_transcoder for sae in saes.values()):
+        saes = {**saes, **frozen_mlps(handle, saes)}
     dset = dictionary_set(handle, saes)
     cap = capture(handle, dset, token_ids_T, skip_bos=skip_bos)
     feats = _active(dset.items, cap.codes)

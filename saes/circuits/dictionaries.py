@@ -16,8 +16,11 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
+
 from saes.models import ModelHandle
-from saes.sae.base import SAE
+from saes.sae.base import SAE, SAEConfig
+from saes.sae.registry import build_sae
 from store.errors import InvalidInputError
 
 GraphKind = Literal["transcoders", "residual"]
@@ -70,7 +73,8 @@ def _transcoders(handle: ModelHandle, saes: dict[str, SAE]) -> DictionarySet:
     if missing:
         raise InvalidInputError(
             f"no transcoder for the MLPs of layers {missing}: a transcoder graph replaces every MLP "
-            f"(layers 0..{handle.n_layers - 1}); have {sorted(by_layer)}")
+            f"(layers 0..{handle.n_layers - 1}); have {sorted(by_layer)} (or freeze the others: their "
+            "outputs become error nodes)")
     return DictionarySet("transcoders", tuple(by_layer[layer] for layer in sorted(by_layer)))
 
 
@@ -93,6 +97,26 @@ def _residual(saes: dict[str, SAE]) -> DictionarySet:
         return d.layer, _RESID_ORDER[m.group(2)]
 
     return DictionarySet("residual", tuple(sorted(by_hook.values(), key=depth)))
+
+
+def frozen_mlps(handle: ModelHandle, saes: dict[str, SAE]) -> dict[str, SAE]:
+    """Transcoders that never fire for the MLPs no transcoder of `saes` replaces (ids
+    `mlp{L}-frozen`): with them each such MLP's whole output is its error node, fixed like
+    every error, so a graph over transcoders at a few layers stays exact."""
+    covered = {int(m.group(1)) for sae in saes.values() if (m := _MLP_OUT.match(sae.cfg.output_hook))}
+    out = {}
+    for layer in range(handle.n_layers):
+        if layer in covered:
+            continue
+        cfg = SAEConfig(architecture="standard", d_in=handle.d_model, d_sae=1, hook_name=f"blocks.{layer}.hook_resid_mid",
+                        hook_name_out=f"blocks.{layer}.hook_mlp_out", apply_b_dec_to_input=False)
+        sae = build_sae(cfg)
+        with torch.no_grad():
+            for p in sae.parameters():
+                p.zero_()
+            sae.b_enc.fill_(-1.0)  # a ReLU code that is always 0
+        out[f"mlp{layer}-frozen"] = sae.to(next(iter(saes.values())).W_dec.dtype if saes else torch.float32)
+    return out
 
 
 def dictionary_set(handle: ModelHandle, saes: dict[str, SAE]) -> DictionarySet:

@@ -64,6 +64,22 @@ def test_every_edge_is_the_measured_direct_effect(case, gpt2, llama):
     assert g.adjacency[: g.n_features, : g.n_features][later].abs().max() == 0
 
 
+def test_frozen_mlps_stand_in_for_missing_transcoders(gpt2):
+    tokens = gpt2.to_tokens(PROMPT)[0]
+    exact = exact_transcoders(gpt2)
+    with pytest.raises(InvalidInputError, match="freeze the others"):
+        build_graph(gpt2, {"tc0": exact["tc0"]}, tokens)
+    g = build_graph(gpt2, {"tc0": exact["tc0"]}, tokens, freeze_mlps=True)
+    assert g.dictionaries == ["tc0", "mlp1-frozen"] and g.linear
+    assert int((g.features.dictionary == 1).sum()) == 0  # the frozen MLP has no features
+    _, cap = g.replacement
+    assert torch.allclose(cap.errors["mlp1-frozen"][g.start:], cap.out["mlp1-frozen"][g.start:])
+    measured, _ = _removal_effects(gpt2, g)
+    assert torch.allclose(g.adjacency[_rows(g)][:, : g.logit_slice.start], measured, atol=1e-6, rtol=0)
+    s = scores(g)
+    assert s.replacement < 0.99 and s.completeness < 0.99
+
+
 def test_exact_transcoders_have_zero_errors_and_full_scores(gpt2):
     tokens = gpt2.to_tokens(PROMPT)[0]
     g = build_graph(gpt2, exact_transcoders(gpt2), tokens)
