@@ -29,6 +29,8 @@ def graph_command(
     supernodes: bool = typer.Option(True, help="Collapse stored circles, concept spans and lobes."),
     intervene: list[str] = typer.Option(None, "--intervene", help="A node edit as JSON, e.g. "
                                         '\'{"node": "1_12_5", "kind": "ablate"}\' (repeatable).'),
+    freeze_mlps: bool = typer.Option(False, "--freeze-mlps", help="Transcoders at some layers only: freeze the "
+                                     "other MLPs (their outputs become error nodes)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Attribution graph (circuit-tracer's method): direct effects among active features,
@@ -42,7 +44,7 @@ def graph_command(
     result = Atlas(atlas).graph(text, target or None, sae_ids=sae or None, max_logits=max_logits,
                                 cumulative_prob=cumulative_prob, node_threshold=node_threshold,
                                 edge_threshold=edge_threshold, supernodes="geometry" if supernodes else None,
-                                interventions=edits)
+                                interventions=edits, freeze_mlps=freeze_mlps)
     path = result.save(out)
     if json_out:
         print_json({k: v for k, v in result.to_dict().items() if k != "graph"} | {"path": str(path)})

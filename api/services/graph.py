@@ -34,17 +34,17 @@ from store.hooks import hook_layer
 _USABLE_SAE = re.compile(r"^blocks\.\d+\.hook_resid_(pre|post)$")
 
 
-def graph_saes(ctx: AtlasContext, views: list[SaeView], *, chosen: bool) -> dict[str, SAE]:
+def graph_saes(ctx: AtlasContext, views: list[SaeView], *, chosen: bool, freeze_mlps: bool = False) -> dict[str, SAE]:
     """The dictionaries of a graph: `views` as given when `chosen`, else the atlas's
-    transcoders when they replace every MLP, else its residual-stream SAEs, else its
-    transcoders (the graph then names the MLPs they miss); NotFoundError when none fits."""
+    transcoders when they replace every MLP (or `freeze_mlps`), else its residual-stream SAEs,
+    else its transcoders (the graph then names the MLPs they miss); NotFoundError when none fits."""
     modules = {v.sae_id: v.module() for v in views}
     if chosen:
         return modules
     transcoders = {sid: m for sid, m in modules.items() if m.is_transcoder}
     residual = {sid: m for sid, m in modules.items() if not m.is_transcoder and _USABLE_SAE.match(m.cfg.hook_name)}
     every_mlp = len({hook_layer(m.cfg.hook_name) for m in transcoders.values()}) == ctx.model().n_layers
-    if transcoders and (every_mlp or not residual):
+    if transcoders and (every_mlp or freeze_mlps or not residual):
         return transcoders
     if residual:
         return residual
@@ -133,6 +133,7 @@ def graph(
     interventions: Sequence[Any] = (),
     top: int = 20,
     batch_size: int = 64,
+    freeze_mlps: bool = False,
 ) -> GraphView:
     """The pruned attribution graph of the next token after `text` (see `Atlas.graph`)."""
     targets = list(targets or [])
@@ -151,11 +152,12 @@ def graph(
     tokens_T, _ = _tokenize(handle, text)
     if len(tokens_T) > MAX_GRAPH_TOKENS:
         raise InvalidInputError(f"the prompt is {len(tokens_T)} tokens; a graph takes at most {MAX_GRAPH_TOKENS}")
-    saes = graph_saes(ctx, views, chosen=chosen)
+    saes = graph_saes(ctx, views, chosen=chosen, freeze_mlps=freeze_mlps)
     started = time.perf_counter()
     with ctx.model_lock:
         g = build_graph(handle, saes, tokens_T, targets=targets or None, max_logits=max_logits,
-                        cumulative_prob=float(cumulative_prob), batch_size=batch_size, max_features=MAX_GRAPH_FEATURES)
+                        cumulative_prob=float(cumulative_prob), batch_size=batch_size, max_features=MAX_GRAPH_FEATURES,
+                        freeze_mlps=freeze_mlps)
     seconds = time.perf_counter() - started
     p = prune(g, float(node_threshold), float(edge_threshold))
     ids = node_ids(g)

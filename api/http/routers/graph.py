@@ -47,6 +47,8 @@ class GraphRequest(_Request):
     by_position: bool = Field(default=False, description="one supernode per group and position")
     interventions: list[NodeEditRequest] = Field(default_factory=list, max_length=MAX_GRAPH_NODE_EDITS)
     top: JsonInt = Field(default=20, ge=1, le=200, description="influential nodes to list")
+    freeze_mlps: bool = Field(default=False, description="transcoders at some layers only: the other MLPs frozen "
+                              "(their outputs are error nodes)")
 
 
 @router.post("/graph", summary="Attribution graph of the next token (circuit-tracer graph JSON inside)",
@@ -57,4 +59,4 @@ async def post_graph(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDe
         body.text, body.targets or None, sae_ids=body.sae_ids or None, max_logits=body.max_logits,
         cumulative_prob=body.cumulative_prob, node_threshold=body.node_threshold, edge_threshold=body.edge_threshold,
         supernodes="geometry" if body.supernodes else None, by_position=body.by_position,
-        interventions=[e.model_dump() for e in body.interventions], top=body.top))
+        interventions=[e.model_dump() for e in body.interventions], top=body.top, freeze_mlps=body.freeze_mlps))
