@@ -64,7 +64,7 @@ def steer_bench(ctx: AtlasContext, views: list[SaeView], targets: list[Any], *, 
     """The AxBench-style comparison of `saes.intervene.steer_bench` on each target: the best
     feature (added and clamped), the top-activating feature, a difference of means, a probe,
     a random feature (matched norms) and prompting."""
-    search = SearchParams(k=1, candidates=candidates, n_prompts=n_prompts, seed=seed, ratio=ratio, kl_bound=kl_bound,
+    search = SearchParams(k=3, candidates=candidates, n_prompts=n_prompts, seed=seed, ratio=ratio, kl_bound=kl_bound,
                           fluency_prompts=0).check()
     if not views:
         raise NotFoundError(f"the atlas {ctx.root} has no SAEs yet")
