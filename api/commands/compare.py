@@ -74,8 +74,8 @@ def compare_command(
                 ["score", "value", "null", "p"], summary_rows(result))
     if top:
         print_table("best matched pairs", result.pairs.columns, result.pairs.head(top).iter_rows())
-    if result.groups.height:
-        print_table("per group", result.groups.columns, result.groups.iter_rows())
+    if result.groups:
+        print_table("per group", list(result.groups[0]), (row.values() for row in result.groups))
     console.print(f"stored analyses/compare/{result.run}.json in {p['atlas_a']}")
 
 

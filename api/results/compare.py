@@ -64,11 +64,12 @@ class CompareResult(JsonResult):
     summary: dict[str, Any]
     pairs: Annotated[pl.DataFrame, FrameRows(MatchedPair), Field(
         description=f"the first {MAX_PAIRS} matched pairs by correlation")]
-    spaces: Annotated[pl.DataFrame, FrameRows(SpaceScoreRow)]
-    groups: Annotated[pl.DataFrame, FrameRows(dict[str, Any])]
+    spaces: list[SpaceScoreRow]
+    groups: Annotated[list[dict[str, Any]], Field(
+        description="per group of A's latents: its size, matched pairs and decoder scores beside their null")]
 
     def to_dict(self, max_rows: int = MAX_PAIRS) -> dict[str, Any]:
-        """The result as JSON-ready data (pairs capped at `max_rows`)."""
+        """The result as JSON-ready data (pairs capped at `max_rows`; every space and group score)."""
         return wire_payload(self, context={"max_rows": max_rows})
 
     def _repr_html_(self) -> str:
@@ -76,4 +77,4 @@ class CompareResult(JsonResult):
         head = (f"<b>compare / {escape(self.run)}</b>: MCC {s.get('mcc', float('nan')):.3f} "
                 f"(rotation null {s.get('mcc_null', {}).get('null_mean', float('nan')):.3f}) on "
                 f"{s.get('n_tokens')} tokens")
-        return head + self.spaces._repr_html_() + self.pairs.head(10)._repr_html_()
+        return head + pl.DataFrame(self.spaces)._repr_html_() + self.pairs.head(10)._repr_html_()

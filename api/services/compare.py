@@ -159,8 +159,8 @@ def compare_result(root: str | Path, run: str) -> CompareResult:
     stored = results.read_analysis(root, KIND, check_id(run, "run name"))
     empty = pl.DataFrame()
     return CompareResult(run, stored.meta.get("parameters", {}), stored.meta.get("summary", {}),
-                         stored.tables.get("main", empty), stored.tables.get("spaces", empty),
-                         stored.tables.get("groups", empty))
+                         stored.tables.get("main", empty), stored.tables.get("spaces", empty).to_dicts(),
+                         stored.tables.get("groups", empty).to_dicts())
 
 
 def compare_runs(root: str | Path) -> list[CompareRunRow]:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 import torch
 from starlette.testclient import TestClient
@@ -17,13 +18,14 @@ from typer.testing import CliRunner
 from api.atlas import Atlas
 from api.cli import app
 from api.http import ServerSettings, create_app
+from geometry.results import write_analysis
 from saes.compare.pairs import Side, paired_activations
 from saes.corpus import CorpusSpec
 from saes.formats.saelens import save_saelens
 from saes.models import tiny_model
 from saes.sae.base import SAEConfig
 from saes.sae.registry import build_sae
-from store.errors import InvalidInputError
+from store.errors import IntegrityError, InvalidInputError
 from store.layout import AtlasLayout
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 from tests.saes.test_compare_align import split_tokenizer
@@ -94,17 +96,23 @@ def test_the_run_is_stored_verified_and_served(atlas: Path, stored):
         assert {r["space"] for r in one["spaces"]} == {"decoder", "activation"}
         assert http.get("/compare/nope").status_code == 404
     (atlas / "analyses" / "compare" / "orig-perm.spaces.parquet").write_bytes(b"broken")
-    with pytest.raises(Exception, match="orig-perm.spaces.parquet"):
+    with pytest.raises(IntegrityError, match="orig-perm.spaces.parquet"):
         a.comparison("orig-perm")
 
 
-def test_cli_compares_two_layers_with_json(atlas: Path):
+def test_cli_compares_two_layers_with_json_and_groups(atlas: Path):
+    lobes = pl.DataFrame({"latent": np.arange(48, dtype=np.int32), "lobe": np.arange(48) % 3})
+    write_analysis(atlas, "lobes", "planted", parameters={}, tables={"main": lobes})
     out = CliRunner().invoke(app, ["compare", f"{atlas}:orig", f"{atlas}:layer0", "--tokens", "1024", "--context",
-                                   "32", "--n-perm", "5", "--sample-tokens", "128", "--json", "--top", "2"])
+                                   "32", "--n-perm", "5", "--sample-tokens", "128", "--groups", "lobes/planted",
+                                   "--json", "--top", "2"])
     assert out.exit_code == 0, out.output
     body = json.loads(out.output)
     assert body["run"] == "orig--layer0" and len(body["pairs"]) == 2
     assert body["summary"]["mcc_null"]["n_null"] == 1
+    assert [g["group"] for g in body["groups"]] == ["lobe=0", "lobe=1", "lobe=2"]
+    assert all(g["n_latents"] == 16 and g["n_pairs"] == 16 and 0 < g["decoder_svcca_random_features_p"] <= 1
+               for g in body["groups"])
 
 
 def test_bad_input_is_refused_with_a_clear_message(atlas: Path):
