@@ -7,7 +7,7 @@ nodes, active features, node edits) and run on the worker's one-thread model que
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -35,8 +35,8 @@ class NodeEditRequest(_Strict):
 class GraphRequest(_Request):
     """An attribution graph of the next token after `text`."""
 
-    targets: list[str] | None = Field(default=None, max_length=MAX_GRAPH_TARGETS,
-                                      description="target tokens (default: the top predictions)")
+    targets: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, max_length=MAX_GRAPH_TARGETS, description="target tokens (default: the top predictions)")
     sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
                                          description="dictionaries (default: the transcoders, else residual SAEs)")
     max_logits: JsonInt = Field(default=5, ge=1, le=MAX_GRAPH_TARGETS)
