@@ -10,8 +10,9 @@ One command, from the repository root:
 2. A throwaway venv for SAEBench is created when missing (SAELens pins TransformerLens 3,
    which cannot share our environment): `pip install torch==2.13.0` first (the CPU build
    on this disk; a bare torch requirement pulls CUDA wheels), then `sae-bench==0.6.0` with
-   `jaxtyping==0.3.3 beartype==0.14.1` (SAEBench's tested versions: newer jaxtyping
-   rejects its sparse-probing shape annotations).
+   `torchvision==0.28.0` (the one built for torch 2.13; SAEBench requires torchvision and
+   a newer one replaces torch) and `jaxtyping==0.3.3 beartype==0.14.1` (SAEBench's tested
+   versions: newer jaxtyping rejects its sparse-probing shape annotations).
 3. `bench/saebench/run_saebench.py` runs SAEBench's core and sparse-probing evals in that
    venv and writes their output JSONs (and the pooled vectors its probes read) beside the
    inputs.
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from bench.saebench import inputs, ours
 
-SAEBENCH_PACKAGES = ("sae-bench==0.6.0", "jaxtyping==0.3.3", "beartype==0.14.1")
+# torchvision 0.28.0 is the release for torch 2.13 (a newer one upgrades torch to a CUDA build).
+SAEBENCH_PACKAGES = ("sae-bench==0.6.0", "torchvision==0.28.0", "jaxtyping==0.3.3", "beartype==0.14.1")
 
 
 def ensure_venv(venv: Path) -> Path:
