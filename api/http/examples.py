@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from api.atlas import Atlas
 from api.http.routers.graph import GraphRequest
 from api.http.routers.interventions import AttributeRequest, RunRequest, SteerRequest
+from api.http.routers.steering import SteeringQuery
 from api.http.schemas import CircularRequest, TextQuery, VectorQuery
 from api.http.schemas_meaning import ConceptQuery, ContrastQuery
 from store.errors import AtlasError
@@ -88,6 +89,7 @@ def body_examples(sample: AtlasSample) -> dict[type[BaseModel], dict[str, Any]]:
         RunRequest: {"text": TEXT, "edits": [steer], "sae_ids": [sae], "k": 3},
         SteerRequest: {"text": TEXT, "edits": [steer], "max_new_tokens": 4},
         AttributeRequest: {"text": TEXT, "target": {"kind": "loss"}, "sae_ids": [sae], "top": 5, "verify": 1},
+        SteeringQuery: {"target": sample.token or "the", "sae_ids": [sae], "k": 3, "n_prompts": 4, "candidates": 4},
     }
 
 

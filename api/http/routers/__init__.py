@@ -18,9 +18,10 @@ from api.http.routers import (
                                  saes,
                                  search,
                                  service,
+                                 steering,
 )
 
 DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, meaning.router, analyses.router,
-                                 interventions.router, board.router, evals.router,
+                                 interventions.router, steering.router, board.router, evals.router,
                                  compare.router, graph.router]
 SERVICE_ROUTER = service.router
