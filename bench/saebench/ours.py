@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from bench.saebench.inputs import FIXTURE, HOOK
-from saes.eval.core import core_outcome
+from saes.eval.core import CATEGORIES, core_outcome
 from saes.eval.downstream import downstream_metrics
 from saes.eval.evaluate import evaluate_sae
 from saes.eval.sparse_probing import (
@@ -86,7 +86,7 @@ class Check(NamedTuple):
         return self.gap <= self.tolerance
 
 
-def _same(metric: str, ours_name: str, saebench: float, ours: float, expected: float | None = None,
+def _close(metric: str, ours_name: str, saebench: float, ours: float, expected: float | None = None,
           relation: Relation = "same") -> Check:
     target = ours if expected is None else expected
     return Check(metric, ours_name, relation, float(saebench), float(ours), float(target),
@@ -178,17 +178,16 @@ def core_checks(fx: Fixture) -> list[Check]:
     """Every SAEBench core metric that one of ours maps to, checked."""
     ours, flat, rows_ND = our_core(fx)
     theirs = fx.saebench_core["eval_result_metrics"]
-    from saes.eval.core import CATEGORIES
 
     def pair(key: str) -> tuple[float, float, str]:
         category, name = key.split(".")
         ours_name = CATEGORIES.get(category, {}).get(name, "1 - dead_fraction" if name == "frac_alive" else name)
         return theirs[category][name], ours[category][name], ours_name
 
-    checks = [_same(key, ours_name, saebench, value) for key in CORE_SAME
+    checks = [_close(key, ours_name, saebench, value) for key in CORE_SAME
               for saebench, value, ours_name in [pair(key)]]
     convention = saebench_downstream(fx)
-    checks += [_same(key, ours_name, saebench, value, convention[key.split(".")[1]], "convention")
+    checks += [_close(key, ours_name, saebench, value, convention[key.split(".")[1]], "convention")
                for key in CORE_DOWNSTREAM_CONVENTION for saebench, value, ours_name in [pair(key)]]
     rows64 = rows_ND.double()
     d, n = rows64.shape[1], rows64.shape[0]
@@ -196,14 +195,14 @@ def core_checks(fx: Fixture) -> list[Check]:
     sum_sq = float(rows64.pow(2).sum(-1).mean())
     ev = 1.0 - sse_per_token / (sum_sq - (sum_sq / d) ** 2)
     saebench_ev, ours_ev, _ = pair("reconstruction_quality.explained_variance")
-    checks.append(_same("reconstruction_quality.explained_variance", "explained_variance", saebench_ev, ours_ev, ev,
+    checks.append(_close("reconstruction_quality.explained_variance", "explained_variance", saebench_ev, ours_ev, ev,
                         "convention"))
     saebench_mse, ours_mse, _ = pair("reconstruction_quality.mse")
-    checks.append(_same("reconstruction_quality.mse", "mse", saebench_mse, ours_mse, sse_per_token / n, "convention"))
+    checks.append(_close("reconstruction_quality.mse", "mse", saebench_mse, ours_mse, sse_per_token / n, "convention"))
     tokens_BT, _ = fx.core_tokens()
     for name in ("total_tokens_eval_reconstruction", "total_tokens_eval_sparsity_variance"):
         saebench_count, ours_count, ours_name = pair(f"token_stats.{name}")
-        checks.append(_same(f"token_stats.{name}", ours_name, saebench_count, ours_count, tokens_BT.numel(),
+        checks.append(_close(f"token_stats.{name}", ours_name, saebench_count, ours_count, tokens_BT.numel(),
                             "convention"))
     return checks
 
