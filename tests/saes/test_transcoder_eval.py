@@ -92,7 +92,7 @@ def test_spliced_transcoder_edits_act_on_the_mlp_output(atlas, handle):
 
     sae = mlp_transcoder(handle, 1)
     tokens = handle.to_tokens("the cat sat on the mat and the dog ran")[0]
-    clean = handle.bridge(tokens[None])[0]
+    clean = handle.bridge(tokens[None])[0].detach()
     spliced = run_spliced(handle, tokens, Splice({"tc": (INS[1], sae)}))
     torch.testing.assert_close(spliced.logits_TV, clean, atol=1e-4, rtol=1e-4)
     _, cache = handle.bridge.run_with_cache(tokens[None], names_filter=[INS[1]])
@@ -110,6 +110,6 @@ def test_spliced_transcoder_edits_act_on_the_mlp_output(atlas, handle):
             act[:, -1] += delta
             return act
 
-        want = handle.bridge.run_with_hooks(tokens[None], fwd_hooks=[(OUTS[1], shift)])[0]
+        want = handle.bridge.run_with_hooks(tokens[None], fwd_hooks=[(OUTS[1], shift)])[0].detach()
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         assert float((want[-1] - clean[-1]).abs().max()) > 1e-3, spec.kind
