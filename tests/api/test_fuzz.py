@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import TOKEN, LiveServer
+from tests.api.test_steering_http import add_steering_tables
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (pip install schemathesis)")
 from schemathesis.config import SchemathesisConfig  # noqa: E402
@@ -35,14 +36,17 @@ from schemathesis.engine import events, from_schema  # noqa: E402
 EXAMPLES_PER_OPERATION = 15
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 Operation = tuple[str, str]
-MODEL_BOUND = {("POST", "/run"), ("POST", "/steer"), ("POST", "/attribute"), ("POST", "/graph")}
+MODEL_BOUND = {("POST", "/run"), ("POST", "/steer"), ("POST", "/steer/stream"), ("POST", "/attribute"), ("POST", "/graph"),
+               ("GET", "/steering/search"), ("POST", "/steering/search")}
 """Operations whose input only the model can judge: a prompt of too many tokens, a position
 or token match outside it, a target that is not one token. Their documented 400 answers to
 such schema-valid requests are accepted, and must say which of these it was."""
 MODEL_BOUND_400 = re.compile(r"the prompt is \d+ tokens|outside the prompt|no prompt token matches|"
                              r"target .* tokens|outside the vocabulary|target needs|outside the \d+ tokens|"
                              r"needs at least two tokens|not in the model's vocabulary|a graph takes at most|"
-                             r"not a feature node or supernode|features are active on this prompt|the same token twice")
+                             r"not a feature node or supernode|features are active on this prompt|the same token twice|"
+                             r"not a token of the model's vocabulary|drew the steering table's prompts|"
+                             r"no token occurs at least twice")
 GATED = {("POST", "/analyses/circular"), *MODEL_BOUND}
 """Off on a read-only server: the documented 403."""
 
@@ -57,8 +61,9 @@ def read_only_token_server(small_atlas: dict[str, Any]) -> Iterator[LiveServer]:
 @pytest.fixture(scope="module")
 def open_server(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """An open server that runs analyses and interventions, over a copy of the small atlas
-    (fuzzing writes circular runs into it)."""
+    (fuzzing writes circular runs into it), with steering tables."""
     root = Path(shutil.copytree(small_atlas["root"], tmp_path_factory.mktemp("fuzz") / "atlas"))
+    add_steering_tables(root, small_atlas["sae_ids"])
     with LiveServer(root, allow_analyses=True, allow_interventions=True) as live:
         yield live
 
@@ -66,11 +71,12 @@ def open_server(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFa
 def _all_checks_schema(url: str, headers: dict[str, str] | None) -> Any:
     expected = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]  # schemathesis' own, and 400
     config = SchemathesisConfig.from_dict({"operations": [
-        {"include-path-regex": "^/(run|steer|attribute|graph)$",
+        {"include-path-regex": "^/(run|steer|steer/stream|attribute|graph|steering/search)$",
          "checks": {"positive_data_acceptance": {"expected-statuses": expected}}},
-        {"include-path-regex": "^/(steer|attribute|graph|analyses/circular)$",  # the slowest: model runs, discovery
-         "generation": {"max-examples": 5}},
-        {"include-path": "/analyses/circular", "phases": {"coverage": {"enabled": False}}},  # 1.5 s a run
+        {"include-path-regex": "^/(steer|steer/stream|attribute|graph|analyses/circular|steering/search)$",
+         "generation": {"max-examples": 5}},  # the slowest: model runs, discovery, steering searches
+        {"include-path-regex": "^/(analyses/circular|steering/search)$",
+         "phases": {"coverage": {"enabled": False}}},  # 1.5 to 2 s a run
     ]})
     config.update(seed=1, max_failures=None)
     project = config.projects.override
@@ -172,6 +178,10 @@ def _live_requests(a: str, b: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", "/analyses/circular", {"body": {"sae_id": a, "max_tokens": 256}}),
         ("POST", "/run", {"body": {"text": "the cat sat", "edits": [steer], "k": 3}}),
         ("POST", "/steer", {"body": {"text": "the cat sat", "edits": [steer], "max_new_tokens": 3}}),
+        ("POST", "/steer/stream", {"body": {"text": "the cat sat", "edits": [steer], "max_new_tokens": 3}}),
+        ("GET", "/steering/search", {"query": {"token": "cat", "sae_id": b, "k": 2}}),
+        ("POST", "/steering/search", {"body": {"target": {"kind": "tokens", "tokens": ["cat", "dog"]}, "sae_ids": [a],
+                                               "k": 2, "n_prompts": 4, "candidates": 4}}),
         ("POST", "/attribute", {"body": {"text": "the cat sat", "target": "sat", "top": 5, "verify": 1}}),
         ("POST", "/graph", {"body": {"text": "the cat sat", "max_logits": 2}}),
     ]
