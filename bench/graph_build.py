@@ -4,7 +4,8 @@ the graph's size before and after pruning, and ablations of its top nodes, in on
     PYTHONPATH=. python bench/graph_build.py [--atlas /tmp/atlas-demo] [--model smollm2-135m] \
         [--prompt "..."] [--target " Wednesday"] [--batch 128] [--repeats 3] [--threads 2]
 
-The graph is built over the atlas's transcoders when it has one per MLP, else over its
+The graph is built over the atlas's transcoders when it has one per MLP (or, with
+`--freeze-mlps`, over the transcoders it has, the other MLPs frozen), else over its
 residual-stream SAEs (the demo atlas: TopK SAEs at blocks.{8,15,22}.hook_resid_post). The
 baseline is the model's own forward and backward pass on the prompt (the gradient of the
 target logit with respect to every parameter). Target: build <= 10x the baseline.
@@ -52,12 +53,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--freeze-mlps", action="store_true",
+                    help="use the atlas's transcoders, the MLPs they miss frozen (their outputs error nodes)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     atlas = Atlas(args.atlas)
     handle = atlas.model()
     views = [atlas.sae(s) for s in atlas.sae_ids]
-    saes = graph_saes(atlas.ctx, views, chosen=False)
+    saes = graph_saes(atlas.ctx, views, chosen=False, freeze_mlps=args.freeze_mlps)
     tokens = handle.to_tokens(args.prompt)[0]
     target = token_id(handle.tokenizer, args.target)
     print(f"prompt {args.prompt!r}: {len(tokens)} tokens; dictionaries: {', '.join(saes)}")
@@ -71,7 +74,8 @@ def main() -> None:
     graph_holder = {}
 
     def build() -> None:
-        graph_holder["g"] = build_graph(handle, saes, tokens, targets=[args.target], batch_size=args.batch)
+        graph_holder["g"] = build_graph(handle, saes, tokens, targets=[args.target], batch_size=args.batch,
+                                        freeze_mlps=args.freeze_mlps)
 
     base = _median_seconds(forward_backward, args.repeats)
     handle.bridge.zero_grad(set_to_none=True)
@@ -89,25 +93,26 @@ def main() -> None:
     print(f"replacement {full.replacement:.3f} -> {pruned.replacement:.3f}; "
           f"completeness {full.completeness:.3f} -> {pruned.completeness:.3f}")
 
-    feats = [i for i in p.node_mask.nonzero()[:, 0].tolist() if i < g.n_features]
-    ranked = sorted(feats, key=lambda i: float(p.cumulative[i]))
+    ranked = sorted(range(g.n_features), key=lambda i: float(p.cumulative[i]))  # by influence, kept or not
     top = ranked[:5]
     f = g.features
-    labels = {sid: dict(atlas.sae(sid).labels_by_latent().select("latent", "label").iter_rows()) for sid in g.dictionaries}
+    summarized = [sid for sid in g.dictionaries if sid in atlas.sae_ids and atlas.sae(sid).summarized]
+    labels = {sid: dict(atlas.sae(sid).labels_by_latent().select("latent", "label").iter_rows()) for sid in summarized}
     print("most influential feature nodes (dictionary, latent, token: offline label):")
     for i in ranked[:10]:
         sid, lat = g.dictionaries[int(f.dictionary[i])], int(f.latent[i])
-        print(f"  {sid} {lat:5d} {g.tokens[int(f.pos[i])]!r:>10}: {labels[sid].get(lat) or ''}")
+        print(f"  {sid} {lat:5d} {g.tokens[int(f.pos[i])]!r:>10}: {labels.get(sid, {}).get(lat) or ''}")
+    # firing density from the summaries; an unsummarized dictionary matches on the activation instead
     dens = {sid: pl.read_parquet(atlas.sae(sid).folder / "features.parquet")["density"].to_numpy()
-            for sid in g.dictionaries}
+            for sid in summarized}
+    match = lambda j: (dens[g.dictionaries[int(f.dictionary[j])]][int(f.latent[j])]  # noqa: E731
+                       if g.dictionaries[int(f.dictionary[j])] in dens else float(f.activation[j]))
     gen = torch.Generator().manual_seed(args.seed)
     chosen: list[int] = []
     for i in top:
         d = int(f.dictionary[i])
-        sid = g.dictionaries[d]
         pool = [j for j in (f.dictionary == d).nonzero()[:, 0].tolist() if j not in top and j not in chosen]
-        want = dens[sid][int(f.latent[i])]
-        pool.sort(key=lambda j: abs(dens[sid][int(f.latent[j])] - want))
+        pool.sort(key=lambda j: abs(match(j) - match(i)))
         near = pool[:10]
         chosen.append(near[int(torch.randint(len(near), (1,), generator=gen))])
     for name, nodes in (("top 5 graph nodes", top), ("5 density-matched random active features", chosen)):
