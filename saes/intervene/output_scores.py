@@ -169,7 +169,7 @@ def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
                                 f"{summarize_repair(root, sae_id)}")
     alpha = params.strength * np.nan_to_num(tables["mean_active_act"].to_numpy().astype(np.float32))
     sae = load_atlas_sae(root, sae_id, device=handle.device)
-    hook = atlas_sae_hook(root, sae_id)
+    hook = sae.cfg.hook_name_out or atlas_sae_hook(root, sae_id)  # where the decoder writes (a transcoder's output)
     prompts = neutral_prompts(handle, params.n_prompts, params.prompt_tokens, params.seed)
     chunks = SteeringChunks(root, sae_id, {**asdict(params), "hook": hook, "model": handle.name,
                                            "lens_tokens": int(lens.shape[1])})

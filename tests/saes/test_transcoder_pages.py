@@ -63,3 +63,14 @@ def test_sae_listing_over_http_names_both_hooks(imported):
         assert (page["hook"], page["hook_out"]) == (HOOK_IN, HOOK_OUT)
         listing = {row["sae_id"]: row for row in client.get("/saes").json()}
         assert listing[sae_id]["hook_out"] == HOOK_OUT
+
+
+def test_output_scores_steer_where_the_transcoder_writes(imported):
+    from saes.intervene.output_scores import SteeringParams, compute_steering_scores
+    from store.steering import read_steering
+
+    root, handle, sae_id = imported
+    compute_steering_scores(handle, root, sae_id, SteeringParams(n_prompts=2, prompt_tokens=6, chunk=16),
+                            progress=False)
+    table, meta = read_steering(root, sae_id)
+    assert meta["params"]["hook"] == HOOK_OUT and table.height == 32
