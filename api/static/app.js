@@ -457,6 +457,7 @@ const ROUTES = [
   [/^#\/attribute$/, () => attributeView(), "nav-attribute"],
   [/^#\/graph$/, () => graphView(), "nav-graph"],
   [/^#\/board$/, () => boardView(), "nav-board"],
+  [/^#\/steering$/, () => steeringView(), "nav-steering"],
   [/^(#\/?)?$/, () => textView(), "nav-text"],
 ];
 
