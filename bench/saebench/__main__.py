@@ -10,9 +10,11 @@ One command, from the repository root:
 2. A throwaway venv for SAEBench is created when missing (SAELens pins TransformerLens 3,
    which cannot share our environment): `pip install torch==2.13.0` first (the CPU build
    on this disk; a bare torch requirement pulls CUDA wheels), then `sae-bench==0.6.0` with
-   `torchvision==0.28.0` (the one built for torch 2.13; SAEBench requires torchvision and
-   a newer one replaces torch) and `jaxtyping==0.3.3 beartype==0.14.1` (SAEBench's tested
-   versions: newer jaxtyping rejects its sparse-probing shape annotations).
+   `jaxtyping==0.3.3 beartype==0.14.1` (SAEBench's tested versions: newer jaxtyping
+   rejects its sparse-probing shape annotations) and `torchvision==0.28.0`, which is
+   uninstalled again: SAEBench declares torchvision, a newer one would replace torch with
+   a CUDA build, 0.28.0's operators do not load against the CPU torch (transformers then
+   fails to import), and the core and sparse-probing evals never use it.
 3. `bench/saebench/run_saebench.py` runs SAEBench's core and sparse-probing evals in that
    venv and writes their output JSONs (and the pooled vectors its probes read) beside the
    inputs.
@@ -26,11 +28,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from bench.saebench import inputs, ours
 
-# torchvision 0.28.0 is the release for torch 2.13 (a newer one upgrades torch to a CUDA build).
+# torchvision 0.28.0 keeps torch at 2.13 while SAEBench installs (then it is removed).
 SAEBENCH_PACKAGES = ("sae-bench==0.6.0", "torchvision==0.28.0", "jaxtyping==0.3.3", "beartype==0.14.1")
 
 
@@ -41,6 +44,7 @@ def ensure_venv(venv: Path) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *SAEBENCH_PACKAGES], check=True)
+        subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "torchvision"], check=True)
     return python
 
 
@@ -54,7 +58,10 @@ def main() -> None:
         inputs.build(args.fixture)
     python = ensure_venv(args.venv)
     script = Path(__file__).with_name("run_saebench.py")
-    subprocess.run([str(python), str(script), str(args.fixture)], check=True)
+    # SAEBench records `git rev-parse HEAD` of its working directory as its own commit;
+    # outside any repository it records "Unknown" instead of this project's commit.
+    with tempfile.TemporaryDirectory() as outside:
+        subprocess.run([str(python), str(script), str(args.fixture.resolve())], check=True, cwd=outside)
     checks = ours.main(args.fixture)
     sys.exit(0 if all(c.ok for c in checks) else 1)
 

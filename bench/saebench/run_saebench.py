@@ -1,7 +1,9 @@
 """SAEBench's own core and sparse-probing evals on the shared inputs (run in SAEBench's venv).
 
 Run with the throwaway venv's Python (`python -m bench.saebench` sets it up and calls this
-file by path): `<venv>/bin/python bench/saebench/run_saebench.py <fixture dir>`. It imports
+file by path, from a directory outside any git repository, so SAEBench's commit field
+reads "Unknown" rather than this project's commit):
+`<venv>/bin/python /path/to/bench/saebench/run_saebench.py <fixture dir>`. It imports
 nothing from sae-atlas. SAEBench only loads hub models and datasets, so the inputs are
 handed to its functions here:
 

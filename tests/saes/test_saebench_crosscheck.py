@@ -83,7 +83,7 @@ def test_a_changed_sae_fails_the_crosscheck(fx: Fixture) -> None:
 
 def test_fixture_outputs_were_written_by_saebench(fx: Fixture) -> None:
     for output in (fx.saebench_core, fx.saebench_sparse_probing):
-        assert output["sae_bench_commit_hash"] is not None and output["sae_lens_version"]
+        assert output["sae_lens_version"] == "6.54.12"
         assert output["sae_cfg_dict"]["d_sae"] == fx.sae.cfg.d_sae
     assert fx.saebench_core["eval_type_id"] == "core"
     assert fx.saebench_sparse_probing["eval_type_id"] == "sparse_probing"
