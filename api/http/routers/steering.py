@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from concurrent.futures import Executor
+from contextlib import closing
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -146,7 +147,9 @@ def json_errors(responses: dict[int | str, dict[str, Any]]) -> dict[int | str, d
 
 
 def _events(stream: SteerStream) -> Iterator[tuple[str, Any]]:
-    yield from (("token", tokens) for tokens in stream)
+    """The stream's events; closing them closes the generation (and frees the model) at once."""
+    with closing(iter(stream)) as steps:
+        yield from (("token", tokens) for tokens in steps)
     yield "done", stream.result.to_dict()
 
 
