@@ -211,11 +211,19 @@ async function boardView() {
     if (!rows.length) return "";
     const scored = rows.find((r) => Object.keys(r.metrics).some((c) => c.startsWith(evalName + "/") && r.metrics[c] !== null));
     const select = el("select", { id: `${id}-sae` }, rows.map((r) => el("option", { value: r.sae_id }, r.sae_id)));
-    select.value = (scored || rows[0]).sae_id;
     const out = el("div", { id });
-    const show = () => render(out, select.value).catch((err) => out.replaceChildren(el("div", { class: "muted no-result" }, err.message)));
-    select.onchange = show;
-    show();
+    const failed = (err) => out.replaceChildren(el("div", { class: "muted no-result" }, err.message));
+    select.onchange = () => render(out, select.value).catch(failed);
+    (async () => {  // first the SAE with numbers of the eval, else the first SAE that has a result
+      const order = [...new Set([(scored || rows[0]).sae_id, ...rows.map((r) => r.sae_id)])];
+      let first = null;
+      for (const sae of order) {
+        select.value = sae;
+        try { await render(out, sae); return; } catch (err) { first = first || err; }
+      }
+      select.value = order[0];
+      failed(first);
+    })();
     return el("div", {}, el("div", {}, "SAE ", select), out);
   };
   view.replaceChildren(el("h2", {}, "Eval board"),
