@@ -527,9 +527,11 @@ class ActivationReader:
                 continue
             buffer = buffer[torch.randperm(len(buffer), generator=gen)]
             n_out = (len(buffer) // 2 // batch_size) * batch_size
-            yield from buffer[:n_out].split(batch_size)
+            if n_out:  # `split` of zero rows would yield one empty batch
+                yield from buffer[:n_out].split(batch_size)
             buffer = buffer[n_out:]
         buffer = buffer[torch.randperm(len(buffer), generator=gen)]
         n_out = (len(buffer) // batch_size) * batch_size
-        yield from buffer[:n_out].split(batch_size)
+        if n_out:
+            yield from buffer[:n_out].split(batch_size)
 

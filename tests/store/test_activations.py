@@ -85,6 +85,13 @@ def test_batches_shuffled_seeded_and_exclude_bos(tmp_path):
     assert (order.diff() == 1).float().mean() < 0.5
 
 
+def test_batches_of_a_split_smaller_than_one_batch_are_none(tmp_path):
+    write_cache(tmp_path, n_blocks=10, t=4)  # the held-out split is one block: 3 non-BOS rows
+    reader = ActivationReader(tmp_path, HOOK)
+    assert list(reader.batches(5, seed=0, buffer_tokens=5, split="heldout")) == []
+    assert [len(b) for b in reader.batches(3, seed=0, buffer_tokens=3, split="heldout")] == [3]
+
+
 def test_skip_batches_continues_the_same_stream(tmp_path):
     write_cache(tmp_path, n_blocks=30, shard_blocks=4)
     reader = ActivationReader(tmp_path, HOOK)
