@@ -11,7 +11,6 @@ from typing_extensions import TypedDict
 
 from api.results.html import escape, rows_table
 from api.results.wire import JsonResult, Number
-from saes.intervene.steer_bench import plot_bench
 from saes.intervene.steering_search import SearchResult
 
 
@@ -121,6 +120,8 @@ class SteerBench(JsonResult):
 
     def plot(self, path: str | Path) -> Path:
         """Each target's ratio-vs-KL curves per arm, as a PNG at `path` (needs matplotlib)."""
+        from saes.intervene.steer_bench import plot_bench  # the bench pulls in scikit-learn
+
         plot_bench(self.arms, path, self.kl_bound)
         return Path(path)
 

@@ -19,20 +19,26 @@ from saes.intervene.steer_bench import BenchParams
 from saes.intervene.steer_bench import steer_bench as run_bench
 from saes.intervene.steering_search import SearchParams, SteeringSource, SteerMode, rank_features
 from store.atomic import file_version
-from store.errors import NotFoundError
+from store.errors import InvalidInputError, NotFoundError
 from store.steering import STEERING_META, read_steering
 
 Progress = Callable[[str, int, int], None]
 
 
-def steering_source(view: SaeView) -> SteeringSource:
+def steering_source(view: SaeView, *, reads_its_hook: bool) -> SteeringSource:
     """What a search needs of one SAE: NotFoundError naming the command to run when it has
-    no summaries or no steering table; IntegrityError when either is damaged."""
+    no summaries or no steering table; IntegrityError when either is damaged. A
+    transcoder's features are added where it writes; a search that also encodes at that
+    hook (`reads_its_hook`: clamping, the bench's classes) refuses it."""
+    if view.hook_out and reads_its_hook:
+        raise InvalidInputError(f"{view.sae_id!r} is a transcoder (reads {view.hook}, writes {view.hook_out}); "
+                                "clamping and the steering bench need an SAE that reads the hook it writes")
     features = view.tables().features
     table, meta = view.ctx.cache.current(("steering", view.sae_id), file_version(view.folder / STEERING_META),
                                          lambda: read_steering(view.ctx.root, view.sae_id))
     p = meta["params"]
-    return SteeringSource(view.sae_id, view.hook, view.module(), features["mean_active_act"].to_numpy(), table,
+    return SteeringSource(view.sae_id, view.hook_out or view.hook, view.module(),
+                          features["mean_active_act"].to_numpy(), table,
                           (int(p["n_prompts"]), int(p["prompt_tokens"]), int(p["seed"])))
 
 
@@ -47,7 +53,7 @@ def steering_features(ctx: AtlasContext, views: list[SaeView], target: Any, *, k
                           kl_bound=kl_bound, fluency_prompts=fluency_prompts).check()
     if not views:
         raise NotFoundError(f"the atlas {ctx.root} has no SAEs yet")
-    sources = [steering_source(view) for view in views]
+    sources = [steering_source(view, reads_its_hook=mode == "clamp") for view in views]
     handle = ctx.model()
     result = ctx.run_locked(lambda: rank_features(handle, sources, target, params, progress))
     keys = pl.DataFrame({"sae_id": [f.sae_id for f in result.features], "latent": [f.latent for f in result.features]},
@@ -68,7 +74,7 @@ def steer_bench(ctx: AtlasContext, views: list[SaeView], targets: list[Any], *, 
                           fluency_prompts=0).check()
     if not views:
         raise NotFoundError(f"the atlas {ctx.root} has no SAEs yet")
-    sources = [steering_source(view) for view in views]
+    sources = [steering_source(view, reads_its_hook=True) for view in views]
     handle = ctx.model()
     params = BenchParams(search=search, prompt_prefix=prompt_prefix)
     rows = ctx.run_locked(lambda: run_bench(handle, sources, targets, params, progress))

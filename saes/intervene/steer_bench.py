@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from geometry.probes import diff_means_probe, logistic_probe
 from saes.forward import run_hooks
 from saes.intervene.output_scores import neutral_prompts
 from saes.intervene.steering_search import (
@@ -132,6 +131,9 @@ def bench_target(handle: ModelHandle, sources: Sequence[SteeringSource], target:
     train = neutral_prompts(handle, *source.table_prompts)
     on, off = _classes(handle, source.hook, resolved, train)
     X, y = torch.cat([on, off]).numpy(), np.r_[np.ones(len(on), bool), np.zeros(len(off), bool)]
+    # scikit-learn (which loads rich) is imported when a bench runs, not with the facade
+    from geometry.probes import diff_means_probe, logistic_probe
+
     W = source.sae.W_dec.detach().float().cpu()
     with torch.inference_mode():
         codes = source.sae.encode(on.to(W)).float().cpu()
