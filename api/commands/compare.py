@@ -38,6 +38,7 @@ def compare_command(
     max_items: int = typer.Option(1024, min=3, help="Matched pairs entering SVCCA / RSA (a seeded subset beyond)."),
     n_perm: int = typer.Option(50, min=1, help="Null draws per space score."),
     rotations: int = typer.Option(1, min=1, help="Rotation-null accumulators streamed beside the real one."),
+    min_fires: int = typer.Option(10, min=0, help="Leave latents firing on fewer tokens out of the matching."),
     decoder: bool = typer.Option(None, "--decoder/--no-decoder",
                                  help="Match decoder cosines too (default: when the SAEs share d_model)."),
     groups: str = typer.Option(None, help="Score per group of A's latents from a stored run KIND/RUN[:COLUMN], "
@@ -59,7 +60,8 @@ def compare_command(
     ctx = init_distributed()
     where = use_by_default(device, model_dtype)
     params = CompareParams(n_tokens=tokens, batch_blocks=batch_blocks, sample_tokens=sample_tokens,
-                           max_items=max_items, n_perm=n_perm, n_rotations=rotations, seed=seed)
+                           max_items=max_items, n_perm=n_perm, n_rotations=rotations, min_fires=min_fires,
+                           seed=seed)
     result = run_compare(*parse_side(side_a), *parse_side(side_b), corpus=CorpusSpec(source=corpus, text_field=text_field,
                                                            context_size=context, prepend_bos=not no_bos),
                          params=params, device=str(where), decoder=decoder, groups=groups, run=run, ctx=ctx,

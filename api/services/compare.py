@@ -181,7 +181,8 @@ def summary_rows(result: CompareResult) -> list[tuple[str, Any, Any, Any]]:
     s = result.summary
     rows = [("MCC (activation)", s["mcc"], s["mcc_null"]["null_mean"], s["mcc_null"]["p_value"]),
             ("mean max corr A->B", s["mean_max_a"], None, None), ("mean max corr B->A", s["mean_max_b"], None, None),
-            ("mutual nearest pairs", s["n_mutual"], None, None)]
+            ("mutual nearest pairs", s["n_mutual"], None, None),
+            ("rare latents left out (A / B)", f"{s['n_rare_a']} / {s['n_rare_b']}", None, None)]
     if s.get("decoder_mcc_null"):
         d = s["decoder_mcc_null"]
         rows.append(("MCC (decoder cosine)", d["score"], d["null_mean"], d["p_value"]))

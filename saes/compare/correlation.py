@@ -29,12 +29,14 @@ class CorrelationSums:
     sq_a: torch.Tensor  # [F]
     sq_b: torch.Tensor  # [G]
     cross: torch.Tensor  # [F, G]
+    fires_a: torch.Tensor  # [F] tokens on which each latent of A fired (> 0)
+    fires_b: torch.Tensor  # [G]
 
     @classmethod
     def zeros(cls, d_a: int, d_b: int, device: str | torch.device = "cpu") -> CorrelationSums:
         """Empty sums for `d_a` latents of A and `d_b` of B on `device`."""
         z = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device=device)  # noqa: E731
-        return cls(z(()), z(d_a), z(d_b), z(d_a), z(d_b), z(d_a, d_b))
+        return cls(z(()), z(d_a), z(d_b), z(d_a), z(d_b), z(d_a, d_b), z(d_a), z(d_b))
 
     @torch.no_grad()
     def update(self, a_NF: torch.Tensor, b_NG: torch.Tensor) -> None:
@@ -50,10 +52,12 @@ class CorrelationSums:
         self.sq_a += (a.double() ** 2).sum(0)
         self.sq_b += (b.double() ** 2).sum(0)
         self.cross += torch.sparse.mm(a.T.to_sparse(), b).double()
+        self.fires_a += (a > 0).sum(0).double()
+        self.fires_b += (b > 0).sum(0).double()
 
     def merge(self, ctx: DistContext | None) -> None:
         """Sum every rank's statistics in place (a no-op without a process group)."""
-        for t in (self.n, self.sum_a, self.sum_b, self.sq_a, self.sq_b, self.cross):
+        for t in (self.n, self.sum_a, self.sum_b, self.sq_a, self.sq_b, self.cross, self.fires_a, self.fires_b):
             all_reduce_(t, ctx)
 
     def correlation(self) -> np.ndarray:

@@ -12,10 +12,12 @@ Scores (`compare_codes`), after Lan et al. 2024 ("Sparse autoencoders reveal uni
 feature spaces across large language models") and Paulo & Belrose 2025:
 
 - activation matching: Hungarian pairs, mutual nearest neighbours, MCC and mean max
-  correlation, beside the rotation null's MCC;
+  correlation, beside the rotation null's MCC; latents that fired on fewer than
+  `min_fires` tokens are left out (their correlations set to 0), since two rare latents
+  firing on the same few tokens correlate near 1 whatever they encode;
 - decoder matching (shared d_model only): cosine of unit decoder rows, beside the MCC of
   a randomly rotated B;
-- SVCCA and RSA of the matched pairs' decoder rows (null: unmatched random features of B)
+- SVCCA and RSA of the matched pairs' (both latents frequent) decoder rows (null: unmatched random features of B)
   and of their codes over the sampled tokens (nulls: shuffled tokens, unmatched random
   features); at most `max_items` matched pairs (a seeded subset) enter these scores;
 - the same decoder scores per semantic group of A's latents (a lobe, a circle, a concept
@@ -63,6 +65,7 @@ class CompareParams:
     max_items: int = 1024  # matched pairs entering SVCCA / RSA (a seeded subset beyond)
     n_perm: int = 50  # null draws of each space score
     n_rotations: int = 1  # rotation-null accumulators streamed beside the real one
+    min_fires: int = 10  # latents firing on fewer tokens correlate 0 in the matching (rare co-firing)
     seed: int = 0
 
 
@@ -75,6 +78,8 @@ class StreamedStats:
     sample_a_MF: np.ndarray  # codes of the first sampled tokens
     sample_b_MG: np.ndarray
     n_tokens: int
+    fires_a: np.ndarray  # [F] tokens each latent of A fired on
+    fires_b: np.ndarray  # [G]
 
 
 @dataclass
@@ -89,12 +94,14 @@ class Comparison:
     decoder_mcc: NullScore | None
     spaces: dict[str, NullScore] = field(default_factory=dict)  # "<space>_<score>_<null>"
     groups: list[dict[str, Any]] = field(default_factory=list)
+    n_rare: tuple[int, int] = (0, 0)  # latents of A / B left out of the matching as rare (< min_fires)
 
     def summary(self) -> dict[str, Any]:
         """The headline numbers, JSON-ready."""
         out: dict[str, Any] = {
             "n_tokens": self.n_tokens, "mcc": self.activation.mcc, "mean_max_a": self.activation.mean_max_a,
             "mean_max_b": self.activation.mean_max_b, "n_mutual": len(self.activation.mutual_a),
+            "n_rare_a": self.n_rare[0], "n_rare_b": self.n_rare[1],
             "mcc_null": self.activation_mcc.to_dict(),
             "decoder_mcc": self.decoder.mcc if self.decoder else None,
             "decoder_mcc_null": self.decoder_mcc.to_dict() if self.decoder_mcc else None,
@@ -138,7 +145,8 @@ def stream_statistics(sae_a: SAE, sae_b: SAE, pairs: Iterable[PairedActs], param
     if n < 2:
         raise InvalidInputError(f"the two SAEs have {n} tokens in common; at least 2 are needed to correlate them")
     return StreamedStats(sums.correlation(), [acc.correlation() for acc in nulls],
-                         np.concatenate(sample_a), np.concatenate(sample_b), n)
+                         np.concatenate(sample_a), np.concatenate(sample_b), n, sums.fires_a.cpu().numpy(),
+                         sums.fires_b.cpu().numpy())
 
 
 def decoder_match(W_dec_a: np.ndarray, W_dec_b: np.ndarray, *, n_rotations: int = 1,
@@ -177,8 +185,8 @@ def compare_codes(stats: StreamedStats, W_dec_a: np.ndarray, W_dec_b: np.ndarray
     """Match and score two SAEs from their streamed statistics and decoders. `decoder`:
     True requires decoder matching, None does it when the SAEs share d_model, False skips it.
     `groups` maps a group name to A latents."""
-    act = match_features(stats.corr_FG)
-    null_matches = [match_features(c) for c in stats.corr_rotated]
+    act = match_features(_without_rare(stats.corr_FG, stats, params.min_fires))
+    null_matches = [match_features(_without_rare(c, stats, params.min_fires)) for c in stats.corr_rotated]
     null_mcc = np.array([m.mcc for m in null_matches])
     act_null = NullScore(act.mcc, float(null_mcc.mean()) if len(null_mcc) else float("nan"),
                          float(null_mcc.std()) if len(null_mcc) else float("nan"),
@@ -187,16 +195,28 @@ def compare_codes(stats: StreamedStats, W_dec_a: np.ndarray, W_dec_b: np.ndarray
     if decoder or (decoder is None and W_dec_a.shape[1] == W_dec_b.shape[1]):
         dec, dec_null = decoder_match(W_dec_a, W_dec_b, n_rotations=max(1, params.n_rotations), seed=params.seed)
     rng = np.random.default_rng(params.seed)
-    keep = _subset(len(act.pairs_a), params.max_items, rng)
+    frequent = (stats.fires_a[act.pairs_a] >= params.min_fires) & (stats.fires_b[act.pairs_b] >= params.min_fires)
+    keep = np.flatnonzero(frequent)[_subset(int(frequent.sum()), params.max_items, rng)]
     pa, pb = act.pairs_a[keep], act.pairs_b[keep]
     Wa, Wb = np.asarray(W_dec_a, np.float64), np.asarray(W_dec_b, np.float64)
     spaces = space_scores(Wa[pa], Wb[pb], {"random_features": random_rows(Wa[pa], Wb)}, "decoder", params)
     Xa, Xb = stats.sample_a_MF[:, pa], stats.sample_b_MG[:, pb]
     spaces |= space_scores(Xa, Xb, {"shuffled_tokens": shuffled_rows(Xa, Xb),
                                     "random_features": _random_columns(Xa, stats.sample_b_MG)}, "activation", params)
-    rows = [_group_row(name, np.asarray(latents), act, Wa, Wb, params) for name, latents in (groups or {}).items()]
+    rows = [_group_row(name, np.asarray(latents), act, frequent, Wa, Wb, params)
+            for name, latents in (groups or {}).items()]
     return Comparison(stats.n_tokens, act, act_null,
-                      null_matches[0].pair_similarity if null_matches else np.zeros(0), dec, dec_null, spaces, rows)
+                      null_matches[0].pair_similarity if null_matches else np.zeros(0), dec, dec_null, spaces, rows,
+                      (int((stats.fires_a < params.min_fires).sum()), int((stats.fires_b < params.min_fires).sum())))
+
+
+def _without_rare(corr_FG: np.ndarray, stats: StreamedStats, min_fires: int) -> np.ndarray:
+    """The correlations with every latent that fired on fewer than `min_fires` tokens set to 0:
+    two rare latents firing on the same few tokens correlate near 1 whatever they encode."""
+    out = corr_FG.copy()
+    out[stats.fires_a < min_fires, :] = 0.0
+    out[:, stats.fires_b < min_fires] = 0.0
+    return out
 
 
 def _random_columns(X_MP: np.ndarray, pool_MG: np.ndarray) -> Any:
@@ -205,10 +225,10 @@ def _random_columns(X_MP: np.ndarray, pool_MG: np.ndarray) -> Any:
     return lambda rng: tuple(m.T for m in draw_rows(rng))
 
 
-def _group_row(name: str, latents: np.ndarray, act: FeatureMatch, Wa: np.ndarray, Wb: np.ndarray,
+def _group_row(name: str, latents: np.ndarray, act: FeatureMatch, frequent: np.ndarray, Wa: np.ndarray, Wb: np.ndarray,
                params: CompareParams) -> dict[str, Any]:
     """One semantic group's decoder SVCCA / RSA over its matched pairs, beside random B features."""
-    inside = np.isin(act.pairs_a, latents)
+    inside = np.isin(act.pairs_a, latents) & frequent
     pa, pb = act.pairs_a[inside], act.pairs_b[inside]
     row: dict[str, Any] = {"group": name, "n_latents": len(latents), "n_pairs": len(pa),
                            "mean_pair_corr": float(act.pair_similarity[inside].mean()) if len(pa) else None}

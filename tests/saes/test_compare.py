@@ -71,3 +71,25 @@ def test_no_common_tokens_is_a_clear_error():
     sae = planted_sae(planted_atoms(16, 8))
     with pytest.raises(InvalidInputError, match="0 tokens in common"):
         stream_statistics(sae, sae, iter([]), PARAMS)
+
+
+def test_rare_latents_firing_together_are_left_out_of_the_matching():
+    atoms = planted_atoms(16, 8, seed=0)
+    a = torch.zeros(500, 8)
+    a[:, :6] = torch.rand(500, 6)
+    b = a[:, torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])].clone()
+    a[[3, 9], 6] = b[[3, 9], 7] = 5.0  # latent 6 of A and 7 of B fire on the same 2 tokens only
+    from saes.compare.correlation import CorrelationSums
+
+    sums = CorrelationSums.zeros(8, 8)
+    sums.update(a, b)
+    assert sums.correlation()[6, 7] == pytest.approx(1.0)
+    from saes.compare.saes_pair import StreamedStats
+
+    stats = StreamedStats(sums.correlation(), [], a.numpy(), b.numpy(), 500, sums.fires_a.numpy(),
+                          sums.fires_b.numpy())
+    result = compare_codes(stats, atoms.numpy(), atoms.numpy(), PARAMS, decoder=False)
+    pairs = dict(zip(result.activation.pairs_a.tolist(), result.activation.pairs_b.tolist(), strict=True))
+    assert all(pairs[i] == j for i, j in [(0, 1), (1, 0), (2, 3), (3, 2), (4, 5), (5, 4)])
+    assert result.activation.pair_similarity[result.activation.pairs_a == 6][0] == 0.0
+    assert result.n_rare == (2, 2)  # latent 7 of A and 6 of B never fire; 6 / 7 fire twice
