@@ -35,6 +35,8 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("serve",): lambda root: [str(root)],
     ("search", "text"): lambda root: [str(root), "the cat"],
     ("steering-scores",): lambda root: ["--atlas", str(root)],
+    ("compare",): lambda root: [f"{root}:s0", f"{root}:s0"],
+    ("train-crosscoder",): lambda root: ["--atlas", str(root), "--hook-a", HOOK, "--hook-b", HOOK],
 }
 
 
