@@ -17,6 +17,7 @@ from api.http.routers.interventions import AttributeRequest, RunRequest, SteerRe
 from api.http.routers.steering import SteeringQuery
 from api.http.schemas import CircularRequest, TextQuery, VectorQuery
 from api.http.schemas_meaning import ConceptQuery, ContrastQuery
+from saes.eval.results import stored_evals
 from store.errors import AtlasError
 
 TEXT = "the cat sat on the mat"
@@ -34,18 +35,24 @@ class AtlasSample:
     kind: str | None = None
     run: str | None = None
     figure: str | None = None
+    eval_name: str | None = None
+    comparison: str | None = None
 
 
 def atlas_sample(atlas: Atlas) -> AtlasSample:
-    """The first served SAE (with a token its summaries promote) and the first stored run
-    that is served and has a figure."""
+    """The first served SAE (with a token its summaries promote and its first stored eval),
+    the first stored run that is served and has a figure, and the first stored comparison."""
     served = [row for row in atlas.saes().to_dicts() if row.get("status") == "ok"]
     runs = [row for row in atlas.analyses().to_dicts() if row["status"] == "ok" and row["figures"]]
     sae = served[0] if served else {}
     run = runs[0] if runs else {}
     token, token_id = _summary_token(atlas, sae["sae_id"]) if sae else (None, None)
+    evals = stored_evals(atlas.root, sae["sae_id"]) if sae else []
+    comparisons = atlas.comparisons()
     return AtlasSample(sae_id=sae.get("sae_id"), d_in=sae.get("d_in"), token=token, token_id=token_id,
-                       kind=run.get("kind"), run=run.get("run"), figure=run["figures"][0] if run else None)
+                       kind=run.get("kind"), run=run.get("run"), figure=run["figures"][0] if run else None,
+                       eval_name=evals[0] if evals else None,
+                       comparison=comparisons[0]["run"] if comparisons else None)
 
 
 def _summary_token(atlas: Atlas, sae_id: str) -> tuple[str | None, int | None]:
@@ -63,7 +70,8 @@ def parameter_examples(sample: AtlasSample) -> dict[tuple[str, str], Any]:
     examples = {("path", "sae_id"): sample.sae_id, ("query", "sae_id"): sample.sae_id,
                 ("path", "index"): 0 if sample.sae_id else None, ("query", "token"): sample.token,
                 ("path", "token_id"): sample.token_id, ("path", "kind"): sample.kind, ("path", "run"): sample.run,
-                ("path", "name"): sample.figure}
+                ("path", "name"): sample.figure, ("path", "eval_name"): sample.eval_name,
+                ("path", "comparison"): sample.comparison}
     return {key: value for key, value in examples.items() if value is not None}
 
 

@@ -144,10 +144,11 @@ def graph(
     batch_size = check_int(batch_size, "batch_size", 1, 1024)
     if len(interventions) > MAX_GRAPH_NODE_EDITS:
         raise InvalidInputError(f"{len(interventions)} node interventions; at most {MAX_GRAPH_NODE_EDITS}")
-    for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold),
-                    ("cumulative_prob", cumulative_prob)):
+    for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
         if not 0.0 <= float(v) <= 1.0:
             raise InvalidInputError(f"{name} must be in [0, 1], got {v!r}")
+    if not 0.0 < float(cumulative_prob) <= 1.0:
+        raise InvalidInputError(f"cumulative_prob must be in (0, 1], got {cumulative_prob!r}")
     handle = ctx.model()
     tokens_T, _ = _tokenize(handle, text)
     if len(tokens_T) > MAX_GRAPH_TOKENS:

@@ -40,7 +40,7 @@ class GraphRequest(_Request):
     sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
                                          description="dictionaries (default: the transcoders, else residual SAEs)")
     max_logits: JsonInt = Field(default=5, ge=1, le=MAX_GRAPH_TARGETS)
-    cumulative_prob: float = Field(default=0.95, ge=0.0, le=1.0)
+    cumulative_prob: float = Field(default=0.95, gt=0.0, le=1.0)
     node_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
     edge_threshold: float = Field(default=0.98, ge=0.0, le=1.0)
     supernodes: bool = Field(default=True, description="collapse stored circles, concept spans and lobes")
