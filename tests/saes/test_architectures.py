@@ -218,9 +218,9 @@ class FixedThresholdSAE(SAE):
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         return pre * (pre > self.threshold)
 
-    def training_loss(self, x: torch.Tensor, info: StepInfo) -> TrainStep:
+    def training_loss(self, x: torch.Tensor, info: StepInfo, target: torch.Tensor | None = None) -> TrainStep:
         f = self.activate(self.encode_pre(x))
-        metrics = step_metrics(x, self.decode(f), (f != 0).sum(-1), info)
+        metrics = step_metrics(x if target is None else target, self.decode(f), (f != 0).sum(-1), info)
         loss = metrics["fvu"] + self.cfg.l1_coefficient * f.abs().sum(-1).mean()
         return TrainStep(loss, {k: v.detach() for k, v in metrics.items()}, fired_counts(f))
 
