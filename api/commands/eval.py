@@ -156,15 +156,12 @@ def eval_command(
     BOS excluded), `sparse_probing`, `meta`, `mdl`, `ground_truth`, `autointerp`, `absorption`, `scr`, `tpp` (--suite).
 
     Results: saes/<id>/evals/<eval>.json (SAEBench layout) and, for core, eval.json.
-    Finished results are kept (--force recomputes). With --from-model `core` also runs under
-    `torchrun --nproc_per_node=R -m api eval ...`: the ranks split the batches and rank 0
-    writes the merged metrics and runs the other evals. Evaluating cached held-out rows is
-    one process. --json prints {sae: eval.json} for core alone, else {sae: {eval: result}}."""
+    Finished results are kept (--force recomputes). Under `torchrun --nproc_per_node=R -m api
+    eval ...` the ranks take the (SAE, eval) jobs in turn and rank 0 prints; with
+    --from-model the ranks first split the batches of the streamed `core` and rank 0 writes
+    its merged metrics. --json prints {sae: eval.json} for core alone, else {sae: {eval: result}}."""
     names = parse_suite(suite)
     ctx = init_distributed()
-    if ctx is not None and not from_model:
-        raise InvalidInputError("under torchrun `eval` needs --from-model (evaluating cached held-out rows "
-                                "runs in one process; start it without torchrun)")
     where = use_by_default(device, model_dtype)
     layout = AtlasLayout(atlas)
     ids = list(sae) or layout.sae_ids()
@@ -181,18 +178,19 @@ def eval_command(
     if from_model and "core" in names:
         streamed = _core_from_model(atlas, ids, configs["core"], tokens=tokens, corpus=corpus, context=context,
                                     batch_blocks=batch_blocks, where=where, ctx=ctx)
-        if streamed is None:
-            return
-        core = streamed
+        core = streamed or {}
         suite_names = [name for name in names if name != "core"]
 
     @functools.cache
     def model() -> ModelHandle:
         from saes.models import load_model
 
-        return load_model(layout.read_meta()["model"])
+        return load_model(layout.read_meta()["model"], device=rank_device)
 
-    run = run_suite(atlas, ids, suite_names, configs, device=str(where), model=model, force=force)
+    rank_device = ctx.device(str(where)) if ctx else str(where)
+    run = run_suite(atlas, ids, suite_names, configs, device=rank_device, model=model, force=force, ctx=ctx)
+    if ctx is not None and not ctx.is_main:
+        return
     if "core" in suite_names:
         core = {sae_id: read_eval(atlas, sae_id) for sae_id, results in run.results.items() if "core" in results}
     else:

@@ -5,7 +5,8 @@
 (SAE, eval): a result that verifies and was computed with the same config from the same
 weights is kept (so a killed run restarts the rest), a failing eval is reported and leaves
 any earlier result untouched (results are written only after an eval succeeds, atomically,
-sidecar last), and every other eval still runs.
+sidecar last), and every other eval still runs. Under torchrun the ranks take the (SAE, eval) jobs in
+turn, each writing its own results, and every rank ends with the merged `SuiteRun`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from saes.distributed import DistContext, rank_and_world
 from saes.eval.absorption import ABSORPTION
 from saes.eval.autointerp import AUTOINTERP
 from saes.eval.core import CORE
@@ -59,32 +62,61 @@ class SuiteRun:
 
 def run_suite(atlas: str | Path, sae_ids: Sequence[str], names: Sequence[EvalName], configs: dict[EvalName, Any],
               *, device: str, model: Callable[[], ModelHandle], force: bool = False,
-              progress: bool = True) -> SuiteRun:
+              progress: bool = True, ctx: DistContext | None = None) -> SuiteRun:
     """Run `names` on every SAE of `sae_ids` with `configs` (an eval without one uses its
-    config's defaults); `force` recomputes finished results. The progress bar shows on a
-    terminal only."""
-    run = SuiteRun()
-    bar = tqdm(total=len(sae_ids) * len(names), disable=None if progress else True, unit="eval")  # None: off without a TTY
-    for sae_id in sae_ids:
-        inputs = EvalInputs(Path(atlas), sae_id, device, model)
-        run.results[sae_id] = {}
-        for name in names:
-            spec = EVALS[name]
-            config = configs.get(name) or spec.config_type()
-            bar.set_description(f"{sae_id} {name}")
-            kept = None if force else finished_result(atlas, sae_id, spec, config)
-            if kept is not None:
-                run.results[sae_id][name] = kept
-                run.kept.append((sae_id, name))
+    config's defaults); `force` recomputes finished results. Under torchrun (`ctx`) rank r
+    runs jobs r, r + R, ... of the (SAE, eval) list and the ranks' runs are merged. The
+    progress bar shows on a terminal only (rank 0's)."""
+    jobs = rank_jobs(sae_ids, names, ctx)
+    rank, world = rank_and_world(ctx)
+    run = SuiteRun(results={sae_id: {} for sae_id in sae_ids})
+    bar = tqdm(total=len(jobs), disable=None if progress and rank == 0 else True, unit="eval")  # None: off without a TTY
+    inputs: EvalInputs | None = None  # one SAE loaded at a time: the jobs run SAE by SAE
+    for sae_id, name in jobs:
+        if inputs is None or inputs.sae_id != sae_id:
+            inputs = EvalInputs(Path(atlas), sae_id, device, model)
+        spec = EVALS[name]
+        config = configs.get(name) or spec.config_type()
+        bar.set_description(f"{sae_id} {name}")
+        kept = None if force else finished_result(atlas, sae_id, spec, config)
+        if kept is not None:
+            run.results[sae_id][name] = kept
+            run.kept.append((sae_id, name))
+        else:
+            started = time.perf_counter()
+            try:
+                outcome = spec.run(inputs, config)
+            except Exception as exc:  # reported per eval; the other evals still run
+                run.failures[(sae_id, name)] = f"{type(exc).__name__}: {exc}"
             else:
-                started = time.perf_counter()
-                try:
-                    outcome = spec.run(inputs, config)
-                except Exception as exc:  # reported per eval; the other evals still run
-                    run.failures[(sae_id, name)] = f"{type(exc).__name__}: {exc}"
-                else:
-                    run.results[sae_id][name] = write_result(atlas, sae_id, spec, config, outcome,
-                                                             time.perf_counter() - started)
-            bar.update(1)
+                run.results[sae_id][name] = write_result(atlas, sae_id, spec, config, outcome,
+                                                         time.perf_counter() - started)
+        bar.update(1)
     bar.close()
-    return run
+    return run if world == 1 else _merged(run, sae_ids, names, world)
+
+
+def rank_jobs(sae_ids: Sequence[str], names: Sequence[EvalName],
+              ctx: DistContext | None) -> list[tuple[str, EvalName]]:
+    """This rank's (SAE, eval) jobs: jobs r, r + R, ... of the SAE-major list (all of them
+    in one process)."""
+    rank, world = rank_and_world(ctx)
+    return [(sae_id, name) for sae_id in sae_ids for name in names][rank::world]
+
+
+def _merged(own: SuiteRun, sae_ids: Sequence[str], names: Sequence[EvalName], world: int) -> SuiteRun:
+    """Every rank's `SuiteRun` gathered into one, results in (SAE, eval) order."""
+    parts: list[SuiteRun | None] = [None] * world
+    dist.all_gather_object(parts, own)
+    merged = SuiteRun(results={sae_id: {} for sae_id in sae_ids})
+    for part in parts:
+        assert part is not None
+        merged.kept += part.kept
+        merged.failures.update(part.failures)
+    for sae_id in sae_ids:
+        for name in names:
+            for part in parts:
+                assert part is not None
+                if name in part.results.get(sae_id, {}):
+                    merged.results[sae_id][name] = part.results[sae_id][name]
+    return merged

@@ -178,3 +178,22 @@ def test_rerun_repairs_a_corrupt_shard_of_a_finished_cache(tmp_path: Path, refer
     assert not summary.already_complete and summary.resumed_from_blocks == 8  # shards 0 and 1 kept
     assert shards(tmp_path / "atlas") == shards(reference)
     assert (tmp_path / "atlas" / "activations" / HOOKS[1] / "shard-00002.safetensors").stat().st_mtime_ns == untouched
+
+
+def test_two_rank_eval_suite_equals_one_process(tmp_path: Path) -> None:
+    solo_root, ranks_root = tmp_path / "solo", tmp_path / "ranks"
+    for root in (solo_root, ranks_root):
+        make_atlas(root)
+    args = ["eval", "--suite", "core,mdl", "--tokens", "200", "--no-model", "--device", "cpu", "--json"]
+    solo = subprocess.run([sys.executable, "-m", "api", *args, "--atlas", str(solo_root)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert solo.returncode == 0, solo.stderr[-3000:]
+    proc = torchrun("-m", "api", *args, "--atlas", str(ranks_root))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = json.loads(solo.stdout), json.loads(proc.stdout)  # printed once, by rank 0
+    assert set(two) == set(SAES) and all(set(two[s]) == {"core", "mdl"} for s in SAES)
+    for sae_id in SAES:
+        for name in ("core", "mdl"):
+            stored = json.loads((ranks_root / "saes" / sae_id / "evals" / f"{name}.json").read_text())
+            assert stored["eval_result_metrics"] == two[sae_id][name]["eval_result_metrics"]
+            assert two[sae_id][name]["eval_result_metrics"] == one[sae_id][name]["eval_result_metrics"]

@@ -247,3 +247,14 @@ def test_cli_suite_runs_resumes_and_refuses(atlas):
     assert missing.exit_code == 2 and "--ground-truth" in missing.output
     needs_model = runner.invoke(app, [*args, "--suite", "sparse_probing"])
     assert needs_model.exit_code == 2 and "drop --no-model" in needs_model.output
+
+
+def test_torchrun_ranks_take_the_jobs_in_turn():
+    from saes.distributed import DistContext
+    from saes.eval.suite import rank_jobs
+
+    ids, names = ["a", "b"], ["core", "mdl", "meta"]
+    shares = [rank_jobs(ids, names, DistContext(rank, 2, rank)) for rank in range(2)]
+    assert shares[0] == [("a", "core"), ("a", "meta"), ("b", "mdl")]
+    assert shares[1] == [("a", "mdl"), ("b", "core"), ("b", "meta")]
+    assert rank_jobs(ids, names, None) == [(i, n) for i in ids for n in names]
