@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from saes.hook_fns import HookFn, replace_hook
+from saes.hook_fns import HookFn, in_residual, replace_hook
 from saes.sae.base import SAE
 
 
@@ -93,8 +93,9 @@ def downstream_metrics(
     for token_ids, is_bos in blocks:
         logits = {
             "clean": bridge(token_ids),
-            "sae": bridge.run_with_hooks(token_ids, fwd_hooks=[(hook, _replacement(fill_sae, is_bos))]),
-            "zero": bridge.run_with_hooks(token_ids, fwd_hooks=[(hook, _replacement(torch.zeros_like, is_bos))]),
+            "sae": bridge.run_with_hooks(token_ids, fwd_hooks=in_residual(bridge, [(hook, _replacement(fill_sae, is_bos))])),
+            "zero": bridge.run_with_hooks(token_ids,
+                                          fwd_hooks=in_residual(bridge, [(hook, _replacement(torch.zeros_like, is_bos))])),
         }
         stats.update(logits, token_ids, is_bos)
     return stats.result()

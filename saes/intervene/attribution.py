@@ -38,6 +38,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from saes.encoding.tokens import decoded_tokens
+from saes.hook_fns import in_residual
 from saes.intervene.edits import AblateEdit, compile_edit
 from saes.intervene.splice import Splice, run_spliced
 from saes.models import ModelHandle
@@ -233,7 +234,7 @@ def attribute(
     with torch.enable_grad(), _only_biases_need_grad(handle.bridge) as biases, warnings.catch_warnings():
         # freezing a norm scale is meant to edit it (TransformerLens warns about any such edit)
         warnings.filterwarnings("ignore", message="A forward hook edited hook_scale")
-        logits = handle.bridge.run_with_hooks(token_ids_T[None], fwd_hooks=hooks)[0]
+        logits = handle.bridge.run_with_hooks(token_ids_T[None], fwd_hooks=in_residual(handle.bridge, hooks))[0]
         value, offset = fn(logits)
         value.backward()
         bias_terms = [(_param_layer(n), float((p.detach() * p.grad).sum()))

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from saes.hook_fns import capture_hook, replace_hook
+from saes.hook_fns import capture_hook, in_residual, replace_hook
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
@@ -321,7 +321,7 @@ def run_prompts(
             fwd_hooks.append((patch.hook, replace_hook(partial(_patched, values_ND=patch.values_ND[sl], pos_N=cpos))))
         for name in hooks:
             fwd_hooks.append((name, capture_hook(partial(_append_at, acts[name], pos_N=cpos))))
-        out = handle.bridge.run_with_hooks(toks, fwd_hooks=fwd_hooks, stop_at_layer=stop)
+        out = handle.bridge.run_with_hooks(toks, fwd_hooks=in_residual(handle.bridge, fwd_hooks), stop_at_layer=stop)
         if logits:
             out_logits.append(out[rows, batch.final_pos[sl]].float())
     return RunOutput(

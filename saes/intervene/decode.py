@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from saes.hook_fns import in_residual
 from saes.intervene.splice import HookPositions, Splice
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
@@ -91,5 +92,6 @@ def cached_decoding(handle: ModelHandle, prompts: Sequence[torch.Tensor], splice
     for h in splice.hooks:
         handle.check_hook(h)
     positions = HookPositions()
-    with torch.inference_mode(), handle.bridge.hooks(fwd_hooks=splice.fwd_hooks(positions=positions)):
+    with torch.inference_mode(), handle.bridge.hooks(
+            fwd_hooks=in_residual(handle.bridge, splice.fwd_hooks(positions=positions))):
         yield CachedDecoder(handle, prompts, positions)

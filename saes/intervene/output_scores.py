@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from saes.builtin_text import builtin_documents
+from saes.hook_fns import in_residual
 from saes.intervene.decode import cached_decoding
 from saes.intervene.splice import Splice
 from saes.models import ModelHandle
@@ -105,7 +106,7 @@ def last_token_steering(handle: ModelHandle, prompts_PT: torch.Tensor,
             logits = handle.bridge.forward(last_B1.repeat_interleave(n, 0), **kwargs)[:, -1].float()
             return logits.view(n_prompts, n, -1).transpose(0, 1)
 
-        with handle.bridge.hooks(fwd_hooks=[(hook, add_at_last)]):
+        with handle.bridge.hooks(fwd_hooks=in_residual(handle.bridge, [(hook, add_at_last)])):
             yield steered
 
 

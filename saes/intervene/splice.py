@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
+from saes.hook_fns import in_residual
 from saes.intervene.edits import CirclePlane, CompiledEdit, compile_edit, resolve_positions
 from saes.models import ModelHandle
 from saes.sae.base import SAE
@@ -176,7 +177,7 @@ def run_spliced(handle: ModelHandle, token_ids_T: torch.Tensor, splice: Splice) 
         handle.check_hook(h)
     record: dict[str, torch.Tensor] = {}
     batch = token_ids_T if token_ids_T.ndim == 2 else token_ids_T[None]
-    logits = handle.bridge.run_with_hooks(batch, fwd_hooks=splice.fwd_hooks(record)).float()
+    logits = handle.bridge.run_with_hooks(batch, fwd_hooks=in_residual(handle.bridge, splice.fwd_hooks(record))).float()
     codes = {sid: f.float() for sid, f in record.items()}
     if token_ids_T.ndim == 1:
         return SpliceRun(logits[0], {sid: f[0] for sid, f in codes.items()})
