@@ -28,7 +28,7 @@ import torch
 from api.atlas import Atlas
 from api.services.graph import graph_saes
 from saes.circuits.build import build_graph
-from saes.circuits.interventions import NodeEdit, intervene
+from saes.circuits.interventions import NodeEdit, density_matched, influence_ranked, intervene
 from saes.circuits.prune import prune, scores
 from saes.intervene.attribution import token_id
 
@@ -93,7 +93,7 @@ def main() -> None:
     print(f"replacement {full.replacement:.3f} -> {pruned.replacement:.3f}; "
           f"completeness {full.completeness:.3f} -> {pruned.completeness:.3f}")
 
-    ranked = sorted(range(g.n_features), key=lambda i: float(p.cumulative[i]))  # by influence, kept or not
+    ranked = influence_ranked(g)  # kept or not
     top = ranked[:5]
     f = g.features
     summarized = [sid for sid in g.dictionaries if sid in atlas.sae_ids and atlas.sae(sid).summarized]
@@ -105,16 +105,12 @@ def main() -> None:
     # firing density from the summaries; an unsummarized dictionary matches on the activation instead
     dens = {sid: pl.read_parquet(atlas.sae(sid).folder / "features.parquet")["density"].to_numpy()
             for sid in summarized}
-    match = lambda j: (dens[g.dictionaries[int(f.dictionary[j])]][int(f.latent[j])]  # noqa: E731
-                       if g.dictionaries[int(f.dictionary[j])] in dens else float(f.activation[j]))
-    gen = torch.Generator().manual_seed(args.seed)
-    chosen: list[int] = []
-    for i in top:
-        d = int(f.dictionary[i])
-        pool = [j for j in (f.dictionary == d).nonzero()[:, 0].tolist() if j not in top and j not in chosen]
-        pool.sort(key=lambda j: abs(match(j) - match(i)))
-        near = pool[:10]
-        chosen.append(near[int(torch.randint(len(near), (1,), generator=gen))])
+
+    def density(j: int) -> float:
+        sid = g.dictionaries[int(f.dictionary[j])]
+        return float(dens[sid][int(f.latent[j])]) if sid in dens else float(f.activation[j])
+
+    chosen = density_matched(g, top, density, seed=args.seed)
     for name, nodes in (("top 5 graph nodes", top), ("5 density-matched random active features", chosen)):
         r = intervene(handle, g, [NodeEdit("ablate", nodes)])
         print(f"ablating {name}: target {args.target!r} demeaned logit {r.clean[0]:.3f} changes by "

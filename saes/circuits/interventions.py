@@ -9,11 +9,13 @@ Predicted, from the adjacency alone: `direct`, the edges from the edited nodes t
 node; `total`, the change carried along every path of the graph with each feature treated
 as linear in its pre-activation (slope 1 while active, as for ReLU, TopK and JumpReLU).
 Over transcoders `direct` equals the measured change without recomputation, and `total`
-the recomputed change as long as no feature crosses its threshold.
+the recomputed change as long as no feature crosses its threshold. `influence_ranked` and
+`density_matched` pick a graph's top nodes and their random control.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -93,6 +95,39 @@ def intervene(handle: ModelHandle, graph: Graph, edits: list[NodeEdit], *, recom
                          recompute=recompute)
     ls = graph.logit_slice
     measured = values[1, ls] - values[0, ls]
+    if not bool(torch.isfinite(measured).all()):
+        raise InvalidInputError(
+            "the replacement model diverged under this edit (non-finite logits): with norm scales frozen at "
+            "their clean values, removing a large activation (e.g. a massive-activation feature) lets later "
+            "MLPs grow without bound; edit fewer or smaller nodes, or measure the edit in the model itself "
+            "(`Atlas.run` with ablate / clamp edits)")
     direct, total = predict(graph, delta, fixed)
     return InterventionResult(graph.logits.tokens, values[0, ls].tolist(), measured.tolist(), direct.tolist(),
                               total.tolist(), recompute)
+
+
+def influence_ranked(graph: Graph) -> list[int]:
+    """Feature nodes from the most to the least influential on the targets (the order the
+    pruning keeps them in, `saes.circuits.prune`)."""
+    from saes.circuits.prune import prune
+
+    cumulative = prune(graph).cumulative
+    return sorted(range(graph.n_features), key=lambda i: float(cumulative[i]))
+
+
+def density_matched(graph: Graph, nodes: list[int], density: Callable[[int], float], *, seed: int = 0,
+                    pool: int = 10) -> list[int]:
+    """The control for ablating `nodes`: for each, a random other active feature node of the
+    same dictionary among the `pool` whose `density(node)` (firing density of its latent)
+    is nearest, seeded and without repeats."""
+    gen = torch.Generator().manual_seed(seed)
+    dictionary = graph.features.dictionary
+    chosen: list[int] = []
+    for i in nodes:
+        candidates = [j for j in (dictionary == dictionary[i]).nonzero()[:, 0].tolist()
+                      if j not in nodes and j not in chosen]
+        if not candidates:
+            raise InvalidInputError(f"no other active feature of node {i}'s dictionary to match it with")
+        near = sorted(candidates, key=lambda j: abs(density(j) - density(i)))[:pool]
+        chosen.append(near[int(torch.randint(len(near), (1,), generator=gen))])
+    return chosen
