@@ -32,7 +32,10 @@ def steering_scores_command(
     json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
 ) -> None:
     """Steer every feature at the last token of neutral prompts and store its output score
-    (Arad et al. 2025); a killed run resumes after its last finished chunk."""
+    (Arad et al. 2025); a killed run resumes after its last finished chunk. Under
+    `torchrun --nproc_per_node=R -m api steering-scores ...` the ranks take the chunks in
+    turn and rank 0 writes the tables and prints."""
+    from saes.distributed import init_distributed
     from saes.models import load_model
 
     where = resolve_device(device)  # a device this machine lacks is refused before anything else
@@ -41,10 +44,13 @@ def steering_scores_command(
     spec = layout.read_meta().get("model") if layout.atlas_json.exists() else None
     if spec is None:
         raise InvalidInputError(f"{layout.atlas_json} records no model; steering scores need the atlas's model")
-    handle = load_model(spec, device=where)
+    ctx = init_distributed()
+    handle = load_model(spec, device=ctx.device(str(where)) if ctx else where)
     params = SteeringParams(n_prompts=prompts, prompt_tokens=prompt_tokens, seed=seed, strength=strength,
                             top_k=top_k, chunk=chunk)
-    reports = [compute_steering_scores(handle, atlas, sae_id, params, progress=not json_out) for sae_id in ids]
+    reports = [compute_steering_scores(handle, atlas, sae_id, params, progress=not json_out, ctx=ctx) for sae_id in ids]
+    if ctx is not None and not ctx.is_main:
+        return
     if json_out:
         print_json(reports)
         return

@@ -21,6 +21,9 @@ distribution over the vocabulary `V` and `L_f` the latent's top logit-lens token
 - `kl = mean KL(q || p)`;
 - the `top_k` tokens whose mean log-probability change `log p - log q` is largest
   (`promoted_*`) and smallest (`suppressed_*`).
+
+Under torchrun chunk `i` is computed by rank `i mod R` (each writes its own chunk files);
+rank 0 joins them once every rank is done.
 """
 
 from __future__ import annotations
@@ -40,12 +43,13 @@ from tqdm.auto import tqdm
 
 from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from saes.builtin_text import builtin_documents
+from saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
 from saes.hook_fns import in_residual
 from saes.intervene.decode import cached_decoding
 from saes.intervene.splice import Splice
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
-from store.steering import SteeringChunks
+from store.steering import STEERING_FILE, SteeringChunks
 from store.tables import FeatureTables, summarize_repair
 
 
@@ -160,9 +164,11 @@ class SteeringReport:
 
 
 def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
-                            params: SteeringParams = SteeringParams(), *, progress: bool = True) -> SteeringReport:
+                            params: SteeringParams = SteeringParams(), *, progress: bool = True,
+                            ctx: DistContext | None = None) -> SteeringReport:
     """Measure and store the steering table of a summarized SAE (`store.steering`), chunk
-    by chunk; chunks finished by a killed run with the same parameters are kept."""
+    by chunk; chunks finished by a killed run with the same parameters are kept. Under
+    torchrun (`ctx`) the ranks take the chunks in turn and rank 0 writes the table."""
     tables = FeatureTables(root, sae_id).features
     lens = lens_token_matrix(tables["top_logit_ids"].to_list(), f"the summary of SAE {sae_id!r}")
     if lens.max() >= handle.d_vocab:
@@ -172,20 +178,28 @@ def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
     sae = load_atlas_sae(root, sae_id, device=handle.device)
     hook = sae.cfg.hook_name_out or atlas_sae_hook(root, sae_id)  # where the decoder writes (a transcoder's output)
     prompts = neutral_prompts(handle, params.n_prompts, params.prompt_tokens, params.seed)
-    chunks = SteeringChunks(root, sae_id, {**asdict(params), "hook": hook, "model": handle.name,
-                                           "lens_tokens": int(lens.shape[1])})
+    run = {**asdict(params), "hook": hook, "model": handle.name, "lens_tokens": int(lens.shape[1])}
+    rank, world = rank_and_world(ctx)
+    if rank != 0:
+        barrier(ctx)  # rank 0 first: it discards a stale run's chunks
+    chunks = SteeringChunks(root, sae_id, run)
+    if rank == 0:
+        barrier(ctx)
     n_chunks = math.ceil(len(tables) / params.chunk)
+    mine = range(rank, n_chunks, world)
     computed = 0
     with last_token_steering(handle, prompts, hook) as steered, \
-            tqdm(total=len(tables), unit="latent", desc=f"steering {sae_id}", disable=not progress) as bar:
+            tqdm(total=len(mine), unit="chunk", desc=f"steering {sae_id}", disable=not progress or rank != 0) as bar:
         clean = steered(torch.zeros(1, sae.W_dec.shape[1]))[0]
-        for i in range(n_chunks):
+        for i in mine:
             part = slice(i * params.chunk, min((i + 1) * params.chunk, len(tables)))
             if not chunks.done(i):
                 latents = np.arange(part.start, part.stop, dtype=np.int32)
                 chunks.write(i, steering_chunk(steered, clean, sae.W_dec.detach()[part], latents, alpha[part],
                                                lens[part], params.top_k))
                 computed += 1
-            bar.update(part.stop - part.start)
-    path = chunks.finish(n_chunks)
+            bar.update(1)
+    computed = int(all_reduce_(torch.tensor([computed], device=handle.device), ctx)[0])
+    path = chunks.finish(n_chunks) if rank == 0 else chunks.folder.parent / STEERING_FILE
+    barrier(ctx)
     return SteeringReport(sae_id, str(path), len(tables), computed, n_chunks - computed)

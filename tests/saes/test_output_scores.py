@@ -207,3 +207,29 @@ def test_cli_writes_the_table(atlas_root: dict[str, Any], tmp_path: Path) -> Non
     frame, meta = read_steering(root, sae_id)
     assert frame.height == atlas_root["d_sae"] and meta["params"]["n_prompts"] == 3
     assert meta["params"]["hook"] == atlas_root["hooks"][0]
+
+
+def test_two_torchrun_ranks_write_the_table_of_one_process(atlas_root: dict[str, Any], tmp_path: Path) -> None:
+    solo, ranks = tmp_path / "solo", tmp_path / "ranks"
+    for root in (solo, ranks):
+        shutil.copytree(atlas_root["root"], root)
+    sae_id = atlas_root["sae_ids"][0]
+    args = ["--sae", sae_id, "--prompts", "4", "--prompt-tokens", "8", "--chunk", "16", "--top-k", "4",
+            "--device", "cpu", "--json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "api", "steering-scores", "--atlas", str(solo), *args], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "-m", "api", "steering-scores", "--atlas", str(ranks), *args], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    [report] = json.loads(two.stdout)  # printed once, by rank 0
+    n_chunks = -(-atlas_root["d_sae"] // 16)
+    assert report["chunks_computed"] == n_chunks and report["chunks_resumed"] == 0
+    a, _ = read_steering(solo, sae_id)
+    b, meta = read_steering(ranks, sae_id)
+    assert b["latent"].to_list() == list(range(atlas_root["d_sae"])) and meta["rows"] == atlas_root["d_sae"]
+    for column in ("output_score", "kl", "alpha", "lens_top_prob"):
+        np.testing.assert_allclose(b[column].to_numpy(), a[column].to_numpy(), rtol=1e-5, atol=1e-7)
+    assert b["promoted_ids"].to_list() == a["promoted_ids"].to_list()
