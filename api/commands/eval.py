@@ -28,7 +28,7 @@ from saes.eval.core import CORE, CoreConfig, core_outcome
 from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, read_eval
 from saes.eval.ground_truth import ground_truth_config
 from saes.eval.results import read_result, write_result
-from saes.eval.sparse_probing import SparseProbingConfig, with_probe_file
+from saes.eval.sparse_probing import SparseProbingConfig, with_datasets, with_probe_file
 from saes.eval.spec import EVAL_NAMES, EvalName
 from saes.eval.suite import parse_suite, run_suite
 from saes.models import ModelHandle
@@ -58,8 +58,8 @@ class EvalsFailed(AtlasError):
 
 
 def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bool, from_model: bool,
-             probe_data: Path | None, label_field: str, ground_truth: Path | None,
-             autointerp: dict[str, Any]) -> dict[EvalName, Any]:
+             probe_data: Path | None, label_field: str, probe_sets: list[str], per_class: int | None,
+             ground_truth: Path | None, autointerp: dict[str, Any]) -> dict[EvalName, Any]:
     """Each named eval's config from the options, checked before anything runs."""
     if no_model and (needing := [n for n in names if n in NEEDS_MODEL]):
         raise InvalidInputError(f"--suite {','.join(needing)} runs the model; drop --no-model")
@@ -70,6 +70,8 @@ def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bo
     }
     if "sparse_probing" in names:
         sparse = SparseProbingConfig()
+        if probe_sets or per_class:
+            sparse = with_datasets(sparse, probe_sets or list(sparse.datasets), per_class)
         configs["sparse_probing"] = sparse if probe_data is None else with_probe_file(sparse, probe_data, label_field)
     if ground_truth is not None:
         configs["ground_truth"] = ground_truth_config(ground_truth)
@@ -130,6 +132,12 @@ def eval_command(
     probe_data: Path = typer.Option(None, "--probe-data",
                                     help="sparse_probing: a .jsonl labelled set (a 'text' field and --label-field)."),
     label_field: str = typer.Option("label", help="sparse_probing: the label field of --probe-data."),
+    probe_set: list[str] = typer.Option([], "--probe-set",
+                                        help="sparse_probing: a labelled set to probe (repeatable): topics, "
+                                        "code_vs_prose (built in) or a SAEBench set by name, read from the hub, e.g. "
+                                        "fancyzhx/ag_news. Default: the built-in sets."),
+    per_class: int = typer.Option(None, "--per-class", min=2,
+                                  help="sparse_probing: texts per class of each named set (default 32)."),
     ground_truth: Path = typer.Option(None, "--ground-truth",
                                       help="ground_truth: a .safetensors planted dictionary with W_dec [n_atoms, d]."),
     autointerp_backend: str = typer.Option("lexical", help="autointerp: lexical (offline lexical proxy, no LLM), "
@@ -170,7 +178,8 @@ def eval_command(
     for sae_id in ids:
         layout.require_sae(sae_id)
     configs = _configs(names, tokens=tokens, ce_blocks=ce_blocks, no_model=no_model, from_model=from_model,
-                       probe_data=probe_data, label_field=label_field, ground_truth=ground_truth,
+                       probe_data=probe_data, label_field=label_field, probe_sets=probe_set, per_class=per_class,
+                       ground_truth=ground_truth,
                        autointerp={"backend": autointerp_backend, "url": autointerp_url, "model": autointerp_model,
                                    "n_latents": autointerp_latents, "negatives": autointerp_negatives})
     core: dict[str, dict[str, Any]] = {}

@@ -1,11 +1,12 @@
-"""Labelled text sets for sparse probing, all offline.
+"""Labelled text sets for sparse probing.
 
-Built in (no hub): `topics`, template sentences naming a word of one topic family of the
+Built in (offline): `topics`, template sentences naming a word of one topic family of the
 built-in corpus (`saes.builtin_text`: weekdays, months, numbers and its category words),
 labelled by the family; `code_vs_prose`, function bodies from Python's standard library
 (docstrings removed, `ast.unparse`) against its docstrings. A user set is a `.jsonl`
 file with a text field and a label field; it is refused by name without labels or with
-fewer than two classes.
+fewer than two classes. SAEBench's own sets are read from the hub by their SAEBench name
+when it is reachable (`saes.eval.hub_probe_sets`).
 """
 
 from __future__ import annotations
@@ -99,13 +100,31 @@ def code_vs_prose_set(per_class: int, seed: int) -> ProbeSet:
     return ProbeSet("code_vs_prose", code + prose, ["code"] * len(code) + ["prose"] * len(prose))
 
 
-def builtin_probe_set(name: str, per_class: int, seed: int) -> ProbeSet:
-    """A built-in set by name (InvalidInputError listing the valid ones)."""
+def probe_set_names() -> tuple[str, ...]:
+    """Every set name `named_probe_set` takes: the built-in ones, then SAEBench's hub sets."""
+    from saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS
+
+    return (*BUILTIN_PROBE_SETS, *SAEBENCH_HUB_SETS)
+
+
+def named_probe_set(name: str, per_class: int, seed: int) -> ProbeSet:
+    """A built-in set, or one of SAEBench's hub sets by its SAEBench name
+    (`saes.eval.hub_probe_sets`; InvalidInputError listing the valid names)."""
+    from saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS, hub_probe_set
+
     if name == "topics":
         return topics_set(per_class, seed)
     if name == "code_vs_prose":
         return code_vs_prose_set(per_class, seed)
-    raise InvalidInputError(f"unknown probe set {name!r}; valid: {', '.join(BUILTIN_PROBE_SETS)}")
+    if name in SAEBENCH_HUB_SETS:
+        return ProbeSet(name, *hub_probe_set(name, per_class, seed))
+    raise unknown_probe_set(name)
+
+
+def unknown_probe_set(name: str) -> InvalidInputError:
+    """The error for a set name that is neither built in nor SAEBench's."""
+    return InvalidInputError(f"unknown probe set {name!r}; valid: {', '.join(probe_set_names())} "
+                             f"(the first {len(BUILTIN_PROBE_SETS)} built in, the others SAEBench's from the hub)")
 
 
 def file_probe_set(path: str | Path, label_field: str, text_field: str = "text") -> ProbeSet:

@@ -25,7 +25,14 @@ import torch
 from geometry.probes import sparse_probing_accuracies
 from saes.encoding.codes import sae_codes
 from saes.encoding.texts import pool_tokens, tokenize_texts
-from saes.eval.probe_data import BUILTIN_PROBE_SETS, ProbeSet, builtin_probe_set, file_probe_set
+from saes.eval.probe_data import (
+    BUILTIN_PROBE_SETS,
+    ProbeSet,
+    file_probe_set,
+    named_probe_set,
+    probe_set_names,
+    unknown_probe_set,
+)
 from saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
 from saes.forward import run_hooks
 from saes.models import ModelHandle
@@ -61,9 +68,18 @@ def with_probe_file(config: SparseProbingConfig, path: str | Path, label_field: 
                    label_field=label_field, text_field=text_field)
 
 
+def with_datasets(config: SparseProbingConfig, names: list[str], per_class: int | None = None) -> SparseProbingConfig:
+    """`config` probing the named sets (built-in or SAEBench's hub sets; checked now) with
+    `per_class` texts per class when given."""
+    for name in names:
+        if name not in probe_set_names():
+            raise unknown_probe_set(name)
+    return replace(config, datasets=tuple(names), per_class=per_class or config.per_class)
+
+
 def probe_sets(config: SparseProbingConfig) -> list[ProbeSet]:
     """The labelled sets the config names, built-in first."""
-    sets = [builtin_probe_set(name, config.per_class, config.seed) for name in config.datasets]
+    sets = [named_probe_set(name, config.per_class, config.seed) for name in config.datasets]
     if config.probe_file:
         sets.append(file_probe_set(config.probe_file, config.label_field, config.text_field))
     if not sets:

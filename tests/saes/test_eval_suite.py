@@ -247,6 +247,9 @@ def test_cli_suite_runs_resumes_and_refuses(atlas):
     assert missing.exit_code == 2 and "--ground-truth" in missing.output
     needs_model = runner.invoke(app, [*args, "--suite", "sparse_probing"])
     assert needs_model.exit_code == 2 and "drop --no-model" in needs_model.output
+    no_such_set = runner.invoke(app, [*args[:-3], "--suite", "sparse_probing", "--probe-set", "ag_news"])
+    assert no_such_set.exit_code == 2 and "unknown probe set 'ag_news'" in no_such_set.output
+    assert "fancyzhx/ag_news" in no_such_set.output
 
 
 def test_torchrun_ranks_take_the_jobs_in_turn():
