@@ -54,17 +54,6 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-// An SVG element, as `el` makes HTML ones (the Board, Graph and Compare pages draw with it).
-function svg(tag, attrs = {}, ...children) {
-  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
-  for (const child of children.flat()) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
 const fmt = (x) => (x === null || x === undefined ? "–" : typeof x === "number" ? (Number.isInteger(x) ? String(x) : x.toPrecision(3)) : String(x));
 const enc = encodeURIComponent;
 const featureHref = (sae, i) => `#/saes/${enc(sae)}/features/${i}`;

@@ -2,7 +2,7 @@
 // metric against L0 as a Pareto plot (one point per SAE, as SAEBench plots them), the
 // per-letter absorption of one SAE and its autointerp explanations with their scores
 // (GET /saes/{id}/evals/{eval}). Uses app.js's helpers (api, el, fmt, enc, featLink,
-// highlighted, PALETTE, svg); inline SVG, no other dependency. Only `boardView` is global.
+// highlighted, PALETTE; svg.js's svg); inline SVG, no other dependency. Only `boardView` is global.
 (function () {
 "use strict";
 

@@ -7,7 +7,7 @@
 // relative-norm histogram of its latents (Lindsey et al. 2024) with the A-only / B-only bands,
 // its latents filtered by class, and a click on one its card: both decoder norms, any Latent
 // Scaling values and the nearest atlas features per side. Uses app.js's helpers (api, el, fmt,
-// enc, featLink, highlighted, svg, table); only `compareListView`, `compareView` and
+// enc, featLink, highlighted, table; svg.js's svg); only `compareListView`, `compareView` and
 // `crosscoderView` are global.
 (function () {
 "use strict";

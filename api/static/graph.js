@@ -4,7 +4,7 @@
 // whose colour is its sign (blue up, red down). Click a feature for its feature page,
 // shift-click to pin it, and collapse the graph's supernodes (stored circles, concept spans,
 // lobes) into one node with summed edges. Uses app.js's helpers (api, el, fmt, featureHref,
-// table, svg). Only `graphView` is global.
+// table; svg.js's svg). Only `graphView` is global.
 (function () {
 "use strict";
 
