@@ -112,7 +112,8 @@ def crosscoder_latents(ctx: AtlasContext, cc_id: str, *, latent_class: LatentCla
         raise InvalidInputError(f"latent_class must be one of {', '.join(CLASSES)}, got {latent_class!r}")
     sortable = [c for c, dtype in table.schema.items() if dtype.is_numeric()]
     if sort not in sortable:
-        raise InvalidInputError(f"cannot sort by {sort!r}; columns: {', '.join(sortable)}")
+        raise NotFoundError(f"crosscoder {cc_id!r} has no numeric column {sort!r} to sort by; columns: "
+                            f"{', '.join(sortable)}")
     offset, limit = check_int(offset, "offset", 0, MAX_INDEX), check_k(limit, "limit", MAX_LIST)
     chosen = table if latent_class is None else table.filter(pl.col("latent_class") == latent_class)
     page = chosen.sort(sort, descending=descending, nulls_last=True).slice(offset, limit)

@@ -137,7 +137,7 @@ def test_crosscoder_listing_filter_and_sort(compared: dict[str, Any]) -> None:
         assert [r["latent"] for r in by_nu["rows"]] == [1, 2, 3] and by_nu["total"] == 12
         assert http.get(f"/crosscoders/{CC}/latents", params={"latent_class": "c_only"}).status_code == 422
         bad_sort = http.get(f"/crosscoders/{CC}/latents", params={"sort": "latent_class"})
-        assert bad_sort.status_code == 400 and "relative_norm" in bad_sort.json()["detail"]
+        assert bad_sort.status_code == 404 and "relative_norm" in bad_sort.json()["detail"]
         missing = http.get("/crosscoders/nope/latents")
         assert missing.status_code == 404 and CC in missing.json()["detail"]
         assert http.get(f"/crosscoders/{CC}/latents/12").status_code == 404
