@@ -19,6 +19,8 @@ atlas.search_labels("weekday")        # features by words in their labels and ex
 atlas.run(text, edits); atlas.steer(text, edits); atlas.attribute(text, target)
 atlas.graph("Today is Monday, so tomorrow is", target=" Tuesday")   # attribution graph
 atlas.steering_features(" Friday")   # features ranked by measured steering effect, with a ready edit
+atlas.comparison(run); atlas.compared_feature(run, "b", 7)   # a stored comparison; a side's feature card
+atlas.crosscoder_latents(cc, latent_class="b_only"); atlas.crosscoder_latent(cc, 3)   # model diffing
 ```
 
 Every method is a short delegation to a service (`api.services`), over one
@@ -40,7 +42,8 @@ import polars as pl
 
 from api.context import AtlasContext
 from api.results.analysis import AnalysisResult
-from api.results.compare import CompareResult, CompareRunRow
+from api.results.compare import CompareResult, CompareRunRow, Side
+from api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
 from api.results.feature import Feature
 from api.results.graph import GraphView
 from api.results.interventions import AttributionView, RunView, SteerView
@@ -49,7 +52,18 @@ from api.results.sae import SaeInfo, SaeStatus
 from api.results.search import TextSearch, TokenFeatures
 from api.results.steering import SteerBench, SteeringSearch
 from api.sae_view import MapScores, SaeView, open_sae
-from api.services import analyses, board, features, interventions, labels, meaning, saes, search
+from api.services import (
+    analyses,
+    board,
+    compare_features,
+    crosscoder_reads,
+    features,
+    interventions,
+    labels,
+    meaning,
+    saes,
+    search,
+)
 from api.services import compare as compare_service
 from api.services import graph as graph_service
 from api.services import steering as steering_service
@@ -57,6 +71,7 @@ from api.services.evals import eval_result
 from api.services.steer_stream import SteerStream, steer_stream
 from geometry.feature_geometry import rebuild_geometry_records
 from geometry.maps import Basis
+from saes.compare.crosscoder import LatentClass
 from saes.encoding.texts import Pool
 from saes.intervene.attribution import AttributionMode
 from saes.intervene.steering_search import SteerMode
@@ -392,3 +407,28 @@ class Atlas:
     def comparison(self, run: str) -> CompareResult:
         """One stored comparison (files verified)."""
         return compare_service.compare_result(self.root, run)
+
+    def compared_feature(self, run: str, side: Side, index: int, *, examples: int = 10,
+                         neighbours: int = 8) -> Feature:
+        """The feature page of latent `index` of side "a" or "b" of comparison `run`, read
+        (read-only) from the atlas that side belongs to; NotFoundError when B's atlas is gone."""
+        return compare_features.side_feature(self.ctx, run, side, index, examples=examples, neighbours=neighbours)
+
+    def crosscoders(self) -> list[CrosscoderRow]:
+        """The stored crosscoders (`sae-atlas train-crosscoder`): sides, size, latents per class."""
+        return crosscoder_reads.crosscoders(self.ctx)
+
+    def crosscoder_latents(self, crosscoder: str, *, latent_class: LatentClass | None = None,
+                           sort: str = "relative_norm", descending: bool = True, offset: int = 0,
+                           limit: int = 100) -> CrosscoderLatents:
+        """A crosscoder's latents of one class ("a_only", "shared", "b_only"; all when None),
+        sorted by a column (relative_norm, norm_a, norm_b, latent or a Latent Scaling column),
+        beside the relative-norm histogram of all of them."""
+        return crosscoder_reads.crosscoder_latents(self.ctx, crosscoder, latent_class=latent_class, sort=sort,
+                                                   descending=descending, offset=offset, limit=limit)
+
+    def crosscoder_latent(self, crosscoder: str, latent: int, *, k: int = 5) -> CrosscoderLatentCard:
+        """One crosscoder latent: both decoder norms, relative norm, class, any Latent Scaling
+        values, and per side the `k` features of this atlas's SAEs at that hook whose decoder
+        rows are nearest to the side's decoder row (with their labels)."""
+        return crosscoder_reads.crosscoder_latent(self.ctx, crosscoder, latent, k=k)

@@ -1,5 +1,5 @@
 """`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow,
-contrast of two text sets, concept search, geometry records, labels."""
+contrast of two text sets, concept search, geometry records, labels, crosscoder latents."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import typer
 from api.atlas import Atlas
 from api.commands.common import handle_errors, print_json, print_table
 from api.commands.device_options import device_option, model_dtype_option
+from api.results.crosscoder import CrosscoderRow
 from saes.devices import use_by_default
 from store.errors import InvalidInputError
 
@@ -225,6 +226,55 @@ def labels_command(
         typer.echo(f"imported {handle.import_explanations(sae_id, import_path, source=source)} explanations", err=True)
     if query is not None:
         _show(f"labels matching {query!r}", handle.search_labels(query, sae_id=sae_id, k=k), json_out)
+
+
+@search_app.command("crosscoder")
+@handle_errors
+def crosscoder_command(
+    atlas: Path = ATLAS,
+    crosscoder: str = typer.Argument(None, help="Crosscoder id (default: list the stored crosscoders)."),
+    only: str = typer.Option(None, "--only", help="Only latents of this class: a_only, shared or b_only."),
+    sort: str = typer.Option("relative_norm", help="Column to sort by: relative_norm, norm_a, norm_b, latent, "
+                                                   "or a Latent Scaling column."),
+    ascending: bool = typer.Option(False, "--ascending", help="Smallest first."),
+    k: int = typer.Option(20, "-k", "--k", min=1, max=1000, help="Latents to show."),
+    latent: int = typer.Option(None, min=0, help="Show this latent's card: both decoder norms and the "
+                                                 "nearest atlas features per side."),
+    json_out: bool = JSON,
+) -> None:
+    """Crosscoder latents by class (e.g. only in B: --only b_only), or one latent's card."""
+    handle = Atlas(atlas)
+    if crosscoder is None:
+        rows = handle.crosscoders()
+        if json_out:
+            print_json(rows)
+        else:
+            print_table("crosscoders", list(CrosscoderRow.__annotations__), (r.values() for r in rows))
+        return
+    if latent is not None:
+        card = handle.crosscoder_latent(crosscoder, latent)
+        if json_out:
+            print_json(card.to_dict())
+            return
+        print_table(f"{crosscoder} / latent {latent}", ["", "value"], [
+            ("norm_a", card.norm_a), ("norm_b", card.norm_b), ("relative_norm", card.relative_norm),
+            ("class", card.latent_class), *card.scaling.items()])
+        for side, near in (("A", card.nearest_a), ("B", card.nearest_b)):
+            if near:
+                print_table(f"nearest features, side {side}", ["sae_id", "latent", "cosine", "label"],
+                            (n.values() for n in near))
+        for note in card.notes:
+            typer.echo(note, err=True)
+        return
+    page = handle.crosscoder_latents(crosscoder, latent_class=only, sort=sort, descending=not ascending, limit=k)
+    if json_out:
+        print_json(page.to_dict())
+        return
+    extra = list(page.rows[0]["scaling"]) if page.rows else []
+    print_table(f"{crosscoder}: {page.total} {only or 'all'} latents by {sort}",
+                ["latent", "norm_a", "norm_b", "relative_norm", "latent_class", *extra],
+                ([r["latent"], r["norm_a"], r["norm_b"], r["relative_norm"], r["latent_class"],
+                  *r["scaling"].values()] for r in page.rows))
 
 
 def register(app: typer.Typer) -> None:

@@ -37,11 +37,13 @@ class AtlasSample:
     figure: str | None = None
     eval_name: str | None = None
     comparison: str | None = None
+    crosscoder: str | None = None
 
 
 def atlas_sample(atlas: Atlas) -> AtlasSample:
     """The first served SAE (with a token its summaries promote and its first stored eval),
-    the first stored run that is served and has a figure, and the first stored comparison."""
+    the first stored run that is served and has a figure, the first stored comparison and
+    the first stored crosscoder."""
     served = [row for row in atlas.saes().to_dicts() if row.get("status") == "ok"]
     runs = [row for row in atlas.analyses().to_dicts() if row["status"] == "ok" and row["figures"]]
     sae = served[0] if served else {}
@@ -49,10 +51,12 @@ def atlas_sample(atlas: Atlas) -> AtlasSample:
     token, token_id = _summary_token(atlas, sae["sae_id"]) if sae else (None, None)
     evals = stored_evals(atlas.root, sae["sae_id"]) if sae else []
     comparisons = atlas.comparisons()
+    crosscoders = atlas.crosscoders()
     return AtlasSample(sae_id=sae.get("sae_id"), d_in=sae.get("d_in"), token=token, token_id=token_id,
                        kind=run.get("kind"), run=run.get("run"), figure=run["figures"][0] if run else None,
                        eval_name=evals[0] if evals else None,
-                       comparison=comparisons[0]["run"] if comparisons else None)
+                       comparison=comparisons[0]["run"] if comparisons else None,
+                       crosscoder=crosscoders[0]["crosscoder"] if crosscoders else None)
 
 
 def _summary_token(atlas: Atlas, sae_id: str) -> tuple[str | None, int | None]:
@@ -71,7 +75,7 @@ def parameter_examples(sample: AtlasSample) -> dict[tuple[str, str], Any]:
                 ("path", "index"): 0 if sample.sae_id else None, ("query", "token"): sample.token,
                 ("path", "token_id"): sample.token_id, ("path", "kind"): sample.kind, ("path", "run"): sample.run,
                 ("path", "name"): sample.figure, ("path", "eval_name"): sample.eval_name,
-                ("path", "comparison"): sample.comparison}
+                ("path", "comparison"): sample.comparison, ("path", "crosscoder"): sample.crosscoder}
     return {key: value for key, value in examples.items() if value is not None}
 
 

@@ -4,7 +4,7 @@ listing of stored comparisons."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import polars as pl
 from pydantic import Field
@@ -13,6 +13,8 @@ from typing_extensions import TypedDict
 from api.results.html import escape
 from api.results.wire import FrameRows, JsonResult, Number, wire_payload
 
+Side = Literal["a", "b"]
+"""One side of a comparison or crosscoder."""
 MAX_PAIRS = 500
 """Matched pairs sent by `CompareResult.to_dict()` (and so over HTTP), best first."""
 
@@ -53,11 +55,20 @@ class SpaceScoreRow(TypedDict):
     n_null: int
 
 
+class CorrelationHistogram(TypedDict):
+    """Counts of the Hungarian pairs' correlations beside the rotation null's, on shared bins."""
+
+    edges: list[float]
+    pairs: Annotated[list[int], Field(description="every matched pair of the run (not only those sent)")]
+    null: Annotated[list[int], Field(description="pairs matched after a random rotation of B's codes")]
+
+
 @dataclass
 class CompareResult(JsonResult):
     """A stored comparison: its parameters and summary (MCC beside its rotation null, decoder
     MCC, space scores), the matched pairs (best first), the space scores and the per-group
-    scores (one row per semantic group of A's latents; columns vary with the scores)."""
+    scores (one row per semantic group of A's latents; columns vary with the scores) and the
+    histogram of every pair's correlation beside the rotation null's."""
 
     run: str
     parameters: dict[str, Any]
@@ -67,6 +78,7 @@ class CompareResult(JsonResult):
     spaces: list[SpaceScoreRow]
     groups: Annotated[list[dict[str, Any]], Field(
         description="per group of A's latents: its size, matched pairs and decoder scores beside their null")]
+    correlations: CorrelationHistogram
 
     def to_dict(self, max_rows: int = MAX_PAIRS) -> dict[str, Any]:
         """The result as JSON-ready data (pairs capped at `max_rows`; every space and group score)."""

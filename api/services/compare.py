@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from api.results.compare import CompareResult, CompareRunRow
+from api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
 from geometry import results
 from saes.atlas_saes import hook_of, load_atlas_sae
 from saes.compare.pairs import Side, paired_activations
@@ -154,13 +154,29 @@ def run_compare(
     return compare_result(root_a, run)
 
 
+def correlation_histogram(pairs_corr: np.ndarray, null_corr: np.ndarray, bins: int = 40) -> CorrelationHistogram:
+    """Counts of the pairs' and the rotation null's correlations on shared bins from the lowest
+    value (at most 0) to 1."""
+    both = np.concatenate([pairs_corr, null_corr]).astype(np.float64)
+    both = both[np.isfinite(both)]
+    lo = min(0.0, float(np.floor(both.min() * 10) / 10)) if both.size else 0.0
+    edges = np.linspace(max(lo, -1.0), 1.0, bins + 1)
+
+    def count(values: np.ndarray) -> list[int]:
+        return np.histogram(np.clip(values[np.isfinite(values)], edges[0], 1.0), edges)[0].tolist()
+
+    return CorrelationHistogram(edges=edges.round(6).tolist(), pairs=count(pairs_corr), null=count(null_corr))
+
+
 def compare_result(root: str | Path, run: str) -> CompareResult:
     """A stored comparison, every file verified (NotFoundError lists the stored runs)."""
     stored = results.read_analysis(root, KIND, check_id(run, "run name"))
-    empty = pl.DataFrame()
-    return CompareResult(run, stored.meta.get("parameters", {}), stored.meta.get("summary", {}),
-                         stored.tables.get("main", empty), stored.tables.get("spaces", empty).to_dicts(),
-                         stored.tables.get("groups", empty).to_dicts())
+    empty = pl.DataFrame({"corr": []}, schema={"corr": pl.Float64})
+    pairs = stored.tables.get("main", empty)
+    histogram = correlation_histogram(pairs["corr"].to_numpy(), stored.tables.get("null", empty)["corr"].to_numpy())
+    return CompareResult(run, stored.meta.get("parameters", {}), stored.meta.get("summary", {}), pairs,
+                         stored.tables.get("spaces", pl.DataFrame()).to_dicts(),
+                         stored.tables.get("groups", pl.DataFrame()).to_dicts(), histogram)
 
 
 def compare_runs(root: str | Path) -> list[CompareRunRow]:

@@ -458,6 +458,9 @@ const ROUTES = [
   [/^#\/graph$/, () => graphView(), "nav-graph"],
   [/^#\/board$/, () => boardView(), "nav-board"],
   [/^#\/steering$/, () => steeringView(), "nav-steering"],
+  [/^#\/compare\/([^/]+)$/, (m) => compareView(decodeURIComponent(m[1])), "nav-compare"],
+  [/^#\/compare$/, () => compareListView(), "nav-compare"],
+  [/^#\/crosscoders\/([^/]+)$/, (m) => crosscoderView(decodeURIComponent(m[1])), "nav-compare"],
   [/^(#\/?)?$/, () => textView(), "nav-text"],
 ];
 

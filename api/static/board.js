@@ -2,7 +2,7 @@
 // metric against L0 as a Pareto plot (one point per SAE, as SAEBench plots them), the
 // per-letter absorption of one SAE and its autointerp explanations with their scores
 // (GET /saes/{id}/evals/{eval}). Uses app.js's helpers (api, el, fmt, enc, featLink,
-// highlighted, PALETTE); inline SVG, no other dependency. Only `boardView` is global.
+// highlighted, PALETTE; svg.js's svg); inline SVG, no other dependency. Only `boardView` is global.
 (function () {
 "use strict";
 
@@ -20,16 +20,6 @@ const HEADLINE = [
 const BETTER = Object.fromEntries(HEADLINE);
 const isNum = (x) => typeof x === "number" && Number.isFinite(x);
 const isProxy = (row) => row.metrics["autointerp/backend"] === LEXICAL_PROXY;
-
-function svg(tag, attrs = {}, ...children) {
-  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
-  for (const child of children.flat()) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
 
 // A metric's header: its eval above its name; autointerp columns say which back-end scored them.
 function metricHeader(column, rows) {

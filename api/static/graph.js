@@ -4,17 +4,9 @@
 // whose colour is its sign (blue up, red down). Click a feature for its feature page,
 // shift-click to pin it, and collapse the graph's supernodes (stored circles, concept spans,
 // lobes) into one node with summed edges. Uses app.js's helpers (api, el, fmt, featureHref,
-// table). Only `graphView` is global.
+// table; svg.js's svg). Only `graphView` is global.
 (function () {
 "use strict";
-
-const NS = "http://www.w3.org/2000/svg";
-function svg(tag, attrs = {}, ...children) {
-  const node = document.createElementNS(NS, tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
-  for (const child of children.flat()) if (child !== null && child !== undefined) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  return node;
-}
 
 // Nodes and links with every supernode's members replaced by one node (edges summed, inner ones dropped).
 function collapsed(graph) {

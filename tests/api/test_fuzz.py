@@ -33,6 +33,7 @@ from saes.eval.suite import run_suite
 from saes.models import load_model
 from store.layout import AtlasLayout
 from tests.api.conftest import TOKEN, LiveServer
+from tests.api.test_compare_pages import CC, planted_crosscoder
 from tests.api.test_steering_http import add_steering_tables
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (pip install schemathesis)")
@@ -60,7 +61,7 @@ GATED = {("POST", "/analyses/circular"), *MODEL_BOUND}
 @pytest.fixture(scope="module")
 def fuzz_atlas(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the small atlas with what the rest of the routes read: steering tables, the
-    first SAE's core eval and a stored comparison of the two SAEs."""
+    first SAE's core eval, a stored comparison of the two SAEs and a planted crosscoder."""
     root = Path(shutil.copytree(small_atlas["root"], tmp_path_factory.mktemp("fuzz") / "atlas"))
     a, b = small_atlas["sae_ids"]
     add_steering_tables(root, [a, b])
@@ -69,6 +70,7 @@ def fuzz_atlas(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFac
     assert not done.failures, done.failures
     Atlas(root).compare(root, sae=a, other_sae=b, run="layers", n_tokens=1024, sample_tokens=256, n_perm=10,
                         corpus=CorpusSpec(context_size=32))
+    planted_crosscoder(root, small_atlas["sae_ids"], small_atlas["hooks"])
     return root
 
 
@@ -206,6 +208,12 @@ def _live_requests(a: str, b: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("GET", "/saes/{sae_id}/evals/{eval_name}", {"path_parameters": {"sae_id": a, "eval_name": "core"}}),
         ("GET", "/compare", {}),
         ("GET", "/compare/{comparison}", {"path_parameters": {"comparison": "layers"}, "query": {"pairs": 3}}),
+        ("GET", "/compare/{comparison}/{side}/features/{index}",
+         {"path_parameters": {"comparison": "layers", "side": "b", "index": 3}}),
+        ("GET", "/crosscoders", {}),
+        ("GET", "/crosscoders/{crosscoder}/latents", {"path_parameters": {"crosscoder": CC},
+                                                      "query": {"latent_class": "b_only", "sort": "nu_error"}}),
+        ("GET", "/crosscoders/{crosscoder}/latents/{index}", {"path_parameters": {"crosscoder": CC, "index": 5}}),
         ("POST", "/analyses/circular", {"body": {"sae_id": a, "max_tokens": 256}}),
         ("POST", "/run", {"body": {"text": "the cat sat", "edits": [steer], "k": 3}}),
         ("POST", "/steer", {"body": {"text": "the cat sat", "edits": [steer], "max_new_tokens": 3}}),

@@ -19,12 +19,15 @@ from api.http import ServerSettings, create_app
 from api.http.json_body import dumps
 from api.results.analysis import AnalysisResult, AnalysisRunFiles
 from api.results.board import Board
+from api.results.compare import CompareResult, CompareRunRow
+from api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
 from api.results.feature import Feature, Match
 from api.results.interventions import AttributionView, RunView, SteerView
 from api.results.jsonable import to_jsonable
 from api.results.meaning import ConceptResult, ContrastResult
 from api.results.sae import SaeInfo, SaeStatus
 from api.results.search import TextSearch, TokenFeatures
+from tests.api.test_compare_pages import CC, compared  # noqa: F401 (the compared fixture)
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (it comes with schemathesis)")
 TEXT = "the cat sat on the mat"
@@ -50,12 +53,15 @@ def _sent(result: Any) -> dict[str, Any]:
         return {**_fields(result, "table"), "features": result.table.to_dicts()}
     if isinstance(result, ConceptResult):
         return {**_fields(result, "features"), "features": result.features.to_dicts()}
+    if isinstance(result, CompareResult):
+        return {**_fields(result, "pairs"), "pairs": result.pairs.head(500).to_dicts()}
     return _fields(result, "logits_TV", "codes")
 
 
 @pytest.fixture(scope="module")
-def results(small_atlas: dict[str, Any]) -> dict[type, Any]:
-    """One real instance of every result type, from the small atlas."""
+def results(small_atlas: dict[str, Any], compared: dict[str, Any]) -> dict[type, Any]:  # noqa: F811
+    """One real instance of every result type, from the small atlas (comparisons and a
+    crosscoder from a copy of it)."""
     a, b = small_atlas["sae_ids"]
     atlas = Atlas(small_atlas["root"])
     steering = Atlas(small_atlas["root"])  # its SAEs are not loaded under inference mode (search_text does that)
@@ -70,12 +76,15 @@ def results(small_atlas: dict[str, Any]) -> dict[type, Any]:
         ran,
         steering.attribute(TEXT, "the", sae_ids=[a], top=5, verify=2),
         steering.steer(TEXT, sae=a, feature=int(ran.codes[a][-1].argmax()), alpha=4.0, max_new_tokens=3),
+        compared["layers"],
+        Atlas(compared["root"]).crosscoder_latents(CC, latent_class="b_only"),
+        Atlas(compared["root"]).crosscoder_latent(CC, 5),
     ]
     return {type(result): result for result in built}
 
 
 RESULT_TYPES = [Feature, TextSearch, TokenFeatures, AnalysisResult, ContrastResult, ConceptResult, RunView, SteerView,
-                AttributionView]
+                AttributionView, CompareResult, CrosscoderLatents, CrosscoderLatentCard]
 
 
 @pytest.mark.filterwarnings("error")  # a value of a type other than the declared one warns while serializing
@@ -122,7 +131,12 @@ def test_openapi_publishes_the_result_types(small_atlas: dict[str, Any]) -> None
                ("post", "/run"): RunView, ("post", "/steer"): SteerView, ("post", "/attribute"): AttributionView,
                ("get", "/saes/{sae_id}"): SaeInfo, ("get", "/saes"): list[SaeStatus],
                ("get", "/saes/{sae_id}/features/{index}/similar"): list[Match],
-               ("get", "/analyses"): list[AnalysisRunFiles], ("get", "/board"): Board}
+               ("get", "/analyses"): list[AnalysisRunFiles], ("get", "/board"): Board,
+               ("get", "/compare"): list[CompareRunRow], ("get", "/compare/{comparison}"): CompareResult,
+               ("get", "/compare/{comparison}/{side}/features/{index}"): Feature,
+               ("get", "/crosscoders"): list[CrosscoderRow],
+               ("get", "/crosscoders/{crosscoder}/latents"): CrosscoderLatents,
+               ("get", "/crosscoders/{crosscoder}/latents/{index}"): CrosscoderLatentCard}
     for (method, path), answer in answers.items():
         schema = spec["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
         listed = getattr(answer, "__origin__", None) is list

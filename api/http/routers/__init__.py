@@ -10,6 +10,7 @@ from api.http.routers import (
                                  analyses,
                                  board,
                                  compare,
+                                 crosscoders,
                                  evals,
                                  features,
                                  graph,
@@ -23,5 +24,5 @@ from api.http.routers import (
 
 DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, meaning.router, analyses.router,
                                  interventions.router, steering.router, board.router, evals.router,
-                                 compare.router, graph.router]
+                                 compare.router, crosscoders.router, graph.router]
 SERVICE_ROUTER = service.router

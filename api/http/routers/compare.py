@@ -5,10 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
+from api.bounds import MAX_EXAMPLES, MAX_K
 from api.http.deps import AtlasDep
 from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, Comparison, error_responses
-from api.results.compare import MAX_PAIRS, CompareResult, CompareRunRow
+from api.http.routers.params import DATA_ERRORS, Comparison, Index, error_responses
+from api.results.compare import MAX_PAIRS, CompareResult, CompareRunRow, Side
+from api.results.feature import Feature
 from store.layout import check_id
 
 router = APIRouter(tags=["compare"], responses=DATA_ERRORS)
@@ -25,3 +27,12 @@ def get_comparison(atlas: AtlasDep, comparison: str = Comparison,
                    pairs: int = Query(100, ge=0, le=MAX_PAIRS, description="matched pairs to send, best first")
                    ) -> Response:
     return json_body(atlas.comparison(check_id(comparison, "run name")).to_dict(max_rows=pairs))
+
+
+@router.get("/compare/{comparison}/{side}/features/{index}", response_model=Feature,
+            summary="Feature page of one side's latent, read from the atlas that side belongs to",
+            responses=error_responses(400, 404))
+def get_side_feature(atlas: AtlasDep, side: Side, comparison: str = Comparison, index: int = Index,
+                     examples: int = Query(10, ge=1, le=MAX_EXAMPLES), neighbours: int = Query(8, ge=1, le=MAX_K)
+                     ) -> Response:
+    return json_body(atlas.compared_feature(comparison, side, index, examples=examples, neighbours=neighbours))

@@ -19,6 +19,7 @@ K = Query(10, ge=1, le=MAX_K, description=f"number of results (1..{MAX_K})")
 Kind = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="analysis kind, e.g. circular")
 Run = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="run name")
 Comparison = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="name of a stored comparison run")
+Crosscoder = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="id of a stored crosscoder")
 FigureName = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN.removesuffix(r"\.?$") + r"\.png$",
                   description="a PNG file of the kind's folder, e.g. <run>.png")
 
