@@ -50,6 +50,7 @@ from api.results.search import TextSearch, TokenFeatures
 from api.results.steering import SteerBench, SteeringSearch
 from api.sae_view import MapScores, SaeView, open_sae
 from api.services import analyses, board, features, interventions, labels, meaning, saes, search
+from api.services import circle_transfer as circle_service
 from api.services import compare as compare_service
 from api.services import graph as graph_service
 from api.services import steering as steering_service
@@ -392,3 +393,19 @@ class Atlas:
     def comparison(self, run: str) -> CompareResult:
         """One stored comparison (files verified)."""
         return compare_service.compare_result(self.root, run)
+
+    def compare_circle(self, circle: str, other: str | Path | Atlas | None = None, *, sae: str | None = None,
+                       other_sae: str | None = None, model_b: str | None = None, hook_b: str | None = None,
+                       run: str | None = None, **options: Any) -> AnalysisResult:
+        """Writes: does the circle of this atlas's stored run `circle` (`circular/<run>`, a
+        concept run, or `concept_search/<run>`) exist in `other` (an atlas, its path or this
+        one; SAE `other_sae`) or in `model_b` at `hook_b`? The circle probe and concept span
+        fitted again in both, beside nulls, with the cyclic order and period; stored as
+        `analyses/circle_transfer/<run>`. `options`: n_components, n_null, n_random, alpha,
+        seed, device."""
+        side_b = None
+        if other is not None:
+            root_b = other.root if isinstance(other, Atlas) else Path(other)
+            side_b = f"{root_b}:{other_sae}" if other_sae else str(root_b)
+        return circle_service.run_circle_transfer(f"{self.root}:{sae}" if sae else str(self.root), side_b, circle,
+                                                  model_b=model_b, hook_b=hook_b, run=run, **options)
