@@ -52,6 +52,7 @@ from api.sae_view import MapScores, SaeView, open_sae
 from api.services import analyses, board, features, interventions, labels, meaning, saes, search
 from api.services import circle_transfer as circle_service
 from api.services import compare as compare_service
+from api.services import emergence as emergence_service
 from api.services import graph as graph_service
 from api.services import steering as steering_service
 from api.services.evals import eval_result
@@ -393,6 +394,19 @@ class Atlas:
     def comparison(self, run: str) -> CompareResult:
         """One stored comparison (files verified)."""
         return compare_service.compare_result(self.root, run)
+
+    def emergence(self, members: list[str], concepts: list[Any] | None = None, *, metric: str = "auroc",
+                  threshold: float = 0.9, **options: Any) -> AnalysisResult:
+        """Writes: where each concept's features emerge over a series of SAEs (`members`: SAE
+        ids of this atlas or `ATLAS:SAE`, in series order): per member the held-out AUROC of
+        the best single latent and the k=1 / full probe accuracies (concept prompts against
+        control prompts), the first member reaching `threshold` on `metric`, gaps and
+        re-appearances; stored with a heat map as `analyses/emergence/<run>` of the first
+        member's atlas. `concepts` default to weekdays, months, numbers and colours;
+        `options`: test_frac, seed, run, device."""
+        sides = [m if ":" in m or Path(m).is_dir() else f"{self.root}:{m}" for m in members]
+        return emergence_service.run_emergence(sides, concepts or emergence_service.DEFAULT_CONCEPTS,
+                                               metric=metric, threshold=threshold, **options)  # type: ignore[arg-type]
 
     def compare_circle(self, circle: str, other: str | Path | Atlas | None = None, *, sae: str | None = None,
                        other_sae: str | None = None, model_b: str | None = None, hook_b: str | None = None,
