@@ -82,3 +82,14 @@ def test_references_without_a_circle_are_refused(atlas: Path, small_atlas: dict[
                        "templates": ["the car is {value}", "a {value} house"]}, saes=[a], save="cats")
     with pytest.raises(InvalidInputError, match="ordered"):
         at.compare_circle("concept_search/cats", atlas, sae=a, other_sae=b)
+
+
+def test_a_concept_search_run_passes_its_search_options(atlas: Path, small_atlas: dict[str, Any]):
+    a, b = small_atlas["sae_ids"]
+    at = Atlas(atlas)
+    at.concept_search("weekdays", saes=[a], min_selectivity=0.3, max_features=4, save="wk")
+    result = at.compare_circle("concept_search/wk", atlas, sae=a, other_sae=b, n_null=10, n_random=2, run="wk-b")
+    search = result.meta["parameters"]["search"]
+    assert search["min_selectivity"] == 0.3 and search["max_features"] == 4
+    span = result.table.filter((result.table["side"] == "A") & (result.table["space"] == "span"))
+    assert len(span["latents"].to_list()[0] or []) <= 4
