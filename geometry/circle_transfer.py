@@ -59,10 +59,13 @@ class SideActivations:
 
 @dataclass
 class CircleTransfer:
-    """One row per (side, space) (`SCHEMA`) and a JSON-ready summary."""
+    """One row per (side, space) (`SCHEMA`), a JSON-ready summary, and each probe's output
+    `[N, 2]` (approximately `(cos, sin)` of the value's angle) by `<side>_<space>` for the
+    figure."""
 
     table: pl.DataFrame
     summary: dict[str, Any]
+    outputs: dict[str, np.ndarray]
 
 
 def same_cycle(a: list[int], b: list[int]) -> bool:
@@ -150,11 +153,12 @@ def circle_transfer(
             raise InvalidInputError(f"side {side}: {np.asarray(s.X_ND).shape[0]} rows for {len(values)} prompts")
         if (s.codes_NF is None) != (s.W_dec_FD is None):
             raise InvalidInputError(f"side {side}: give SAE codes and decoder rows together")
-    probes, spans, rows = {}, {}, []
+    probes, spans, rows, outputs = {}, {}, [], {}
     for side, s in zip(SIDES, (a, b), strict=True):
         X = np.asarray(s.X_ND, dtype=np.float64)
         probes[side] = fit_circle_probe(X, values, period, n_components=n_components, n_null=n_null, seed=seed)
         rows.append(_probe_row(side, probes[side], names))
+        outputs[f"{side}_residual"] = probes[side].predict(X)
         if s.codes_NF is not None:
             fit = search_concept(X, s.codes_NF, values, s.W_dec_FD, "ordered", period, seed=seed, **search)
             spans[side] = fit.span
@@ -163,6 +167,7 @@ def circle_transfer(
     X_B = np.asarray(b.X_ND, dtype=np.float64)
     if np.asarray(a.X_ND).shape[1] == X_B.shape[1]:
         rows.append(_read_probe_row(probes["A"], X_B, values, names, n_null=n_null, seed=seed))
+        outputs["B_a_probe"] = probes["A"].predict(X_B)
         if "A" in spans:
             rows.append(_span_row("B", "a_span", X_B, values, period, spans["A"].basis_DK, spans["A"].latents,
                                   names, n_random=n_random, seed=seed))
@@ -170,7 +175,7 @@ def circle_transfer(
     a_order = [names.index(v) for v in table.row(0, named=True)["order"]]
     matches = [None if o is None else same_cycle(a_order, [names.index(v) for v in o]) for o in table["order"]]
     table = table.with_columns(pl.Series("order_matches_a", matches, dtype=pl.Boolean))
-    return CircleTransfer(table, _summary(table, alpha, period))
+    return CircleTransfer(table, _summary(table, alpha, period), outputs)
 
 
 def _summary(table: pl.DataFrame, alpha: float, period: int) -> dict[str, Any]:

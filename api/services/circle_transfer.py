@@ -15,10 +15,12 @@ from api.results.analysis import AnalysisResult
 from api.services import analyses
 from api.services.concept_sides import ConceptSide, atlas_side, concept_acts, model_side
 from geometry import results
+from geometry.canvas import save_png
 from geometry.circle_transfer import SideActivations, circle_transfer
+from geometry.figures_circular import circle_transfer_figure
 from saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
 from store.errors import InvalidInputError
-from store.layout import check_id
+from store.layout import AtlasLayout, check_id
 
 KIND = "circle_transfer"
 REFERENCE_KINDS = ("circular", "concept_search")
@@ -77,5 +79,11 @@ def run_circle_transfer(
     parameters = {"circle": circle, "concept": concept.to_dict(), "a": a.describe(), "b": b.describe(),
                   "n_prompts": int(len(values)), "n_components": n_components, "n_null": n_null,
                   "n_random": n_random, "alpha": alpha, "seed": seed, "search": search}
-    results.write_analysis(a.root, KIND, run, parameters=parameters, summary=fit.summary, tables={"main": fit.table})
+    figure = AtlasLayout(a.root).analysis_dir(KIND) / f"{run}.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    rows = {f"{r['side']}_{r['space']}": r for r in fit.table.iter_rows(named=True)}
+    save_png(circle_transfer_figure(fit.outputs, values, concept.values, rows,
+                                    title=f"{concept.name}: {a.label} in {b.label}"), figure)
+    results.write_analysis(a.root, KIND, run, parameters=parameters, summary=fit.summary, tables={"main": fit.table},
+                           extra={"figures": [figure.name]})
     return analyses.analysis(a.root, KIND, run)

@@ -54,6 +54,7 @@ def test_a_s_row_is_the_circle_probe_on_the_concept_tokens(atlas: Path, small_at
     with TestClient(create_app(ServerSettings(root=atlas))) as http:
         got = http.get(f"/analyses/circle_transfer/{result.run}")
         assert got.status_code == 200 and got.json()["n_rows"] == 6
+        assert http.get(f"/analyses/circle_transfer/figures/{result.run}.png").status_code == 200
 
 
 def test_cli_looks_in_a_model_s_hook(atlas: Path, small_atlas: dict[str, Any]):

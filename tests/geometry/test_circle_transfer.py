@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from geometry.circle_transfer import SideActivations, circle_transfer, same_cycle
+from geometry.figures_circular import circle_transfer_figure
 from store.errors import InvalidInputError
 
 DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
@@ -54,6 +55,8 @@ def test_a_circle_in_a_rotated_b_is_found_with_the_same_order_and_period():
     assert rows["B_span"]["dimension"] >= 2 and rows["B_span"]["null_mean"] < rows["B_span"]["r2_loo"] - 0.2
     assert rows["B_a_probe"]["r2"] < 0.5  # rotated: A's probe does not read B's coordinates
     assert result.summary["found_in_b"] and result.summary["fits"]["B_residual"]["order_matches_a"]
+    fig = circle_transfer_figure(result.outputs, values, DAYS, rows)
+    assert [ax.get_title()[:10] for ax in fig.axes] == ["A residual", "B residual", "B a probe:"]
 
 
 def test_a_fine_tuned_b_in_a_s_coordinates_reads_a_s_probe():
