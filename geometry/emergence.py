@@ -11,7 +11,11 @@ training and held-out rows (`geometry.probes.train_test_split`):
   Neurons in a Haystack": the unit with the largest class-mean gap, then a logistic probe;
   `geometry.probes.ksparse_probe`);
 - `probe_accuracy`: held-out accuracy of the logistic probe on every latent, beside
-  `baseline`, the majority-class share of the held-out rows.
+  `baseline`, the majority-class share of the held-out rows;
+- `value_selectivity` (with the prompts' values): which value rather than whether the
+  concept, the largest share of a latent's variance over the concept prompts that their
+  value explains (eta squared, `geometry.concept_search.concept_features`, among latents
+  active on at least half of some value's prompts; in-sample), and its latent.
 
 Onsets (`onsets`): over the members in the order given, the first that reaches `threshold`
 on the chosen metric, the members below it after that (`gaps`), those where it is reached
@@ -25,22 +29,25 @@ from typing import Any, Literal, get_args
 import numpy as np
 import polars as pl
 
+from geometry.concept_search import concept_features
 from geometry.contrast import auroc
 from geometry.probes import ksparse_probe, logistic_probe, train_test_split
 from store.errors import InvalidInputError
 
-Metric = Literal["auroc", "k1_accuracy", "probe_accuracy"]
+Metric = Literal["auroc", "k1_accuracy", "probe_accuracy", "value_selectivity"]
 METRICS: tuple[str, ...] = get_args(Metric)
 SCORE_SCHEMA = {"auroc": pl.Float64, "train_auroc": pl.Float64, "latent": pl.Int64, "k1_accuracy": pl.Float64,
-                "probe_accuracy": pl.Float64, "baseline": pl.Float64, "n_concept": pl.Int64, "n_control": pl.Int64}
+                "probe_accuracy": pl.Float64, "baseline": pl.Float64, "value_selectivity": pl.Float64,
+                "value_latent": pl.Int64, "n_concept": pl.Int64, "n_control": pl.Int64}
 ONSET_SCHEMA = {"concept": pl.String, "first": pl.String, "first_index": pl.Int64, "stable_from": pl.String,
                 "gaps": pl.List(pl.String), "reappears": pl.List(pl.String), "best": pl.String,
                 "best_score": pl.Float64}
 
 
-def member_scores(concept_NF: np.ndarray, control_MF: np.ndarray, *, test_frac: float = 0.25,
-                  seed: int = 0) -> dict[str, Any]:
-    """Selectivity and probe scores of one member's codes (see the module docstring)."""
+def member_scores(concept_NF: np.ndarray, control_MF: np.ndarray, values_N: np.ndarray | None = None, *,
+                  test_frac: float = 0.25, seed: int = 0) -> dict[str, Any]:
+    """Selectivity and probe scores of one member's codes (see the module docstring); the
+    value selectivity is None without `values_N` (the concept prompts' values)."""
     pos, neg = np.asarray(concept_NF, dtype=np.float64), np.asarray(control_MF, dtype=np.float64)
     if pos.ndim != 2 or neg.ndim != 2 or pos.shape[1] != neg.shape[1]:
         raise InvalidInputError(f"need codes [N, F] and [M, F] of one width, got {pos.shape} and {neg.shape}")
@@ -55,9 +62,14 @@ def member_scores(concept_NF: np.ndarray, control_MF: np.ndarray, *, test_frac: 
     held = float(auroc(X[test][y[test]][:, [best]], X[test][~y[test]][:, [best]])[0])
     k1 = ksparse_probe(X, y, 1, test_frac=test_frac, seed=seed)
     full = logistic_probe(X, y, test_frac=test_frac, seed=seed)
+    eta2, value_latent = None, None
+    if values_N is not None:
+        firing = concept_features(pos, np.asarray(values_N))
+        if firing.height:
+            eta2, value_latent = float(firing["selectivity"].max()), int(firing.sort("selectivity")["latent"][-1])
     return {"auroc": held, "train_auroc": float(train_auc[best]), "latent": best, "k1_accuracy": k1.test_score,
-            "probe_accuracy": full.test_score, "baseline": full.baseline, "n_concept": len(pos),
-            "n_control": len(neg)}
+            "probe_accuracy": full.test_score, "baseline": full.baseline, "value_selectivity": eta2,
+            "value_latent": value_latent, "n_concept": len(pos), "n_control": len(neg)}
 
 
 def onsets(passed: list[bool], members: list[str]) -> dict[str, Any]:
@@ -86,7 +98,7 @@ def emergence_tables(scores: pl.DataFrame, members: list[str], *, metric: Metric
     `reached` column, and one onset row per concept (`ONSET_SCHEMA`) in first-seen order."""
     if metric not in METRICS:
         raise InvalidInputError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
-    scored = scores.with_columns((pl.col(metric) >= threshold).alias("reached"))
+    scored = scores.with_columns((pl.col(metric) >= threshold).fill_null(False).alias("reached"))
     rows = []
     for concept in scored["concept"].unique(maintain_order=True).to_list():
         part = scored.filter(pl.col("concept") == concept)
@@ -94,8 +106,8 @@ def emergence_tables(scores: pl.DataFrame, members: list[str], *, metric: Metric
         if set(by_member) != set(members):
             raise InvalidInputError(f"concept {concept!r} is not scored on every member")
         passed = [bool(by_member[m]["reached"]) for m in members]
-        values = [by_member[m][metric] for m in members]
-        best = int(np.nanargmax(values))
-        rows.append({"concept": concept, **onsets(passed, members), "best": members[best],
-                     "best_score": values[best]})
+        values = np.array([np.nan if by_member[m][metric] is None else by_member[m][metric] for m in members])
+        best = None if np.isnan(values).all() else int(np.nanargmax(values))
+        rows.append({"concept": concept, **onsets(passed, members), "best": None if best is None else members[best],
+                     "best_score": None if best is None else float(values[best])})
     return scored, pl.DataFrame(rows, schema=ONSET_SCHEMA)

@@ -13,7 +13,7 @@ from api.services.emergence import DEFAULT_CONCEPTS, run_emergence
 from geometry.emergence import METRICS
 from saes.devices import use_by_default
 
-SCORES = ["auroc", "latent", "k1_accuracy", "probe_accuracy", "baseline"]
+SCORES = ["auroc", "latent", "k1_accuracy", "probe_accuracy", "baseline", "value_selectivity", "value_latent"]
 
 
 @handle_errors

@@ -53,14 +53,17 @@ def run_emergence(
         if len(c.prompts()) > MAX_PROMPTS:
             raise InvalidInputError(f"concept {c.name!r} renders {len(c.prompts())} prompts; the maximum is {MAX_PROMPTS}")
     sides = [atlas_side(m, device=device) for m in members]
+    if len({s.root.resolve() for s in sides if s.root}) == 1:  # one atlas: its SAE ids say enough
+        for s in sides:
+            s.label = str(s.sae_id)
     labels = [s.label for s in sides]
     rows = []
     for concept in loaded:
-        _, positives = concept_acts(sides, concept)
+        values, positives = concept_acts(sides, concept)
         _, controls = concept_acts(sides, control_concept(concept))
         for label, pos, neg in zip(labels, positives, controls, strict=True):
             rows.append({"concept": concept.name, "member": label,
-                         **member_scores(pos.codes_NF, neg.codes_NF, test_frac=test_frac, seed=seed)})
+                         **member_scores(pos.codes_NF, neg.codes_NF, values, test_frac=test_frac, seed=seed)})
     schema = {"concept": pl.String, "member": pl.String, **SCORE_SCHEMA}
     scored, onset = emergence_tables(pl.DataFrame(rows, schema=schema), labels, metric=metric, threshold=threshold)
     root = sides[0].root

@@ -41,12 +41,13 @@ def test_cli_scores_each_member_as_recomputed_and_stores_the_run(atlas: Path, sm
     assert [o["concept"] for o in onsets] == ["weekdays", "numbers"]
     handle = Atlas(atlas).model()
     sae = load_atlas_sae(atlas, b)
-    acts = [concept_feature_acts(handle, {b: sae}, {b: small_atlas["hooks"][1]}, c).features[b]
+    acts = [concept_feature_acts(handle, {b: sae}, {b: small_atlas["hooks"][1]}, c)
             for c in (weekdays(), control_concept(weekdays()))]
-    direct = member_scores(*acts)
-    row = next(r for r in body["rows"] if r["concept"] == "weekdays" and r["member"] == f"atlas:{b}")
+    direct = member_scores(acts[0].features[b], acts[1].features[b], acts[0].values_N)
+    row = next(r for r in body["rows"] if r["concept"] == "weekdays" and r["member"] == b)  # one atlas: SAE ids
     assert row["auroc"] == pytest.approx(direct["auroc"]) and row["latent"] == direct["latent"]
     assert row["probe_accuracy"] == pytest.approx(direct["probe_accuracy"])
+    assert row["value_selectivity"] == pytest.approx(direct["value_selectivity"])
     assert row["reached"] == (direct["auroc"] >= 0.8)
     with TestClient(create_app(ServerSettings(root=atlas))) as http:
         assert http.get("/analyses/emergence/series").json()["meta"]["summary"]["threshold"] == 0.8
@@ -58,7 +59,7 @@ def test_cli_scores_each_member_as_recomputed_and_stores_the_run(atlas: Path, sm
 def test_atlas_emergence_takes_sae_ids_and_refuses_bad_input(atlas: Path, small_atlas: dict[str, Any]):
     a, b = small_atlas["sae_ids"]
     result = Atlas(atlas).emergence([a, b], ["weekdays"], metric="k1_accuracy", threshold=0.6)
-    assert result.table["member"].to_list() == [f"atlas:{a}", f"atlas:{b}"]
+    assert result.table["member"].to_list() == [a, b]
     with pytest.raises(InvalidInputError, match="2.."):
         Atlas(atlas).emergence([a], ["weekdays"])
     with pytest.raises(InvalidInputError, match="metric"):

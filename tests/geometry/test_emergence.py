@@ -16,15 +16,20 @@ MEMBERS = ["m0", "m1", "m2", "m3", "m4"]
 N, F = 60, 30
 
 
-def _codes(planted: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sparse non-negative codes of N concept and N control prompts; when planted, latent 7
-    fires on every concept prompt and on no control."""
+VALUES = np.arange(N) % 6
+
+
+def _codes(planted: bool, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sparse non-negative codes of N concept and N control prompts and the concept prompts'
+    values (6); when planted, latent 7 fires on every concept prompt and on no control, and
+    latent 11 on concept prompts with a strength set by the value."""
     rng = np.random.default_rng(seed)
     pos, neg = (np.abs(rng.normal(size=(N, F))) * (rng.random((N, F)) < 0.3) for _ in range(2))
     if planted:
         pos[:, 7] = 1.0 + rng.random(N)
         neg[:, 7] = 0.0
-    return pos, neg
+        pos[:, 11], neg[:, 11] = 1.0 + VALUES, 0.0
+    return pos, neg, VALUES
 
 
 def _scores(pattern: dict[str, list[bool]]) -> pl.DataFrame:
@@ -40,9 +45,11 @@ def test_planted_onsets_gaps_and_reappearances_are_found():
         planted = pattern[r["concept"]][MEMBERS.index(r["member"])]
         assert r["reached"] == planted
         if planted:
-            assert r["latent"] == 7 and r["auroc"] == 1.0 and r["k1_accuracy"] > 0.95 and r["probe_accuracy"] > 0.9
+            assert r["latent"] in (7, 11) and r["auroc"] == 1.0 and r["k1_accuracy"] > 0.95 and r["probe_accuracy"] > 0.9
+            assert r["value_latent"] == 11 and r["value_selectivity"] == pytest.approx(1.0)
         else:
             assert 0.2 < r["auroc"] < 0.85 and r["k1_accuracy"] < 0.8
+            assert r["value_selectivity"] is None or r["value_selectivity"] < 0.5
     rows = {r["concept"]: r for r in onset.iter_rows(named=True)}
     assert rows["late"]["first"] == "m2" and rows["late"]["first_index"] == 2 and rows["late"]["gaps"] == []
     assert rows["late"]["stable_from"] == "m2" and rows["late"]["reappears"] == []
@@ -61,6 +68,7 @@ def test_onsets_of_a_concept_never_reached_or_lost_at_the_end():
 
 
 def test_bad_input_is_refused():
+    assert member_scores(*_codes(True, 0)[:2])["value_selectivity"] is None  # no values given
     with pytest.raises(InvalidInputError, match="one width"):
         member_scores(np.zeros((10, 3)), np.zeros((10, 4)))
     with pytest.raises(InvalidInputError, match="metric"):
