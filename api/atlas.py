@@ -64,7 +64,9 @@ from api.services import (
     saes,
     search,
 )
+from api.services import circle_transfer as circle_service
 from api.services import compare as compare_service
+from api.services import emergence as emergence_service
 from api.services import graph as graph_service
 from api.services import steering as steering_service
 from api.services.evals import eval_result
@@ -432,3 +434,32 @@ class Atlas:
         values, and per side the `k` features of this atlas's SAEs at that hook whose decoder
         rows are nearest to the side's decoder row (with their labels)."""
         return crosscoder_reads.crosscoder_latent(self.ctx, crosscoder, latent, k=k)
+
+    def emergence(self, members: list[str], concepts: list[Any] | None = None, *, metric: str = "auroc",
+                  threshold: float = 0.9, **options: Any) -> AnalysisResult:
+        """Writes: where each concept's features emerge over a series of SAEs (`members`: SAE
+        ids of this atlas or `ATLAS:SAE`, in series order): per member the held-out AUROC of
+        the best single latent and the k=1 / full probe accuracies (concept prompts against
+        control prompts), the first member reaching `threshold` on `metric`, gaps and
+        re-appearances; stored with a heat map as `analyses/emergence/<run>` of the first
+        member's atlas. `concepts` default to weekdays, months, numbers and colours;
+        `options`: test_frac, seed, run, device."""
+        sides = [m if ":" in m or Path(m).is_dir() else f"{self.root}:{m}" for m in members]
+        return emergence_service.run_emergence(sides, concepts or emergence_service.DEFAULT_CONCEPTS,
+                                               metric=metric, threshold=threshold, **options)  # type: ignore[arg-type]
+
+    def compare_circle(self, circle: str, other: str | Path | Atlas | None = None, *, sae: str | None = None,
+                       other_sae: str | None = None, model_b: str | None = None, hook_b: str | None = None,
+                       run: str | None = None, **options: Any) -> AnalysisResult:
+        """Writes: does the circle of this atlas's stored run `circle` (`circular/<run>`, a
+        concept run, or `concept_search/<run>`) exist in `other` (an atlas, its path or this
+        one; SAE `other_sae`) or in `model_b` at `hook_b`? The circle probe and concept span
+        fitted again in both, beside nulls, with the cyclic order and period; stored as
+        `analyses/circle_transfer/<run>`. `options`: n_components, n_null, n_random, alpha,
+        seed, device."""
+        side_b = None
+        if other is not None:
+            root_b = other.root if isinstance(other, Atlas) else Path(other)
+            side_b = f"{root_b}:{other_sae}" if other_sae else str(root_b)
+        return circle_service.run_circle_transfer(f"{self.root}:{sae}" if sae else str(self.root), side_b, circle,
+                                                  model_b=model_b, hook_b=hook_b, run=run, **options)

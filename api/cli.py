@@ -9,7 +9,9 @@ from api.commands import (
     analyze_geometry,
     attribute,
     cache,
+    compare_circle,
     demo,
+    emergence,
     feature,
     import_sae,
     index,
@@ -37,7 +39,8 @@ analyze_app = typer.Typer(help="Geometry analyses over an atlas.", no_args_is_he
 app.add_typer(analyze_app, name="analyze")
 
 for module in (cache, train, eval_command, import_sae, summarize, index, register, demo, serve, feature, search, steer,
-               attribute, steering_scores, steering_search, steer_bench):
+               attribute, steering_scores, steering_search, steer_bench, compare_circle,
+               emergence):
     module.register(app)
 compare_verb.register(app)
 graph_verb.register(app)

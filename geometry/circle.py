@@ -20,7 +20,7 @@ and uncentred frames (a trap of the reference code) would shift every point by `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,6 +52,14 @@ class CircleProbe:
     fitted_period: float  # period whose linear phase best explains the angles
     period_fit: float  # resultant length in [0, 1] of that phase fit (1: exact)
     mean_plane_variance: float  # share of class-mean variance in their top-2 PCs
+    r2_null_values: np.ndarray = field(default_factory=lambda: np.zeros(0))  # in-sample R^2 of each permutation
+
+    @property
+    def r2_p_value(self) -> float:
+        """Permutation p-value of the in-sample R^2, `(1 + #{null >= r2}) / (1 + n_null)`
+        (nan without null draws)."""
+        n = len(self.r2_null_values)
+        return float((1 + (self.r2_null_values >= self.r2).sum()) / (1 + n)) if n else float("nan")
 
     def scores(self, X_ND: np.ndarray) -> np.ndarray:
         """PCA scores `Z [N, K]` of activations in this probe's centred frame."""
@@ -104,7 +112,9 @@ def _lstsq_r2(F: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, float, float]:
     return B, float(1 - (resid**2).sum() / sst), float(1 - (loo**2).sum() / sst)
 
 
-def _circular_order(angles_P: np.ndarray) -> tuple[list[int], bool, float]:
+def circular_order(angles_P: np.ndarray) -> tuple[list[int], bool, float]:
+    """Values (nan angles left out) sorted by angle; whether that is a rotation of 0..p-1 or of
+    its reverse; and the share of angular neighbours that are concept neighbours."""
     present = np.flatnonzero(~np.isnan(angles_P))
     order = [int(v) for v in present[np.argsort(angles_P[present], kind="stable")]]
     p, m = len(angles_P), len(order)
@@ -180,7 +190,7 @@ def fit_circle_probe(
     gen, *_ = np.linalg.lstsq(G, coords, rcond=None)
 
     angles, plane_var = class_mean_angles(X, a, period)
-    order, cyclic, adjacent = _circular_order(angles)
+    order, cyclic, adjacent = circular_order(angles)
     fitted, resultant = fit_period(angles)
     return CircleProbe(
         period=period,
@@ -201,6 +211,7 @@ def fit_circle_probe(
         fitted_period=fitted,
         period_fit=resultant,
         mean_plane_variance=plane_var,
+        r2_null_values=np.asarray(null, dtype=np.float64),
     )
 
 

@@ -99,3 +99,34 @@ def intervention_figure(table: Any, *, layer: int, metric: str = "delta_logit_di
     ax.set_title(f"intervention at layer {layer}")
     ax.legend(fontsize=8)
     return fig
+
+
+def circle_transfer_figure(outputs: Mapping[str, np.ndarray], values_N: np.ndarray, value_names: Sequence[str],
+                           rows: Mapping[str, Mapping[str, Any]], title: str = "") -> Figure:
+    """One panel per circle probe output (`<side>_<space>` -> `[N, 2]`, e.g. A's and B's
+    refitted probes and A's probe read on B): each prompt's output coloured by concept value,
+    the per-value means labelled, the unit circle for reference; `rows` gives each panel's
+    R^2 and p-value."""
+    keys = list(outputs)
+    fig, axes = new_figure(4.2 * len(keys), 4.4, len(keys))
+    axes = np.atleast_1d(axes)
+    cmap = matplotlib.colormaps["hsv"]
+    t = np.linspace(0, 2 * np.pi, 200)
+    for ax, key in zip(axes, keys, strict=True):
+        out = np.asarray(outputs[key])
+        ax.plot(np.cos(t), np.sin(t), color="0.85", lw=1)
+        for v, name in enumerate(value_names):
+            sel = values_N == v
+            if not sel.any():
+                continue
+            color = cmap(v / len(value_names))
+            ax.scatter(out[sel, 0], out[sel, 1], s=10, color=color, alpha=0.6)
+            m = out[sel].mean(0)
+            ax.annotate(str(name), m, fontsize=8, ha="center", color="k")
+        r = rows.get(key, {})
+        ax.set_title(f"{key.replace('_', ' ')}: R^2 {r.get('r2', float('nan')):.2f}, p {r.get('p_value') or float('nan'):.3f}",
+                     fontsize=9)
+        ax.set_aspect("equal")
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -4,7 +4,7 @@ model once per batch capturing every SAE's hook at the concept token
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,13 +33,14 @@ class ConceptActivations:
 
 def concept_feature_acts(
     handle: ModelHandle, saes: Mapping[str, SAE], hooks: Mapping[str, str], concept: OrderedConcept | CategoryConcept,
-    *, batch_size: int = 64,
+    *, extra_hooks: Sequence[str] = (), batch_size: int = 64,
 ) -> ConceptActivations:
     """Activations at the concept token of every prompt of `concept` for `saes` (an id to a
-    loaded SAE; `hooks` the id to its hook)."""
+    loaded SAE; `hooks` the id to its hook), and the residual at `extra_hooks` as well."""
     prompts = concept.prompts()
     batch = tokenize_prompts(handle.tokenizer, prompts, bos_token_id=handle.bos_token_id)
-    residual = collect_concept_activations(handle, batch, sorted({hooks[s] for s in saes}), batch_size=batch_size)
+    capture = sorted({hooks[s] for s in saes} | set(extra_hooks))
+    residual = collect_concept_activations(handle, batch, capture, batch_size=batch_size)
     features = {}
     with torch.inference_mode():
         for sid, sae in saes.items():

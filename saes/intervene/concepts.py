@@ -150,8 +150,43 @@ def colours() -> CategoryConcept:
         "The walls of the room are {value}.", "He bought a {value} bicycle yesterday."])
 
 
+def numbers() -> CategoryConcept:
+    """The number words one..twelve (as in the built-in corpus) in five counting templates."""
+    return CategoryConcept("numbers", [n.lower() for n in _NUMBERS], [
+        "There are {value} books on the shelf.", "She counted {value} birds in the tree.",
+        "We waited {value} hours for the train.", "The box holds {value} apples.", "I bought {value} tickets."])
+
+
 BUILTIN_CONCEPTS = {"weekdays": weekdays, "months": months}
-BUILTIN_CATEGORIES = {"colours": colours}
+BUILTIN_CATEGORIES = {"colours": colours, "numbers": numbers}
+
+
+def control_words(concept: OrderedConcept | CategoryConcept, n: int | None = None) -> list[str]:
+    """`n` (default: as many as the concept has values, at least 3) everyday nouns of the
+    built-in corpus that are none of the concept's values, alternating across categories
+    (animals, fish, fruit, countries, tools...; colours left out); capitalised when most of
+    the concept's values are (weekdays, months), so that case does not tell them apart."""
+    from saes.builtin_text import CATEGORIES
+
+    taken = {v.lower() for v in concept.values}
+    pools = [[w for w in words if w.lower() not in taken] for name, words in CATEGORIES.items() if name != "colour"]
+    mixed = [w for group in zip(*(p[:6] for p in pools), strict=False) for w in group]
+    n = max(3, len(concept.values)) if n is None else n
+    if not 2 <= n <= len(mixed):
+        raise InvalidInputError(f"control words: ask for 2..{len(mixed)}, got {n}")
+    if sum(v[:1].isupper() for v in concept.values) * 2 > len(concept.values):
+        mixed = [w[:1].upper() + w[1:] for w in mixed]
+    return mixed[:n]
+
+
+def control_concept(concept: OrderedConcept | CategoryConcept, words: list[str] | None = None
+                    ) -> OrderedConcept | CategoryConcept:
+    """The concept's prompts with `words` (default `control_words`) in the value's place: the
+    same templates and offsets, so only the value token differs from the concept's prompts."""
+    words = control_words(concept) if words is None else words
+    if isinstance(concept, CategoryConcept):
+        return CategoryConcept(f"{concept.name}-controls", words, concept.templates)
+    return OrderedConcept(f"{concept.name}-controls", words, concept.templates, concept.offsets)
 
 
 def load_concept(spec: str | Path | dict[str, Any], *, categories: bool = False) -> OrderedConcept | CategoryConcept:

@@ -1,0 +1,55 @@
+"""`sae-atlas compare-circle A[:SAE] B[:SAE] --circle circular/<run>`: does a circle found in
+A exist in B? Fits the stored run's concept circle again in B (and A), beside nulls, and
+stores the run in A's atlas (`analyses/circle_transfer/`)."""
+
+from __future__ import annotations
+
+import typer
+
+from api.commands.common import console, handle_errors, print_json, print_table
+from api.commands.device_options import device_option, model_dtype_option
+from api.services.circle_transfer import run_circle_transfer
+from saes.devices import use_by_default
+
+COLUMNS = ["side", "space", "dimension", "r2", "r2_loo", "null", "null_mean", "p_value", "cyclic_order",
+           "fitted_period", "order", "order_matches_a"]
+
+
+@handle_errors
+def compare_circle_command(
+    side_a: str = typer.Argument(..., metavar="A[:SAE]", help="Atlas holding the circle run, and its SAE."),
+    side_b: str = typer.Argument(None, metavar="[B[:SAE]]", help="Atlas and SAE to look in (or --model-b)."),
+    circle: str = typer.Option(..., "--circle", help="A's stored run: circular/<run> (a concept run) or "
+                                                     "concept_search/<run> (an ordered concept)."),
+    model_b: str = typer.Option(None, help="Look in this model's activations instead of an atlas (a Hugging "
+                                           "Face id or folder, a .gguf, tiny JSON)."),
+    hook_b: str = typer.Option(None, help="With --model-b: the hook (default A's SAE's hook)."),
+    n_components: int = typer.Option(5, min=2, help="Principal components fed to the circle probe."),
+    n_null: int = typer.Option(200, min=1, help="Relabelled-value draws of the probe nulls."),
+    n_random: int = typer.Option(50, min=0, help="Random-direction spans of the span null."),
+    alpha: float = typer.Option(0.05, help="p-value at which B counts as holding the circle."),
+    seed: int = typer.Option(0, help="Seed of the nulls."),
+    run: str = typer.Option(None, help="Run name (default <concept>-<sae_a>--<B>)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
+) -> None:
+    """Fit the circle of A's stored concept run in B and in A: circle-probe R^2 on the
+    activations, on the concept search's span of SAE features, and (same width) A's probe and
+    span read unchanged on B, each beside its null, with the cyclic order and period."""
+    where = use_by_default(device, model_dtype)
+    result = run_circle_transfer(side_a, side_b, circle, model_b=model_b, hook_b=hook_b, n_components=n_components,
+                                 n_null=n_null, n_random=n_random, alpha=alpha, seed=seed, run=run, device=str(where))
+    if json_out:
+        print_json(result.to_dict())
+        return
+    p, s = result.meta["parameters"], result.meta["summary"]
+    rows = ([*r[:-2], " ".join(r[-2] or []), r[-1]] for r in result.table.select(COLUMNS).iter_rows())
+    print_table(f"{p['concept']['name']} circle of {p['a']['label']} in {p['b']['label']}", COLUMNS, rows)
+    console.print(f"found in B (p <= {s['alpha']} in A's cyclic order): {s['found_in_b']}")
+    console.print(f"stored analyses/circle_transfer/{result.run}.json in {p['a']['atlas']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `compare-circle` verb."""
+    app.command("compare-circle")(compare_circle_command)

@@ -1,0 +1,87 @@
+"""The representations that the cross-atlas concept analyses read (a circle of A fitted in B,
+the emergence table): an SAE of an atlas (`ATLAS[:SAE]`: its model, hook and codes) or a
+model's hook alone; and their activations at a concept's tokens, one model pass per model
+and concept (`saes.encoding.concepts`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from api.services.compare import parse_side, side_sae
+from saes.atlas_saes import hook_of, load_atlas_sae
+from saes.encoding.concepts import concept_feature_acts
+from saes.intervene.concepts import CategoryConcept, OrderedConcept
+from saes.models import ModelHandle, load_model
+from saes.sae.base import SAE
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout
+
+Concept = OrderedConcept | CategoryConcept
+
+
+@dataclass
+class ConceptSide:
+    """One representation: a label, the model and hook it reads, and the SAE (None: the
+    model's activations only) with its atlas and id."""
+
+    label: str
+    handle: ModelHandle
+    hook: str
+    sae: SAE | None = None
+    root: Path | None = None
+    sae_id: str | None = None
+
+    def describe(self) -> dict[str, str | None]:
+        """JSON-ready: label, atlas, SAE id, hook and model name."""
+        return {"label": self.label, "atlas": str(self.root.resolve()) if self.root else None,
+                "sae": self.sae_id, "hook": self.hook, "model": self.handle.name}
+
+
+@dataclass
+class SideActs:
+    """A side's activations at the concept tokens `[N, d]` and its SAE codes `[N, F]` (None
+    without an SAE)."""
+
+    X_ND: np.ndarray
+    codes_NF: np.ndarray | None
+
+
+def atlas_side(text: str | Path, *, device: str = "cpu") -> ConceptSide:
+    """`ATLAS[:SAE]` (the atlas's only SAE when left out): its SAE, hook and model, labelled
+    `<atlas folder>:<sae>`."""
+    root, sae_id = parse_side(str(text))
+    sae_id = side_sae(root, sae_id)
+    sae = load_atlas_sae(root, sae_id, device=device)
+    handle = load_model(AtlasLayout(root).read_meta().get("model"), device=device)
+    return ConceptSide(f"{root.resolve().name}:{sae_id}", handle, hook_of(sae, sae_id), sae, root, sae_id)
+
+
+def model_side(model: str, hook: str, *, device: str = "cpu") -> ConceptSide:
+    """A model's hook without an SAE, labelled `<model>:<hook>`."""
+    handle = load_model(model, device=device)
+    return ConceptSide(f"{handle.name}:{hook}", handle, handle.check_hook(hook))
+
+
+def concept_acts(sides: Sequence[ConceptSide], concept: Concept) -> tuple[np.ndarray, list[SideActs]]:
+    """Every side's activations at the concept token of each of `concept`'s prompts (one pass
+    per model) and the prompts' values; the labels must be distinct."""
+    labels = [s.label for s in sides]
+    if len(set(labels)) != len(labels):
+        raise InvalidInputError(f"each representation may be named once; got {', '.join(labels)}")
+    out: dict[str, SideActs] = {}
+    values = None
+    for handle in {id(s.handle): s.handle for s in sides}.values():
+        group = [s for s in sides if s.handle is handle]
+        with_sae = [s for s in group if s.sae is not None]
+        acts = concept_feature_acts(handle, {s.label: s.sae for s in with_sae}, {s.label: s.hook for s in with_sae},
+                                    concept, extra_hooks=[s.hook for s in group])
+        values = acts.values_N
+        for s in group:
+            out[s.label] = SideActs(acts.residual[s.hook].astype(np.float64),
+                                    acts.features[s.label] if s.sae is not None else None)
+    assert values is not None
+    return values, [out[label] for label in labels]

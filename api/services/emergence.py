@@ -1,0 +1,81 @@
+"""The emergence table: over a series of SAEs (`ATLAS[:SAE]` each: checkpoints, layers or
+sizes, in the order given), per concept and member the best single-latent selectivity and
+the probe accuracies of the concept's prompts against control prompts (the same templates
+with other words in the value's place, `saes.intervene.concepts.control_concept`), the
+first member reaching a threshold and where the concept falls below and re-appears
+(`geometry.emergence`). Stored as `analyses/emergence/<run>` in the first member's atlas,
+with a heat map."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from api.bounds import MAX_PROMPTS
+from api.results.analysis import AnalysisResult
+from api.services import analyses
+from api.services.circle_transfer import safe_name
+from api.services.concept_sides import atlas_side, concept_acts
+from geometry import results
+from geometry.canvas import save_png
+from geometry.emergence import METRICS, SCORE_SCHEMA, Metric, emergence_tables, member_scores
+from geometry.figures import emergence_figure
+from saes.intervene.concepts import control_concept, load_concept
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout, check_id
+
+KIND = "emergence"
+DEFAULT_CONCEPTS = ("weekdays", "months", "numbers", "colours")
+MAX_MEMBERS = 64
+
+
+def run_emergence(
+    members: Sequence[str], concepts: Sequence[Any] = DEFAULT_CONCEPTS, *, metric: Metric = "auroc",
+    threshold: float = 0.9, test_frac: float = 0.25, seed: int = 0, run: str | None = None, device: str = "cpu",
+) -> AnalysisResult:
+    """Score every concept (a built-in name, a dict or JSON file as concept search takes, or a
+    concept object) on every member and store the run; the stored result."""
+    if not 2 <= len(members) <= MAX_MEMBERS:
+        raise InvalidInputError(f"name 2..{MAX_MEMBERS} members (ATLAS[:SAE]) in series order, got {len(members)}")
+    if not concepts:
+        raise InvalidInputError("name at least one concept")
+    if metric not in METRICS:
+        raise InvalidInputError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
+    if not 0 < test_frac < 1:
+        raise InvalidInputError(f"test_frac must be in (0, 1), got {test_frac}")
+    loaded = [c if hasattr(c, "prompts") else load_concept(c, categories=True) for c in concepts]
+    names = [c.name for c in loaded]
+    if len(set(names)) != len(names):
+        raise InvalidInputError(f"each concept may be named once; got {', '.join(names)}")
+    for c in loaded:
+        if len(c.prompts()) > MAX_PROMPTS:
+            raise InvalidInputError(f"concept {c.name!r} renders {len(c.prompts())} prompts; the maximum is {MAX_PROMPTS}")
+    sides = [atlas_side(m, device=device) for m in members]
+    if len({s.root.resolve() for s in sides if s.root}) == 1:  # one atlas: its SAE ids say enough
+        for s in sides:
+            s.label = str(s.sae_id)
+    labels = [s.label for s in sides]
+    rows = []
+    for concept in loaded:
+        values, positives = concept_acts(sides, concept)
+        _, controls = concept_acts(sides, control_concept(concept))
+        for label, pos, neg in zip(labels, positives, controls, strict=True):
+            rows.append({"concept": concept.name, "member": label,
+                         **member_scores(pos.codes_NF, neg.codes_NF, values, test_frac=test_frac, seed=seed)})
+    schema = {"concept": pl.String, "member": pl.String, **SCORE_SCHEMA}
+    scored, onset = emergence_tables(pl.DataFrame(rows, schema=schema), labels, metric=metric, threshold=threshold)
+    root = sides[0].root
+    assert root is not None
+    run = check_id(run or safe_name(f"{'-'.join(names)}--{'-'.join(str(s.sae_id) for s in sides)}"), "run name")
+    figure = AtlasLayout(root).analysis_dir(KIND) / f"{run}.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    save_png(emergence_figure(scored, labels, metric, threshold, title=f"emergence / {run}"), figure)
+    parameters = {"members": [s.describe() for s in sides], "concepts": [c.to_dict() for c in loaded],
+                  "controls": {c.name: control_concept(c).values for c in loaded}, "metric": metric,
+                  "threshold": threshold, "test_frac": test_frac, "seed": seed}
+    summary = {"metric": metric, "threshold": threshold, "members": labels, "onsets": onset.to_dicts()}
+    results.write_analysis(root, KIND, run, parameters=parameters, summary=summary,
+                           tables={"main": scored, "onsets": onset}, extra={"figures": [figure.name]})
+    return analyses.analysis(root, KIND, run)
