@@ -6,9 +6,12 @@ activations/<hook>/        manifest.json + shard-00000.safetensors ...
 saes/<sae_id>/             cfg.json, sae_weights.safetensors, training.json (trained) or
                            source.json (imported: provenance), eval.json, checkpoints/,
                            features.parquet, examples.parquet, index.faiss, map.parquet
+clts/<clt_id>/             a cross-layer transcoder: cfg.json, clt_weights.safetensors,
+                           training.json (trained) or source.json + eval.json (imported)
 analyses/<kind>/<run>.*    geometry results with their parameters
 ```
 
+`atlas.json["clts"][clt_id]` records each cross-layer transcoder the same way.
 `atlas.json["saes"][sae_id]` records each SAE's hook, architecture, widths and held-out
 metrics; an imported one also has `source` (kind, SOURCE, format) and `suspect` (kept with
 `--force` despite the misload guard). An SAE folder that atlas.json does not list (a train
@@ -78,6 +81,16 @@ class AtlasLayout:
 
     def sae_dir(self, sae_id: str) -> Path:
         return self.root / "saes" / check_id(sae_id, "SAE id")
+
+    def clt_dir(self, clt_id: str) -> Path:
+        return self.root / "clts" / check_id(clt_id, "CLT id")
+
+    def clt_ids(self) -> list[str]:
+        """Ids of the cross-layer transcoders saved (a folder with a cfg.json) or registered, sorted."""
+        base = self.root / "clts"
+        saved = {p.name for p in base.iterdir() if (p / "cfg.json").exists()} if base.is_dir() else set()
+        registered = self.read_meta().get("clts") or {} if self.atlas_json.exists() else {}
+        return sorted(saved | set(registered if isinstance(registered, dict) else {}))
 
     def analysis_dir(self, kind: str) -> Path:
         return self.root / "analyses" / check_id(kind, "analysis kind")

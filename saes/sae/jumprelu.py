@@ -60,6 +60,18 @@ class _Step(torch.autograd.Function):
         return None, grad_log, None
 
 
+def jumprelu_ste(pre: torch.Tensor, log_threshold: torch.Tensor, bandwidth: float) -> torch.Tensor:
+    """`pre * H(pre - exp(log_threshold))` with the straight-through threshold gradient
+    (`log_threshold [F]` against the last dimension of `pre [..., F]`)."""
+    return _JumpReLU.apply(pre, log_threshold, bandwidth)
+
+
+def step_ste(pre: torch.Tensor, log_threshold: torch.Tensor, bandwidth: float) -> torch.Tensor:
+    """`H(pre - exp(log_threshold))` (what the L0 penalty counts) with the straight-through
+    threshold gradient and none for `pre`."""
+    return _Step.apply(pre, log_threshold, bandwidth)
+
+
 class JumpReLUSAE(SAE):
     """SAE with a learned per-latent threshold, trained with an L0 penalty."""
 
@@ -89,9 +101,9 @@ class JumpReLUSAE(SAE):
         """Reconstruction (of `target` when given) + L0 loss with straight-through threshold gradients."""
         pre = self.encode_pre(x)
         eps = self.cfg.jumprelu_bandwidth
-        f = _JumpReLU.apply(pre, self.log_threshold, eps)
+        f = jumprelu_ste(pre, self.log_threshold, eps)
         x_hat = self.with_skip(self.decode(f), x)
         metrics = step_metrics(x if target is None else target, x_hat, (f != 0).sum(-1), info)
-        l0 = _Step.apply(pre, self.log_threshold, eps).sum(-1).mean()
+        l0 = step_ste(pre, self.log_threshold, eps).sum(-1).mean()
         loss = metrics["mse"] + self.cfg.l0_coefficient * l0
         return TrainStep(loss, {k: v.detach() for k, v in metrics.items()}, fired_counts(f))
