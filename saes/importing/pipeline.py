@@ -28,6 +28,7 @@ from safetensors.torch import load_file
 
 from saes.eval.evaluate import EVAL_FILE, write_eval
 from saes.formats import declared_normalization, detect_layout, load_any
+from saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
 from saes.formats.foreign_hooks import to_atlas_hook
 from saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
 from saes.importing.activations import ImportActivations
@@ -191,6 +192,9 @@ def import_sae(
         return handle["model"]
 
     resolved = resolve_source(source, registry=registry)
+    if is_circuit_tracer_clt(resolved.folder):
+        raise InvalidInputError(f"{resolved.folder} is a cross-layer transcoder: import it with "
+                                "`saes.importing.clt.import_clt` (`sae-atlas import` does so by itself)")
     folder_layout = detect_layout(resolved.folder)
     if link and folder_layout != "saelens":
         raise InvalidInputError(f"--link needs a SAELens folder whose {WEIGHTS_FILE} is used unconverted; "

@@ -61,6 +61,21 @@ def _token_ids(reader: ActivationReader) -> list[np.ndarray]:
             for shard in reader.manifest["shards"]]
 
 
+def check_same_tokens(readers: list[ActivationReader], purpose: str) -> None:
+    """InvalidInputError unless every cache holds the same tokens in the same shards (one
+    `sae-atlas cache` run); `purpose` ends the message ("train a transcoder between them")."""
+    first = readers[0]
+    ids = _token_ids(first)
+    for other in readers[1:]:
+        layouts = [[(s["first_block"], s["n_blocks"]) for s in r.manifest["shards"]] for r in (first, other)]
+        same = (first.model == other.model and first.context_size == other.context_size and layouts[0] == layouts[1]
+                and all(np.array_equal(a, b) for a, b in zip(ids, _token_ids(other), strict=True)))
+        if not same:
+            raise InvalidInputError(
+                f"the caches of {first.hook!r} and {other.hook!r} do not hold the same tokens in the same shards; "
+                f"cache the hooks in one `sae-atlas cache` run to {purpose}")
+
+
 class PairedReader:
     """Two hooks' caches read as paired rows `[n, d_in + d_out]` (input hook first).
 
@@ -71,15 +86,7 @@ class PairedReader:
     def __init__(self, root: str | Path, hook_in: str, hook_out: str) -> None:
         self.input = ActivationReader(root, hook_in)
         self.output = ActivationReader(root, hook_out)
-        layout = [[(s["first_block"], s["n_blocks"]) for s in r.manifest["shards"]] for r in (self.input, self.output)]
-        same = (self.input.model == self.output.model and self.input.context_size == self.output.context_size
-                and layout[0] == layout[1]
-                and all(np.array_equal(a, b) for a, b in zip(_token_ids(self.input), _token_ids(self.output),
-                                                             strict=True)))
-        if not same:
-            raise InvalidInputError(
-                f"the caches of {hook_in!r} and {hook_out!r} do not hold the same tokens in the same shards; "
-                "cache both hooks in one `sae-atlas cache` run to train a transcoder between them")
+        check_same_tokens([self.input, self.output], "train a transcoder between them")
 
     hook = property(lambda self: self.input.hook)
     hook_out = property(lambda self: self.output.hook)

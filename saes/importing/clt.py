@@ -1,0 +1,129 @@
+"""Import a circuit-tracer cross-layer transcoder into an atlas (`clts/<clt_id>/`).
+
+The CLT is read (`saes.formats.circuit_tracer_clt`), checked against the atlas's model (as
+many layers as the model, its width, hooks the model has), then judged like an imported
+SAE by the misload guard's rules on tokens streamed through the model over the atlas's
+corpus: refused when it predicts the MLP outputs worse than their mean (FVU > 1), when no
+feature fires, or when a CLT with JumpReLU thresholds fires on over a quarter of its width
+per layer (thresholds lost or misread; a ReLU CLT, all thresholds 0, is dense by design). `force` keeps a refused CLT marked suspect. An accepted one is saved with
+`source.json` (provenance) and `eval.json` (metrics) and registered under atlas.json's `clts`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from saes.corpus import CorpusSpec
+from saes.formats.circuit_tracer_clt import is_circuit_tracer_clt, load_circuit_tracer_clt
+from saes.importing.guard import DENSE_SHARE, MAX_FVU, Problem
+from saes.importing.pipeline import MisloadError
+from saes.importing.sources import resolve_source
+from saes.models import ModelHandle, load_model
+from saes.transcoders.clt import CrossLayerTranscoder
+from saes.transcoders.clt_data import clt_metrics, streamed_rows
+from saes.transcoders.clt_store import clt_record, register_clt, save_clt
+from store.atomic import atomic_write_json, sha256_file
+from store.errors import InvalidInputError
+from store.layout import AtlasLayout, check_id, created_with
+
+DEFAULT_TOKENS = 2048
+
+
+@dataclass
+class CLTImportResult:
+    """What `import_clt` did: the CLT id, its hooks, metrics and any problems (suspect)."""
+
+    clt_id: str
+    hooks_in: list[str]
+    hooks_out: list[str]
+    metrics: dict[str, Any]
+    problems: list[Problem]
+
+    @property
+    def suspect(self) -> bool:
+        return bool(self.problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "problems": [p.to_dict() for p in self.problems], "suspect": self.suspect}
+
+
+def check_against_model(clt: CrossLayerTranscoder, handle: ModelHandle) -> None:
+    """InvalidInputError (UnknownHookError for a hook) unless the CLT fits the model: one
+    encoder per layer of the model, the model's width, hooks the model has."""
+    cfg = clt.cfg
+    if cfg.n_layers != handle.n_layers:
+        raise InvalidInputError(f"the CLT has {cfg.n_layers} layers but model {handle.name} has {handle.n_layers}; "
+                                "a CLT needs one encoder per layer of its model")
+    if cfg.d_model != handle.d_model:
+        raise InvalidInputError(f"the CLT has d_model={cfg.d_model} but model {handle.name} has "
+                                f"d_model={handle.d_model}; it belongs to another model")
+    for hook in cfg.hooks_in + cfg.hooks_out:
+        handle.check_hook(hook)
+
+
+def judge(clt: CrossLayerTranscoder, metrics: dict[str, Any]) -> list[Problem]:
+    """The misload guard's verdict on a CLT's metrics (see the module doc)."""
+    problems = []
+    if not metrics["fvu"] <= MAX_FVU:
+        problems.append(Problem("fvu", f"FVU {metrics['fvu']:.3g} > 1 (per layer "
+                                f"{', '.join(f'{v:.3g}' for v in metrics['fvu_per_layer'])}): the CLT predicts the "
+                                "MLP outputs worse than their mean; it belongs to another model, hook or normalisation"))
+    has_thresholds = clt.cfg.architecture == "jumprelu" and bool((clt.threshold > 0).any())
+    if has_thresholds and max(metrics["l0_per_layer"]) > DENSE_SHARE * clt.cfg.d_sae:
+        problems.append(Problem("threshold", f"L0 per layer {max(metrics['l0_per_layer']):.1f} of {clt.cfg.d_sae} "
+                                "features: the CLT has lost its thresholds"))
+    if metrics["dead_fraction"] >= 1.0:
+        problems.append(Problem("dead", f"no feature fires on {metrics['n_tokens']} tokens"))
+    return problems
+
+
+def import_clt(atlas: str | Path, source: str | Path, *, clt_id: str | None = None, force: bool = False,
+               n_tokens: int = DEFAULT_TOKENS, model_handle: ModelHandle | None = None) -> CLTImportResult:
+    """Import the circuit-tracer CLT at SOURCE (a folder or `hf://org/repo/path[@rev]`) into
+    the atlas (see the module doc). MisloadError naming the cause when the guard refuses it
+    (unless `force`); nothing is left in the atlas by a refused import."""
+    layout = AtlasLayout(atlas)
+    meta = layout.read_meta()
+    resolved = resolve_source(source)
+    if not is_circuit_tracer_clt(resolved.folder):
+        raise InvalidInputError(f"{resolved.folder} is not a circuit-tracer CLT (a config.yaml with model_kind: "
+                                "cross_layer_transcoder beside W_enc_<i> / W_dec_<i>.safetensors)")
+    clt = load_circuit_tracer_clt(resolved.folder)
+    handle = model_handle or load_model(meta["model"])
+    check_against_model(clt, handle)
+    clt.cfg.model_name = clt.cfg.model_name or str(meta.get("model_name", ""))
+    name = str(resolved.source).rstrip("/").rsplit("/", 1)[-1]
+    clt_id = check_id(clt_id or f"clt-{clt.cfg.architecture}-{clt.cfg.d_sae}-{name}", "CLT id")
+    if (layout.clt_dir(clt_id) / "cfg.json").exists():
+        raise InvalidInputError(f"CLT id {clt_id!r} already exists in {layout.root}; choose another with --id")
+    started = time.perf_counter()
+    rows = streamed_rows(handle, clt.cfg, CorpusSpec(**(meta.get("corpus") or {})), n_tokens)
+    metrics = clt_metrics(clt.to(handle.device), rows)
+    problems = judge(clt, metrics)
+    if problems and not force:
+        causes = "; ".join(f"{p.cause}: {p.message}" for p in problems)
+        raise MisloadError(f"import refused: {causes}. Pass --force to keep it marked suspect", problems)
+    verdict = {"suspect": bool(problems), "problems": [p.to_dict() for p in problems]}
+    files = {p.name: sha256_file(p) for p in sorted(resolved.folder.iterdir()) if p.is_file()}
+    staging = layout.root / ".import-staging" / clt_id
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        save_clt(clt.cpu(), staging)
+        atomic_write_json(staging / "source.json", {
+            "source": resolved.source, "kind": resolved.kind, "format": "circuit_tracer_clt", **resolved.provenance,
+            "original_files": files, **verdict, "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created_with": created_with()})
+        atomic_write_json(staging / "eval.json", {"metrics": metrics, **verdict, "seconds": time.perf_counter() - started,
+                                                  "parameters": {"n_tokens": n_tokens, "split": "streamed"}})
+        layout.clt_dir(clt_id).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, layout.clt_dir(clt_id))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    register_clt(atlas, clt_record(clt_id, clt.cfg, metrics, source={"kind": resolved.kind, "source": resolved.source,
+                                                                     "format": "circuit_tracer_clt"}, **verdict))
+    return CLTImportResult(clt_id, clt.cfg.hooks_in, clt.cfg.hooks_out, metrics, problems)
