@@ -82,6 +82,9 @@ def train_command(
     transcode: bool = typer.Option(False, help="Train transcoders: each --hook (an MLP input, e.g. "
                                    "blocks.L.ln2.hook_normalized) predicts blocks.L.hook_mlp_out, cached in the same run."),
     skip: bool = typer.Option(False, help="Transcoders with a linear skip connection (W_skip)."),
+    cross_layer: bool = typer.Option(False, "--cross-layer", help="With --transcode: one cross-layer transcoder "
+                                     "reading every --hook (blocks.0..L-1 of one site) and writing every later "
+                                     "blocks.L.hook_mlp_out; --arch jumprelu (default) or topk."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Train SAEs (or, with --transcode, per-layer transcoders) on cached activations; an
@@ -102,6 +105,11 @@ def train_command(
         raise InvalidInputError("--skip is for transcoders: add --transcode")
     if transcode and not options.get("hooks"):
         raise InvalidInputError("--transcode needs the MLP inputs to read: --hook blocks.L.ln2.hook_normalized ...")
+    if cross_layer:
+        if not transcode:
+            raise InvalidInputError("--cross-layer trains a cross-layer transcoder: add --transcode")
+        _train_clt(atlas, options, overwrite, json_out)
+        return
     hooks = options.pop("hooks", None) or AtlasLayout(atlas).cached_hooks()
     hook_out = {hook: mlp_output_hook(hook) for hook in hooks} if transcode else None
     if not hooks:
@@ -125,6 +133,33 @@ def train_command(
         [(h, r["sae_id"], r["d_sae"], r["k"], r["fvu"], r["l0"], r["dead_fraction"], r["train_fvu"])
          for h, r in results.items()],
     )
+
+
+def _train_clt(atlas: Path, options: dict[str, Any], overwrite: bool, json_out: bool) -> None:
+    """`--transcode --cross-layer`: train one CLT over the hooks (every layer's MLP input)."""
+    from saes.transcoders.clt import CLTConfig
+    from saes.transcoders.clt_atlas import train_atlas_clt
+
+    hooks = options.pop("hooks")
+    architecture = options.pop("architecture", "jumprelu")
+    width, expand, k_value = options.pop("d_sae", None), options.pop("expansion", None), options.pop("k", 32)
+    train_opts = {key: options.pop(key) for key in list(options) if key in _TRAIN_KEYS}
+    train_opts.setdefault("progress", not json_out)
+    if "total_tokens" not in train_opts:
+        train_opts["total_tokens"] = min(TrainConfig.total_tokens, _one_pass_tokens(atlas, hooks))
+    clt_keys = {f.name for f in dataclasses.fields(CLTConfig)}
+    unusable = sorted(key for key in options if key not in clt_keys)
+    if unusable:
+        raise InvalidInputError(f"options {unusable} do not apply to a cross-layer transcoder")
+    record = train_atlas_clt(atlas, hooks, architecture=architecture, d_sae=width, expansion=expand or 8, k=k_value,
+                             options=options, train_cfg=TrainConfig(**train_opts), overwrite=overwrite)
+    if json_out:
+        print_json(record)
+        return
+    print_table("trained cross-layer transcoder (held-out metrics)",
+                ["clt_id", "layers", "d_sae", "k", "FVU", "L0", "dead", "train FVU"],
+                [(record["clt_id"], record["n_layers"], record["d_sae"], record["k"], record["fvu"], record["l0"],
+                  record["dead_fraction"], record["train_fvu"])])
 
 
 def register(app: typer.Typer) -> None:

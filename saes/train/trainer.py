@@ -175,7 +175,7 @@ class _Run:
         }
 
     def load(self, state: dict[str, Any]) -> None:
-        _check_same_config(state, self.sae_cfg, self.cfg)
+        check_same_config(state, self.sae_cfg, self.cfg)
         self.sae.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -190,7 +190,9 @@ class _Run:
         self.log_window = state.get("log_window", [])  # absent in checkpoints of earlier versions
 
 
-def _check_same_config(state: dict[str, Any], sae_cfg: SAEConfig, cfg: TrainConfig) -> None:
+def check_same_config(state: dict[str, Any], sae_cfg: Any, cfg: TrainConfig) -> None:
+    """InvalidInputError when a checkpoint's configs (`sae_config`, `train_config`) differ
+    from the run's (`sae_cfg` has `to_dict`: an SAE's or a CLT's config)."""
     old_train = {k: v for k, v in state["train_config"].items() if k not in _UNCHECKED_ON_RESUME}
     new_train = {k: v for k, v in cfg.to_dict().items() if k not in _UNCHECKED_ON_RESUME}
     diff = sorted(
@@ -237,7 +239,7 @@ def _checked(batch: torch.Tensor | None, step: int, cfg: TrainConfig, width: int
     return batch
 
 
-def _summarise(window: list[dict[str, float]]) -> dict[str, float]:
+def summarise_window(window: list[dict[str, float]]) -> dict[str, float]:
     """Mean of each metric over the rows of a logging window that have it (sorted keys)."""
     keys = sorted({k for row in window for k in row})
     return {k: sum(vals) / len(vals) for k in keys if (vals := [r[k] for r in window if k in r])}
@@ -292,7 +294,7 @@ class _Loop:
         run.log_window.append(row)
         if run.step % cfg.log_every_steps and run.step != cfg.total_steps:
             return
-        summary = _summarise(run.log_window)
+        summary = summarise_window(run.log_window)
         summary_t = torch.tensor(list(summary.values()), dtype=torch.float64)
         summary = dict(zip(summary, all_reduce_(summary_t, self.ctx, "mean").tolist(), strict=True))
         summary.update(
