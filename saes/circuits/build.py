@@ -12,8 +12,10 @@ source's vector (a feature's `a_i W_dec[i]`, an error vector, a token embedding)
 row. So the passes needed grow with the number of active features, not with the width of
 the dictionaries.
 
-Over transcoders the replacement model is affine in the sources, so each entry is the
-exact change of the target when the source is removed with everything else fixed. Over
+Over transcoders or a cross-layer transcoder (whose features write every later MLP
+output: a feature's edge sums its decoder rows against the gradient at each hook it writes)
+the replacement model is affine in the sources, so each entry is the exact change of the
+target when the source is removed with everything else fixed. Over
 residual SAEs (Marks et al. 2024) the stream is cut at every SAE and the MLPs between
 two SAEs stay non-linear: edges are first-order (gradient x activation).
 """
@@ -22,13 +24,14 @@ from __future__ import annotations
 
 import torch
 
-from saes.circuits.dictionaries import Dictionary, dictionary_set, frozen_mlps
+from saes.circuits.dictionaries import Dictionary, decoders, dictionary_set, frozen_mlps
 from saes.circuits.graph import FeatureNodes, Graph
 from saes.circuits.replacement import capture, frozen_forward
 from saes.circuits.targets import logit_targets
 from saes.encoding.tokens import decoded_tokens
 from saes.models import ModelHandle
 from saes.sae.base import SAE
+from saes.transcoders.clt import CrossLayerTranscoder
 from store.errors import InvalidInputError
 
 
@@ -43,7 +46,7 @@ def _active(dset_items: tuple[Dictionary, ...], codes: dict[str, torch.Tensor]) 
 
 def build_graph(
     handle: ModelHandle,
-    saes: dict[str, SAE],
+    saes: dict[str, SAE | CrossLayerTranscoder],
     token_ids_T: torch.Tensor,
     *,
     targets: list[str | int] | None = None,
@@ -55,7 +58,8 @@ def build_graph(
     freeze_mlps: bool = False,
 ) -> Graph:
     """The attribution graph of the next-token prediction after `token_ids_T [T]` over the
-    dictionaries `saes` (id -> module; see `saes.circuits.dictionaries`), with logit nodes
+    dictionaries `saes` (id -> module, or one id -> a cross-layer transcoder; see
+    `saes.circuits.dictionaries`), with logit nodes
     for `targets` or the top predictions (`saes.circuits.targets`). `batch_size` adjacency
     rows are computed per backward pass; InvalidInputError when more than `max_features`
     features are active. `freeze_mlps` lets transcoders at some layers stand with the other
@@ -64,7 +68,7 @@ def build_graph(
         raise InvalidInputError(f"need token ids [T], got shape {tuple(token_ids_T.shape)}")
     if batch_size < 1:
         raise InvalidInputError(f"batch_size must be at least 1, got {batch_size}")
-    if freeze_mlps and saes and all(sae.is_transcoder for sae in saes.values()):
+    if freeze_mlps and saes and all(isinstance(sae, SAE) and sae.is_transcoder for sae in saes.values()):
         saes = {**saes, **frozen_mlps(handle, saes)}
     dset = dictionary_set(handle, saes)
     cap = capture(handle, dset, token_ids_T, skip_bos=skip_bos)
@@ -89,8 +93,8 @@ def build_graph(
 
     # source vectors per dictionary: active features' a_i W_dec[i], errors
     by_dict = [(feats.dictionary == i).nonzero()[:, 0] for i in range(n_d)]
-    dec = [(feats.activation[idx, None] * d.sae.W_dec.detach()[feats.latent[idx]]).to(dtype)
-           for d, idx in zip(dset.items, by_dict, strict=True)]
+    dec = [(feats.activation[idx, None, None] * decoders(d).detach()[feats.latent[idx]]).to(dtype)
+           for d, idx in zip(dset.items, by_dict, strict=True)]  # [n_i, K_i, d]: to the K_i write hooks from i on
 
     batch = min(batch_size, len(row_node))
     leaves = {d.id: cap.out[d.id][None].expand(batch, -1, -1).clone().requires_grad_(True) for d in dset.items}
@@ -120,16 +124,17 @@ def build_graph(
                 loss = loss + (reads[site][b[m], row_pos[lo:hi][m]] * row_vec[lo:hi][m].to(dev)).sum()
             grads = torch.autograd.grad(loss, inputs, retain_graph=hi < len(row_node), allow_unused=True)
             rows = row_node[lo:hi]
-            for i, (d, g) in enumerate(zip(dset.items, grads[:-1], strict=True)):
-                if g is None:
-                    continue
-                g = g[: hi - lo].detach()
+            g_at = [None if g is None else g[: hi - lo].detach() for g in grads[:-1]]
+            for i, d in enumerate(dset.items):
                 idx = by_dict[i]
-                if len(idx):
-                    adjacency[rows[:, None], idx[None]] = torch.einsum(
-                        "bnd,nd->bn", g[:, feats.pos[idx]], dec[i].to(g.device)).cpu()
-                cols = n_f + i * T + torch.arange(T)
-                adjacency[rows[:, None], cols[None]] = torch.einsum("btd,td->bt", g, cap.errors[d.id]).cpu()
+                if len(idx):  # a feature's edge: its decoder rows against the gradient at every hook it writes
+                    parts = [torch.einsum("bnd,nd->bn", g_at[i + k][:, feats.pos[idx]], dec[i][:, k].to(dev))
+                             for k in range(dec[i].shape[1]) if g_at[i + k] is not None]
+                    if parts:
+                        adjacency[rows[:, None], idx[None]] = sum(parts).cpu()
+                if g_at[i] is not None:
+                    cols = n_f + i * T + torch.arange(T)
+                    adjacency[rows[:, None], cols[None]] = torch.einsum("btd,td->bt", g_at[i], cap.errors[d.id]).cpu()
             if grads[-1] is not None:
                 cols = n_f + n_d * T + torch.arange(T)
                 adjacency[rows[:, None], cols[None]] = torch.einsum(
@@ -153,7 +158,7 @@ def build_graph(
         logits=lt,
         adjacency=adjacency,
         values=values,
-        linear=dset.kind == "transcoders",
+        linear=dset.kind != "residual",
         start=cap.start,
         settings={"batch_size": batch_size, "max_logits": max_logits, "cumulative_prob": cumulative_prob,
                   "skip_bos": skip_bos, "backward_passes": -(-len(row_node) // batch)},

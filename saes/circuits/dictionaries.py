@@ -1,9 +1,13 @@
 """Which dictionaries form a graph's nodes, checked against the model.
 
-Two kinds of graph:
+Three kinds of graph:
 - "transcoders": one per-layer transcoder (PLT, skip connection optional) for every MLP,
   reading the MLP's input (`blocks.L.hook_resid_mid` or its normalised form) and writing
   its output (`blocks.L.hook_mlp_out`), as in circuit-tracer;
+- "clt": one cross-layer transcoder (`saes.transcoders.clt`) over every MLP, as in
+  circuit-tracer's CLT graphs: one dictionary per layer (id `<clt_id>@<layer>`, its
+  encoder and code), whose features write to their own MLP output and every later one;
+  the error node of a layer is its MLP output minus everything the CLT writes there;
 - "residual": SAEs on the residual stream (`hook_resid_pre/post`) at any set of layers,
   as in Marks et al. 2024 ("Sparse Feature Circuits"). Not `hook_resid_mid`: in
   TransformerLens' TransformerBridge that hook feeds the MLP only, the residual sum goes
@@ -21,13 +25,41 @@ import torch
 from saes.models import ModelHandle
 from saes.sae.base import SAE, SAEConfig
 from saes.sae.registry import build_sae
+from saes.transcoders.clt import CrossLayerTranscoder
 from store.errors import InvalidInputError
 
-GraphKind = Literal["transcoders", "residual"]
+GraphKind = Literal["transcoders", "clt", "residual"]
 _MLP_IN = re.compile(r"^blocks\.(\d+)\.(hook_resid_mid|ln2\.hook_normalized|ln2\.hook_out|mlp\.hook_in)$")
 _MLP_OUT = re.compile(r"^blocks\.(\d+)\.(hook_mlp_out|mlp\.hook_out)$")
 _RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|post)$")
 _RESID_ORDER = {"pre": 0, "post": 1}
+
+
+class CLTLayer:
+    """Layer `layer` of a CLT as a graph dictionary: its encoder and code; the decoders of
+    its features (to this and every later layer) are `decoders`, and what a layer's MLP
+    output receives from every layer's features is `decode_at`."""
+
+    def __init__(self, clt: CrossLayerTranscoder, layer: int) -> None:
+        self.clt, self.layer = clt, layer
+
+    @property
+    def W_enc(self) -> torch.Tensor:
+        return self.clt.W_enc[self.layer]
+
+    @property
+    def W_dec(self) -> torch.Tensor:
+        """The decoder block to its own layer `[F, d]`."""
+        return self.clt.W_dec[self.layer][:, 0]
+
+    def encode_pre(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.W_enc + self.clt.b_enc[self.layer]
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.clt.activate_layer(self.encode_pre(x), self.layer)
+
+    def skip_out(self, x: torch.Tensor) -> torch.Tensor:
+        return x.new_zeros(*x.shape[:-1], self.clt.cfg.d_model)
 
 
 @dataclass(frozen=True)
@@ -36,10 +68,32 @@ class Dictionary:
     (the same for an SAE) and the block it belongs to."""
 
     id: str
-    sae: SAE
+    sae: SAE | CLTLayer
     read_hook: str
     write_hook: str
     layer: int
+
+
+def decoders(d: Dictionary) -> torch.Tensor:
+    """`[F, K, d_model]`: each feature's decoder rows to the write hooks of the K
+    dictionaries from `d` on (K = 1 but for a CLT layer, which writes every later layer)."""
+    if isinstance(d.sae, CLTLayer):
+        return d.sae.clt.W_dec[d.sae.layer]
+    return d.sae.W_dec[:, None]
+
+
+def decode_at(dset: DictionarySet, j: int, codes: dict[int, torch.Tensor]) -> torch.Tensor:
+    """What the features write at dictionary `j`'s write hook (no skip term, no error): its
+    `b_dec` plus `codes[i] @ W_dec` of every dictionary `i` writing there (a CLT: every
+    layer `i <= j`), in the codes' dtype."""
+    d = dset.items[j]
+    if not isinstance(d.sae, CLTLayer):
+        return d.sae.decode(codes[j].to(d.sae.W_dec.dtype)).to(codes[j].dtype)
+    clt = d.sae.clt
+    out = clt.b_dec[j].to(codes[j].dtype)
+    for i in range(j + 1):
+        out = out + codes[i] @ clt.W_dec[i][:, j - i].to(codes[i].dtype)
+    return out
 
 
 @dataclass(frozen=True)
@@ -119,12 +173,34 @@ def frozen_mlps(handle: ModelHandle, saes: dict[str, SAE]) -> dict[str, SAE]:
     return out
 
 
-def dictionary_set(handle: ModelHandle, saes: dict[str, SAE]) -> DictionarySet:
-    """The graph's dictionaries from `saes` (id -> module): all transcoders (one per MLP) or
-    all residual-stream SAEs; InvalidInputError naming what is missing or unusable."""
+def _clt(handle: ModelHandle, clt_id: str, clt: CrossLayerTranscoder) -> DictionarySet:
+    cfg = clt.cfg
+    if cfg.n_layers != handle.n_layers or cfg.d_model != handle.d_model:
+        raise InvalidInputError(f"CLT {clt_id!r} spans {cfg.n_layers} layers of width {cfg.d_model}; model "
+                                f"{handle.name} has {handle.n_layers} layers of width {handle.d_model}")
+    items = []
+    for layer, (read, write) in enumerate(zip(cfg.hooks_in, cfg.hooks_out, strict=True)):
+        if not (_MLP_IN.match(read) and _MLP_OUT.match(write)):
+            raise InvalidInputError(f"CLT {clt_id!r} reads {read!r} and writes {write!r}; a graph needs a CLT from "
+                                    "the MLPs' inputs (hook_resid_mid or ln2.hook_normalized) to their outputs")
+        handle.check_hook(read)
+        handle.check_hook(write)
+        items.append(Dictionary(f"{clt_id}@{layer}", CLTLayer(clt, layer), read, write, layer))
+    return DictionarySet("clt", tuple(items))
+
+
+def dictionary_set(handle: ModelHandle, saes: dict[str, SAE | CrossLayerTranscoder]) -> DictionarySet:
+    """The graph's dictionaries from `saes` (id -> module): one CLT, or all transcoders (one
+    per MLP), or all residual-stream SAEs; InvalidInputError naming what is missing or unusable."""
     if not saes:
-        raise InvalidInputError("an attribution graph needs transcoders (one per MLP) or residual-stream SAEs; "
-                                "none were given")
+        raise InvalidInputError("an attribution graph needs transcoders (one per MLP), a cross-layer transcoder or "
+                                "residual-stream SAEs; none were given")
+    clts = [sid for sid, m in saes.items() if isinstance(m, CrossLayerTranscoder)]
+    if clts:
+        if len(saes) > 1:
+            raise InvalidInputError(f"a graph over a cross-layer transcoder uses it alone; got CLTs {clts} and "
+                                    f"{sorted(set(saes) - set(clts))}")
+        return _clt(handle, clts[0], saes[clts[0]])  # type: ignore[arg-type]
     for sae in saes.values():
         handle.check_hook(sae.cfg.hook_name)
         handle.check_hook(sae.cfg.output_hook)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from saes.circuits.dictionaries import Dictionary
+from saes.circuits.dictionaries import Dictionary, decode_at
 from saes.circuits.graph import Graph
 from saes.circuits.replacement import encode, frozen_forward
 from saes.models import ModelHandle
@@ -32,6 +32,7 @@ def node_values(handle: ModelHandle, graph: Graph, scale_BN: torch.Tensor, add_B
     scale_BN, add_BN = scale_BN.to(dtype), (torch.zeros_like(scale_BN) if add_BN is None else add_BN).to(dtype)
     f, T, start = graph.features, graph.n_pos, cap.start
     pre: dict[int, torch.Tensor] = {}
+    written: dict[int, torch.Tensor] = {}  # each dictionary's (edited) codes, filled in layer order
     final: list[torch.Tensor] = []
     index = {d.id: i for i, d in enumerate(dset.items)}
     dev = cap.embed_TD.device
@@ -48,7 +49,8 @@ def node_values(handle: ModelHandle, graph: Graph, scale_BN: torch.Tensor, add_B
         err_scale = scale_BN[:, graph.error_index(i, 0): graph.error_index(i, 0) + T].to(dev)
         skip_live = sae.skip_out(x_in.to(sae.W_dec.dtype)).to(dtype)
         skip_clean = sae.skip_out(cap.x_in[d.id].to(sae.W_dec.dtype)).to(dtype)
-        out = (sae.decode(codes.to(sae.W_dec.dtype)).to(dtype) + cap.errors[d.id] * err_scale[..., None])
+        written[i] = codes.to(dtype)
+        out = decode_at(dset, i, written) + cap.errors[d.id] * err_scale[..., None]
         out[:, :start] = cap.out[d.id][:start] - skip_clean[:start]
         return (out + skip_live).to(act.dtype)
 

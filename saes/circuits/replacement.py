@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from saes.circuits.dictionaries import Dictionary, DictionarySet
+from saes.circuits.dictionaries import Dictionary, DictionarySet, decode_at
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
@@ -50,10 +50,11 @@ class Capture:
     start: int
 
 
-def reconstruction(d: Dictionary, codes: torch.Tensor, x_in: torch.Tensor) -> torch.Tensor:
-    """What the dictionary writes for `codes` and input `x_in`: `decode(codes) + skip_out(x_in)`."""
-    sae = d.sae
-    return (sae.decode(codes.to(sae.W_dec.dtype)) + sae.skip_out(x_in.to(sae.W_dec.dtype))).to(x_in.dtype)
+def reconstruction(dset: DictionarySet, j: int, codes: dict[int, torch.Tensor], x_in: torch.Tensor) -> torch.Tensor:
+    """What the features and the skip term write at dictionary `j`'s write hook, given every
+    dictionary's codes (by index) and `j`'s input `x_in`: `decode_at(...) + skip_out(x_in)`."""
+    sae = dset.items[j].sae
+    return decode_at(dset, j, codes) + sae.skip_out(x_in.to(sae.W_dec.dtype)).to(x_in.dtype)
 
 
 def encode(d: Dictionary, x_in: torch.Tensor) -> torch.Tensor:
@@ -137,7 +138,9 @@ def capture(handle: ModelHandle, dset: DictionarySet, token_ids_T: torch.Tensor,
         code = encode(d, x_in[d.id])
         code[:start] = 0
         codes[d.id] = code
-        err = out[d.id] - reconstruction(d, code, x_in[d.id])
+    by_index = {i: codes[d.id] for i, d in enumerate(dset.items)}
+    for j, d in enumerate(dset.items):
+        err = out[d.id] - reconstruction(dset, j, by_index, x_in[d.id])
         err[:start] = 0
         errors[d.id] = err
     frozen = {n: seen[n] for n in names if n in seen}

@@ -132,6 +132,13 @@ class CrossLayerTranscoder(nn.Module):
         assert self.cfg.k is not None
         return topk_code(pre, self.cfg.k)
 
+    def activate_layer(self, pre: torch.Tensor, layer: int) -> torch.Tensor:
+        """The code of one layer's pre-activations `[..., F]`."""
+        if self.cfg.architecture == "jumprelu":
+            return pre * (pre > self.threshold[layer])
+        assert self.cfg.k is not None
+        return topk_code(pre, self.cfg.k)
+
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Feature activations `[..., L, F]` of inputs `[..., L, d]`."""
         return self.activate(self.encode_pre(x))

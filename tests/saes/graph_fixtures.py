@@ -1,14 +1,19 @@
 """Tiny float64 models and dictionaries for the attribution-graph tests: a GPT-2-style model
-with ReLU MLPs, its exact transcoders (each MLP's own weights), random transcoders with a
-skip term, and residual-stream SAEs."""
+with ReLU MLPs, its exact transcoders (each MLP's own weights) and exact cross-layer
+transcoder, random transcoders with a skip term, random CLTs, residual-stream SAEs; and the
+measured effect of removing each source node."""
 
 from __future__ import annotations
 
 import torch
 
+from saes.circuits.graph import Graph
+from saes.circuits.perturb import node_values
 from saes.models import ModelHandle, load_model
 from saes.sae.base import SAE, SAEConfig
 from saes.sae.registry import build_sae
+from saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt
+from saes.transcoders.clt_train import init_clt
 
 PROMPT = "the cat sat on the mat and the dog ran"
 
@@ -75,3 +80,54 @@ def residual_saes(handle: ModelHandle, hooks: list[str], *, d_sae: int = 64, k: 
                         hook_name=hook)
         out[f"sae{i}"] = build_sae(cfg).double()
     return out
+
+
+def exact_clt(handle: ModelHandle) -> CrossLayerTranscoder:
+    """For a ReLU GPT-2: a CLT whose layer-l encoder and diagonal decoder are MLP l's own
+    weights, off-diagonal decoders zero, thresholds 0 (zero error by construction)."""
+    d_mlp = _mlp_weights(handle, 0)["W_in"].shape[1]
+    clt = build_clt(CLTConfig(architecture="jumprelu", n_layers=handle.n_layers, d_model=handle.d_model,
+                              d_sae=d_mlp)).double()
+    with torch.no_grad():
+        for p in clt.parameters():
+            p.zero_()
+        clt.log_threshold.fill_(-float("inf"))
+        for layer in range(handle.n_layers):
+            w = _mlp_weights(handle, layer)
+            clt.W_enc[layer].copy_(w["W_in"])
+            clt.b_enc[layer].copy_(w["b_in"])
+            clt.W_dec[layer][:, 0].copy_(w["W_out"])
+            clt.b_dec[layer].copy_(w["b_out"])
+    return clt
+
+
+def random_clt(handle: ModelHandle, *, architecture: str = "topk", d_sae: int = 48, k: int = 6,
+               read: str = "hook_resid_mid", seed: int = 0) -> CrossLayerTranscoder:
+    """A CLT with random weights (every decoder block non-zero, so features write later layers)."""
+    cfg = CLTConfig(architecture=architecture, n_layers=handle.n_layers, d_model=handle.d_model, d_sae=d_sae,
+                    k=k if architecture == "topk" else None, input_site=read)
+    clt = build_clt(cfg)
+    gen = torch.Generator().manual_seed(seed)
+    init_clt(clt, gen)
+    with torch.no_grad():
+        clt.b_enc.copy_(0.1 * torch.randn(clt.b_enc.shape, generator=gen))
+        clt.b_dec.copy_(0.1 * torch.randn(clt.b_dec.shape, generator=gen))
+        if architecture == "jumprelu":
+            clt.log_threshold.copy_((0.05 * torch.rand(clt.log_threshold.shape, generator=gen)).log())
+    return clt.double()
+
+
+def target_rows(g: Graph) -> torch.Tensor:
+    """The graph's rows with inputs: its features and logit nodes."""
+    return torch.cat([torch.arange(g.n_features), torch.arange(g.logit_slice.start, g.n_nodes)])
+
+
+def removal_effects(handle: ModelHandle, g: Graph) -> tuple[torch.Tensor, torch.Tensor]:
+    """`([rows, sources], clean values)`: each row's clean value minus its value with one
+    source removed (attention and norms frozen), measured."""
+    src = torch.arange(g.logit_slice.start)
+    scale = torch.ones(len(src) + 1, g.n_nodes, dtype=torch.float64)
+    scale[torch.arange(len(src)), src] = 0
+    vals = node_values(handle, g, scale)
+    rows = target_rows(g)
+    return (vals[-1][None, rows] - vals[:-1][:, rows]).T, vals[-1]

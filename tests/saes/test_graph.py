@@ -12,7 +12,9 @@ from tests.saes.graph_fixtures import (
     PROMPT,
     exact_transcoders,
     random_transcoders,
+    removal_effects,
     residual_saes,
+    target_rows,
     tiny_f64,
 )
 from tests.saes.planted import one_thread  # noqa: F401
@@ -28,28 +30,14 @@ def llama():
     return tiny_f64("llama")
 
 
-def _rows(g):
-    return torch.cat([torch.arange(g.n_features), torch.arange(g.logit_slice.start, g.n_nodes)])
-
-
-def _removal_effects(handle, g):
-    """`[rows, sources]`: clean value minus the value with one source removed, measured."""
-    src = torch.arange(g.logit_slice.start)
-    scale = torch.ones(len(src) + 1, g.n_nodes, dtype=torch.float64)
-    scale[torch.arange(len(src)), src] = 0
-    vals = node_values(handle, g, scale)
-    rows = _rows(g)
-    return (vals[-1][None, rows] - vals[:-1][:, rows]).T, vals[-1]
-
-
 @pytest.mark.parametrize("case", ["exact", "skip", "llama"])
 def test_every_edge_is_the_measured_direct_effect(case, gpt2, llama):
     handle = llama if case == "llama" else gpt2
     saes = exact_transcoders(handle) if case == "exact" else random_transcoders(handle)
     g = build_graph(handle, saes, handle.to_tokens(PROMPT)[0], batch_size=32)
     assert g.linear and g.kind == "transcoders" and g.n_features > 20
-    measured, clean = _removal_effects(handle, g)
-    rows = _rows(g)
+    measured, clean = removal_effects(handle, g)
+    rows = target_rows(g)
     A = g.adjacency[rows][:, : g.logit_slice.start]
     assert A.abs().max() > 0.1
     assert torch.allclose(A, measured, atol=1e-6, rtol=0)
@@ -74,8 +62,8 @@ def test_frozen_mlps_stand_in_for_missing_transcoders(gpt2):
     assert int((g.features.dictionary == 1).sum()) == 0  # the frozen MLP has no features
     _, cap = g.replacement
     assert torch.allclose(cap.errors["mlp1-frozen"][g.start:], cap.out["mlp1-frozen"][g.start:])
-    measured, _ = _removal_effects(gpt2, g)
-    assert torch.allclose(g.adjacency[_rows(g)][:, : g.logit_slice.start], measured, atol=1e-6, rtol=0)
+    measured, _ = removal_effects(gpt2, g)
+    assert torch.allclose(g.adjacency[target_rows(g)][:, : g.logit_slice.start], measured, atol=1e-6, rtol=0)
     s = scores(g)
     assert s.replacement < 0.99 and s.completeness < 0.99
 
@@ -96,7 +84,7 @@ def test_residual_sae_edges_are_first_order(gpt2):
     saes = residual_saes(gpt2, ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"])
     g = build_graph(gpt2, saes, gpt2.to_tokens(PROMPT)[0], batch_size=16)
     assert g.kind == "residual" and not g.linear
-    src, rows, eps = torch.arange(g.logit_slice.start), _rows(g), 1e-5
+    src, rows, eps = torch.arange(g.logit_slice.start), target_rows(g), 1e-5
     up = torch.ones(len(src), g.n_nodes, dtype=torch.float64)
     down = up.clone()
     up[torch.arange(len(src)), src] += eps
