@@ -311,23 +311,24 @@ class Atlas:
               node_threshold: float = 0.8, edge_threshold: float = 0.98,
               supernodes: str | dict[str, list[tuple[str, int]]] | None = "geometry", by_position: bool = False,
               interventions: list[dict[str, Any]] | None = None, top: int = 20,
-              freeze_mlps: bool = False) -> GraphView:
+              freeze_mlps: bool = False, clt: str | None = None) -> GraphView:
         """Attribution graph of the next token after `text` (circuit-tracer's method,
         `saes.circuits`): logit nodes for `target` (tokens) or the top predictions up to
-        `cumulative_prob`, over the atlas's transcoders (default; one per MLP) or residual
-        SAEs, pruned by influence, scored, with supernodes from the stored geometry (circles,
+        `cumulative_prob`, over the atlas's cross-layer transcoder (`clt`, or its only one by
+        default), else its transcoders (one per MLP) or residual SAEs, pruned by influence, scored, with supernodes from the stored geometry (circles,
         concept spans, lobes; or `{label: [(sae_id, latent), ...]}`) and `interventions`
         (`{"node": node id or supernode label, "kind": "ablate" | "clamp" | "steer",
         "value": ...}`) beside the graph's prediction. `freeze_mlps`: transcoders at some
         layers only, the other MLPs frozen (their outputs error nodes). `.save(path)` writes
         the graph JSON."""
         targets = [target] if isinstance(target, (str, int)) else target
-        views = [self.sae(s) for s in sae_ids or self.sae_ids]
+        views = [] if clt else [self.sae(s) for s in sae_ids or self.sae_ids]
         return graph_service.graph(self.ctx, views, text, chosen=bool(sae_ids), targets=targets,
                                    max_logits=max_logits, cumulative_prob=cumulative_prob,
                                    node_threshold=node_threshold, edge_threshold=edge_threshold,
                                    supernode_groups=supernodes, by_position=by_position,
-                                   interventions=interventions or [], top=top, freeze_mlps=freeze_mlps)
+                                   interventions=interventions or [], top=top, freeze_mlps=freeze_mlps,
+                                   clt=clt)
 
     def steering_features(self, target: Any, *, saes: list[str] | None = None, k: int = 10,
                           mode: SteerMode = "add", ratio: float = 3.0, kl_bound: float = 1.0, n_prompts: int = 16,

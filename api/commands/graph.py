@@ -21,7 +21,7 @@ def graph_command(
                                      "predictions up to --cumulative-prob)."),
     out: Path = typer.Option(Path("graph.json"), "--out", help="Where to write the graph JSON."),
     sae: list[str] = typer.Option(None, "--sae", help="Dictionaries of the graph (repeatable; default: the "
-                                  "atlas's transcoders, else its residual-stream SAEs)."),
+                                  "atlas's CLT, else its transcoders, else its residual-stream SAEs)."),
     max_logits: int = typer.Option(5, min=1, max=10, help="Most logit nodes without --target."),
     cumulative_prob: float = typer.Option(0.95, min=0.0, max=1.0, help="Logit nodes up to this probability."),
     node_threshold: float = typer.Option(0.8, min=0.0, max=1.0, help="Cumulative influence of the kept nodes."),
@@ -31,6 +31,8 @@ def graph_command(
                                         '\'{"node": "1_12_5", "kind": "ablate"}\' (repeatable).'),
     freeze_mlps: bool = typer.Option(False, "--freeze-mlps", help="Transcoders at some layers only: freeze the "
                                      "other MLPs (their outputs become error nodes)."),
+    clt: str = typer.Option(None, "--clt", help="Cross-layer transcoder of the graph (default: the atlas's only "
+                            "CLT, if it has one)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Attribution graph (circuit-tracer's method): direct effects among active features,
@@ -44,7 +46,7 @@ def graph_command(
     result = Atlas(atlas).graph(text, target or None, sae_ids=sae or None, max_logits=max_logits,
                                 cumulative_prob=cumulative_prob, node_threshold=node_threshold,
                                 edge_threshold=edge_threshold, supernodes="geometry" if supernodes else None,
-                                interventions=edits, freeze_mlps=freeze_mlps)
+                                interventions=edits, freeze_mlps=freeze_mlps, clt=clt)
     path = result.save(out)
     if json_out:
         print_json({k: v for k, v in result.to_dict().items() if k != "graph"} | {"path": str(path)})

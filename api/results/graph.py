@@ -58,8 +58,8 @@ class GraphView(JsonResult):
 
     text: str
     tokens: list[str]
-    kind: str  # transcoders | residual
-    linear: bool  # exact direct effects (transcoders) or first-order (residual SAEs)
+    kind: str  # transcoders | clt | residual
+    linear: bool  # exact direct effects (transcoders, clt) or first-order (residual SAEs)
     dictionaries: list[str]
     targets: list[GraphTarget]
     scores: dict[str, Number]  # replacement, completeness of the full graph

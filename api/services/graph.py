@@ -28,16 +28,32 @@ from saes.circuits.interventions import NodeEdit, intervene
 from saes.circuits.prune import Pruned, prune, scores
 from saes.circuits.supernodes import Group, Supernode, supernodes
 from saes.sae.base import SAE
+from saes.transcoders.clt import CrossLayerTranscoder
+from saes.transcoders.clt_store import load_atlas_clt
 from store.errors import InvalidInputError, NotFoundError
 from store.hooks import hook_layer
 
 _USABLE_SAE = re.compile(r"^blocks\.\d+\.hook_resid_(pre|post)$")
 
 
-def graph_saes(ctx: AtlasContext, views: list[SaeView], *, chosen: bool, freeze_mlps: bool = False) -> dict[str, SAE]:
-    """The dictionaries of a graph: `views` as given when `chosen`, else the atlas's
-    transcoders when they replace every MLP (or `freeze_mlps`), else its residual-stream SAEs,
-    else its transcoders (the graph then names the MLPs they miss); NotFoundError when none fits."""
+def graph_saes(ctx: AtlasContext, views: list[SaeView], *, chosen: bool, freeze_mlps: bool = False,
+               clt: str | None = None) -> dict[str, SAE | CrossLayerTranscoder]:
+    """The dictionaries of a graph: the cross-layer transcoder `clt`; else `views` as given
+    when `chosen`; else the atlas's CLT when it has one (InvalidInputError naming them when it
+    has several), its transcoders when they replace every MLP (or `freeze_mlps`), its
+    residual-stream SAEs, its transcoders (the graph then names the MLPs they miss);
+    NotFoundError when none fits."""
+    if clt is not None:
+        if chosen:
+            raise InvalidInputError("a graph is over SAEs / transcoders (sae_ids) or over a cross-layer transcoder "
+                                    "(clt), not both")
+        return {clt: load_atlas_clt(ctx.root, clt)}
+    clts = ctx.layout.clt_ids()
+    if not chosen and len(clts) > 1:
+        raise InvalidInputError(f"the atlas has several cross-layer transcoders ({', '.join(clts)}); choose one "
+                                "(clt=..., --clt)")
+    if not chosen and clts:
+        return {clts[0]: load_atlas_clt(ctx.root, clts[0])}
     modules = {v.sae_id: v.module() for v in views}
     if chosen:
         return modules
@@ -50,7 +66,7 @@ def graph_saes(ctx: AtlasContext, views: list[SaeView], *, chosen: bool, freeze_
         return residual
     have = ", ".join(f"{v.sae_id} at {v.hook}" for v in views) or "none"
     raise NotFoundError(f"the atlas {ctx.root} has no transcoder or residual-stream SAE (hook_resid_pre/post) "
-                        f"a graph can use; its SAEs: {have}")
+                        f"a graph can use, and no cross-layer transcoder; its SAEs: {have}")
 
 
 def _geometry_groups(views: Sequence[SaeView], ids: list[str]) -> dict[str, Group]:
@@ -134,6 +150,7 @@ def graph(
     top: int = 20,
     batch_size: int = 64,
     freeze_mlps: bool = False,
+    clt: str | None = None,
 ) -> GraphView:
     """The pruned attribution graph of the next token after `text` (see `Atlas.graph`)."""
     targets = list(targets or [])
@@ -153,7 +170,7 @@ def graph(
     tokens_T, _ = _tokenize(handle, text)
     if len(tokens_T) > MAX_GRAPH_TOKENS:
         raise InvalidInputError(f"the prompt is {len(tokens_T)} tokens; a graph takes at most {MAX_GRAPH_TOKENS}")
-    saes = graph_saes(ctx, views, chosen=chosen, freeze_mlps=freeze_mlps)
+    saes = graph_saes(ctx, views, chosen=chosen, freeze_mlps=freeze_mlps, clt=clt)
     started = time.perf_counter()
     with ctx.model_lock:
         g = build_graph(handle, saes, tokens_T, targets=targets or None, max_logits=max_logits,

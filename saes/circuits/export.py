@@ -6,11 +6,11 @@ graph_models.py` and `utils/create_graph_files.py`; the layout of its test fixtu
 `metadata`, `qParams`, `nodes`, `links`:
 - feature node `"{layer}_{latent}_{pos}"`, `feature` the Cantor pairing of (layer, latent),
   `feature_type` "cross layer transcoder" (what the frontend draws as a feature);
-- error node `"{layer}_-1_{pos}"`, "mlp reconstruction error" (transcoders) or "residual
+- error node `"{layer}_-1_{pos}"`, "mlp reconstruction error" (transcoders, CLT) or "residual
   reconstruction error" (residual SAEs; the frontend treats any type containing "error" as one);
 - token node `"E_{token_id}_{pos}"`, "embedding"; logit node `"{n+1}_{token_id}_{last}"`, "logit";
 - links `{source, target, weight}` with the adjacency entry as weight.
-`layer` is the dictionary's place in the graph (the block for transcoders). Fields the
+`layer` is the dictionary's place in the graph (the block for transcoders and a CLT). Fields the
 format does not have ride along: feature nodes carry `sae_id` and `hook`, and
 `metadata.sae_atlas` carries the kind, scores and dictionaries; readers ignore them.
 """
@@ -56,7 +56,7 @@ def graph_json(graph: Graph, pruned: Pruned, *, slug: str, scan: str, scores: Sc
     `[label, node_id, ...]`) go to `qParams.supernodes`."""
     ids, f, T = node_ids(graph), graph.features, graph.n_pos
     labels = labels or {}
-    error_type = "mlp reconstruction error" if graph.kind == "transcoders" else "residual reconstruction error"
+    error_type = "residual reconstruction error" if graph.kind == "residual" else "mlp reconstruction error"
     n_d = len(graph.dictionaries)
     nodes = []
     for i in pruned.node_mask.nonzero()[:, 0].tolist():

@@ -49,6 +49,8 @@ class GraphRequest(_Request):
     top: JsonInt = Field(default=20, ge=1, le=200, description="influential nodes to list")
     freeze_mlps: bool = Field(default=False, description="transcoders at some layers only: the other MLPs frozen "
                               "(their outputs are error nodes)")
+    clt: SafeId | None = Field(default=None, description="cross-layer transcoder of the graph (default: the atlas's "
+                               "only CLT, if it has one)")
 
 
 @router.post("/graph", summary="Attribution graph of the next token (circuit-tracer graph JSON inside)",
@@ -59,4 +61,5 @@ async def post_graph(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDe
         body.text, body.targets or None, sae_ids=body.sae_ids or None, max_logits=body.max_logits,
         cumulative_prob=body.cumulative_prob, node_threshold=body.node_threshold, edge_threshold=body.edge_threshold,
         supernodes="geometry" if body.supernodes else None, by_position=body.by_position,
-        interventions=[e.model_dump() for e in body.interventions], top=body.top, freeze_mlps=body.freeze_mlps))
+        interventions=[e.model_dump() for e in body.interventions], top=body.top, freeze_mlps=body.freeze_mlps,
+        clt=body.clt))
