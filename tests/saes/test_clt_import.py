@@ -6,6 +6,7 @@ model or writing the wrong hook is refused."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from saes.cache import cache_activations
 from saes.corpus import CorpusSpec
 from saes.formats.circuit_tracer_clt import load_circuit_tracer_clt
-from saes.importing.clt import import_clt
+from saes.importing.clt import import_clt, judge
 from saes.importing.pipeline import MisloadError, import_sae
 from saes.models import tiny_model
 from saes.transcoders.clt_store import load_atlas_clt
@@ -134,3 +135,31 @@ def test_import_through_the_guard(tmp_path):
     assert sorted(AtlasLayout(root).clt_ids()) == [result.clt_id]
     kept = import_clt(root, wrong, model_handle=handle, n_tokens=256, force=True, clt_id="kept")
     assert kept.suspect and AtlasLayout(root).read_meta()["clts"]["kept"]["suspect"]
+
+
+def test_cli_import_detects_a_clt_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    handle = tiny_model(arch="gpt2", n_layers=2, d_model=16, d_mlp=32, act_fn="relu", seed=3)
+    root = tmp_path / "atlas"
+    cache_activations(handle, root, ["blocks.1.hook_mlp_out"], corpus=CorpusSpec(context_size=16), n_tokens=16 * 20,
+                      progress=False)
+    folder = _exact_clt(tmp_path / "exact", handle)
+    res = CliRunner().invoke(app, ["import", str(folder), "--atlas", str(root), "--id", "via-cli", "--json"])
+    assert res.exit_code == 0, res.output
+    body = json.loads(res.output)
+    assert body["clt_id"] == "via-cli" and body["metrics"]["fvu"] < 1e-6 and not body["suspect"]
+    res = CliRunner().invoke(app, ["import", str(folder), "--atlas", str(root), "--id", "via-cli"])
+    assert res.exit_code != 0 and "already exists" in res.output
+
+
+def test_guard_rules():
+    jump, relu = load_circuit_tracer_clt(HERE / "jumprelu"), load_circuit_tracer_clt(HERE / "relu")
+    metrics = {"fvu": 0.1, "fvu_per_layer": [0.1] * 3, "l0": 30.0, "l0_per_layer": [10.0] * 3, "dead_fraction": 0.0,
+               "n_tokens": 10}
+    assert [p.cause for p in judge(jump, metrics)] == ["threshold"]  # 10 of 12 features fire: thresholds lost
+    assert judge(relu, metrics) == []  # a ReLU CLT is dense by design
+    bad = {**metrics, "fvu": 1.5, "fvu_per_layer": [1.5] * 3, "l0_per_layer": [0.0] * 3, "dead_fraction": 1.0}
+    assert [p.cause for p in judge(jump, bad)] == ["fvu", "dead"]
