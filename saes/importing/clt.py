@@ -6,7 +6,8 @@ SAE by the misload guard's rules on tokens streamed through the model over the a
 corpus: refused when it predicts the MLP outputs worse than their mean (FVU > 1), when no
 feature fires, or when a CLT with JumpReLU thresholds fires on over a quarter of its width
 per layer (thresholds lost or misread; a ReLU CLT, all thresholds 0, is dense by design). `force` keeps a refused CLT marked suspect. An accepted one is saved with
-`source.json` (provenance) and `eval.json` (metrics) and registered under atlas.json's `clts`.
+`source.json` (provenance) and `eval.json` (metrics) and registered under atlas.json's `clts`;
+importing the same source again after a kill between the two registers the saved CLT.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from saes.importing.sources import resolve_source
 from saes.models import ModelHandle, load_model
 from saes.transcoders.clt import CrossLayerTranscoder
 from saes.transcoders.clt_data import clt_metrics, streamed_rows
-from saes.transcoders.clt_store import clt_record, register_clt, save_clt
-from store.atomic import atomic_write_json, sha256_file
+from saes.transcoders.clt_store import clt_record, load_clt_folder, register_clt, save_clt
+from store.atomic import atomic_write_json, read_json, sha256_file
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout, check_id, created_with
 
@@ -100,6 +101,9 @@ def import_clt(atlas: str | Path, source: str | Path, *, clt_id: str | None = No
     name = str(resolved.source).rstrip("/").rsplit("/", 1)[-1]
     clt_id = check_id(clt_id or f"clt-{clt.cfg.architecture}-{clt.cfg.d_sae}-{name}", "CLT id")
     if (layout.clt_dir(clt_id) / "cfg.json").exists():
+        finished = _finish_interrupted(layout, clt_id, resolved.source)
+        if finished is not None:
+            return finished
         raise InvalidInputError(f"CLT id {clt_id!r} already exists in {layout.root}; choose another with --id")
     started = time.perf_counter()
     rows = streamed_rows(handle, clt.cfg, CorpusSpec(**(meta.get("corpus") or {})), n_tokens)
@@ -127,3 +131,22 @@ def import_clt(atlas: str | Path, source: str | Path, *, clt_id: str | None = No
     register_clt(atlas, clt_record(clt_id, clt.cfg, metrics, source={"kind": resolved.kind, "source": resolved.source,
                                                                      "format": "circuit_tracer_clt"}, **verdict))
     return CLTImportResult(clt_id, clt.cfg.hooks_in, clt.cfg.hooks_out, metrics, problems)
+
+
+def _finish_interrupted(layout: AtlasLayout, clt_id: str, source: str) -> CLTImportResult | None:
+    """The result of an import of `source` as `clt_id` that was moved into place but killed
+    before atlas.json recorded it, now registered; None when that is not the case."""
+    folder = layout.clt_dir(clt_id)
+    if clt_id in (layout.read_meta().get("clts") or {}) or not (folder / "source.json").is_file():
+        return None
+    repair = f"remove {folder} and import again"
+    provenance = read_json(folder / "source.json", repair)
+    if provenance.get("source") != source:
+        return None
+    metrics = read_json(folder / "eval.json", repair)["metrics"]
+    cfg = load_clt_folder(folder).cfg  # verifies the weights
+    verdict = {"suspect": provenance["suspect"], "problems": provenance["problems"]}
+    register_clt(layout.root, clt_record(clt_id, cfg, metrics, source={
+        "kind": provenance["kind"], "source": source, "format": provenance["format"]}, **verdict))
+    problems = [Problem(p["cause"], p["message"]) for p in provenance["problems"]]
+    return CLTImportResult(clt_id, cfg.hooks_in, cfg.hooks_out, metrics, problems)

@@ -118,13 +118,19 @@ def test_import_through_the_guard(tmp_path):
     cache_activations(handle, root, ["blocks.1.hook_mlp_out"], corpus=CorpusSpec(context_size=16), n_tokens=16 * 20,
                       progress=False)
     result = import_clt(root, _exact_clt(tmp_path / "exact", handle), model_handle=handle, n_tokens=256)
+    _exact_clt(tmp_path / "other-source", handle)
     assert not result.suspect and result.metrics["fvu"] < 1e-6 and result.metrics["l0"] > 0
     record = AtlasLayout(root).read_meta()["clts"][result.clt_id]
     assert record["hooks_in"] == ["blocks.0.mlp.hook_in", "blocks.1.mlp.hook_in"] and record["n_layers"] == 2
     assert (AtlasLayout(root).clt_dir(result.clt_id) / "source.json").is_file()
     assert load_atlas_clt(root, result.clt_id).cfg.d_sae == 32
     with pytest.raises(InvalidInputError, match="already exists"):
-        import_clt(root, tmp_path / "exact", model_handle=handle, clt_id=result.clt_id)
+        import_clt(root, tmp_path / "other-source", model_handle=handle, clt_id=result.clt_id)
+    # killed after the folder was moved into place, before atlas.json recorded it: the same import finishes
+    layout = AtlasLayout(root)
+    layout.update_meta(clts={})
+    again = import_clt(root, tmp_path / "exact", model_handle=handle, clt_id=result.clt_id)
+    assert again.metrics == result.metrics and result.clt_id in layout.read_meta()["clts"]
     with pytest.raises(InvalidInputError, match="is a cross-layer transcoder"):
         import_sae(root, tmp_path / "exact", model_handle=handle)
     with pytest.raises(InvalidInputError, match="has 3 layers but model"):
