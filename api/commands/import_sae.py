@@ -57,9 +57,9 @@ def _import_clt(atlas: Path, source: str, clt_id: str | None, force: bool, json_
         print_json(result)
         return
     metrics = result["metrics"]
-    print_table(f"Imported into {atlas}", ["CLT", "layers", "reads", "FVU", "L0", "dead", "suspect"],
+    print_table(f"Imported into {atlas}", ["CLT", "layers", "reads", "FVU", "L0", "dead", "CE recovered", "suspect"],
                 [[result["clt_id"], len(result["hooks_in"]), result["hooks_in"][0].split(".", 2)[-1], metrics["fvu"],
-                  metrics["l0"], metrics["dead_fraction"], result["suspect"]]])
+                  metrics["l0"], metrics["dead_fraction"], metrics.get("ce_loss_score", "-"), result["suspect"]]])
     for problem in result["problems"]:
         typer.secho(f"suspect ({problem['cause']}): {problem['message']}", fg="yellow", err=True)
 

@@ -9,6 +9,10 @@ replaces the same outputs by zeros (SAEBench's ablation) or by their mean over c
 tokens. BOS (and separator) positions keep the model's own output in every patched run,
 and the CE / KL averages leave them out, as `saes.eval.downstream` does for SAEs;
 `ce_loss_score` = (CE_ablated - CE_transcoders) / (CE_ablated - CE_clean).
+
+A cross-layer transcoder (`saes.transcoders.clt`) replaces every MLP at once the same way:
+at each layer's input hook its features are encoded from the live (already patched) stream,
+and each MLP output becomes what the features of that layer and every earlier one write there.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 from saes.eval.downstream import DownstreamStats
 from saes.hook_fns import HookFn, capture_hook, replace_hook
 from saes.sae.base import SAE
+from saes.transcoders.clt import CrossLayerTranscoder
 from store.errors import InvalidInputError
 
 Ablation = Literal["zero", "mean"]
@@ -63,6 +68,29 @@ def transcoder_hooks(transcoders: Sequence[SAE], keep_BT: torch.Tensor) -> list[
     return hooks
 
 
+def clt_hooks(clt: CrossLayerTranscoder, keep_BT: torch.Tensor) -> list[tuple[str, HookFn]]:
+    """Forward hooks replacing every MLP output by the CLT's, its layer-l features encoded
+    from the same pass's input hook of layer l (positions where `keep_BT` is True left as they are)."""
+    codes: dict[int, torch.Tensor] = {}
+    W = clt.W_enc
+
+    def encode(act: torch.Tensor, layer: int) -> None:
+        pre = act.to(W.device, W.dtype) @ W[layer] + clt.b_enc[layer]
+        codes[layer] = clt.activate_layer(pre, layer)
+
+    def write(act: torch.Tensor, layer: int) -> torch.Tensor:
+        if layer not in codes:
+            raise InvalidInputError(f"hook {clt.cfg.hooks_in[layer]!r} did not run before {clt.cfg.hooks_out[layer]!r}")
+        out = clt.b_dec[layer] + sum(codes[i] @ clt.W_dec[i][:, layer - i] for i in range(layer + 1))
+        return _keep(keep_BT, act, out.to(act.device))
+
+    hooks: list[tuple[str, HookFn]] = []
+    for layer, (hook_in, hook_out) in enumerate(zip(clt.cfg.hooks_in, clt.cfg.hooks_out, strict=True)):
+        hooks += [(hook_in, capture_hook(lambda act, layer=layer: encode(act, layer))),
+                  (hook_out, replace_hook(lambda act, layer=layer: write(act, layer)))]
+    return hooks
+
+
 def ablation_hooks(
     hooks_out: Sequence[str], keep_BT: torch.Tensor, ablation: Ablation = "zero",
     means: dict[str, torch.Tensor] | None = None,
@@ -83,23 +111,34 @@ def ablation_hooks(
 
 @torch.no_grad()
 def replacement_metrics(
-    transcoders: Sequence[SAE],
+    transcoders: Sequence[SAE] | CrossLayerTranscoder,
     bridge: Any,
     blocks: Iterable[tuple[torch.Tensor, torch.Tensor]],
     *,
     ablation: Ablation = "zero",
     means: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """CE / KL with every transcoder's MLP replaced at once, against the clean model and
-    the same outputs ablated (`ablation`), over `(token_ids, is_bos)` blocks `[n, T]`
-    (three forwards per batch). Keys as `saes.eval.downstream.downstream_metrics`'."""
-    check_transcoders(transcoders)
-    outs = [sae.cfg.hook_name_out for sae in transcoders]
+    """CE / KL with every transcoder's MLP replaced at once (or every MLP by one cross-layer
+    transcoder), against the clean model and the same outputs ablated (`ablation`), over
+    `(token_ids, is_bos)` blocks `[n, T]` (three forwards per batch). Keys as
+    `saes.eval.downstream.downstream_metrics`'."""
+    if isinstance(transcoders, CrossLayerTranscoder):
+        clt = transcoders
+        outs = clt.cfg.hooks_out
+
+        def splice(keep_BT: torch.Tensor) -> list[tuple[str, HookFn]]:
+            return clt_hooks(clt, keep_BT)
+    else:
+        check_transcoders(transcoders)
+        outs = [sae.cfg.hook_name_out for sae in transcoders]
+
+        def splice(keep_BT: torch.Tensor) -> list[tuple[str, HookFn]]:
+            return transcoder_hooks(transcoders, keep_BT)
     stats = DownstreamStats()
     for token_ids, is_bos in blocks:
         logits = {
             "clean": bridge(token_ids),
-            "sae": bridge.run_with_hooks(token_ids, fwd_hooks=transcoder_hooks(transcoders, is_bos)),
+            "sae": bridge.run_with_hooks(token_ids, fwd_hooks=splice(is_bos)),
             "zero": bridge.run_with_hooks(token_ids, fwd_hooks=ablation_hooks(outs, is_bos, ablation, means)),
         }
         stats.update(logits, token_ids, is_bos)

@@ -19,7 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from saes.corpus import CorpusSpec
+import torch
+
+from saes.corpus import CorpusSpec, iter_blocks
+from saes.eval.transcoder import replacement_metrics
 from saes.formats.circuit_tracer_clt import is_circuit_tracer_clt, load_circuit_tracer_clt
 from saes.importing.guard import DENSE_SHARE, MAX_FVU, Problem
 from saes.importing.pipeline import MisloadError
@@ -33,6 +36,7 @@ from store.errors import InvalidInputError
 from store.layout import AtlasLayout, check_id, created_with
 
 DEFAULT_TOKENS = 2048
+DEFAULT_CE_BLOCKS = 4
 
 
 @dataclass
@@ -83,10 +87,22 @@ def judge(clt: CrossLayerTranscoder, metrics: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+def _ce_blocks(handle: ModelHandle, spec: CorpusSpec, n_blocks: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`(token_ids, is_bos)` of the corpus's first `n_blocks` blocks (the CE loss blocks)."""
+    out = []
+    for blocks in iter_blocks(handle.tokenizer, spec, max_blocks=n_blocks):
+        is_bos = torch.zeros_like(blocks.token_ids, dtype=torch.bool)
+        is_bos[:, 0] = spec.prepend_bos
+        out.append((blocks.token_ids.to(handle.device), is_bos))
+    return out
+
+
 def import_clt(atlas: str | Path, source: str | Path, *, clt_id: str | None = None, force: bool = False,
-               n_tokens: int = DEFAULT_TOKENS, model_handle: ModelHandle | None = None) -> CLTImportResult:
+               n_tokens: int = DEFAULT_TOKENS, ce_blocks: int = DEFAULT_CE_BLOCKS,
+               model_handle: ModelHandle | None = None) -> CLTImportResult:
     """Import the circuit-tracer CLT at SOURCE (a folder or `hf://org/repo/path[@rev]`) into
-    the atlas (see the module doc). MisloadError naming the cause when the guard refuses it
+    the atlas (see the module doc); an accepted CLT's metrics include the CE loss recovered
+    with every MLP replaced by it on `ce_blocks` corpus blocks (`saes.eval.transcoder.replacement_metrics`). MisloadError naming the cause when the guard refuses it
     (unless `force`); nothing is left in the atlas by a refused import."""
     layout = AtlasLayout(atlas)
     meta = layout.read_meta()
@@ -106,9 +122,12 @@ def import_clt(atlas: str | Path, source: str | Path, *, clt_id: str | None = No
             return finished
         raise InvalidInputError(f"CLT id {clt_id!r} already exists in {layout.root}; choose another with --id")
     started = time.perf_counter()
-    rows = streamed_rows(handle, clt.cfg, CorpusSpec(**(meta.get("corpus") or {})), n_tokens)
-    metrics = clt_metrics(clt.to(handle.device), rows)
+    spec = CorpusSpec(**(meta.get("corpus") or {}))
+    clt = clt.to(handle.device)
+    metrics = clt_metrics(clt, streamed_rows(handle, clt.cfg, spec, n_tokens))
     problems = judge(clt, metrics)
+    if ce_blocks and not problems:  # a CLT the guard distrusts may not even splice (it writes before it reads)
+        metrics.update(replacement_metrics(clt, handle.bridge, _ce_blocks(handle, spec, ce_blocks)))
     if problems and not force:
         causes = "; ".join(f"{p.cause}: {p.message}" for p in problems)
         raise MisloadError(f"import refused: {causes}. Pass --force to keep it marked suspect", problems)
@@ -123,7 +142,8 @@ def import_clt(atlas: str | Path, source: str | Path, *, clt_id: str | None = No
             "original_files": files, **verdict, "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "created_with": created_with()})
         atomic_write_json(staging / "eval.json", {"metrics": metrics, **verdict, "seconds": time.perf_counter() - started,
-                                                  "parameters": {"n_tokens": n_tokens, "split": "streamed"}})
+                                                  "parameters": {"n_tokens": n_tokens, "ce_blocks": ce_blocks,
+                                                                 "split": "streamed"}})
         layout.clt_dir(clt_id).parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, layout.clt_dir(clt_id))
     finally:

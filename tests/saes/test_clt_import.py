@@ -120,6 +120,7 @@ def test_import_through_the_guard(tmp_path):
     result = import_clt(root, _exact_clt(tmp_path / "exact", handle), model_handle=handle, n_tokens=256)
     _exact_clt(tmp_path / "other-source", handle)
     assert not result.suspect and result.metrics["fvu"] < 1e-6 and result.metrics["l0"] > 0
+    assert result.metrics["ce_loss_score"] == pytest.approx(1.0, abs=1e-4)  # every MLP replaced by the CLT
     record = AtlasLayout(root).read_meta()["clts"][result.clt_id]
     assert record["hooks_in"] == ["blocks.0.mlp.hook_in", "blocks.1.mlp.hook_in"] and record["n_layers"] == 2
     assert (AtlasLayout(root).clt_dir(result.clt_id) / "source.json").is_file()
