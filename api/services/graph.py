@@ -44,10 +44,11 @@ def graph_saes(ctx: AtlasContext, views: list[SaeView], *, chosen: bool, freeze_
     residual-stream SAEs, its transcoders (the graph then names the MLPs they miss);
     NotFoundError when none fits."""
     if clt is not None:
+        module = load_atlas_clt(ctx.root, clt)  # NotFoundError naming the valid ids first
         if chosen:
             raise InvalidInputError("a graph is over SAEs / transcoders (sae_ids) or over a cross-layer transcoder "
                                     "(clt), not both")
-        return {clt: load_atlas_clt(ctx.root, clt)}
+        return {clt: module}
     clts = ctx.layout.clt_ids()
     if not chosen and len(clts) > 1:
         raise InvalidInputError(f"the atlas has several cross-layer transcoders ({', '.join(clts)}); choose one "

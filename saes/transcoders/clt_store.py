@@ -37,9 +37,8 @@ def clt_tensors(clt: CrossLayerTranscoder) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
 
-def save_clt(clt: CrossLayerTranscoder, folder: str | Path, **extra: Any) -> None:
-    """Write `clt` to `folder` (weights, then cfg.json with their sha256; both atomic);
-    `extra` goes into cfg.json beside the config."""
+def save_clt(clt: CrossLayerTranscoder, folder: str | Path) -> None:
+    """Write `clt` to `folder` (weights, then cfg.json with their sha256; both atomic)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_path(folder / WEIGHTS_FILE) as tmp:
@@ -47,7 +46,7 @@ def save_clt(clt: CrossLayerTranscoder, folder: str | Path, **extra: Any) -> Non
     dtype = str(clt.W_enc.dtype).removeprefix("torch.")
     atomic_write_json(folder / CFG_FILE, {
         "format_version": FORMAT_VERSION, "clt_config": {**clt.cfg.to_dict(), "dtype": dtype},
-        "sha256": {WEIGHTS_FILE: sha256_file(folder / WEIGHTS_FILE)}, **extra, "created_with": created_with()})
+        "sha256": {WEIGHTS_FILE: sha256_file(folder / WEIGHTS_FILE)}, "created_with": created_with()})
 
 
 def _repair(folder: Path) -> str:
