@@ -4,7 +4,8 @@ The CLT reads the MLP inputs given as hooks (`blocks.0.<site>` .. `blocks.{L-1}.
 every layer from 0, one site) and writes every `blocks.l.hook_mlp_out`; all 2L hooks must
 have been cached in one `sae-atlas cache` run. Its id is `clt-<site>-<architecture>-<F>`
 and its folder `clts/<id>/` (`saes.transcoders.clt_store`); a finished CLT with the same
-configuration is not trained again unless `overwrite`, an interrupted one resumes.
+configuration is not trained again unless `overwrite`, an interrupted one resumes. Under
+torchrun the ranks train it data-parallel (`train_clt`) and rank 0 writes and registers it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from saes.distributed import barrier, init_distributed
 from saes.train.checkpoint import remove_checkpoints
 from saes.train.config import TrainConfig
 from saes.transcoders.clt import CLTArchitecture, CLTConfig
@@ -68,26 +70,30 @@ def train_atlas_clt(
                     dataset_path=str(corpus.get("source", "")), seed=train_cfg.seed, **(options or {}))
     clt_id = check_id(f"clt-{site}-{architecture}-{cfg.d_sae}", "CLT id")
     folder = layout.clt_dir(clt_id)
+    ctx = init_distributed()
     record = None if overwrite else _finished(folder, cfg, train_cfg)
     if record is None:
-        if overwrite:
+        if overwrite and (ctx is None or ctx.is_main):
             for name in (CFG_FILE, TRAINING_FILE):
                 (folder / name).unlink(missing_ok=True)
             remove_checkpoints(folder)
-        elif (folder / TRAINING_FILE).exists():
+        elif not overwrite and (folder / TRAINING_FILE).exists():
             raise InvalidInputError(f"CLT {clt_id!r} already exists with a different configuration; pass "
                                     "overwrite=True (`--overwrite`) to replace it")
+        barrier(ctx)  # rank 0 cleared an overwritten CLT before any rank looks for checkpoints
         B, seed = train_cfg.batch_size, train_cfg.seed
         n_heldout = min(HELDOUT_TOKENS, reader.count_tokens("heldout"))
         heldout = next(reader.batches(n_heldout, seed=seed, split="heldout"), None) if n_heldout else None
         record = train_clt(cfg, lambda skip: reader.batches(B, seed=seed, split="train", repeat=True,
                                                             skip_batches=skip),
-                           train_cfg, out_dir=folder, eval_rows=heldout).record
+                           train_cfg, out_dir=folder, eval_rows=heldout, ctx=ctx).record
     heldout_metrics = record.get("heldout_metrics") or {}
     entry = clt_record(clt_id, cfg, heldout_metrics, tokens=record["train_config"]["total_tokens"],
                        train_fvu=record["final_metrics"].get("fvu"), train_l0=record["final_metrics"].get("l0"),
                        dead_fraction=heldout_metrics.get("dead_fraction"))
-    register_clt(root, entry)
+    if ctx is None or ctx.is_main:
+        register_clt(root, entry)
+    barrier(ctx)
     return entry
 
 

@@ -10,7 +10,9 @@ output summed over layers plus the JumpReLU L0 penalty, or the FVU under TopK).
 
 Each layer's input and output get their own scale (`E||s_l x_l||^2 = d`, estimated on the
 first `scale_batches` batches), folded into the saved weights (`fold_layer_scales`);
-`b_dec` starts at the mean scaled output of each layer.
+`b_dec` starts at the mean scaled output of each layer. Under torchrun every rank reads the
+same global batches and trains on its slice (`DistributedDataParallel` averages the
+gradients), which equals single-process training on the global batches.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from saes.distributed import DistContext, all_reduce_
 from saes.sae.losses import StepInfo
 from saes.train.checkpoint import (
     load_latest_checkpoint,
@@ -35,8 +38,9 @@ from saes.train.checkpoint import (
     set_rng_state,
 )
 from saes.train.config import TrainConfig
+from saes.train.distributed import rank_slice
 from saes.train.schedule import make_scheduler
-from saes.train.trainer import check_same_config, make_optimizer, summarise_window
+from saes.train.trainer import check_same_config, loss_module, make_optimizer, summarise_window
 from saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt, fold_layer_scales
 from saes.transcoders.clt_data import clt_metrics
 from saes.transcoders.clt_store import save_clt
@@ -90,11 +94,13 @@ def project_decoder_grads(clt: CrossLayerTranscoder) -> None:
 class _Run:
     """Everything a checkpoint holds."""
 
-    def __init__(self, cfg: CLTConfig, train: TrainConfig, device: str) -> None:
-        self.cfg, self.train, self.device = cfg, train, device
+    def __init__(self, cfg: CLTConfig, train: TrainConfig, device: str, ctx: DistContext | None) -> None:
+        self.cfg, self.train, self.device, self.ctx = cfg, train, device, ctx
         self.clt = build_clt(cfg)
         init_clt(self.clt, torch.Generator().manual_seed(cfg.seed))
         self.clt.to(device)
+        model = loss_module(self.clt)  # type: ignore[arg-type]  # the same training_loss signature
+        self.model = nn.parallel.DistributedDataParallel(model) if ctx is not None and ctx.world_size > 1 else model
         self.optimizer = make_optimizer(self.clt, train)  # type: ignore[arg-type]
         self.scheduler = make_scheduler(self.optimizer, train.total_steps, train.lr_warmup_steps,
                                         train.lr_decay_fraction)
@@ -135,13 +141,14 @@ class _Run:
         self.clt.b_dec.copy_(y.mean(0))
 
     def step_on(self, batch: torch.Tensor) -> dict[str, float]:
-        batch = batch.to(self.device, torch.float32)
+        """One optimizer step on this rank's slice of a global batch."""
+        batch = rank_slice(batch, self.ctx).to(self.device, torch.float32)
         x = batch[:, 0] * self.scale_in.to(batch)[:, None]
         y = batch[:, 1] * self.scale_out.to(batch)[:, None]
         info = StepInfo(step=self.step, total_steps=self.train.total_steps, data_variance=self.data_variance)
-        out = self.clt.training_loss(x, info, y)
+        loss, metrics, _ = self.model(x, info, y)
         self.optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
+        loss.backward()
         project_decoder_grads(self.clt)
         if self.train.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.clt.parameters(), self.train.grad_clip)
@@ -150,7 +157,18 @@ class _Run:
         self.scheduler.step()
         self.step += 1
         self.tokens_seen += self.train.batch_size
-        return {**{k: float(v) for k, v in out.metrics.items()}, "loss": float(out.loss.detach())}
+        return {**{k: float(v) for k, v in metrics.items()}, "loss": float(loss.detach())}
+
+    def log(self, row: dict[str, float]) -> None:
+        """Every `log_every_steps` (and at the end) append the window's means, averaged over ranks."""
+        self.log_window.append(row)
+        if self.step % self.train.log_every_steps and self.step != self.train.total_steps:
+            return
+        summary = summarise_window(self.log_window)
+        means = all_reduce_(torch.tensor(list(summary.values()), dtype=torch.float64), self.ctx, "mean")
+        self.history.append({**dict(zip(summary, means.tolist(), strict=True)), "step": self.step,
+                             "tokens": self.tokens_seen, "lr": self.scheduler.get_last_lr()[0]})
+        self.log_window = []
 
 
 def _checked(batch: torch.Tensor | None, step: int, train: TrainConfig, cfg: CLTConfig) -> torch.Tensor:
@@ -171,15 +189,21 @@ def train_clt(
     out_dir: str | Path | None = None,
     eval_rows: torch.Tensor | None = None,
     stop_after_steps: int | None = None,
+    ctx: DistContext | None = None,
 ) -> CLTTrainResult:
     """Train a CLT on `batches(skip)` (`[B, 2, L, d]`, the stream after `skip` batches).
     With `out_dir` the run checkpoints, resumes, and at the end saves the folded CLT
     (`saes.transcoders.clt_store.save_clt`) and `training.json`, then removes its
     checkpoints. `eval_rows [n, 2, L, d]` give held-out metrics (`clt_metrics`);
-    `stop_after_steps` ends early (checkpointing first) without finishing."""
+    `stop_after_steps` ends early (checkpointing first) without finishing. Under a DDP
+    context each rank trains on its slice of every batch; only rank 0 writes files."""
     train = train_cfg.resolve(cfg.d_model, cfg.d_sae)
+    world = 1 if ctx is None else ctx.world_size
+    if train.batch_size % world:
+        raise InvalidInputError(f"batch_size {train.batch_size} must be divisible by the number of ranks ({world})")
     torch.manual_seed(train.seed)
-    run = _Run(cfg, train, train.device)
+    run = _Run(cfg, train, train.device if ctx is None else ctx.device(train.device), ctx)
+    main = ctx is None or ctx.is_main
     out = Path(out_dir) if out_dir is not None else None
     resumed = None
     if out is not None and (state := load_latest_checkpoint(out, map_location=train.device)) is not None:
@@ -192,7 +216,7 @@ def train_clt(
         stream = itertools.chain(first, stream)
     last = train.total_steps if stop_after_steps is None else min(train.total_steps, stop_after_steps)
     every = train.checkpoint_every_tokens
-    bar = tqdm(total=train.total_steps, initial=run.step, disable=not train.progress, unit="step",
+    bar = tqdm(total=train.total_steps, initial=run.step, disable=not (train.progress and main), unit="step",
                desc=f"train CLT {cfg.architecture} x{cfg.n_layers} layers")
     started = time.perf_counter()
     run.clt.train()
@@ -200,13 +224,9 @@ def train_clt(
         row = run.step_on(_checked(next(stream, None), run.step, train, cfg))
         bar.update(1)
         bar.set_postfix(L0=f"{row['l0']:.1f}", FVU=f"{row['fvu']:.3f}")
-        run.log_window.append(row)
-        if run.step % train.log_every_steps == 0 or run.step == train.total_steps:
-            run.history.append({**summarise_window(run.log_window), "step": run.step, "tokens": run.tokens_seen,
-                                "lr": run.scheduler.get_last_lr()[0]})
-            run.log_window = []
+        run.log(row)
         crossed = every and run.tokens_seen // every > (run.tokens_seen - train.batch_size) // every
-        if out is not None and run.step < train.total_steps and (crossed or run.step == last):
+        if out is not None and main and run.step < train.total_steps and (crossed or run.step == last):
             save_checkpoint(out, run.step, run.state())
     bar.close()
     folded = fold_layer_scales(run.clt, run.scale_in, run.scale_out).eval()
@@ -214,10 +234,10 @@ def train_clt(
     if run.step < train.total_steps:
         return CLTTrainResult(folded, final, None, run.history, resumed, {})
     heldout = clt_metrics(folded, eval_rows) if eval_rows is not None else None
-    record = {"status": "complete", "clt_config": cfg.to_dict(), "train_config": train.to_dict(),
+    record = {"status": "complete", "clt_config": cfg.to_dict(), "train_config": train.to_dict(), "world_size": world,
               "scale_in": run.scale_in.tolist(), "scale_out": run.scale_out.tolist(), "final_metrics": final,
               "heldout_metrics": heldout, "history": run.history, "created_with": created_with()}
-    if out is not None:
+    if out is not None and main:
         save_clt(folded, out)
         atomic_write_json(out / TRAINING_FILE, record)
         remove_checkpoints(out)
