@@ -117,6 +117,12 @@ class Atlas:
         whose files are missing stays listed; reading it raises IntegrityError)."""
         return self.ctx.sae_ids()
 
+    @property
+    def clt_ids(self) -> list[str]:
+        """Ids of the cross-layer transcoders saved under clts/ or registered in atlas.json
+        (their records: atlas.json's `clts`)."""
+        return self.ctx.layout.clt_ids()
+
     def _views(self, sae_ids: list[str] | None) -> list[SaeView]:
         """The named SAEs, or every SAE (NotFoundError when the atlas has none)."""
         ids = list(sae_ids) if sae_ids else self.sae_ids

@@ -39,6 +39,7 @@ def atlas(tmp_path_factory) -> Path:
 
 
 def test_the_atlas_clt_is_the_default(atlas):
+    assert Atlas(atlas).clt_ids == ["clt-exact"]
     view = Atlas(atlas).graph(PROMPT, supernodes=None)
     assert view.kind == "clt" and view.linear and view.dictionaries == ["clt-exact@0", "clt-exact@1"]
     assert view.scores["replacement"] == pytest.approx(1.0, abs=1e-4)
