@@ -76,6 +76,10 @@ def load_circuit_tracer_clt(folder: str | Path) -> CrossLayerTranscoder:
     cfg_path = folder / CONFIG_FILE
     if config.get("model_kind") != MODEL_KIND:
         raise InvalidInputError(f"{cfg_path}: model_kind {config.get('model_kind')!r} is not {MODEL_KIND!r}")
+    if config.get("transcoders"):
+        raise InvalidInputError(f"{cfg_path} lists per-layer files under `transcoders`: that is the Gemma Scope 2 "
+                                "CLT layout (w_enc / w_dec / affine_skip_connection per layer), which is not "
+                                "supported; only circuit-tracer's W_enc_<i> / W_dec_<i>.safetensors layout is")
     L = _n_layers(folder)
     enc = [read_safetensors(folder / f"W_enc_{i}.safetensors", _REPAIR) for i in range(L)]
     if "b_enc_0" not in enc[0] or "b_dec_0" not in enc[0]:

@@ -90,6 +90,9 @@ def test_damaged_folders_are_refused_by_name(tmp_path):
         (lambda f: _rewrite(f, "W_enc_1.safetensors", lambda t: t.update(threshold_1=-t["threshold_1"])),
          InvalidInputError, "negative JumpReLU thresholds"),
     ]
+    gemma_scope_2 = {"model_kind": "cross_layer_transcoder", "transcoders": ["hf://google/x/layer_0.safetensors"]}
+    cases.append((lambda f: (f / "config.yaml").write_text(yaml.safe_dump(gemma_scope_2)), InvalidInputError,
+                  "Gemma Scope 2"))
     for edit, error, match in cases:
         with pytest.raises(error, match=match):
             load_circuit_tracer_clt(_damaged(tmp_path, edit))
