@@ -53,10 +53,10 @@ class CLTLayer:
         return self.clt.W_dec[self.layer][:, 0]
 
     def encode_pre(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.W_enc + self.clt.b_enc[self.layer]
+        return self.clt.encode_pre_layer(x, self.layer)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        return self.clt.activate_layer(self.encode_pre(x), self.layer)
+        return self.clt.encode_layer(x, self.layer)
 
     def skip_out(self, x: torch.Tensor) -> torch.Tensor:
         return x.new_zeros(*x.shape[:-1], self.clt.cfg.d_model)
@@ -89,11 +89,8 @@ def decode_at(dset: DictionarySet, j: int, codes: dict[int, torch.Tensor]) -> to
     d = dset.items[j]
     if not isinstance(d.sae, CLTLayer):
         return d.sae.decode(codes[j].to(d.sae.W_dec.dtype)).to(codes[j].dtype)
-    clt = d.sae.clt
-    out = clt.b_dec[j].to(codes[j].dtype)
-    for i in range(j + 1):
-        out = out + codes[i] @ clt.W_dec[i][:, j - i].to(codes[i].dtype)
-    return out
+    dtype = d.sae.W_dec.dtype
+    return d.sae.clt.decode_layer({i: codes[i].to(dtype) for i in range(j + 1)}, j).to(codes[j].dtype)
 
 
 @dataclass(frozen=True)

@@ -75,14 +75,12 @@ def clt_hooks(clt: CrossLayerTranscoder, keep_BT: torch.Tensor) -> list[tuple[st
     W = clt.W_enc
 
     def encode(act: torch.Tensor, layer: int) -> None:
-        pre = act.to(W.device, W.dtype) @ W[layer] + clt.b_enc[layer]
-        codes[layer] = clt.activate_layer(pre, layer)
+        codes[layer] = clt.encode_layer(act.to(W.device, W.dtype), layer)
 
     def write(act: torch.Tensor, layer: int) -> torch.Tensor:
         if layer not in codes:
             raise InvalidInputError(f"hook {clt.cfg.hooks_in[layer]!r} did not run before {clt.cfg.hooks_out[layer]!r}")
-        out = clt.b_dec[layer] + sum(codes[i] @ clt.W_dec[i][:, layer - i] for i in range(layer + 1))
-        return _keep(keep_BT, act, out.to(act.device))
+        return _keep(keep_BT, act, clt.decode_layer(codes, layer).to(act.device))
 
     hooks: list[tuple[str, HookFn]] = []
     for layer, (hook_in, hook_out) in enumerate(zip(clt.cfg.hooks_in, clt.cfg.hooks_out, strict=True)):

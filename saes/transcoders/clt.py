@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
@@ -139,15 +140,24 @@ class CrossLayerTranscoder(nn.Module):
         assert self.cfg.k is not None
         return topk_code(pre, self.cfg.k)
 
+    def encode_pre_layer(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """One layer's pre-activations `[..., F]` of its input `[..., d]`."""
+        return x @ self.W_enc[layer] + self.b_enc[layer]
+
+    def encode_layer(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """One layer's code `[..., F]` of its input `[..., d]`."""
+        return self.activate_layer(self.encode_pre_layer(x, layer), layer)
+
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Feature activations `[..., L, F]` of inputs `[..., L, d]`."""
         return self.activate(self.encode_pre(x))
 
-    def decode_layer(self, f: torch.Tensor, layer: int) -> torch.Tensor:
-        """The output `[..., d]` at one layer from codes `[..., L, F]` (only layers <= `layer` count)."""
+    def decode_layer(self, codes: Mapping[int, torch.Tensor], layer: int) -> torch.Tensor:
+        """The output `[..., d]` at one layer from per-layer codes `codes[l] [..., F]` (only
+        layers `l <= layer` are read)."""
         out = self.b_dec[layer]
         for source in range(layer + 1):
-            out = out + f[..., source, :] @ self.W_dec[source][:, layer - source]
+            out = out + codes[source] @ self.W_dec[source][:, layer - source]
         return out
 
     def decode(self, f: torch.Tensor) -> torch.Tensor:

@@ -55,8 +55,10 @@ def test_outputs_follow_the_formula(architecture):
     assert np.allclose(out.feature_acts.detach().numpy(), f, atol=1e-10)
     assert np.allclose(out.x_hat.detach().numpy(), y, atol=1e-10)
     assert (f != 0).any() and (f == 0).any()
+    by_layer = dict(enumerate(out.feature_acts.unbind(-2)))
     for layer in range(L):
-        assert torch.allclose(clt.decode_layer(out.feature_acts, layer), out.x_hat[:, layer], atol=1e-10)
+        assert torch.allclose(clt.decode_layer(by_layer, layer), out.x_hat[:, layer], atol=1e-10)
+        assert torch.allclose(clt.encode_layer(x[:, layer], layer), out.feature_acts[:, layer], atol=1e-10)
 
 
 def test_folded_scales_give_the_raw_outputs():
