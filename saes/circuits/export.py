@@ -11,7 +11,8 @@ graph_models.py` and `utils/create_graph_files.py`; the layout of its test fixtu
 - token node `"E_{token_id}_{pos}"`, "embedding"; logit node `"{n+1}_{token_id}_{last}"`, "logit";
 - links `{source, target, weight}` with the adjacency entry as weight.
 `layer` is the dictionary's place in the graph (the block for transcoders and a CLT). Fields the
-format does not have ride along: feature nodes carry `sae_id` and `hook`, and
+format does not have ride along: feature nodes carry `sae_id` (a CLT layer's, which has no
+feature pages, `dictionary`) and `hook`, and
 `metadata.sae_atlas` carries the kind, scores and dictionaries; readers ignore them.
 """
 
@@ -67,7 +68,8 @@ def graph_json(graph: Graph, pruned: Pruned, *, slug: str, scan: str, scores: Sc
             sid = graph.dictionaries[d]
             nodes.append(_node(ids[i], cantor(d, lat), str(d), p, "cross layer transcoder", f"{d}_{lat}-0",
                                clerp=labels.get((sid, lat), ""), influence=infl,
-                               activation=float(f.activation[i]), sae_id=sid, hook=graph.hooks[d][1]))
+                               activation=float(f.activation[i]), hook=graph.hooks[d][1],
+                               **({"dictionary": sid} if graph.kind == "clt" else {"sae_id": sid})))
         elif kind == "error":
             d, p = divmod(i - graph.error_slice.start, T)
             nodes.append(_node(ids[i], -1, str(d), p, error_type, f"{d}_-1-{p}", influence=infl))

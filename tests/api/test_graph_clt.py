@@ -44,6 +44,8 @@ def test_the_atlas_clt_is_the_default(atlas):
     assert view.kind == "clt" and view.linear and view.dictionaries == ["clt-exact@0", "clt-exact@1"]
     assert view.scores["replacement"] == pytest.approx(1.0, abs=1e-4)
     jsonschema.validate(view.graph, SCHEMA)
+    features = [n for n in view.graph["nodes"] if n["feature_type"] == "cross layer transcoder"]
+    assert features and all("sae_id" not in n and n["dictionary"].startswith("clt-exact@") for n in features)
     node = next(n["node_id"] for n in view.top_nodes if n["kind"] == "feature")
     edited = Atlas(atlas).graph(PROMPT, supernodes=None, interventions=[{"node": node, "kind": "ablate"}])
     assert edited.interventions[0]["measured"] == pytest.approx(edited.interventions[0]["total"], abs=1e-3)
