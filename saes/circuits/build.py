@@ -68,7 +68,7 @@ def build_graph(
         raise InvalidInputError(f"need token ids [T], got shape {tuple(token_ids_T.shape)}")
     if batch_size < 1:
         raise InvalidInputError(f"batch_size must be at least 1, got {batch_size}")
-    if freeze_mlps and saes and all(isinstance(sae, SAE) and sae.is_transcoder for sae in saes.values()):
+    if freeze_mlps and saes and all(isinstance(m, CrossLayerTranscoder) or m.is_transcoder for m in saes.values()):
         saes = {**saes, **frozen_mlps(handle, saes)}
     dset = dictionary_set(handle, saes)
     cap = capture(handle, dset, token_ids_T, skip_bos=skip_bos)

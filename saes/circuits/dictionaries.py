@@ -7,7 +7,8 @@ Three kinds of graph:
 - "clt": one cross-layer transcoder (`saes.transcoders.clt`) over every MLP, as in
   circuit-tracer's CLT graphs: one dictionary per layer (id `<clt_id>@<layer>`, its
   encoder and code), whose features write to their own MLP output and every later one;
-  the error node of a layer is its MLP output minus everything the CLT writes there;
+  the error node of a layer is its MLP output minus everything the CLT writes there. A CLT
+  over the first k layers only takes per-layer transcoders (or frozen MLPs) for the rest;
 - "residual": SAEs on the residual stream (`hook_resid_pre/post`) at any set of layers,
   as in Marks et al. 2024 ("Sparse Feature Circuits"). Not `hook_resid_mid`: in
   TransformerLens' TransformerBridge that hook feeds the MLP only, the residual sum goes
@@ -105,8 +106,9 @@ class DictionarySet:
         return [d.id for d in self.items]
 
 
-def _transcoders(handle: ModelHandle, saes: dict[str, SAE]) -> DictionarySet:
-    by_layer: dict[int, Dictionary] = {}
+def _transcoders(handle: ModelHandle, saes: dict[str, SAE], clt: tuple[Dictionary, ...] = ()) -> DictionarySet:
+    """Per-layer transcoders for every MLP the CLT layers `clt` (if any, layers 0..k-1) leave."""
+    by_layer: dict[int, Dictionary] = {d.layer: d for d in clt}
     for sid, sae in saes.items():
         read, write = sae.cfg.hook_name, sae.cfg.output_hook
         m_in, m_out = _MLP_IN.match(read), _MLP_OUT.match(write)
@@ -117,7 +119,7 @@ def _transcoders(handle: ModelHandle, saes: dict[str, SAE]) -> DictionarySet:
                 "(blocks.L.hook_mlp_out) of the same layer")
         layer = int(m_in.group(1))
         if layer in by_layer:
-            raise InvalidInputError(f"transcoders {by_layer[layer].id!r} and {sid!r} both replace the MLP of "
+            raise InvalidInputError(f"{by_layer[layer].id!r} and transcoder {sid!r} both replace the MLP of "
                                     f"layer {layer}; give one per layer")
         by_layer[layer] = Dictionary(sid, sae, read, write, layer)
     missing = [layer for layer in range(handle.n_layers) if layer not in by_layer]
@@ -126,7 +128,7 @@ def _transcoders(handle: ModelHandle, saes: dict[str, SAE]) -> DictionarySet:
             f"no transcoder for the MLPs of layers {missing}: a transcoder graph replaces every MLP "
             f"(layers 0..{handle.n_layers - 1}); have {sorted(by_layer)} (or freeze the others: their "
             "outputs become error nodes)")
-    return DictionarySet("transcoders", tuple(by_layer[layer] for layer in sorted(by_layer)))
+    return DictionarySet("clt" if clt else "transcoders", tuple(by_layer[layer] for layer in sorted(by_layer)))
 
 
 def _residual(saes: dict[str, SAE]) -> DictionarySet:
@@ -150,11 +152,15 @@ def _residual(saes: dict[str, SAE]) -> DictionarySet:
     return DictionarySet("residual", tuple(sorted(by_hook.values(), key=depth)))
 
 
-def frozen_mlps(handle: ModelHandle, saes: dict[str, SAE]) -> dict[str, SAE]:
-    """Transcoders that never fire for the MLPs no transcoder of `saes` replaces (ids
+def _writes(module: SAE | CrossLayerTranscoder) -> list[str]:
+    return module.cfg.hooks_out if isinstance(module, CrossLayerTranscoder) else [module.cfg.output_hook]
+
+
+def frozen_mlps(handle: ModelHandle, saes: dict[str, SAE | CrossLayerTranscoder]) -> dict[str, SAE]:
+    """Transcoders that never fire for the MLPs no transcoder (or CLT) of `saes` replaces (ids
     `mlp{L}-frozen`): with them each such MLP's whole output is its error node, fixed like
     every error, so a graph over transcoders at a few layers stays exact."""
-    covered = {int(m.group(1)) for sae in saes.values() if (m := _MLP_OUT.match(sae.cfg.output_hook))}
+    covered = {int(m.group(1)) for module in saes.values() for hook in _writes(module) if (m := _MLP_OUT.match(hook))}
     out = {}
     for layer in range(handle.n_layers):
         if layer in covered:
@@ -166,13 +172,13 @@ def frozen_mlps(handle: ModelHandle, saes: dict[str, SAE]) -> dict[str, SAE]:
             for p in sae.parameters():
                 p.zero_()
             sae.b_enc.fill_(-1.0)  # a ReLU code that is always 0
-        out[f"mlp{layer}-frozen"] = sae.to(next(iter(saes.values())).W_dec.dtype if saes else torch.float32)
+        out[f"mlp{layer}-frozen"] = sae.to(next(iter(saes.values())).W_enc.dtype if saes else torch.float32)
     return out
 
 
-def _clt(handle: ModelHandle, clt_id: str, clt: CrossLayerTranscoder) -> DictionarySet:
+def _clt_layers(handle: ModelHandle, clt_id: str, clt: CrossLayerTranscoder) -> tuple[Dictionary, ...]:
     cfg = clt.cfg
-    if cfg.n_layers != handle.n_layers or cfg.d_model != handle.d_model:
+    if cfg.n_layers > handle.n_layers or cfg.d_model != handle.d_model:
         raise InvalidInputError(f"CLT {clt_id!r} spans {cfg.n_layers} layers of width {cfg.d_model}; model "
                                 f"{handle.name} has {handle.n_layers} layers of width {handle.d_model}")
     items = []
@@ -183,7 +189,7 @@ def _clt(handle: ModelHandle, clt_id: str, clt: CrossLayerTranscoder) -> Diction
         handle.check_hook(read)
         handle.check_hook(write)
         items.append(Dictionary(f"{clt_id}@{layer}", CLTLayer(clt, layer), read, write, layer))
-    return DictionarySet("clt", tuple(items))
+    return tuple(items)
 
 
 def dictionary_set(handle: ModelHandle, saes: dict[str, SAE | CrossLayerTranscoder]) -> DictionarySet:
@@ -193,11 +199,16 @@ def dictionary_set(handle: ModelHandle, saes: dict[str, SAE | CrossLayerTranscod
         raise InvalidInputError("an attribution graph needs transcoders (one per MLP), a cross-layer transcoder or "
                                 "residual-stream SAEs; none were given")
     clts = [sid for sid, m in saes.items() if isinstance(m, CrossLayerTranscoder)]
-    if clts:
-        if len(saes) > 1:
-            raise InvalidInputError(f"a graph over a cross-layer transcoder uses it alone; got CLTs {clts} and "
-                                    f"{sorted(set(saes) - set(clts))}")
-        return _clt(handle, clts[0], saes[clts[0]])  # type: ignore[arg-type]
+    if len(clts) > 1:
+        raise InvalidInputError(f"a graph uses one cross-layer transcoder; got {clts}")
+    if clts:  # its layers 0..k-1, then per-layer transcoders (or frozen MLPs) for the rest
+        layers = _clt_layers(handle, clts[0], saes[clts[0]])  # type: ignore[arg-type]
+        rest = {sid: m for sid, m in saes.items() if sid != clts[0]}
+        plain = sorted(sid for sid, m in rest.items() if not (isinstance(m, SAE) and m.is_transcoder))
+        if plain:
+            raise InvalidInputError(f"a graph over a cross-layer transcoder takes per-layer transcoders for the "
+                                    f"MLPs it leaves, not SAEs {plain}")
+        return _transcoders(handle, rest, layers)  # type: ignore[arg-type]
     for sae in saes.values():
         handle.check_hook(sae.cfg.hook_name)
         handle.check_hook(sae.cfg.output_hook)

@@ -16,6 +16,7 @@ from tests.saes.graph_fixtures import (
     random_clt,
     random_transcoders,
     removal_effects,
+    residual_saes,
     target_rows,
     tiny_f64,
 )
@@ -88,12 +89,32 @@ def test_node_edits_in_the_clt_replacement_model(gpt2):
     assert torch.allclose(torch.tensor(frozen.measured), torch.tensor(frozen.direct), atol=1e-9)
 
 
+def test_a_clt_over_the_first_layers_with_the_rest_frozen_or_transcoded(gpt2):
+    """A CLT over layers 0-1 of a 3-layer model: the last MLP frozen (its output an error
+    node) or replaced by a per-layer transcoder; the graph stays exact."""
+    tokens = gpt2.to_tokens(PROMPT)[0]
+    short = random_clt(tiny_f64("gpt2", n_layers=2))
+    with pytest.raises(InvalidInputError, match=r"no transcoder for the MLPs of layers \[2\].*freeze the others"):
+        build_graph(gpt2, {"clt": short}, tokens)
+    frozen = build_graph(gpt2, {"clt": short}, tokens, freeze_mlps=True)
+    plt = build_graph(gpt2, {"clt": short, "tc2": random_transcoders(gpt2)["tc2"]}, tokens)
+    assert frozen.dictionaries == ["clt@0", "clt@1", "mlp2-frozen"] and plt.dictionaries == ["clt@0", "clt@1", "tc2"]
+    for g in (frozen, plt):
+        assert g.kind == "clt" and g.linear
+        measured, _ = removal_effects(gpt2, g)
+        assert torch.allclose(g.adjacency[target_rows(g)][:, : g.logit_slice.start], measured, atol=1e-6, rtol=0)
+    assert int((frozen.features.dictionary == 2).sum()) == 0 and int((plt.features.dictionary == 2).sum()) > 0
+
+
 def test_clts_the_graph_cannot_use(gpt2):
     tokens = gpt2.to_tokens(PROMPT)[0]
-    two = tiny_f64("gpt2", n_layers=2)
-    with pytest.raises(InvalidInputError, match="spans 2 layers"):
-        build_graph(gpt2, {"clt": random_clt(two)}, tokens)
-    with pytest.raises(InvalidInputError, match="uses it alone"):
+    with pytest.raises(InvalidInputError, match="spans 4 layers"):
+        build_graph(gpt2, {"clt": random_clt(tiny_f64("gpt2", n_layers=4))}, tokens)
+    with pytest.raises(InvalidInputError, match="'clt@0' and transcoder 'tc0' both replace the MLP of layer 0"):
         build_graph(gpt2, {"clt": random_clt(gpt2), **random_transcoders(gpt2)}, tokens)
+    with pytest.raises(InvalidInputError, match="one cross-layer transcoder"):
+        build_graph(gpt2, {"a": random_clt(gpt2), "b": random_clt(gpt2)}, tokens)
+    with pytest.raises(InvalidInputError, match="not SAEs"):
+        build_graph(gpt2, {"a": random_clt(gpt2), **residual_saes(gpt2, ["blocks.0.hook_resid_post"])}, tokens)
     with pytest.raises(InvalidInputError, match="from the MLPs' inputs"):
         build_graph(gpt2, {"clt": random_clt(gpt2, read="hook_resid_pre")}, tokens)
