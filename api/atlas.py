@@ -14,6 +14,8 @@ atlas.flow(sae_id, 12)                # best matches of the feature in the other
 atlas.map(sae_id, basis="decoder"); atlas.analyses(); atlas.analysis(kind, run)
 atlas.contrast(texts_a, texts_b)      # features separating two sets of texts (runs the model)
 atlas.concept_search("weekdays")      # features carrying a concept, their span and its geometry
+atlas.compare_circle("circular/weekdays-smollm2-135m", other, sae=a, other_sae=b)   # A's circle fitted in B
+atlas.emergence([sae8, sae15, sae22], ["weekdays", "months"])   # where concepts emerge over a series
 atlas.geometry_features(in_circle=True, period=7)   # features by the geometry they belong to
 atlas.search_labels("weekday")        # features by words in their labels and explanations
 atlas.run(text, edits); atlas.steer(text, edits); atlas.attribute(text, target)
@@ -30,7 +32,8 @@ read lazily and kept; the model is loaded only by what runs it. Results are type
 Jupyter and, where a picture helps, `.plot()` draws them.
 
 Reading never writes. These methods write, and say so: `add_sae`, `build_labels`,
-`import_explanations`, `rebuild_geometry`, `concept_search(save=...)` and `run_circular`.
+`import_explanations`, `rebuild_geometry`, `concept_search(save=...)`, `run_circular`,
+`compare_circle` and `emergence`.
 """
 
 from __future__ import annotations

@@ -179,12 +179,12 @@ def circle_transfer(
 
 
 def _summary(table: pl.DataFrame, alpha: float, period: int) -> dict[str, Any]:
-    """Per side and space: R^2, p-value, period and order match; `found_in_b`: some refitted
-    space of B beats its null at `alpha` in A's cyclic order."""
+    """Per side and space: R^2, p-value, period and order match; `found_in_b`: some space of
+    B (refitted, or A's probe or span read there) beats its null at `alpha` in A's cyclic
+    order."""
     fits = {f"{r['side']}_{r['space']}": {k: r[k] for k in ("r2", "r2_loo", "null_mean", "p_value", "cyclic_order",
                                                             "fitted_period", "order", "order_matches_a")}
             for r in table.iter_rows(named=True)}
-    refit = table.filter((pl.col("side") == "B") & pl.col("space").is_in(["residual", "span"]))
     found = any(r["p_value"] is not None and r["p_value"] <= alpha and bool(r["order_matches_a"])
-                for r in refit.iter_rows(named=True))
+                for r in table.filter(pl.col("side") == "B").iter_rows(named=True))
     return {"period": period, "alpha": alpha, "found_in_b": found, "fits": fits}

@@ -31,7 +31,6 @@ import polars as pl
 
 from geometry.concept_search import concept_features
 from geometry.contrast import auroc
-from geometry.probes import ksparse_probe, logistic_probe, train_test_split
 from store.errors import InvalidInputError
 
 Metric = Literal["auroc", "k1_accuracy", "probe_accuracy", "value_selectivity"]
@@ -48,6 +47,9 @@ def member_scores(concept_NF: np.ndarray, control_MF: np.ndarray, values_N: np.n
                   test_frac: float = 0.25, seed: int = 0) -> dict[str, Any]:
     """Selectivity and probe scores of one member's codes (see the module docstring); the
     value selectivity is None without `values_N` (the concept prompts' values)."""
+    # geometry.probes imports scikit-learn, which loads rich (a CLI library): imported on use
+    from geometry.probes import ksparse_probe, logistic_probe, train_test_split
+
     pos, neg = np.asarray(concept_NF, dtype=np.float64), np.asarray(control_MF, dtype=np.float64)
     if pos.ndim != 2 or neg.ndim != 2 or pos.shape[1] != neg.shape[1]:
         raise InvalidInputError(f"need codes [N, F] and [M, F] of one width, got {pos.shape} and {neg.shape}")

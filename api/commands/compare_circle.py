@@ -11,8 +11,15 @@ from api.commands.device_options import device_option, model_dtype_option
 from api.services.circle_transfer import run_circle_transfer
 from saes.devices import use_by_default
 
-COLUMNS = ["side", "space", "dimension", "r2", "r2_loo", "null", "null_mean", "p_value", "cyclic_order",
-           "fitted_period", "order", "order_matches_a"]
+COLUMNS = ["side", "space", "dimension", "r2", "r2_loo", "null_mean", "p_value", "cyclic_order", "fitted_period",
+           "order_matches_a", "order"]
+HEADERS = ["side", "space", "dim", "R^2", "R^2 loo", "null", "p", "cyclic", "period", "A's order", "order"]
+
+
+def short_names(names: list[str]) -> dict[str, str]:
+    """Each value's first three characters when those tell them apart, else the value."""
+    short = {n: n[:3] for n in names}
+    return short if len(set(short.values())) == len(names) else {n: n for n in names}
 
 
 @handle_errors
@@ -44,8 +51,11 @@ def compare_circle_command(
         print_json(result.to_dict())
         return
     p, s = result.meta["parameters"], result.meta["summary"]
-    rows = ([*r[:-2], " ".join(r[-2] or []), r[-1]] for r in result.table.select(COLUMNS).iter_rows())
-    print_table(f"{p['concept']['name']} circle of {p['a']['label']} in {p['b']['label']}", COLUMNS, rows)
+    short = short_names(p["concept"]["values"])
+    rows = ([*r[:-1], " ".join(short[v] for v in r[-1] or [])] for r in result.table.select(COLUMNS).iter_rows())
+    print_table(f"{p['concept']['name']} circle of {p['a']['label']} in {p['b']['label']}", HEADERS, rows)
+    console.print("null: relabelled values (residual, a_probe; p of R^2), random directions (span, a_span; p of "
+                  "R^2 loo)")
     console.print(f"found in B (p <= {s['alpha']} in A's cyclic order): {s['found_in_b']}")
     console.print(f"stored analyses/circle_transfer/{result.run}.json in {p['a']['atlas']}")
 

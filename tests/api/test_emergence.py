@@ -58,8 +58,12 @@ def test_cli_scores_each_member_as_recomputed_and_stores_the_run(atlas: Path, sm
 
 def test_atlas_emergence_takes_sae_ids_and_refuses_bad_input(atlas: Path, small_atlas: dict[str, Any]):
     a, b = small_atlas["sae_ids"]
-    result = Atlas(atlas).emergence([a, b], ["weekdays"], metric="k1_accuracy", threshold=0.6)
-    assert result.table["member"].to_list() == [a, b]
+    animals = {"name": "animals", "kind": "categories", "values": ["cat", "dog", "horse", "cow"],
+               "templates": ["the {value} sat on the mat", "a {value} ran to the house", "this is a big {value}"]}
+    result = Atlas(atlas).emergence([a, b], [animals], metric="k1_accuracy", threshold=0.6)
+    assert result.table["member"].to_list() == [a, b] and result.table["n_concept"].to_list() == [12, 12]
+    controls = result.meta["parameters"]["controls"]["animals"]
+    assert len(controls) == 4 and not {"cat", "dog", "horse", "cow"} & {w.lower() for w in controls}
     with pytest.raises(InvalidInputError, match="2.."):
         Atlas(atlas).emergence([a], ["weekdays"])
     with pytest.raises(InvalidInputError, match="metric"):

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from geometry.emergence import SCORE_SCHEMA, emergence_tables, member_scores, onsets
-from geometry.figures import emergence_figure
+from geometry.figures_emergence import emergence_figure
 from store.errors import InvalidInputError
 
 MEMBERS = ["m0", "m1", "m2", "m3", "m4"]
