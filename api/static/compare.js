@@ -22,7 +22,8 @@ function linear(lo, hi, from, to, step) {
   f.ticks = step ? Array.from({ length: Math.floor(span / step + 1e-9) + 1 }, (_, i) => lo + i * step) : [lo, (lo + hi) / 2, hi];
   return f;
 }
-const halfDown = (x) => Math.floor(x * 2) / 2;  // the axis of a correlation or cosine starts at a multiple of 0.5
+// Where a correlation or cosine axis ending at 1 starts: the values' minimum down to a multiple of 0.1 (at most 0.9).
+const axisStart = (values) => Math.min(0.9, values.length ? Math.floor(Math.min(...values) * 10 + 1e-9) / 10 : 0);
 
 // Axes with ticks and labels inside a plot of W x H with the given margins.
 function axes(plot, sx, sy, box, xLabel, yLabel) {
@@ -69,9 +70,9 @@ function pairScatter(pairs, onPick) {
   const byCosine = pairs.length > 0 && pairs.every((p) => p.decoder_cos !== null);
   const xs = pairs.map((p, i) => (byCosine ? p.decoder_cos : i));
   const ys = pairs.map((p) => p.corr ?? 0);
-  const sx = byCosine ? linear(halfDown(Math.min(0, ...xs)), 1, box.left, W - box.right, 0.5)
+  const sx = byCosine ? linear(axisStart(xs), 1, box.left, W - box.right)
     : linear(0, Math.max(1, xs.length - 1), box.left, W - box.right);
-  const sy = linear(halfDown(Math.min(0, ...ys)), 1, H - box.bottom, box.top, 0.5);
+  const sy = linear(axisStart(ys), 1, H - box.bottom, box.top);
   const plot = svg("svg", { id: "pair-scatter", width: W, height: H, "data-points": pairs.length,
     "data-x": byCosine ? "decoder_cos" : "rank" });
   axes(plot, sx, sy, box, byCosine ? "decoder cosine" : "pair rank (no shared d_model)", "activation correlation");
