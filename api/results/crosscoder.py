@@ -73,8 +73,9 @@ class CrosscoderLatents(JsonResult):
 
     def _repr_html_(self) -> str:
         which = self.latent_class or "all"
+        rows = pl.DataFrame([{k: v for k, v in r.items() if k != "scaling"} | r["scaling"] for r in self.rows])
         return (f"<b>crosscoder {escape(self.crosscoder['crosscoder'])}</b>: {self.total} {which} latents"
-                + pl.DataFrame(self.rows).drop("scaling")._repr_html_())
+                + rows._repr_html_())
 
 
 class NearFeature(TypedDict):

@@ -22,7 +22,8 @@ function linear(lo, hi, from, to, step) {
   f.ticks = step ? Array.from({ length: Math.floor(span / step + 1e-9) + 1 }, (_, i) => lo + i * step) : [lo, (lo + hi) / 2, hi];
   return f;
 }
-const halfDown = (x) => Math.floor(x * 2) / 2;  // the axis of a correlation or cosine starts at a multiple of 0.5
+// Where a correlation or cosine axis ending at 1 starts: the values' minimum down to a multiple of 0.1 (at most 0.9).
+const axisStart = (values) => Math.min(0.9, values.length ? Math.floor(Math.min(...values) * 10 + 1e-9) / 10 : 0);
 
 // Axes with ticks and labels inside a plot of W x H with the given margins.
 function axes(plot, sx, sy, box, xLabel, yLabel) {
@@ -33,7 +34,7 @@ function axes(plot, sx, sy, box, xLabel, yLabel) {
     svg("text", { x: 10, y: (top + H - bottom) / 2, class: "label", "text-anchor": "middle",
       transform: `rotate(-90 10 ${(top + H - bottom) / 2})` }, yLabel));
   for (const t of sx.ticks) plot.append(svg("text", { x: sx(t), y: H - bottom + 13, class: "tick", "text-anchor": "middle" }, fmt(t)));
-  for (const t of sy.ticks) plot.append(svg("text", { x: left - 4, y: sy(t) + 4, class: "tick", "text-anchor": "end" }, fmt(t)));
+  for (const t of sy.ticks) plot.append(svg("text", { x: left - 4, y: sy(t) + 4, class: "tick", "text-anchor": "end" }, (sy.label || fmt)(t)));
 }
 
 // --- the listing ------------------------------------------------------------------------------
@@ -69,9 +70,9 @@ function pairScatter(pairs, onPick) {
   const byCosine = pairs.length > 0 && pairs.every((p) => p.decoder_cos !== null);
   const xs = pairs.map((p, i) => (byCosine ? p.decoder_cos : i));
   const ys = pairs.map((p) => p.corr ?? 0);
-  const sx = byCosine ? linear(halfDown(Math.min(0, ...xs)), 1, box.left, W - box.right, 0.5)
+  const sx = byCosine ? linear(axisStart(xs), 1, box.left, W - box.right)
     : linear(0, Math.max(1, xs.length - 1), box.left, W - box.right);
-  const sy = linear(halfDown(Math.min(0, ...ys)), 1, H - box.bottom, box.top, 0.5);
+  const sy = linear(axisStart(ys), 1, H - box.bottom, box.top);
   const plot = svg("svg", { id: "pair-scatter", width: W, height: H, "data-points": pairs.length,
     "data-x": byCosine ? "decoder_cos" : "rank" });
   axes(plot, sx, sy, box, byCosine ? "decoder cosine" : "pair rank (no shared d_model)", "activation correlation");
@@ -178,15 +179,18 @@ function pairTable(pairs, pick) {
 }
 
 // --- one crosscoder -------------------------------------------------------------------------------------
-// Counts of latents by relative norm, stacked by class, with the A-only and B-only bands shaded.
-function relativeNormHistogram(h) {
+// Counts of latents by relative norm, stacked by class, with the A-only and B-only bands shaded;
+// `log`: heights by log10(1 + count), so that a few A-only or B-only latents show beside the shared peak.
+function relativeNormHistogram(h, log) {
   const W = 720, H = 260, box = { W, H, left: 48, bottom: 34, top: 20, right: 12 };
   const classes = ["a_only", "shared", "b_only"];
   const totals = h.shared.map((_, i) => classes.reduce((a, c) => a + h[c][i], 0));
   const sx = linear(0, 1, box.left, W - box.right, 0.1);
-  const sy = linear(0, Math.max(1, ...totals), H - box.bottom, box.top);
+  const height = log ? (n) => Math.log10(1 + n) : (n) => n;
+  const sy = linear(0, height(Math.max(1, ...totals)), H - box.bottom, box.top);
+  if (log) sy.label = (t) => fmt(Math.round(10 ** t - 1));
   const plot = svg("svg", { id: "cc-hist", width: W, height: H, "data-latents": totals.reduce((a, b) => a + b, 0),
-    "data-bins": totals.length });
+    "data-bins": totals.length, "data-log": String(Boolean(log)) });
   plot.append(svg("rect", { class: "band a_only", x: sx(0), y: box.top, width: sx(h.a_only_below) - sx(0), height: H - box.bottom - box.top,
     fill: CLASS_COLOUR.a_only, "fill-opacity": 0.08 }),
     svg("rect", { class: "band b_only", x: sx(h.b_only_above), y: box.top, width: sx(1) - sx(h.b_only_above),
@@ -196,14 +200,15 @@ function relativeNormHistogram(h) {
   }
   plot.append(svg("text", { x: sx(h.a_only_below / 2), y: box.top - 5, class: "label", "text-anchor": "middle" }, "A only"),
     svg("text", { x: sx((1 + h.b_only_above) / 2), y: box.top - 5, class: "label", "text-anchor": "middle" }, "B only"));
-  axes(plot, sx, sy, box, "relative decoder norm: norm B / (norm A + norm B)", "latents");
+  axes(plot, sx, sy, box, "relative decoder norm: norm B / (norm A + norm B)", log ? "latents (log scale)" : "latents");
   totals.forEach((_, i) => {
     let base = 0;
     const x0 = sx(h.edges[i]), width = Math.max(1, sx(h.edges[i + 1]) - x0 - 1);
     for (const c of classes) {
       const n = h[c][i];
       if (!n) continue;
-      plot.append(svg("rect", { class: `bin ${c}`, "data-count": n, x: x0, y: sy(base + n), width, height: sy(base) - sy(base + n),
+      plot.append(svg("rect", { class: `bin ${c}`, "data-count": n, x: x0, y: sy(height(base + n)), width,
+        height: sy(height(base)) - sy(height(base + n)),
         fill: CLASS_COLOUR[c] }, svg("title", {}, `${fmt(h.edges[i])}–${fmt(h.edges[i + 1])}: ${n} ${CLASS_NAME[c]}`)));
       base += n;
     }
@@ -235,6 +240,8 @@ async function crosscoderView(id) {
   const classSelect = el("select", { id: "cc-class" }, [["", "all latents"], ["a_only", "only in A"], ["shared", "shared"],
     ["b_only", "only in B"]].map(([v, label]) => el("option", { value: v }, label)));
   const sortSelect = el("select", { id: "cc-sort" });
+  const logScale = el("input", { id: "cc-log", type: "checkbox" });
+  const histogram = el("div", { id: "cc-hist-box" });
   const order = el("select", { id: "cc-order" }, el("option", { value: "desc" }, "largest first"), el("option", { value: "asc" }, "smallest first"));
   const list = el("div", { id: "cc-list" });
   const card = el("div", { id: "cc-card-box" }, el("p", { class: "muted" }, "Click a latent for its card."));
@@ -269,12 +276,14 @@ async function crosscoderView(id) {
   order.onchange = () => { state.descending = order.value === "desc"; load(); };
   const page = await load();
   const x = page.crosscoder;
+  logScale.onchange = () => histogram.replaceChildren(relativeNormHistogram(page.histogram, logScale.checked));
+  logScale.onchange();
   view.replaceChildren(
     el("h2", { id: "cc-title" }, `crosscoder ${id}`),
     el("p", { class: "muted" }, `A: ${x.hook_a} of ${x.model_a} · B: ${x.hook_b} of ${x.model_b} · ${x.d_sae} latents, k ${x.k}, `
       + `${fmt(x.n_tokens)} tokens · `, el("a", { href: "#/compare" }, "all comparisons")),
     el("h3", {}, `Relative decoder norms: ${x.a_only} only in A, ${x.shared} shared, ${x.b_only} only in B`),
-    relativeNormHistogram(page.histogram),
+    histogram, el("label", {}, logScale, " log scale"),
     el("div", {}, "show ", classSelect, " sorted by ", sortSelect, " ", order),
     el("div", { class: "grid cc-grid" }, list, card));
 }

@@ -8,10 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import numpy as np
+import pytest
 
 from tests.api.conftest import LiveServer
 from tests.api.test_browser import ARTIFACTS, _page, browser  # noqa: F401 (the browser fixture)
 from tests.api.test_compare_pages import CC, COPIED, compared  # noqa: F401 (the compared fixture)
+
+
+def _bin_heights(page: Any) -> list[tuple[int, float]]:
+    return [(int(r.get_attribute("data-count")), float(r.get_attribute("height")))
+            for r in page.locator("#cc-hist .bin").all()]
 
 
 def test_compare_page(browser: Any, compared: dict[str, Any]) -> None:  # noqa: F811
@@ -65,6 +72,15 @@ def test_compare_page(browser: Any, compared: dict[str, Any]) -> None:  # noqa: 
                   for c in ("a_only", "shared", "b_only")}
         assert counts == {"a_only": 4, "shared": 4, "b_only": 4}
         assert page.locator("#cc-latents tr.cc-row").count() == 12
+        linear = _bin_heights(page)
+        page.check("#cc-log")  # log heights: the same bins, the lower ones raised relative to the tallest
+        page.wait_for_selector("#cc-hist[data-log='true']")
+        logged = _bin_heights(page)
+        assert [c for c, _ in logged] == [c for c, _ in linear] and len(set(c for c, _ in linear)) > 1
+        top = max(c for c, _ in linear)
+        for (count, h_lin), (_, h_log) in zip(linear, logged, strict=True):
+            assert h_log / max(h for _, h in logged) == pytest.approx(np.log10(1 + count) / np.log10(1 + top))
+            assert h_lin / max(h for _, h in linear) == pytest.approx(count / top)
         page.select_option("#cc-class", "b_only")
         page.wait_for_function("() => document.querySelectorAll('#cc-latents tr.cc-row').length === 4")
         classes = page.eval_on_selector_all("#cc-latents tr.cc-row", "trs => trs.map((tr) => tr.dataset.class)")

@@ -141,6 +141,10 @@ def test_crosscoder_listing_filter_and_sort(compared: dict[str, Any]) -> None:
         missing = http.get("/crosscoders/nope/latents")
         assert missing.status_code == 404 and CC in missing.json()["detail"]
         assert http.get(f"/crosscoders/{CC}/latents/12").status_code == 404
+    page = Atlas(compared["root"]).crosscoder_latents(CC, latent_class="b_only", sort="nu_error")
+    assert "4 b_only latents" in page._repr_html_() and "nu_error" in page._repr_html_()
+    past_the_end = Atlas(compared["root"]).crosscoder_latents(CC, latent_class="a_only", offset=9)
+    assert past_the_end.rows == [] and "4 a_only latents" in past_the_end._repr_html_()
     with pytest.raises(InvalidInputError, match="latent_class"):
         Atlas(compared["root"]).crosscoder_latents(CC, latent_class="only_b")  # type: ignore[arg-type]
 
@@ -161,6 +165,7 @@ def test_a_latent_card_shows_both_norms_and_the_copied_features(compared: dict[s
             top = card.nearest_b[0]
             assert (top["sae_id"], top["latent"]) == (b, COPIED["b"][latent % 4]) and top["cosine"] == pytest.approx(1)
         assert all(n["sae_id"] == a for n in card.nearest_a) and all(n["sae_id"] == b for n in card.nearest_b)
+    assert "latent 11" in card._repr_html_() and "nu_error" in card._repr_html_()
     with TestClient(create_app(ServerSettings(root=compared["root"]))) as http:
         body = http.get(f"/crosscoders/{CC}/latents/5", params={"k": 2}).json()
     assert body["latent_class"] == "b_only" and body["norm_b"] > 10 * body["norm_a"]
