@@ -12,7 +12,6 @@ import typer
 from api.atlas import Atlas
 from api.commands.common import handle_errors, print_json, print_table
 from api.commands.device_options import device_option, model_dtype_option
-from api.results.crosscoder import CrosscoderRow
 from saes.devices import use_by_default
 from store.errors import InvalidInputError
 
@@ -249,7 +248,9 @@ def crosscoder_command(
         if json_out:
             print_json(rows)
         else:
-            print_table("crosscoders", list(CrosscoderRow.__annotations__), (r.values() for r in rows))
+            print_table("crosscoders", ["crosscoder", "side A", "side B", "d_sae", "a_only", "shared", "b_only"],
+                        ([r["crosscoder"], f"{r['model_a']} {r['hook_a']}", f"{r['model_b']} {r['hook_b']}", r["d_sae"],
+                          r["a_only"], r["shared"], r["b_only"]] for r in rows))
         return
     if latent is not None:
         card = handle.crosscoder_latent(crosscoder, latent)

@@ -85,11 +85,16 @@ def _table(run: results.AnalysisRun) -> pl.DataFrame:
     return table
 
 
-def latent_row(record: dict[str, Any]) -> CrosscoderLatentRow:
-    """A table row: the base columns, and every further column under `scaling`."""
+def scaling_columns(table: pl.DataFrame) -> list[str]:
+    """The table's numeric columns past the base ones (Latent Scaling's, when it has them)."""
+    return [c for c, dtype in table.schema.items() if c not in BASE_COLUMNS and dtype.is_numeric()]
+
+
+def latent_row(record: dict[str, Any], scaling: list[str]) -> CrosscoderLatentRow:
+    """A table row: the base columns, and the `scaling` columns under `scaling`."""
     return CrosscoderLatentRow(latent=int(record["latent"]), norm_a=record["norm_a"], norm_b=record["norm_b"],
                                relative_norm=record["relative_norm"], latent_class=record["latent_class"],
-                               scaling={k: v for k, v in record.items() if k not in BASE_COLUMNS})
+                               scaling={k: record[k] for k in scaling})
 
 
 def histogram(table: pl.DataFrame) -> RelativeNormHistogram:
@@ -119,7 +124,8 @@ def crosscoder_latents(ctx: AtlasContext, cc_id: str, *, latent_class: LatentCla
     page = chosen.sort(sort, descending=descending, nulls_last=True).slice(offset, limit)
     return CrosscoderLatents(crosscoder=_row(cc_id, run.meta), latent_class=latent_class, sort=sort,
                              descending=descending, total=chosen.height, offset=offset,
-                             rows=[latent_row(r) for r in page.iter_rows(named=True)], histogram=histogram(table))
+                             rows=[latent_row(r, scaling_columns(table)) for r in page.iter_rows(named=True)],
+                             histogram=histogram(table))
 
 
 def _decoder(ctx: AtlasContext, cc_id: str) -> tuple[np.ndarray, int]:
@@ -183,7 +189,7 @@ def crosscoder_latent(ctx: AtlasContext, cc_id: str, latent: int, *, k: int = 5)
     found = table.filter(pl.col("latent") == latent)
     if not found.height:
         raise NotFoundError(f"latent {latent} out of range for crosscoder {cc_id!r}: valid 0..{table.height - 1}")
-    record = latent_row(found.row(0, named=True))
+    record = latent_row(found.row(0, named=True), scaling_columns(table))
     k = check_k(k)
     W_dec, d_a = _decoder(ctx, cc_id)
     rows: dict[Side, np.ndarray] = {"a": W_dec[latent, :d_a], "b": W_dec[latent, d_a:]}

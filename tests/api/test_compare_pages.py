@@ -40,7 +40,7 @@ def planted_crosscoder(root: Path, sae_ids: list[str], hooks: list[str]) -> None
     """A crosscoder between the two hooks of the atlas's model, stored as `train-crosscoder`
     stores one: latents 0-3 copy SAE 0's rows COPIED["a"] on side A (A-only), latents 4-7 SAE
     1's rows COPIED["b"] on side B (B-only), latents 8-11 both (shared); the table carries two
-    Latent Scaling columns."""
+    Latent Scaling columns and a text column (left out of `scaling`)."""
     atlas = Atlas(root)
     W_a, W_b = (atlas.sae(s).module().W_dec.detach() for s in sae_ids)
     gen = torch.Generator().manual_seed(0)
@@ -57,7 +57,8 @@ def planted_crosscoder(root: Path, sae_ids: list[str], hooks: list[str]) -> None
     norms = relative_norms(sae, 32)
     table = pl.DataFrame({"latent": np.arange(12, dtype=np.int32), "norm_a": norms.norm_a, "norm_b": norms.norm_b,
                           "relative_norm": norms.relative, "latent_class": norms.latent_class,
-                          "beta_error": np.linspace(0, 1, 12), "nu_error": np.arange(12) / 100.0})
+                          "beta_error": np.linspace(0, 1, 12), "nu_error": np.arange(12) / 100.0,
+                          "note": ["planted"] * 12})  # not a number: not sent
     counts = {c: int((norms.latent_class == c).sum()) for c in ("a_only", "shared", "b_only")}
     write_analysis(root, KIND, CC, parameters={**sides, "d_sae": 12, "k": 2, "n_tokens": 1000},
                    summary=counts, tables={"main": table})
