@@ -37,6 +37,8 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("steering-scores",): lambda root: ["--atlas", str(root)],
     ("compare",): lambda root: [f"{root}:s0", f"{root}:s0"],
     ("train-crosscoder",): lambda root: ["--atlas", str(root), "--hook-a", HOOK, "--hook-b", HOOK],
+    ("emergence",): lambda root: [f"{root}:s0", f"{root}:s0"],
+    ("compare-circle",): lambda root: [f"{root}:s0", "--circle", "circular/none"],
 }
 
 
