@@ -70,6 +70,7 @@ from api.services import (
 from api.services import circle_transfer as circle_service
 from api.services import compare as compare_service
 from api.services import emergence as emergence_service
+from api.services import crosscoder as crosscoder_service
 from api.services import graph as graph_service
 from api.services import steering as steering_service
 from api.services.evals import eval_result
@@ -473,3 +474,18 @@ class Atlas:
             side_b = f"{root_b}:{other_sae}" if other_sae else str(root_b)
         return circle_service.run_circle_transfer(f"{self.root}:{sae}" if sae else str(self.root), side_b, circle,
                                                   model_b=model_b, hook_b=hook_b, run=run, **options)
+
+    def train_crosscoder(self, hook_a: str, hook_b: str, *, model_b: str | dict[str, Any] | None = None,
+                         **options: Any) -> AnalysisResult:
+        """Writes: a crosscoder between `hook_a` of this atlas's model and `hook_b` of `model_b`
+        (default the same model) in `crosscoders/<id>/`, its relative decoder norms (and with
+        `scaling_tokens` > 0 its Latent Scaling) as `analyses/crosscoder/<id>`. `options`: the
+        other keywords of `api.services.crosscoder.run_train_crosscoder`."""
+        return crosscoder_service.run_train_crosscoder(self.root, hook_a, hook_b, model_b=model_b, **options)
+
+    def latent_scaling(self, cc_id: str, *, n_tokens: int = 50_000, **options: Any) -> AnalysisResult:
+        """Writes: Latent Scaling (Minder et al. 2025) of the latents of
+        crosscoder `cc_id` over `n_tokens` corpus tokens, as the columns `beta_error_a/b`,
+        `beta_recon_a/b`, `nu_error`, `nu_recon`, `scaling_active_tokens` of
+        `analyses/crosscoder/<id>`. `options`: `corpus`, `batch_blocks`, `device`."""
+        return crosscoder_service.run_latent_scaling(self.root, cc_id, n_tokens=n_tokens, **options)

@@ -1,7 +1,8 @@
 """`sae-atlas compare A[:SAE] B[:SAE]`: match two SAEs' latents by activation correlation
 streamed from the model(s), score their matched spaces against nulls, store the run in A's
 atlas (`analyses/compare/`), print a table or `--json`. `sae-atlas train-crosscoder`: a
-crosscoder between two models or hooks and its relative decoder norms."""
+crosscoder between two models or hooks and its relative decoder norms. `sae-atlas
+latent-scaling`: Latent Scaling of a stored crosscoder's latents."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from api.commands.corpus_options import (
     text_field_option,
 )
 from api.commands.device_options import device_option, model_dtype_option
+from api.results.analysis import AnalysisResult
 from api.services.compare import parse_side, run_compare, summary_rows
 from saes.compare.saes_pair import CompareParams
 from saes.corpus import CorpusSpec
@@ -99,6 +101,9 @@ def train_crosscoder_command(
     batch_blocks: int = batch_blocks_option(),
     seed: int = typer.Option(0, help="Seed of the shuffle and the initialisation."),
     cc_id: str = typer.Option(None, "--id", help="Crosscoder id (default <hook_a>--<hook_b>-<d_sae>)."),
+    scaling_tokens: int = typer.Option(0, "--latent-scaling-tokens", min=0,
+                                       help="Then run Latent Scaling of every latent over this many "
+                                            "corpus tokens (0: skip; needs one d_model on both sides)."),
     json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
@@ -113,20 +118,55 @@ def train_crosscoder_command(
                                   pass_tokens=pass_tokens, batch_size=batch_size,
                                   corpus=CorpusSpec(source=corpus, text_field=text_field, context_size=context),
                                   batch_blocks=batch_blocks, device=str(where), cc_id=cc_id, seed=seed,
-                                  progress=not json_out)
+                                  scaling_tokens=scaling_tokens, progress=not json_out)
     if json_out:
         print_json(result.to_dict(max_rows=0))
         return
     s = result.meta["summary"]
     print_table(f"crosscoder {result.run}", ["A-only", "shared", "B-only", "scale A", "scale B"],
                 [(s["a_only"], s["shared"], s["b_only"], s["scale_a"], s["scale_b"])])
-    top = result.table.sort("relative_norm", descending=True).head(10)
-    print_table("most B-only latents", top.columns, top.iter_rows())
+    _print_b_only(result)
     console.print(f"stored crosscoders/{result.run}/ and analyses/crosscoder/{result.run}.json in {atlas}")
 
 
+def _print_b_only(result: AnalysisResult, top: int = 10) -> None:
+    rows = result.table.sort("relative_norm", descending=True).head(top)
+    print_table("most B-only latents", rows.columns, rows.iter_rows())
+
+
+@handle_errors
+def latent_scaling_command(
+    atlas: Path = typer.Option(..., help="Atlas directory holding the crosscoder."),
+    cc_id: str = typer.Option(..., "--id", help="Crosscoder id (crosscoders/<id>/)."),
+    tokens: int = typer.Option(50_000, "--tokens", min=2, help="Corpus tokens to stream."),
+    corpus: str = typer.Option(None, help="Text source (default: the crosscoder's training corpus)."),
+    text_field: str = text_field_option(),
+    context: int = context_option(),
+    batch_blocks: int = batch_blocks_option(),
+    json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
+) -> None:
+    """Latent Scaling (Minder et al. 2025) of a crosscoder's latents: the least-squares
+    scale of each latent's decoder direction (on its stronger side) in the other model's reconstruction
+    error (nu_error: high = Complete Shrinkage) and reconstruction (nu_recon: high = Latent
+    Decoupling); near 0 = truly model-specific. Added as columns of analyses/crosscoder/<id>."""
+    from api.services.crosscoder import run_latent_scaling
+
+    where = use_by_default(device, model_dtype)
+    spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context) if corpus else None
+    result = run_latent_scaling(atlas, cc_id, n_tokens=tokens, corpus=spec, batch_blocks=batch_blocks,
+                                device=str(where))
+    if json_out:
+        print_json(result.to_dict(max_rows=0))
+        return
+    _print_b_only(result)
+    console.print(f"stored the Latent Scaling columns of analyses/crosscoder/{result.run}.json in {atlas}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add the `compare` and `train-crosscoder` verbs."""
+    """Add the `compare`, `train-crosscoder` and `latent-scaling` verbs."""
     app.command("compare")(compare_command)
     app.command("train-crosscoder")(train_crosscoder_command)
+    app.command("latent-scaling")(latent_scaling_command)
 

@@ -39,6 +39,7 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("train-crosscoder",): lambda root: ["--atlas", str(root), "--hook-a", HOOK, "--hook-b", HOOK],
     ("emergence",): lambda root: [f"{root}:s0", f"{root}:s0"],
     ("compare-circle",): lambda root: [f"{root}:s0", "--circle", "circular/none"],
+    ("latent-scaling",): lambda root: ["--atlas", str(root), "--id", "cc"],
 }
 
 

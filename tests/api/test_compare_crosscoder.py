@@ -40,3 +40,33 @@ def test_one_hook_of_one_model_twice_is_refused(tmp_path):
     out = CliRunner().invoke(app, ["train-crosscoder", "--atlas", str(root), "--hook-a", "blocks.1.hook_resid_post",
                                    "--hook-b", "blocks.1.hook_resid_post"])
     assert out.exit_code == 2 and "name two hooks or a second model" in out.output
+
+
+def test_latent_scaling_adds_its_columns_to_the_crosscoder_table_and_reruns_alike(tmp_path):
+    root = tmp_path / "atlas"
+    AtlasLayout(root).update_meta(model=MODEL)
+    other = json.dumps({**MODEL, "seed": 1})  # the same width: one space for both sides
+    out = CliRunner().invoke(app, ["train-crosscoder", "--atlas", str(root), "--hook-a", "blocks.1.hook_resid_post",
+                                   "--hook-b", "blocks.1.hook_resid_post", "--model-b", other, "--d-sae", "16",
+                                   "--k", "2", "--tokens", "1024", "--batch-size", "256", "--context", "32",
+                                   "--id", "pair", "--latent-scaling-tokens", "512", "--json"])
+    assert out.exit_code == 0, out.output
+    table = Atlas(root).analysis("crosscoder", "pair").table
+    fired = table.filter(table["scaling_active_tokens"] > 0)
+    assert fired.height > 8 and fired["beta_error_b"].is_finite().all() and fired["nu_recon"].is_finite().all()
+    assert table.filter(table["scaling_active_tokens"] == 0)["nu_error"].is_nan().all()
+    again = CliRunner().invoke(app, ["latent-scaling", "--atlas", str(root), "--id", "pair", "--tokens", "512"])
+    assert again.exit_code == 0, again.output
+    rerun = Atlas(root).latent_scaling("pair", n_tokens=512).table
+    assert rerun.columns == table.columns
+    assert rerun.select("nu_error", "nu_recon").equals(table.select("nu_error", "nu_recon"))
+
+
+def test_latent_scaling_of_two_widths_is_refused_before_training(tmp_path):
+    root = tmp_path / "atlas"
+    AtlasLayout(root).update_meta(model=MODEL)
+    out = CliRunner().invoke(app, ["train-crosscoder", "--atlas", str(root), "--hook-a", "blocks.1.hook_resid_post",
+                                   "--hook-b", "blocks.1.hook_resid_post", "--model-b",
+                                   json.dumps({**MODEL, "d_model": 48}), "--latent-scaling-tokens", "64"])
+    assert out.exit_code == 2 and "one space" in out.output
+    assert not (root / "crosscoders").exists()
