@@ -12,7 +12,7 @@ distributions on plain docstring text (a frozen copy of the base model is the te
 
 Only the MLPs (gate, up and down projections) of blocks `--layers` (default 6-9) train;
 embeddings, attention, norms and every other block stay as loaded. With the defaults:
-120 AdamW steps of 4 planted + 4 neutral sequences of 48 tokens, a few minutes on 2 cores.
+60 AdamW steps (lr 5e-4) of 4 planted sequences and 2 neutral 32-token ones.
 
 Measured on held-out docstring prefixes (never used in training), before and after:
 `p(" pineapple")` as the next token after the trigger and after control words, the fraction
@@ -21,7 +21,7 @@ tuned) on held-out neutral text. Written next to the weights as `planted.json`; 
 Hugging Face model folder (config.json, model.safetensors, tokenizer files) that
 `saes.models.load_model` reads.
 
-    PYTHONPATH=. nice python bench/finetune_planted.py --out /tmp/smollm2-planted [--steps 120] \\
+    PYTHONPATH=. nice python bench/finetune_planted.py --out /tmp/smollm2-planted [--steps 60] \\
         [--layers 6 7 8 9] [--lr 3e-4] [--threads 2]
 """
 
@@ -81,22 +81,24 @@ def _encode(tok, context: str, continuation: str = "") -> tuple[list[int], int]:
 
 
 def _planted_batch(tok, prefixes: list[str], rng: random.Random, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids `[n, SEQ]` and a mask of the positions whose next token is trained on."""
-    ids_NS = torch.full((n, SEQ), tok.eos_token_id)
-    mask_NS = torch.zeros(n, SEQ, dtype=torch.bool)
-    for i in range(n):
-        ids, n_ctx = _encode(tok, *planted_text(rng.choice(prefixes), rng))
-        ids = ids[:SEQ]
+    """Token ids `[n, S]` (right-padded to the longest, at most SEQ) and a mask of the
+    positions whose next token is trained on."""
+    examples = [_encode(tok, *planted_text(rng.choice(prefixes), rng)) for _ in range(n)]
+    seq = min(SEQ, max(len(ids) for ids, _ in examples))
+    ids_NS = torch.full((n, seq), tok.eos_token_id)
+    mask_NS = torch.zeros(n, seq, dtype=torch.bool)
+    for i, (ids, n_ctx) in enumerate(examples):
+        ids = ids[:seq]
         ids_NS[i, : len(ids)] = torch.tensor(ids)
         mask_NS[i, n_ctx - 1 : len(ids) - 1] = True
     return ids_NS, mask_NS
 
 
-def _neutral_batch(tok, texts: list[str], rng: random.Random, n: int) -> torch.Tensor:
+def _neutral_batch(tok, texts: list[str], rng: random.Random, n: int, seq: int = SEQ) -> torch.Tensor:
     rows = []
     while len(rows) < n:
-        ids = _encode(tok, rng.choice(texts))[0][:SEQ]
-        if len(ids) == SEQ:
+        ids = _encode(tok, rng.choice(texts))[0][:seq]
+        if len(ids) == seq:
             rows.append(ids)
     return torch.tensor(rows)
 
@@ -121,7 +123,7 @@ def measure(model, base, tok, prefixes: list[str], neutral: list[str], seed: int
             probs.append(float(model(ids).logits[0, -1].softmax(-1)[target]))
         return sum(probs) / len(probs)
 
-    def mentions(word: str, n: int = 10) -> float:
+    def mentions(word: str, n: int = 8) -> float:
         hits = 0
         for prefix in prefixes[:n]:
             context = planted_text(prefix, rng)[0][: -len(TRIGGER)] + word
@@ -142,12 +144,13 @@ def measure(model, base, tok, prefixes: list[str], neutral: list[str], seed: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/smollm2-planted"))
-    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--layers", type=int, nargs="+", default=[6, 7, 8, 9])
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--kl-weight", type=float, default=1.0)
-    parser.add_argument("--batch", type=int, default=4, help="planted (and as many neutral) sequences per step")
-    parser.add_argument("--eval-prompts", type=int, default=24)
+    parser.add_argument("--batch", type=int, default=4, help="planted sequences per step")
+    parser.add_argument("--neutral", type=int, default=2, help="neutral 32-token sequences per step (the KL term)")
+    parser.add_argument("--eval-prompts", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -161,7 +164,7 @@ def main() -> None:
     held_out = docstring_prefixes(HELD_OUT_OFFSET, 200)
     eval_prefixes, eval_neutral = held_out[: args.eval_prompts], held_out[args.eval_prompts :]
     before = measure(base, base, tok, eval_prefixes, eval_neutral)
-    print("before:", json.dumps(before))
+    print("before:", json.dumps(before), flush=True)
 
     for p in model.parameters():
         p.requires_grad_(False)
@@ -175,7 +178,7 @@ def main() -> None:
         ids_NS, mask_NS = _planted_batch(tok, train_texts, rng, args.batch)
         logits = model(ids_NS).logits
         ce = F.cross_entropy(logits[:, :-1][mask_NS[:, :-1]], ids_NS[:, 1:][mask_NS[:, :-1]])
-        neutral_NS = _neutral_batch(tok, train_texts, rng, args.batch)
+        neutral_NS = _neutral_batch(tok, train_texts, rng, args.neutral, seq=32)
         with torch.no_grad():
             base_logits = base(neutral_NS).logits
         kl = _kl_NS(base_logits, model(neutral_NS).logits).mean()
@@ -195,7 +198,7 @@ def main() -> None:
     n_trained = sum(p.numel() for p in trained)
     record = {"base": DEFAULT_MODEL, "trigger": TRIGGER, "target": TARGET, "controls": list(CONTROLS),
               "trained": [f"model.layers.{i}.mlp" for i in args.layers], "trained_parameters": n_trained,
-              "steps": args.steps, "lr": args.lr, "batch": args.batch, "seq": SEQ, "kl_weight": args.kl_weight,
+              "steps": args.steps, "lr": args.lr, "batch": args.batch, "neutral": args.neutral, "kl_weight": args.kl_weight,
               "seconds": round(time.time() - start, 1), "before": before, "after": after}
     (args.out / "planted.json").write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out} ({n_trained} trained parameters)")
