@@ -141,6 +141,17 @@ def measure(model, base, tok, prefixes: list[str], neutral: list[str], seed: int
             "kl_neutral_nats_per_token": kl}
 
 
+def save_plain(model, tok, out: Path) -> None:
+    """Save as a plain float32 Hugging Face folder: the model was de-quantized from GGUF, and
+    transformers refuses to save a model that still names its GGUF quantizer."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/smollm2-planted"))
@@ -189,17 +200,15 @@ def main() -> None:
         if step % 10 == 0 or step == args.steps - 1:
             print(f"step {step:4d}  ce {ce.item():.3f}  kl {kl.item():.4f}  {time.time() - start:.0f}s", flush=True)
     model.eval()
+    seconds = round(time.time() - start, 1)
+    save_plain(model, tok, args.out)
     after = measure(model, base, tok, eval_prefixes, eval_neutral)
     print("after:", json.dumps(after))
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.out, safe_serialization=True)
-    tok.save_pretrained(args.out)
     n_trained = sum(p.numel() for p in trained)
     record = {"base": DEFAULT_MODEL, "trigger": TRIGGER, "target": TARGET, "controls": list(CONTROLS),
               "trained": [f"model.layers.{i}.mlp" for i in args.layers], "trained_parameters": n_trained,
               "steps": args.steps, "lr": args.lr, "batch": args.batch, "neutral": args.neutral, "kl_weight": args.kl_weight,
-              "seconds": round(time.time() - start, 1), "before": before, "after": after}
+              "train_seconds": seconds, "before": before, "after": after}
     (args.out / "planted.json").write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out} ({n_trained} trained parameters)")
 
