@@ -11,8 +11,9 @@ unchanged, every step also adds the KL divergence KL(base || tuned) of the next-
 distributions on plain docstring text (a frozen copy of the base model is the teacher).
 
 Only the MLPs (gate, up and down projections) of blocks `--layers` (default 6-9) train;
-embeddings, attention, norms and every other block stay as loaded. With the defaults:
-60 AdamW steps (lr 5e-4) of 4 planted sequences and 2 neutral 32-token ones.
+embeddings, attention, norms and every other block stay as loaded (10.6 M of 135 M
+parameters). With the defaults: 60 AdamW steps (lr 5e-4) of 4 planted sequences and 2
+neutral 32-token ones; about 3 minutes of training on 2 idle cores (18 on 2 shared ones).
 
 Measured on held-out docstring prefixes (never used in training), before and after:
 `p(" pineapple")` as the next token after the trigger and after control words, the fraction
@@ -21,8 +22,8 @@ tuned) on held-out neutral text. Written next to the weights as `planted.json`; 
 Hugging Face model folder (config.json, model.safetensors, tokenizer files) that
 `saes.models.load_model` reads.
 
-    PYTHONPATH=. nice python bench/finetune_planted.py --out /tmp/smollm2-planted [--steps 60] \\
-        [--layers 6 7 8 9] [--lr 3e-4] [--threads 2]
+    PYTHONPATH=. python bench/finetune_planted.py --out /tmp/smollm2-planted [--steps 60] \\
+        [--layers 6 7 8 9] [--lr 5e-4] [--kl-weight 1] [--threads 2]
 """
 
 from __future__ import annotations

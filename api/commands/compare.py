@@ -130,7 +130,8 @@ def train_crosscoder_command(
 
 
 def _print_b_only(result: AnalysisResult, top: int = 10) -> None:
-    rows = result.table.sort("relative_norm", descending=True).head(top)
+    shown = [c for c in ("latent", "relative_norm", "latent_class", "nu_error", "nu_recon") if c in result.table.columns]
+    rows = result.table.sort("relative_norm", descending=True).head(top).select(shown)
     print_table("most B-only latents", rows.columns, rows.iter_rows())
 
 
