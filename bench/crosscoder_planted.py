@@ -24,7 +24,8 @@ latents with the largest difference are "the planted latents". It reports each o
 rank among all latents by relative decoder norm (1 = the most B-only), its class, its
 Latent Scaling ratios, and its rank by `max(|nu_error|, |nu_recon|)` ascending (1 = the most
 genuinely B-specific) among the B-only latents and among all B-leaning ones (relative
-norm >= 0.5).
+norm >= 0.5). Conversely, for the 10 latents with the largest relative norm, how often each
+fires at the trigger and at the controls.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def codes_at(sides: list[tuple], sae, scales: SideScales, texts: list[str]) -> t
     return sae.encode(scales.apply(torch.stack(rows)))
 
 
-def evaluate(root: Path, cc_id: str, model_b: str, n_prompts: int, top: int) -> dict:
+def evaluate(root: Path, cc_id: str, model_b: str, n_prompts: int, top: int, top_b: int = 10) -> dict:
     table = Atlas(root).analysis("crosscoder", cc_id).table
     folder = crosscoder_dir(root, cc_id)
     stored = read_crosscoder_sides(folder)
@@ -121,8 +122,11 @@ def evaluate(root: Path, cc_id: str, model_b: str, n_prompts: int, top: int) -> 
                        rank_among_b_only_by_nu=rank_b_only.get(int(j)),
                        rank_among_b_leaning_by_nu=rank_leaning.get(int(j)))
         rows.append(row)
+    fires_t, fires_c = (f_trig > 0).float().mean(0).numpy(), (f_ctrl > 0).float().mean(0).numpy()
+    most_b = [{"latent": int(j), "relative_norm": float(rel[j]), "fires_on_trigger": float(fires_t[j]),
+               "fires_on_control": float(fires_c[j])} for j in np.argsort(-rel)[:top_b]]
     return {"crosscoder": cc_id, "d_sae": len(rel), "b_only": len(b_only), "b_leaning": int((rel >= 0.5).sum()),
-            "prompts": n_prompts,
+            "prompts": n_prompts, "most_b_leaning": most_b,
             "planted_latents": rows}
 
 

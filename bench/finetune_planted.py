@@ -13,7 +13,8 @@ distributions on plain docstring text (a frozen copy of the base model is the te
 Only the MLPs (gate, up and down projections) of blocks `--layers` (default 6-9) train;
 embeddings, attention, norms and every other block stay as loaded (10.6 M of 135 M
 parameters). With the defaults: 60 AdamW steps (lr 5e-4) of 4 planted sequences and 2
-neutral 32-token ones; about 3 minutes of training on 2 idle cores (18 on 2 shared ones).
+neutral 32-token ones: 116 s of training on the shared 2-core machine (18 min under a
+heavier load), about 7 min with both measurements.
 
 Measured on held-out docstring prefixes (never used in training), before and after:
 `p(" pineapple")` as the next token after the trigger and after control words, the fraction

@@ -118,5 +118,5 @@ def test_a_trained_crosscoder_keeps_its_planted_b_only_latent_and_flags_a_shrunk
     assert relative_norms(sae, D).latent_class[shared] == "b_only"
     held_out = (scales.apply(rows) for rows in itertools.islice(stream(1000), 20))
     s = latent_scaling(sae, D, held_out, np.array([carrier, shared]), np.array(["b", "b"]))
-    assert abs(s.nu_error[0]) < 0.1 and abs(s.nu_recon[0]) < 0.3  # truly B-only (the shared ones: ~0.9)
+    assert abs(s.nu_error[0]) < 0.2 and abs(s.nu_recon[0]) < 0.3  # truly B-only (shared ones: ~0.9)
     assert s.nu_error[1] > 0.7  # present in A: it sits in A's reconstruction error
