@@ -69,8 +69,8 @@ from api.services import (
 )
 from api.services import circle_transfer as circle_service
 from api.services import compare as compare_service
-from api.services import emergence as emergence_service
 from api.services import crosscoder as crosscoder_service
+from api.services import emergence as emergence_service
 from api.services import graph as graph_service
 from api.services import steering as steering_service
 from api.services.evals import eval_result

@@ -55,6 +55,9 @@ def test_latent_scaling_adds_its_columns_to_the_crosscoder_table_and_reruns_alik
     fired = table.filter(table["scaling_active_tokens"] > 0)
     assert fired.height > 8 and fired["beta_error_b"].is_finite().all() and fired["nu_recon"].is_finite().all()
     assert table.filter(table["scaling_active_tokens"] == 0)["nu_error"].is_nan().all()
+    page = Atlas(root).crosscoder_latents("pair", limit=16)  # what the explorer's Compare page reads
+    assert {"beta_error_a", "beta_recon_b", "nu_error", "nu_recon", "scaling_active_tokens"} <= set(page.rows[0]["scaling"])
+    json.dumps(page.to_dict())  # NaN (latents that never fired) goes out as null
     again = CliRunner().invoke(app, ["latent-scaling", "--atlas", str(root), "--id", "pair", "--tokens", "512"])
     assert again.exit_code == 0, again.output
     rerun = Atlas(root).latent_scaling("pair", n_tokens=512).table
