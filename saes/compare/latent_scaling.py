@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
@@ -40,7 +39,6 @@ import torch
 from saes.sae.base import SAE
 from store.errors import InvalidInputError
 
-Side = Literal["a", "b"]
 TARGETS = ("error", "recon")
 
 
