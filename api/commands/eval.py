@@ -29,6 +29,7 @@ from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, read_eval
 from saes.eval.ground_truth import ground_truth_config
 from saes.eval.results import read_result, write_result
 from saes.eval.sparse_probing import SparseProbingConfig, with_datasets, with_probe_file
+from saes.eval.sparse_probing import probe_sets as probe_sets_of
 from saes.eval.spec import EVAL_NAMES, EvalName
 from saes.eval.suite import parse_suite, run_suite
 from saes.models import ModelHandle
@@ -72,6 +73,7 @@ def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bo
         sparse = SparseProbingConfig()
         if probe_sets or per_class:
             sparse = with_datasets(sparse, probe_sets or list(sparse.datasets), per_class)
+            probe_sets_of(sparse)  # read now: a hub set that cannot be read stops the run before any SAE
         configs["sparse_probing"] = sparse if probe_data is None else with_probe_file(sparse, probe_data, label_field)
     if ground_truth is not None:
         configs["ground_truth"] = ground_truth_config(ground_truth)

@@ -20,6 +20,7 @@ refused by name with what to use instead.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -119,11 +120,24 @@ def _wanted(recipe: HubRecipe, per_class: int) -> Callable[[str, dict[str, Any]]
 def hub_probe_set(name: str, per_class: int, seed: int, *, rows: RowLoader | None = None) -> tuple[list[str], list[str]]:
     """`(texts, labels)` of SAEBench set `name`: up to `per_class` texts of each chosen class
     (split evenly over the balance column's values where SAEBench balances). InvalidInputError
-    for an unknown name, a dataset the hub does not give, or a class with fewer than two texts."""
+    for an unknown name, a dataset the hub does not give, or a class with fewer than two texts.
+    Read from the hub once per process (every SAE of a suite probes the same texts)."""
+    if rows is None:
+        texts, labels = _from_hub(name, per_class, seed)
+        return list(texts), list(labels)
+    return _collect(name, per_class, rows)
+
+
+@functools.cache
+def _from_hub(name: str, per_class: int, seed: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    texts, labels = _collect(name, per_class, hub_rows(seed))
+    return tuple(texts), tuple(labels)
+
+
+def _collect(name: str, per_class: int, load: RowLoader) -> tuple[list[str], list[str]]:
     recipe = SAEBENCH_HUB_SETS.get(name)
     if recipe is None:
         raise InvalidInputError(f"unknown SAEBench probe set {name!r}; valid: {', '.join(SAEBENCH_HUB_SETS)}")
-    load = rows or hub_rows(seed)
     take = _wanted(recipe, per_class)
     texts_by_class: dict[str, list[str]] = defaultdict(list)
     full = per_class * len(recipe.classes)
