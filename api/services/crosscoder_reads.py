@@ -26,8 +26,8 @@ from api.results.crosscoder import (
     RelativeNormHistogram,
 )
 from api.sae_view import SaeView, open_sae
+from api.services import search
 from api.services.crosscoder import KIND, crosscoder_dir
-from api.services.labels import with_labels
 from geometry import results
 from saes.compare.crosscoder import (
     A_ONLY_BELOW,
@@ -40,7 +40,7 @@ from saes.formats.saelens import load_saelens
 from store.atomic import file_version
 from store.errors import AtlasError, InvalidInputError, NotFoundError
 from store.layout import check_id
-from store.vectors import unit_rows
+from store.search import Filters
 
 BASE_COLUMNS = ("latent", "norm_a", "norm_b", "relative_norm", "latent_class")
 CLASSES: tuple[LatentClass, ...] = ("a_only", "shared", "b_only")
@@ -142,18 +142,14 @@ def _decoder(ctx: AtlasContext, cc_id: str) -> tuple[np.ndarray, int]:
     return ctx.cache.current(("crosscoder-decoder", cc_id), file_version(folder / CROSSCODER_FILE), load)
 
 
-def _unit_decoder(view: SaeView) -> np.ndarray:
-    return view.ctx.cache.get(("unit-decoder", view.sae_id),
-                              lambda: unit_rows(view.module().W_dec.detach().float().cpu().numpy()))
-
-
 def _saes_at(ctx: AtlasContext, hook: str, d_in: int) -> list[SaeView]:
-    """The atlas's SAEs (not transcoders) reading `hook` with width `d_in`; damaged ones left out."""
+    """The atlas's indexed SAEs (not transcoders) reading `hook` with width `d_in`; damaged
+    ones left out."""
     views = []
     for sae_id in ctx.sae_ids():
         try:
             view = open_sae(ctx, sae_id)
-            if view.hook == hook and view.hook_out is None and view.d_in == d_in:
+            if view.hook == hook and view.hook_out is None and view.d_in == d_in and view.has_index:
                 views.append(view)
         except AtlasError:
             continue
@@ -162,19 +158,12 @@ def _saes_at(ctx: AtlasContext, hook: str, d_in: int) -> list[SaeView]:
 
 def nearest_features(ctx: AtlasContext, direction_D: np.ndarray, hook: str, k: int) -> list[NearFeature] | None:
     """The `k` features of the atlas's SAEs at `hook` whose decoder rows have the largest cosine
-    with `direction_D`, with their labels; None when no SAE of that width reads `hook`."""
+    with `direction_D` (the atlas's vector search), with their labels; None when no indexed SAE
+    of that width reads `hook`."""
     views = _saes_at(ctx, hook, direction_D.shape[0])
     if not views:
         return None
-    unit_D = unit_rows(direction_D[None])[0]
-    parts = []
-    for view in views:
-        cos_F = _unit_decoder(view) @ unit_D
-        top = np.argsort(-cos_F)[:k]
-        parts.append(pl.DataFrame({"sae_id": [view.sae_id] * len(top), "latent": top.astype(np.int64),
-                                   "cosine": cos_F[top].astype(np.float64)}))
-    best = pl.concat(parts).sort("cosine", descending=True).head(k)
-    labelled = with_labels(ctx, best, {view.sae_id: view for view in views})
+    labelled = search.by_vector(ctx, direction_D, views, k, Filters())
     return [NearFeature(sae_id=r["sae_id"], latent=r["latent"], cosine=r["cosine"], label=r["label"])
             for r in labelled.iter_rows(named=True)]
 
@@ -203,8 +192,8 @@ def crosscoder_latent(ctx: AtlasContext, cc_id: str, latent: int, *, k: int = 5)
             continue
         nearest[side] = nearest_features(ctx, rows[side], hooks[side], k)
         if nearest[side] is None:
-            notes.append(f"no SAE of this atlas reads {hooks[side]} with d_model {rows[side].shape[0]} "
-                         f"(side {side.upper()})")
+            notes.append(f"no indexed SAE of this atlas reads {hooks[side]} with d_model {rows[side].shape[0]} "
+                         f"(side {side.upper()}; `sae-atlas index` builds the indexes)")
     return CrosscoderLatentCard(crosscoder=row, latent=latent, norm_a=record["norm_a"], norm_b=record["norm_b"],
                                 relative_norm=record["relative_norm"], latent_class=record["latent_class"],
                                 scaling=record["scaling"], nearest_a=nearest["a"], nearest_b=nearest["b"], notes=notes)
