@@ -15,7 +15,7 @@ from saes.devices import resolve_device
 from saes.sae.base import SAEConfig
 from saes.train.atlas import train_saes
 from saes.train.config import TrainConfig
-from saes.transcoders.pairs import mlp_output_hook
+from saes.transcoders.sites import mlp_output_hook
 from store.activations import ActivationReader
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout

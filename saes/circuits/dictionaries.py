@@ -27,11 +27,10 @@ from saes.models import ModelHandle
 from saes.sae.base import SAE, SAEConfig
 from saes.sae.registry import build_sae
 from saes.transcoders.clt import CrossLayerTranscoder
+from saes.transcoders.sites import MLP_OUT, mlp_input_layer, mlp_output_layer, valid_inputs
 from store.errors import InvalidInputError
 
 GraphKind = Literal["transcoders", "clt", "residual"]
-_MLP_IN = re.compile(r"^blocks\.(\d+)\.(hook_resid_mid|ln2\.hook_normalized|ln2\.hook_out|mlp\.hook_in)$")
-_MLP_OUT = re.compile(r"^blocks\.(\d+)\.(hook_mlp_out|mlp\.hook_out)$")
 _RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|post)$")
 _RESID_ORDER = {"pre": 0, "post": 1}
 
@@ -111,13 +110,11 @@ def _transcoders(handle: ModelHandle, saes: dict[str, SAE], clt: tuple[Dictionar
     by_layer: dict[int, Dictionary] = {d.layer: d for d in clt}
     for sid, sae in saes.items():
         read, write = sae.cfg.hook_name, sae.cfg.output_hook
-        m_in, m_out = _MLP_IN.match(read), _MLP_OUT.match(write)
-        if not (m_in and m_out and m_in.group(1) == m_out.group(1)):
+        layer = mlp_input_layer(read)
+        if layer is None or mlp_output_layer(write) != layer:
             raise InvalidInputError(
                 f"transcoder {sid!r} reads {read!r} and writes {write!r}; a graph needs transcoders from an "
-                "MLP's input (blocks.L.hook_resid_mid or blocks.L.ln2.hook_normalized) to its output "
-                "(blocks.L.hook_mlp_out) of the same layer")
-        layer = int(m_in.group(1))
+                f"MLP's input ({valid_inputs('L')}) to its output (blocks.L.{MLP_OUT}) of the same layer")
         if layer in by_layer:
             raise InvalidInputError(f"{by_layer[layer].id!r} and transcoder {sid!r} both replace the MLP of "
                                     f"layer {layer}; give one per layer")
@@ -160,7 +157,8 @@ def frozen_mlps(handle: ModelHandle, saes: dict[str, SAE | CrossLayerTranscoder]
     """Transcoders that never fire for the MLPs no transcoder (or CLT) of `saes` replaces (ids
     `mlp{L}-frozen`): with them each such MLP's whole output is its error node, fixed like
     every error, so a graph over transcoders at a few layers stays exact."""
-    covered = {int(m.group(1)) for module in saes.values() for hook in _writes(module) if (m := _MLP_OUT.match(hook))}
+    covered = {layer for module in saes.values() for hook in _writes(module)
+               if (layer := mlp_output_layer(hook)) is not None}
     out = {}
     for layer in range(handle.n_layers):
         if layer in covered:
@@ -183,9 +181,9 @@ def _clt_layers(handle: ModelHandle, clt_id: str, clt: CrossLayerTranscoder) -> 
                                 f"{handle.name} has {handle.n_layers} layers of width {handle.d_model}")
     items = []
     for layer, (read, write) in enumerate(zip(cfg.hooks_in, cfg.hooks_out, strict=True)):
-        if not (_MLP_IN.match(read) and _MLP_OUT.match(write)):
+        if mlp_input_layer(read) is None or mlp_output_layer(write) is None:
             raise InvalidInputError(f"CLT {clt_id!r} reads {read!r} and writes {write!r}; a graph needs a CLT from "
-                                    "the MLPs' inputs (hook_resid_mid or ln2.hook_normalized) to their outputs")
+                                    f"the MLPs' inputs ({valid_inputs('L')}) to their outputs")
         handle.check_hook(read)
         handle.check_hook(write)
         items.append(Dictionary(f"{clt_id}@{layer}", CLTLayer(clt, layer), read, write, layer))

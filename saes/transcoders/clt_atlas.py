@@ -10,7 +10,6 @@ torchrun the ranks train it data-parallel (`train_clt`) and rank 0 writes and re
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +20,18 @@ from saes.transcoders.clt import CLTArchitecture, CLTConfig
 from saes.transcoders.clt_data import CLTReader
 from saes.transcoders.clt_store import CFG_FILE, clt_record, register_clt
 from saes.transcoders.clt_train import TRAINING_FILE, train_clt
-from saes.transcoders.pairs import MLP_OUT
+from saes.transcoders.sites import MLP_OUT, check_mlp_input
 from store.atomic import read_json
 from store.errors import InvalidInputError, UnknownHookError
+from store.hooks import BLOCK_HOOK
 from store.layout import AtlasLayout, check_id
 
 HELDOUT_TOKENS = 65_536
-_HOOK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 
 def clt_input_site(hooks: list[str]) -> str:
     """The site inside a block that the hooks name, checked to be layers 0..L-1 in order."""
-    matches = [_HOOK.match(h) for h in hooks]
+    matches = [BLOCK_HOOK.match(h) for h in hooks]
     if not hooks or not all(matches):
         raise InvalidInputError(f"a cross-layer transcoder reads one MLP input per block (blocks.L.<site>); got {hooks}")
     sites = {m.group(2) for m in matches if m}
@@ -40,10 +39,8 @@ def clt_input_site(hooks: list[str]) -> str:
     if len(sites) > 1 or layers != list(range(len(hooks))):
         raise InvalidInputError(f"a cross-layer transcoder reads the same hook of every block from 0 on "
                                 f"(blocks.0.<site>, blocks.1.<site>, ...); got {hooks}")
-    site = sites.pop()
-    if site == MLP_OUT:
-        raise InvalidInputError(f"{hooks[0]!r} is the MLP output itself; a CLT reads the MLPs' inputs")
-    return site
+    check_mlp_input(hooks[0])
+    return sites.pop()
 
 
 def train_atlas_clt(

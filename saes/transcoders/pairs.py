@@ -22,23 +22,7 @@ import torch
 from saes.sae.base import SAEConfig
 from store.activations import ActivationReader, Blocks, Split, TokenRows
 from store.errors import InvalidInputError
-from store.hooks import hook_layer
 from store.safetensors_io import MappedSafetensors
-
-MLP_OUT = "hook_mlp_out"
-
-
-def mlp_output_hook(hook: str) -> str:
-    """The MLP output of the block `hook` belongs to (`blocks.L.hook_mlp_out`): what a
-    per-layer transcoder reading `hook` predicts by default."""
-    layer = hook_layer(hook)
-    if layer < 0:
-        raise InvalidInputError(f"hook {hook!r} is not inside a block; a transcoder reads a block's MLP input "
-                                "(e.g. blocks.L.ln2.hook_normalized, blocks.L.hook_resid_mid or blocks.L.mlp.hook_in)")
-    out = f"blocks.{layer}.{MLP_OUT}"
-    if hook == out:
-        raise InvalidInputError(f"{hook!r} is the MLP output itself; a transcoder reads the MLP's input")
-    return out
 
 
 def row_width(cfg: SAEConfig) -> int:

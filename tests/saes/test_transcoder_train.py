@@ -17,7 +17,9 @@ from saes.sae.base import SAEConfig
 from saes.train.atlas import train_saes
 from saes.train.config import TrainConfig
 from saes.train.trainer import train_sae
-from saes.transcoders.pairs import PairedReader, mlp_output_hook
+from saes.transcoders.clt_atlas import train_atlas_clt
+from saes.transcoders.pairs import PairedReader
+from saes.transcoders.sites import mlp_output_hook
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
@@ -113,3 +115,36 @@ def test_cli_train_transcode(atlas):
     assert (record["hook"], record["hook_out"], record["skip"]) == (INS[1], OUTS[1], True)
     refused = CliRunner().invoke(app, ["train", "--atlas", str(atlas), "--transcode"])
     assert refused.exit_code != 0 and "--transcode needs the MLP inputs" in refused.output
+
+
+@pytest.mark.parametrize(("hook", "why"), [
+    ("blocks.0.hook_resid_post", "lies after the MLP of block 0 and already holds its output"),
+    ("blocks.0.hook_mlp_out", "is the MLP output itself"),
+    ("blocks.0.hook_resid_pre", "is not the input of block 0's MLP"),
+    ("hook_embed", "is not inside a block"),
+])
+def test_only_an_mlp_input_is_a_transcoder_input(hook, why):
+    """One rule (`saes.transcoders.sites`) for training and graphs: a hook after the MLP
+    already holds the output a transcoder would predict, so it is refused naming the inputs."""
+    with pytest.raises(InvalidInputError, match=why) as refused:
+        mlp_output_hook(hook)
+    assert "ln2.hook_normalized or blocks." in str(refused.value) and "hook_resid_mid" in str(refused.value)
+    assert [mlp_output_hook(h) for h in ("blocks.2.ln2.hook_normalized", "blocks.2.hook_resid_mid",
+                                         "blocks.2.mlp.hook_in")] == ["blocks.2.hook_mlp_out"] * 3
+
+
+def test_cli_train_transcode_refuses_a_hook_after_the_mlp_before_training(atlas):
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    before = sorted(p.name for p in (atlas / "saes").iterdir()) if (atlas / "saes").is_dir() else []
+    result = CliRunner().invoke(app, ["train", "--atlas", str(atlas), "--hook", "blocks.0.hook_resid_post",
+                                      "--transcode", "--arch", "topk", "--d-sae", "64", "--k", "4", "--tokens", "8192"])
+    assert result.exit_code != 0
+    assert "'blocks.0.hook_resid_post' lies after the MLP of block 0" in result.output
+    assert "blocks.0.ln2.hook_normalized or blocks.0.hook_resid_mid" in result.output
+    after = sorted(p.name for p in (atlas / "saes").iterdir()) if (atlas / "saes").is_dir() else []
+    assert after == before  # nothing trained, nothing registered
+    with pytest.raises(InvalidInputError, match="lies after the MLP of block 0"):
+        train_atlas_clt(atlas, ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"])
