@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from functools import wraps
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -14,6 +15,9 @@ from rich.table import Table
 from api.results.jsonable import to_jsonable
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
+
+if TYPE_CHECKING:
+    from api.atlas import Atlas
 
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,6 +35,14 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(2) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def open_atlas(root: Path) -> Atlas:
+    """The `Atlas` facade over `root`, imported on first use so that the CLI starts
+    (`--help`, argument errors) without loading torch."""
+    from api.atlas import Atlas
+
+    return Atlas(root)
 
 
 def chosen_saes(layout: AtlasLayout, sae_ids: list[str]) -> list[str]:
