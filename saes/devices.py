@@ -25,8 +25,6 @@ DeviceName = Literal["auto", "cpu", "cuda", "mps"]  # plus "cuda:N"
 ModelDtype = Literal["auto", "float32", "float16", "bfloat16"]
 ENV_DEVICE = "SAE_ATLAS_DEVICE"
 ENV_DTYPE = "SAE_ATLAS_DTYPE"
-DEVICE_HELP = "Device that runs the model and SAEs: auto (GPU when present), cpu, cuda, cuda:N or mps."
-DTYPE_HELP = "Model weight dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32, float16 or bfloat16."
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _CUDA = re.compile(r"^cuda(?::(\d+))?$")
 

@@ -1,4 +1,5 @@
-"""The `--device` and `--model-dtype` options shared by every command that runs a model or an SAE."""
+"""The `--device` and `--model-dtype` options shared by every command that runs a model or an SAE
+(resolved by `saes.devices`, which these options leave unimported until a command runs)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Any
 
 import typer
 
-from saes.devices import DEVICE_HELP, DTYPE_HELP
+DEVICE_HELP = "Device that runs the model and SAEs: auto (GPU when present), cpu, cuda, cuda:N or mps."
+DTYPE_HELP = "Model weight dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32, float16 or bfloat16."
 
 
 def device_option(default: str | None = "auto", default_note: str = "") -> Any:
