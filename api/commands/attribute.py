@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from api.atlas import Atlas
-from api.commands.common import handle_errors, print_json, print_table
+from api.commands.common import handle_errors, open_atlas, print_json, print_table
 
 
 @handle_errors
@@ -27,7 +26,7 @@ def attribute_command(
     """Activation x gradient attribution through the spliced SAEs, with the completeness
     check and the top features' true ablation effects."""
     spec = {"kind": kind, "token": target, "other": other, "position": position}
-    result = Atlas(atlas).attribute(text, spec, sae_ids=sae or None, top=top, verify=verify, mode=mode)
+    result = open_atlas(atlas).attribute(text, spec, sae_ids=sae or None, top=top, verify=verify, mode=mode)
     if json_out:
         print_json(result.to_dict())
         return

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import typer
 
-from api.atlas import Atlas
-from api.commands.common import handle_errors, print_json, print_table
+from api.commands.common import handle_errors, open_atlas, print_json, print_table
 from store.errors import InvalidInputError
 
 
@@ -44,7 +43,7 @@ def steer_command(
         raise InvalidInputError("give --sae and --feature together")
     if sae is not None:
         edits.insert(0, {"kind": "steer", "sae": sae, "feature": feature, "alpha": alpha, "at": at})
-    result = Atlas(atlas).steer(text, edits, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    result = open_atlas(atlas).steer(text, edits, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     if json_out:
         print_json(result.to_dict())
         return

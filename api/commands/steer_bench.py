@@ -12,8 +12,7 @@ from typing import Any
 
 import typer
 
-from api.atlas import Atlas
-from api.commands.common import handle_errors, print_json, print_table
+from api.commands.common import handle_errors, open_atlas, print_json, print_table
 from api.commands.steering_search import command_target
 from store.atomic import atomic_write_json
 from store.errors import InvalidInputError
@@ -56,7 +55,7 @@ def steer_bench_command(
         except ImportError as exc:
             raise InvalidInputError("--plot needs matplotlib (pip install matplotlib)") from exc
     targets = bench_targets(list(tokens or []), list(concept), contrast_a, contrast_b)
-    result = Atlas(atlas).steer_bench(targets, saes=list(sae) or None, ratio=ratio, kl_bound=kl_bound,
+    result = open_atlas(atlas).steer_bench(targets, saes=list(sae) or None, ratio=ratio, kl_bound=kl_bound,
                                       n_prompts=prompts, candidates=candidates, prompt_prefix=prefix)
     if out is not None:
         atomic_write_json(out, json.loads(json.dumps(result.to_dict())))

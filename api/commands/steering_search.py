@@ -9,8 +9,7 @@ from typing import Any
 
 import typer
 
-from api.atlas import Atlas
-from api.commands.common import handle_errors, print_json, print_table
+from api.commands.common import handle_errors, open_atlas, print_json, print_table
 from api.commands.search import _read_texts
 from store.errors import InvalidInputError
 
@@ -59,7 +58,7 @@ def steering_search_command(
     at the last token of held-out neutral prompts, with the smallest strength reaching
     --ratio under --kl-bound and its ready edit. Needs `sae-atlas steering-scores`."""
     target = command_target(list(tokens or []), as_ids, concept, contrast_a, contrast_b)
-    result = Atlas(atlas).steering_features(target, saes=list(sae) or None, k=k, mode=mode, ratio=ratio,
+    result = open_atlas(atlas).steering_features(target, saes=list(sae) or None, k=k, mode=mode, ratio=ratio,
                                             kl_bound=kl_bound, n_prompts=prompts, seed=seed, candidates=candidates)
     if json_out:
         print_json(result.to_dict())
