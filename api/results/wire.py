@@ -74,8 +74,32 @@ def wire_payload(result: Any, context: dict[str, Any] | None = None) -> dict[str
 
 
 class JsonResult:
-    """Base of the result dataclasses: `to_dict()` is the payload of the HTTP service."""
+    """Base of the result dataclasses: `to_dict()` is the payload of the HTTP service, and
+    `repr()` a one-line summary (every field, long values as their size)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__repr__ = JsonResult.__repr__  # set on the class itself, so @dataclass keeps it
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready data (what the HTTP service sends)."""
         return wire_payload(self)
+
+    def __repr__(self) -> str:
+        fields = getattr(self, "__dataclass_fields__", {})
+        return f"{type(self).__name__}({', '.join(f'{name}={_short(getattr(self, name))}' for name in fields)})"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A field's value for `repr`: scalars as written (cut at `limit` characters),
+    collections and frames as their size."""
+    if isinstance(value, pl.DataFrame):
+        return f"<{value.height}x{value.width} frame>"
+    if isinstance(value, (list, tuple)):
+        return f"[{len(value)} items]"
+    if isinstance(value, dict):
+        return f"{{{len(value)} keys}}"
+    if hasattr(value, "shape"):
+        return f"<{type(value).__name__} {tuple(value.shape)}>"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
