@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -15,11 +16,10 @@ from api.commands.corpus_options import (
     text_field_option,
 )
 from api.commands.device_options import device_option, model_dtype_option
-from saes.cache import CacheSummary, cache_activations
-from saes.corpus import CorpusSpec
-from saes.devices import use_by_default
-from saes.distributed import init_distributed
-from saes.models import DEFAULT_MODEL, load_model
+from saes.models import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from saes.cache import CacheSummary
 
 
 def print_cache_summary(summary: CacheSummary) -> None:
@@ -67,6 +67,12 @@ def cache_command(
 
     Under `torchrun --nproc_per_node=R -m api cache ...` rank `k mod R` writes shard `k`
     (the same shards as one process) and rank 0 writes the manifests at the end."""
+    from saes.cache import cache_activations
+    from saes.corpus import CorpusSpec
+    from saes.devices import use_by_default
+    from saes.distributed import init_distributed
+    from saes.models import load_model
+
     ctx = init_distributed()
     where = use_by_default(device, model_dtype)
     handle = load_model(model, device=ctx.device(str(where)) if ctx else where)
