@@ -7,6 +7,7 @@ latent-scaling`: Latent Scaling of a stored crosscoder's latents."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -19,11 +20,9 @@ from api.commands.corpus_options import (
     text_field_option,
 )
 from api.commands.device_options import device_option, model_dtype_option
-from api.results.analysis import AnalysisResult
-from api.services.compare import parse_side, run_compare, summary_rows
-from saes.compare.saes_pair import CompareParams
-from saes.corpus import CorpusSpec
-from saes.devices import use_by_default
+
+if TYPE_CHECKING:
+    from api.results.analysis import AnalysisResult
 
 
 @handle_errors
@@ -57,6 +56,10 @@ def compare_command(
 
     Under `torchrun --nproc_per_node=R -m api compare ...` the ranks split the tokens and
     rank 0 merges the statistics and stores the run."""
+    from api.services.compare import parse_side, run_compare, summary_rows
+    from saes.compare.saes_pair import CompareParams
+    from saes.corpus import CorpusSpec
+    from saes.devices import use_by_default
     from saes.distributed import init_distributed
 
     ctx = init_distributed()
@@ -112,6 +115,8 @@ def train_crosscoder_command(
     hooks of one model) at the same tokens; store it in crosscoders/<id>/ and each latent's
     relative decoder norm (A-only / shared / B-only) as analyses/crosscoder/<id>."""
     from api.services.crosscoder import run_train_crosscoder
+    from saes.corpus import CorpusSpec
+    from saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
     result = run_train_crosscoder(atlas, hook_a, hook_b, model_b=model_b, d_sae=d_sae, k=k, n_tokens=tokens,
@@ -153,6 +158,8 @@ def latent_scaling_command(
     error (nu_error: high = Complete Shrinkage) and reconstruction (nu_recon: high = Latent
     Decoupling); near 0 = truly model-specific. Added as columns of analyses/crosscoder/<id>."""
     from api.services.crosscoder import run_latent_scaling
+    from saes.corpus import CorpusSpec
+    from saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context) if corpus else None
