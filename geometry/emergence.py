@@ -24,17 +24,16 @@ again after a gap (`reappears`) and the member from which it stays reached (`sta
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from geometry.concept_search import concept_features
 from geometry.contrast import auroc
+from geometry.emergence_options import METRICS, Metric
 from store.errors import InvalidInputError
 
-Metric = Literal["auroc", "k1_accuracy", "probe_accuracy", "value_selectivity"]
-METRICS: tuple[str, ...] = get_args(Metric)
 SCORE_SCHEMA = {"auroc": pl.Float64, "train_auroc": pl.Float64, "latent": pl.Int64, "k1_accuracy": pl.Float64,
                 "probe_accuracy": pl.Float64, "baseline": pl.Float64, "value_selectivity": pl.Float64,
                 "value_latent": pl.Int64, "n_concept": pl.Int64, "n_control": pl.Int64}

@@ -21,13 +21,13 @@ from api.services.concept_sides import atlas_side, concept_acts
 from geometry import results
 from geometry.canvas import save_png
 from geometry.emergence import METRICS, SCORE_SCHEMA, Metric, emergence_tables, member_scores
+from geometry.emergence_options import DEFAULT_CONCEPTS
 from geometry.figures_emergence import emergence_figure
 from saes.intervene.concepts import control_concept, load_concept
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout, check_id
 
 KIND = "emergence"
-DEFAULT_CONCEPTS = ("weekdays", "months", "numbers", "colours")
 MAX_MEMBERS = 64
 
 

@@ -27,6 +27,7 @@ import torch
 
 from saes.atlas_saes import hook_of, load_atlas_sae
 from saes.eval.downstream import downstream_metrics
+from saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS
 from saes.eval.reconstruction import reconstruction_metrics
 from saes.eval.transcoder import replacement_metrics
 from saes.models import ModelHandle
@@ -40,8 +41,6 @@ from store.layout import AtlasLayout, created_with
 
 EVAL_FILE = "eval.json"
 ACTIVATIONS_SHA256 = "activations_sha256"  # the manifest of the activation cache an eval read
-DEFAULT_TOKENS = 65536
-DEFAULT_CE_BLOCKS = 8
 CE_BATCH_BLOCKS = 4
 
 

@@ -15,16 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, get_args
+from typing import Any, Generic, TypeVar
 
 from saes.atlas_saes import hook_of, load_atlas_sae
+from saes.eval.names import EVAL_NAMES as EVAL_NAMES  # re-exported: the suite and its readers
+from saes.eval.names import EvalName
 from saes.models import ModelHandle
 from saes.sae.base import SAE
 from store.errors import InvalidInputError
-
-EvalName = Literal["core", "sparse_probing", "meta", "mdl", "ground_truth", "absorption", "autointerp", "scr",
-                   "tpp"]
-EVAL_NAMES: tuple[EvalName, ...] = get_args(EvalName)
 
 Config = TypeVar("Config")
 

@@ -47,22 +47,11 @@ from saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
 from saes.hook_fns import in_residual
 from saes.intervene.decode import cached_decoding
 from saes.intervene.splice import Splice
+from saes.intervene.steering_params import SteeringParams
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 from store.steering import STEERING_FILE, SteeringChunks
 from store.tables import FeatureTables, summarize_repair
-
-
-@dataclass(frozen=True)
-class SteeringParams:
-    """How output scores are measured (recorded in the table's sidecar)."""
-
-    n_prompts: int = 16
-    prompt_tokens: int = 12  # tokens per neutral prompt, BOS included
-    seed: int = 0  # order of the built-in corpus the prompts are drawn from
-    strength: float = 10.0  # alpha = strength * mean_active_act
-    top_k: int = 10  # promoted and suppressed tokens kept per latent
-    chunk: int = 32  # latents per batch and per resumable chunk
 
 
 def neutral_prompts(handle: ModelHandle, n: int, n_tokens: int, seed: int) -> torch.Tensor:
