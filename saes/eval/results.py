@@ -83,9 +83,13 @@ def write_result(root: str | Path, sae_id: str, spec: EvalSpec[Any], config: Any
 
 def read_result(root: str | Path, sae_id: str, name: EvalName) -> dict[str, Any]:
     """One eval's result after checking it against its sidecar (IntegrityError naming the
-    file and the repair when either is missing, corrupt, or derived from other weights)."""
+    file and the repair when either is missing, corrupt, or derived from other weights; a
+    result left without its sidecar is named as the orphan it is)."""
     path, sidecar = result_paths(root, sae_id, name)
     repair = result_repair(root, sae_id, name)
+    if not sidecar.exists() and path.exists():
+        raise IntegrityError(path, f"has no sidecar {sidecar.name} beside it (deleted, or a write interrupted "
+                             "between the two files), so it cannot be verified", repair)
     meta = read_json(sidecar, repair)
     if not isinstance(meta, dict):
         raise IntegrityError(sidecar, "not a JSON object", repair)
@@ -119,5 +123,6 @@ def finished_result(root: str | Path, sae_id: str, spec: EvalSpec[Any], config: 
 
 
 def stored_evals(root: str | Path, sae_id: str) -> list[EvalName]:
-    """The evals with a sidecar in the SAE's evals folder (verified by `read_result`)."""
-    return [name for name in EVAL_NAMES if result_paths(root, sae_id, name)[1].exists()]
+    """The evals with a result or a sidecar in the SAE's evals folder (verified by
+    `read_result`, so a result without its sidecar reads as damaged, not as never run)."""
+    return [name for name in EVAL_NAMES if any(p.exists() for p in result_paths(root, sae_id, name))]

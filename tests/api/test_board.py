@@ -106,3 +106,45 @@ def test_an_unregistered_sae_is_marked_on_the_board(evaluated, tmp_path):
     assert rows["a"]["status"] == "ok"
     assert rows["b"]["status"] == "unregistered" and "sae-atlas register" in rows["b"]["problem"]
     assert rows["b"]["ground_truth/mcc"] == rows["b"]["ground_truth/mcc"]  # its results are still shown
+
+
+def test_a_result_without_its_sidecar_is_named_for_every_eval(evaluated, tmp_path):
+    """A result whose sidecar is gone (deleted, or a kill between the two writes) is damaged
+    on the board and refused by name by `eval_result` and over HTTP, never "not evaluated"."""
+    import shutil
+
+    from saes.eval.results import read_result
+    from saes.eval.spec import EVAL_NAMES
+    from store.errors import IntegrityError
+
+    root = tmp_path / "copy"
+    shutil.copytree(evaluated, root)
+    result, sidecar = result_paths(root, "a", "ground_truth")
+    sidecar.unlink()  # a's ground_truth: the sidecar deleted
+    for name in EVAL_NAMES:  # every eval kind: its result written, its sidecar never
+        orphan, missing = result_paths(root, "unevaluated", name)
+        orphan.parent.mkdir(exist_ok=True)
+        shutil.copyfile(result, orphan)
+        assert not missing.exists()
+    atlas = Atlas(root)
+    rows = {r["sae_id"]: r for r in atlas.board().to_dicts()}
+    assert rows["a"]["status"] == "damaged" and rows["a"]["ground_truth/mcc"] is None
+    assert "saes/a/evals/ground_truth.json: has no sidecar ground_truth.sha256.json" in rows["a"]["problem"]
+    assert rows["a"]["mdl/description_length"] is not None  # its verified result is still shown
+    assert rows["b"]["status"] == "ok" and rows["unevaluated"]["status"] == "damaged"
+    with LiveServer(root) as live:
+        for name in EVAL_NAMES:
+            assert f"saes/unevaluated/evals/{name}.json: has no sidecar {name}.sha256.json" in rows["unevaluated"][
+                "problem"]
+            with pytest.raises(IntegrityError, match=f"evals/{name}.json: has no sidecar") as refused:
+                atlas.eval_result("unevaluated", name)
+            assert f"sae-atlas eval --atlas {root} --sae unevaluated --suite {name}" in str(refused.value)
+            with pytest.raises(IntegrityError, match="has no sidecar"):
+                read_result(root, "unevaluated", name)
+            answer = httpx.get(f"{live.url}/saes/unevaluated/evals/{name}", timeout=30)
+            assert answer.status_code == 500, answer.text
+            body = answer.json()
+            assert body["error"] == "integrity" and body["path"] == f"saes/unevaluated/evals/{name}.json"
+            assert f"has no sidecar {name}.sha256.json" in body["detail"]
+    with pytest.raises(Exception, match="has no sidecar"):
+        atlas.eval_result("a", "ground_truth")

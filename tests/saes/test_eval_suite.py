@@ -169,7 +169,7 @@ def test_a_result_killed_between_its_two_writes_is_not_finished(atlas):
     path, sidecar = result_paths(root, "planted", "ground_truth")
     first = json.loads(path.read_text())["eval_id"]
     sidecar.unlink()  # killed after the result, before its sidecar
-    with pytest.raises(IntegrityError, match="ground_truth.sha256.json: file is missing"):
+    with pytest.raises(IntegrityError, match="ground_truth.json: has no sidecar ground_truth.sha256.json"):
         read_result(root, "planted", "ground_truth")
     redone = run(root, truth, ["ground_truth"])
     assert ("planted", "ground_truth") not in redone.kept
