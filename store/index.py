@@ -30,6 +30,7 @@ import numpy as np
 from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from store.errors import IntegrityError, InvalidInputError
 from store.hooks import cfg_hook_name, hook_layer
+from store.index_params import APPROX_THRESHOLD
 from store.int8_scan import Int8Scan
 from store.integrity import (
     WEIGHTS_FILE,
@@ -45,7 +46,6 @@ from store.neighbour_tables import build_tables
 from store.safetensors_io import MappedSafetensors
 from store.vectors import unit_rows
 
-APPROX_THRESHOLD = 200_000
 INT8_SCAN_THRESHOLD = 4096
 SearchIndex = faiss.Index | Int8Scan  # what `load_index` returns: both have ntotal, d, search
 RECALL_SAMPLE = 256

@@ -9,9 +9,7 @@ import typer
 
 from api.commands.common import console, handle_errors, print_json, print_table
 from api.commands.device_options import device_option, model_dtype_option
-from api.services.emergence import DEFAULT_CONCEPTS, run_emergence
-from geometry.emergence import METRICS
-from saes.devices import use_by_default
+from geometry.emergence_options import DEFAULT_CONCEPTS, METRICS
 
 SCORES = ["auroc", "latent", "k1_accuracy", "probe_accuracy", "baseline", "value_selectivity", "value_latent"]
 
@@ -35,6 +33,9 @@ def emergence_command(
     AUROC of the best single latent, the k=1 sparse-probe and full-probe accuracies (concept
     prompts against the same templates with other words); first member at the threshold,
     gaps and re-appearances."""
+    from api.services.emergence import run_emergence
+    from saes.devices import use_by_default
+
     where = use_by_default(device, model_dtype)
     result = run_emergence(members, concept, metric=metric, threshold=threshold, test_frac=test_frac, seed=seed,
                            run=run, device=str(where))  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from api.commands.common import handle_errors, print_json, print_table
-from store.index import APPROX_THRESHOLD, build_atlas_indexes
+from store.index_params import APPROX_THRESHOLD
 
 
 @handle_errors
@@ -20,6 +20,8 @@ def index_command(
     json_out: bool = typer.Option(False, "--json", help="Print the index descriptions as JSON."),
 ) -> None:
     """Index unit decoder rows per SAE and model-wide; keeps indexes that are current."""
+    from store.index import build_atlas_indexes
+
     infos = build_atlas_indexes(atlas, list(sae) or None, rebuild=rebuild,
                                 approx_threshold=approx_threshold, seed=seed)
     if json_out:

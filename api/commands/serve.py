@@ -8,9 +8,7 @@ import typer
 
 from api.commands.common import handle_errors
 from api.commands.device_options import device_option, model_dtype_option
-from api.http import ServerSettings, serve
 from api.http.settings import DEFAULT_MAX_BODY, ENV_TOKEN
-from saes.devices import use_by_default
 
 
 @handle_errors
@@ -31,6 +29,9 @@ def serve_command(
     model_dtype: str = model_dtype_option(),
 ) -> None:
     """Serve the atlas over HTTP: JSON API (OpenAPI at /openapi.json) and the explorer at /."""
+    from api.http import ServerSettings, serve
+    from saes.devices import use_by_default
+
     use_by_default(device, model_dtype)  # the workers inherit it through the environment
     settings = ServerSettings(root=atlas, token=token or None, allow_analyses=allow_analyses,
                               max_body_bytes=max_body_bytes, threads=threads, allow_interventions=allow_interventions)

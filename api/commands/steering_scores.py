@@ -9,8 +9,7 @@ import typer
 
 from api.commands.common import chosen_saes, handle_errors, print_json, print_table
 from api.commands.device_options import device_option
-from saes.devices import resolve_device
-from saes.intervene.output_scores import SteeringParams, compute_steering_scores
+from saes.intervene.steering_params import SteeringParams
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 
@@ -35,7 +34,9 @@ def steering_scores_command(
     (Arad et al. 2025); a killed run resumes after its last finished chunk. Under
     `torchrun --nproc_per_node=R -m api steering-scores ...` the ranks take the chunks in
     turn and rank 0 writes the tables and prints."""
+    from saes.devices import resolve_device
     from saes.distributed import init_distributed
+    from saes.intervene.output_scores import compute_steering_scores
     from saes.models import load_model
 
     where = resolve_device(device)  # a device this machine lacks is refused before anything else

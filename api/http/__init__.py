@@ -1,6 +1,23 @@
-"""The HTTP service over an atlas (FastAPI + uvicorn)."""
+"""The HTTP service over an atlas (FastAPI + uvicorn).
 
-from api.http.app import create_app, serve
+`create_app` and `serve` are imported on first use, so that reading `api.http.settings`
+(as the CLI's `serve` options do) loads neither FastAPI nor torch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from api.http.settings import ServerSettings
 
+if TYPE_CHECKING:
+    from api.http.app import create_app, serve
+
 __all__ = ["ServerSettings", "create_app", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("create_app", "serve"):
+        from api.http import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'api.http' has no attribute {name!r}")
