@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -21,20 +21,13 @@ from api.commands.corpus_options import (
     corpus_option,
 )
 from api.commands.device_options import device_option, model_dtype_option
-from saes.devices import use_by_default
-from saes.distributed import init_distributed
-from saes.eval.autointerp import autointerp_config
-from saes.eval.core import CORE, CoreConfig, core_outcome
-from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, read_eval
-from saes.eval.ground_truth import ground_truth_config
-from saes.eval.results import read_result, write_result
-from saes.eval.sparse_probing import SparseProbingConfig, with_datasets, with_probe_file
-from saes.eval.sparse_probing import probe_sets as probe_sets_of
-from saes.eval.spec import EVAL_NAMES, EvalName
-from saes.eval.suite import parse_suite, run_suite
-from saes.models import ModelHandle
+from saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, EVAL_NAMES, EvalName
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
+
+if TYPE_CHECKING:
+    from saes.eval.core import CoreConfig
+    from saes.models import ModelHandle
 
 COLUMNS = [
     ("l0", "L0"),
@@ -62,6 +55,12 @@ def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bo
              probe_data: Path | None, label_field: str, probe_sets: list[str], per_class: int | None,
              ground_truth: Path | None, autointerp: dict[str, Any]) -> dict[EvalName, Any]:
     """Each named eval's config from the options, checked before anything runs."""
+    from saes.eval.autointerp import autointerp_config
+    from saes.eval.core import CoreConfig
+    from saes.eval.ground_truth import ground_truth_config
+    from saes.eval.sparse_probing import SparseProbingConfig, with_datasets, with_probe_file
+    from saes.eval.sparse_probing import probe_sets as probe_sets_of
+
     if no_model and (needing := [n for n in names if n in NEEDS_MODEL]):
         raise InvalidInputError(f"--suite {','.join(needing)} runs the model; drop --no-model")
     if "ground_truth" in names and ground_truth is None:
@@ -90,6 +89,8 @@ def _core_from_model(atlas: Path, ids: list[str], config: CoreConfig, *, tokens:
     import time
 
     from saes.corpus import CorpusSpec
+    from saes.eval.core import CORE, core_outcome
+    from saes.eval.results import write_result
     from saes.eval.stream import evaluate_from_model
     from saes.models import load_model
 
@@ -170,6 +171,12 @@ def eval_command(
     eval ...` the ranks take the (SAE, eval) jobs in turn and rank 0 prints; with
     --from-model the ranks first split the batches of the streamed `core` and rank 0 writes
     its merged metrics. --json prints {sae: eval.json} for core alone, else {sae: {eval: result}}."""
+    from saes.devices import use_by_default
+    from saes.distributed import init_distributed
+    from saes.eval.evaluate import read_eval
+    from saes.eval.results import read_result
+    from saes.eval.suite import parse_suite, run_suite
+
     names = parse_suite(suite)
     ctx = init_distributed()
     where = use_by_default(device, model_dtype)
