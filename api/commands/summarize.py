@@ -4,11 +4,11 @@ streamed from the model (`--from-model`, also under torchrun)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from api.commands.common import chosen_saes, console, handle_errors, print_json, print_table
+from api.commands.common import chosen_saes, console, handle_errors, open_atlas, print_json, print_table
 from api.commands.corpus_options import (
     FROM_MODEL,
     batch_blocks_option,
@@ -18,12 +18,13 @@ from api.commands.corpus_options import (
     text_field_option,
 )
 from api.commands.device_options import device_option, model_dtype_option
-from saes.corpus import CorpusSpec
-from saes.devices import use_by_default
-from saes.summary.accumulator import SummaryParams
-from saes.summary.run import SummaryReport, summarize_sae
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
+
+if TYPE_CHECKING:
+    from saes.corpus import CorpusSpec
+    from saes.summary.accumulator import SummaryParams
+    from saes.summary.run import SummaryReport
 
 
 def _model_tensors(layout: AtlasLayout) -> dict[str, Any]:
@@ -51,11 +52,9 @@ def _model_tensors(layout: AtlasLayout) -> dict[str, Any]:
 def build_offline_labels(atlas: Path, reports: list[SummaryReport]) -> None:
     """Store the offline labels of the SAEs whose tables were kept (written tables carry
     their labels, stored with them under the summary lock)."""
-    from api.atlas import Atlas
-
     kept = [r.sae_id for r in reports if r.skipped]
     if kept:
-        Atlas(atlas).build_labels(kept)
+        open_atlas(atlas).build_labels(kept)
 
 
 def print_reports(reports: list[SummaryReport]) -> None:
@@ -101,6 +100,11 @@ def summarize_command(
     With --from-model the tokens come straight from model forwards (memory flat in
     --tokens, resumable after a kill); under `torchrun --nproc_per_node=R -m api summarize
     --from-model ...` the ranks split the batches and rank 0 writes the merged tables."""
+    from saes.corpus import CorpusSpec
+    from saes.devices import use_by_default
+    from saes.summary.accumulator import SummaryParams
+    from saes.summary.run import summarize_sae
+
     layout = AtlasLayout(atlas)
     ids = chosen_saes(layout, sae)
     if from_model:
@@ -130,6 +134,7 @@ def _summarize_from_model(layout: AtlasLayout, ids: list[str], tokens: int | Non
                           params: SummaryParams, *, device: str, model_dtype: str, batch_blocks: int,
                           checkpoint_every: int | None, force: bool, with_logits: bool, json_out: bool) -> None:
     """The --from-model path, on one process or as one torchrun rank."""
+    from saes.devices import use_by_default
     from saes.distributed import init_distributed
     from saes.models import load_model
     from saes.summary.stream import summarize_from_model
