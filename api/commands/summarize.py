@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from api.commands.common import chosen_saes, console, handle_errors, open_atlas, print_json, print_table
+from api.commands.common import (
+    chosen_saes,
+    console,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+)
 from api.commands.corpus_options import (
     FROM_MODEL,
     batch_blocks_option,
