@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,6 @@ import typer
 
 from api.commands.common import handle_errors, print_json, print_table
 from api.commands.device_options import device_option
-from saes.devices import resolve_device
-from saes.sae.base import SAEConfig
-from saes.train.atlas import train_saes
-from saes.train.config import TrainConfig
-from saes.transcoders.sites import mlp_output_hook
-from store.activations import ActivationReader
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 
@@ -26,11 +21,25 @@ _CLI_KEYS = {
     "d_sae": "d_sae", "expansion": "expansion", "k": "k", "tokens": "total_tokens",
     "total_tokens": "total_tokens", "batch_size": "batch_size", "lr": "lr", "seed": "seed",
 }
-_TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
-_SAE_KEYS = {f.name for f in dataclasses.fields(SAEConfig)} - {
-    "architecture", "d_in", "d_sae", "k", "model_name", "hook_name", "context_size",
-    "prepend_bos", "dataset_path", "seed", "hook_name_out", "d_out",
-}
+
+
+@functools.cache
+def _train_keys() -> frozenset[str]:
+    """TrainConfig's fields (imported here: the module loads no torch until a command runs)."""
+    from saes.train.config import TrainConfig
+
+    return frozenset(f.name for f in dataclasses.fields(TrainConfig))
+
+
+@functools.cache
+def _sae_keys() -> frozenset[str]:
+    """The SAEConfig fields a config file may set."""
+    from saes.sae.base import SAEConfig
+
+    return frozenset(f.name for f in dataclasses.fields(SAEConfig)) - {
+        "architecture", "d_in", "d_sae", "k", "model_name", "hook_name", "context_size",
+        "prepend_bos", "dataset_path", "seed", "hook_name_out", "d_out",
+    }
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -52,8 +61,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
     for key, value in raw.items():
         name = key.replace("-", "_")
         name = _CLI_KEYS.get(name, name)
-        if name not in _CLI_KEYS.values() and name not in _TRAIN_KEYS | _SAE_KEYS:
-            valid = sorted(set(_CLI_KEYS) | _TRAIN_KEYS | _SAE_KEYS)
+        if name not in _CLI_KEYS.values() and name not in _train_keys() | _sae_keys():
+            valid = sorted(set(_CLI_KEYS) | _train_keys() | _sae_keys())
             raise InvalidInputError(f"unknown key {key!r} in {path}; valid: {', '.join(valid)}")
         options[name] = [value] if name == "hooks" and isinstance(value, str) else value
     return options
@@ -61,6 +70,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def _one_pass_tokens(atlas: Path, hooks: list[str]) -> int:
     """Tokens in the smallest cached training split (the default run length)."""
+    from store.activations import ActivationReader
+
     return min(ActivationReader(atlas, h).count_tokens("train") for h in hooks)
 
 
@@ -93,6 +104,11 @@ def train_command(
     Under `torchrun --nproc_per_node=N`, several hooks are split over the processes and
     a single hook is trained data-parallel.
     """
+    from saes.devices import resolve_device
+    from saes.train.atlas import train_saes
+    from saes.train.config import TrainConfig
+    from saes.transcoders.sites import mlp_output_hook
+
     options = read_config_file(config) if config is not None else {}
     flags = {"hooks": list(hook) or None, "architecture": arch, "d_sae": d_sae,
              "expansion": expansion, "k": k, "total_tokens": tokens, "batch_size": batch_size,
@@ -116,7 +132,7 @@ def train_command(
         raise InvalidInputError(f"no cached activations in {atlas}; run `sae-atlas cache` first")
     architecture = options.pop("architecture", "topk")
     width, expand, k_value = options.pop("d_sae", None), options.pop("expansion", None), options.pop("k", 32)
-    train_opts = {key: options.pop(key) for key in list(options) if key in _TRAIN_KEYS}
+    train_opts = {key: options.pop(key) for key in list(options) if key in _train_keys()}
     train_opts.setdefault("progress", not json_out)
     if "total_tokens" not in train_opts:
         train_opts["total_tokens"] = min(TrainConfig.total_tokens, _one_pass_tokens(atlas, hooks))
@@ -137,13 +153,14 @@ def train_command(
 
 def _train_clt(atlas: Path, options: dict[str, Any], overwrite: bool, json_out: bool) -> None:
     """`--transcode --cross-layer`: train one CLT over the hooks (every layer's MLP input)."""
+    from saes.train.config import TrainConfig
     from saes.transcoders.clt import CLTConfig
     from saes.transcoders.clt_atlas import train_atlas_clt
 
     hooks = options.pop("hooks")
     architecture = options.pop("architecture", "jumprelu")
     width, expand, k_value = options.pop("d_sae", None), options.pop("expansion", None), options.pop("k", 32)
-    train_opts = {key: options.pop(key) for key in list(options) if key in _TRAIN_KEYS}
+    train_opts = {key: options.pop(key) for key in list(options) if key in _train_keys()}
     train_opts.setdefault("progress", not json_out)
     if "total_tokens" not in train_opts:
         train_opts["total_tokens"] = min(TrainConfig.total_tokens, _one_pass_tokens(atlas, hooks))
