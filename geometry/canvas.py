@@ -11,7 +11,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from store.atomic import atomic_path
+from store.atomic import atomic_path, remove_temporaries
 
 
 def new_figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, Any]:
@@ -23,7 +23,9 @@ def new_figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, Any
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
-    """Write `fig` as a PNG atomically and return the path."""
+    """Write `fig` as a PNG atomically (first removing what a killed write of it left) and
+    return the path."""
+    remove_temporaries(path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi)
     return Path(path)

@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 
-from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from store.atomic import atomic_path, atomic_write_json, read_json, remove_temporaries, sha256_file
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.integrity import verify_file
 from store.layout import AtlasLayout, check_id, created_with, is_id
@@ -114,6 +114,7 @@ def write_analysis(
     files = {}
     for name, frame in (tables or {}).items():
         path, _ = run_paths(root, kind, run, name)
+        remove_temporaries(path)  # what a killed write of this run left
         with atomic_path(path) as tmp:
             frame.write_parquet(tmp, compression="zstd")
         files[name] = {"file": path.name, "sha256": sha256_file(path), "rows": frame.height}
@@ -127,6 +128,7 @@ def write_analysis(
         figures[name] = sha256_file(figure)
     meta = {"kind": kind, "run": run, "parameters": parameters, "summary": summary or {},
             "tables": files, "created_with": created_with(), **extra, "figure_sha256": figures, "format": FORMAT}
+    remove_temporaries(js)
     atomic_write_json(js, meta)
     _record_run(js, kind)
     return js
@@ -140,6 +142,7 @@ def _record_run(js: Path, kind: str) -> None:
         if runs is None:
             runs = {p.stem: {"json": p.name, "sha256": sha256_file(p)} for p in _json_files(js.parent)}
         runs[js.stem] = {"json": js.name, "sha256": sha256_file(js)}
+        remove_temporaries(js.parent / RUNS_FILE)
         atomic_write_json(js.parent / RUNS_FILE, {"format": FORMAT, "runs": dict(sorted(runs.items()))})
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -41,6 +42,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def remove_temporaries(path: str | os.PathLike[str]) -> None:
+    """Delete the temporaries `atomic_path` left beside `path` when a write of it was killed
+    before its rename; only for a writer that is the file's one writer at the time."""
+    target = Path(path)
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        stale.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from saes.eval.spec import EVAL_NAMES, EvalName, EvalOutcome, EvalSpec
-from store.atomic import atomic_write_json, read_json
+from store.atomic import atomic_write_json, read_json, remove_temporaries
 from store.errors import IntegrityError
 from store.integrity import (
     CHECKSUM_SECTION,
@@ -75,6 +75,8 @@ def write_result(root: str | Path, sae_id: str, spec: EvalSpec[Any], config: Any
     cfg = {key: value for key, value in sae_cfg(root, sae_id).items() if key != CHECKSUM_SECTION}
     output = saebench_output(spec, config, outcome, cfg)
     path, sidecar = result_paths(root, sae_id, spec.name)
+    for written in (path, sidecar):
+        remove_temporaries(written)  # what a write killed before its rename left
     atomic_write_json(path, output)
     atomic_write_json(sidecar, {"eval": spec.name, RESULT_SHA256: cached_sha256(path), **weights,
                                 "seconds": round(seconds, 3), "created_with": created_with()})
