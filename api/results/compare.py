@@ -11,6 +11,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from api.results.html import escape
+from api.results.sae import Status
 from api.results.wire import FrameRows, JsonResult, Number, wire_payload
 
 Side = Literal["a", "b"]
@@ -20,7 +21,7 @@ MAX_PAIRS = 500
 
 
 class CompareRunRow(TypedDict):
-    """A stored comparison: which SAEs, on how many tokens, and its headline scores."""
+    """A stored comparison: which SAEs, on how many tokens, its headline scores and its status."""
 
     run: str
     sae_a: str
@@ -30,6 +31,13 @@ class CompareRunRow(TypedDict):
     mcc: Number
     mcc_null: Annotated[Number, Field(description="mean MCC of the rotation null")]
     decoder_mcc: Annotated[Number, Field(description="MCC of decoder cosines (null: no shared d_model)")]
+    status: Annotated[Status, Field(
+        description="'damaged': a file of the run is missing, truncated or corrupt (its scores are left empty); "
+                    "'unregistered': its files verify but analyses/compare/runs.json does not list it. Neither is "
+                    "served (500 naming the file and the repair)")]
+    problem: Annotated[str | None, Field(
+        description="for a damaged run: the file, what is wrong, the repair; for an unregistered one: the command "
+                    "that registers it again")]
 
 
 class MatchedPair(TypedDict):

@@ -4,6 +4,7 @@ checked against their run, and circular-feature discovery on one SAE."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +19,48 @@ from store.errors import IntegrityError, NotFoundError
 from store.layout import AtlasLayout, check_id
 
 
+@dataclass(frozen=True)
+class RunState:
+    """One run of a kind on disk: its verified JSON (None when damaged), its status and
+    what is wrong with it (None when ok)."""
+
+    run: str
+    meta: dict[str, Any] | None
+    status: Status
+    problem: IntegrityError | None
+
+
+def run_states(root: Path, kind: str) -> list[RunState]:
+    """Every run of one kind, sorted, with its status: "ok"; "damaged" (a file of the run, or
+    the kind's runs.json, fails verification); or "unregistered", a run on disk that the
+    kind's runs.json does not list, its problem naming the command that registers it again.
+    Every file of every run is verified (`geometry.results.verify_run`, hashes cached per
+    file version), so a deleted or changed file shows instead of a run going missing."""
+    kind_dir = AtlasLayout(root).analysis_dir(kind)
+    try:
+        registered, unregistered = results.list_runs(root, kind), results.unregistered_runs(root, kind)
+    except IntegrityError as exc:  # the kind's runs.json itself is damaged
+        return [RunState(p.stem, None, "damaged", exc) for p in sorted(kind_dir.glob("*.json"))
+                if p.name != results.RUNS_FILE]
+    states = []
+    for run in sorted(registered + unregistered):
+        verify = results.verify_run_files if run in unregistered else results.verify_run
+        try:
+            meta = verify(root, kind, run)
+        except IntegrityError as exc:
+            states.append(RunState(run, None, "damaged", exc))
+            continue
+        states.append(RunState(run, meta, "unregistered", results.unregistered_run(root, kind, run))
+                      if run in unregistered else RunState(run, meta, "ok", None))
+    return states
+
+
 def analysis_runs(root: Path) -> list[AnalysisRunFiles]:
     """Every stored analysis run: kind, run, its table and figure file names, and `status`
-    ("ok"; "damaged" with the `problem`: the file, what is wrong and the repair; or
-    "unregistered", a run on disk that its kind's runs.json does not list, with the command
-    that registers it again). Every file of every run is verified
-    (`geometry.results.verify_run`, hashes cached per file version), so a deleted or changed
-    file shows here instead of a run going missing."""
-    rows = []
-    for kind in results.analysis_kinds(root):
-        kind_dir = AtlasLayout(root).analysis_dir(kind)
-        try:
-            registered, unregistered = results.list_runs(root, kind), results.unregistered_runs(root, kind)
-        except IntegrityError as exc:  # the kind's runs.json itself is damaged
-            rows += [_run_row(kind_dir, p.stem, None, "damaged", exc) for p in sorted(kind_dir.glob("*.json"))
-                     if p.name != results.RUNS_FILE]
-            continue
-        for run in sorted(registered + unregistered):
-            verify = results.verify_run_files if run in unregistered else results.verify_run
-            try:
-                meta = verify(root, kind, run)
-            except IntegrityError as exc:
-                rows.append(_run_row(kind_dir, run, None, "damaged", exc))
-                continue
-            rows.append(_run_row(kind_dir, run, meta, "unregistered", results.unregistered_run(root, kind, run))
-                        if run in unregistered else _run_row(kind_dir, run, meta, "ok", None))
-    return rows
+    and `problem` as `run_states` gives them (the problem: the file, what is wrong and the
+    repair, or the command that registers the run again)."""
+    return [_run_row(AtlasLayout(root).analysis_dir(kind), state.run, state.meta, state.status, state.problem)
+            for kind in results.analysis_kinds(root) for state in run_states(root, kind)]
 
 
 def _run_row(kind_dir: Path, run: str, meta: dict[str, Any] | None, state: Status,

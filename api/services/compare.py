@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
+from api.services.analyses import run_states
 from geometry import results
 from saes.atlas_saes import hook_of, load_atlas_sae
 from saes.compare.pairs import Side, paired_activations
@@ -180,15 +181,17 @@ def compare_result(root: str | Path, run: str) -> CompareResult:
 
 
 def compare_runs(root: str | Path) -> list[CompareRunRow]:
-    """Every stored comparison of the atlas with its headline scores (each run verified)."""
+    """Every stored comparison of the atlas with its headline scores and its status, as
+    `api.services.analyses.run_states` gives it: a damaged run names the bad file and the
+    repair, one that `runs.json` does not list the command that registers it again."""
     rows = []
-    for run in results.list_runs(root, KIND):
-        meta = results.verify_run(root, KIND, run)
-        p, s = meta.get("parameters", {}), meta.get("summary", {})
-        rows.append(CompareRunRow(run=run, sae_a=p.get("sae_a", ""), atlas_b=p.get("atlas_b", ""),
+    for state in run_states(Path(root), KIND):
+        p, s = (state.meta or {}).get("parameters", {}), (state.meta or {}).get("summary", {})
+        rows.append(CompareRunRow(run=state.run, sae_a=p.get("sae_a", ""), atlas_b=p.get("atlas_b", ""),
                                   sae_b=p.get("sae_b", ""), n_tokens=int(s.get("n_tokens", 0)), mcc=s.get("mcc"),
                                   mcc_null=(s.get("mcc_null") or {}).get("null_mean"),
-                                  decoder_mcc=s.get("decoder_mcc")))
+                                  decoder_mcc=s.get("decoder_mcc"), status=state.status,
+                                  problem=None if state.problem is None else state.problem.describe(root)))
     return rows
 
 

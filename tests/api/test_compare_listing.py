@@ -1,0 +1,74 @@
+"""The listing of stored comparisons (`Atlas.comparisons()`, `GET /compare`) reports every
+run on disk with its status, as the analyses listing does: a run that `runs.json` no longer
+lists is "unregistered" and a run with a damaged file "damaged", never silently left out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from starlette.testclient import TestClient
+
+from api.atlas import Atlas
+from api.http import ServerSettings, create_app
+from geometry.results import write_analysis
+from store.layout import AtlasLayout
+
+
+def _store_run(root: Path, run: str, mcc: float) -> None:
+    write_analysis(root, "compare", run, parameters={"sae_a": "a", "atlas_b": str(root), "sae_b": run[-1]},
+                   summary={"n_tokens": 64, "mcc": mcc, "mcc_null": {"null_mean": 0.1}, "decoder_mcc": None},
+                   tables={"main": pl.DataFrame({"a_latent": [0], "b_latent": [0], "corr": [mcc]}),
+                           "null": pl.DataFrame({"corr": [0.1]})})
+
+
+@pytest.fixture
+def atlas(tmp_path: Path) -> Path:
+    """An atlas with two stored comparisons, `a--b` and `a--c`."""
+    root = tmp_path / "atlas"
+    AtlasLayout(root).update_meta(model={"kind": "tiny"})
+    _store_run(root, "a--b", 0.9)
+    _store_run(root, "a--c", 0.4)
+    return root
+
+
+def _listing(root: Path) -> tuple[dict[str, dict], dict[str, dict]]:
+    python = {row["run"]: dict(row) for row in Atlas(root).comparisons()}
+    with TestClient(create_app(ServerSettings(root=root))) as http:
+        answer = http.get("/compare")
+    assert answer.status_code == 200, answer.text
+    return python, {row["run"]: row for row in answer.json()}
+
+
+def test_every_stored_comparison_is_listed_ok(atlas: Path):
+    python, http = _listing(atlas)
+    assert python == http and sorted(python) == ["a--b", "a--c"]
+    assert python["a--b"]["mcc"] == pytest.approx(0.9) and python["a--b"]["status"] == "ok"
+    assert python["a--b"]["problem"] is None
+
+
+def test_a_run_removed_from_runs_json_is_reported_unregistered(atlas: Path):
+    runs = atlas / "analyses" / "compare" / "runs.json"
+    index = json.loads(runs.read_text())
+    del index["runs"]["a--c"]  # a valid-JSON edit that drops one run's entry
+    runs.write_text(json.dumps(index))
+    python, http = _listing(atlas)
+    assert python == http and sorted(python) == ["a--b", "a--c"]
+    assert python["a--b"]["status"] == "ok"
+    row = python["a--c"]
+    assert row["status"] == "unregistered" and row["mcc"] == pytest.approx(0.4)  # its files verify
+    assert row["problem"].startswith("analyses/compare/a--c.json: the run is on disk but not recorded in runs.json")
+    assert "sae-atlas register --atlas <atlas> --analysis compare/a--c" in row["problem"]
+    statuses = Atlas(atlas).analyses().filter(pl.col("kind") == "compare").select("run", "status").rows()
+    assert statuses == [("a--b", "ok"), ("a--c", "unregistered")]  # the same as the analyses listing
+
+
+def test_a_damaged_run_is_listed_damaged_naming_the_file(atlas: Path):
+    (atlas / "analyses" / "compare" / "a--b.null.parquet").write_bytes(b"broken")
+    python, http = _listing(atlas)
+    assert python == http and python["a--c"]["status"] == "ok"
+    row = python["a--b"]
+    assert row["status"] == "damaged" and row["mcc"] is None
+    assert row["problem"].startswith("analyses/compare/a--b.null.parquet: ") and str(atlas) not in row["problem"]
