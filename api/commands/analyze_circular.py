@@ -13,21 +13,8 @@ from pathlib import Path
 
 import typer
 
-from api.analyses.circular import (
-    METHODS,
-    concept_spectra,
-    discover_for_sae,
-    run_circle_analysis,
-    run_intervention,
-    spectra_summary,
-    write_concept_run,
-)
 from api.commands.common import handle_errors, print_json, print_table
-from geometry.circular_discovery import DiscoveryParams
-from saes.atlas_saes import load_atlas_sae
-from saes.intervene.concepts import load_concept
-from saes.models import DEFAULT_MODEL, load_model
-from saes.summary.logits import vocab_strings
+from saes.models import DEFAULT_MODEL
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 
@@ -57,6 +44,11 @@ def discover_command(
     json_out: bool = typer.Option(False, "--json", help="Print the top rows as JSON."),
 ) -> None:
     """Find and rank multi-dimensional feature clusters of one SAE."""
+    from api.analyses.circular import discover_for_sae
+    from geometry.circular_discovery import DiscoveryParams
+    from saes.models import load_model
+    from saes.summary.logits import vocab_strings
+
     params = DiscoveryParams(method=method, k=k, threshold=threshold, n_clusters=n_clusters or None,
                              min_tokens=min_tokens, seed=seed)
     vocab = None
@@ -92,6 +84,18 @@ def concept_command(
 ) -> None:
     """Circle probe per layer on a cyclic concept, an optional intervention, and optional
     periodic spectra of residual dimensions or SAE features."""
+    from api.analyses.circular import (
+        METHODS,
+        concept_spectra,
+        run_circle_analysis,
+        run_intervention,
+        spectra_summary,
+        write_concept_run,
+    )
+    from saes.atlas_saes import load_atlas_sae
+    from saes.intervene.concepts import load_concept
+    from saes.models import load_model
+
     handle = load_model(model)
     c = load_concept(concept)
     analysis = run_circle_analysis(handle, c, _int_list(layers, "--layers"), n_components=n_components)

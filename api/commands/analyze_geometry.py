@@ -8,22 +8,16 @@ from typing import Any
 
 import typer
 
-from api.analyses.crystals import run_crystals
-from api.analyses.galaxy import run_galaxy
-from api.analyses.hierarchy import load_tree, run_feature_hierarchy, run_hierarchy
-from api.analyses.lobes import run_lobes
-from api.analyses.maps import run_map
-from api.analyses.probes import run_probe
-from api.analyses.run_files import encoder_of
 from api.commands.common import handle_errors, print_json, print_table
-from geometry.trees import tokenize_tree
-from saes.models import DEFAULT_MODEL, load_model
+from saes.models import DEFAULT_MODEL
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
 
 
 def _model(model: str, atlas: Path | None) -> Any:
     """The model named on the command line, else the atlas' model, else the default."""
+    from saes.models import load_model
+
     if not model and atlas is not None and AtlasLayout(atlas).atlas_json.exists():
         model = AtlasLayout(atlas).read_meta().get("model") or ""
     return load_model(model or DEFAULT_MODEL)
@@ -48,6 +42,8 @@ def hierarchy_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Parent-child orthogonality of concept vectors (Park et al. 2024), with controls."""
+    from api.analyses.hierarchy import run_feature_hierarchy, run_hierarchy
+
     handle = _model(model, atlas)
     if sae:
         if atlas is None:
@@ -84,6 +80,11 @@ def probe_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Linear probes per layer on cached activations."""
+    from api.analyses.hierarchy import load_tree
+    from api.analyses.probes import run_probe
+    from api.analyses.run_files import encoder_of
+    from geometry.trees import tokenize_tree
+
     token_ids = None
     if target != "position":
         handle = _model(model, atlas)
@@ -111,6 +112,8 @@ def crystals_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Word-pair relation crystals: held-out LDA silhouette vs a random-label null."""
+    from api.analyses.crystals import run_crystals
+
     result, params = run_crystals(_model(model, atlas), hook=hook or None, n_null=n_null, seed=seed,
                                   atlas=atlas, run=run or None)
     if as_json:
@@ -131,6 +134,8 @@ def lobes_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Co-occurrence lobes compared with geometric clusters by AMI."""
+    from api.analyses.lobes import run_lobes
+
     out = run_lobes(atlas, sae, measure=measure, k=k, n_clusters=n_clusters, seed=seed, run=run or None)
     if as_json:
         print_json({"params": out["params"], "comparison": out["comparison"], "json_path": str(out["json_path"])})
@@ -147,6 +152,8 @@ def galaxy_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Decoder covariance power-law slope (ranks 10-150) and TwoNN dimension per SAE."""
+    from api.analyses.galaxy import run_galaxy
+
     out = run_galaxy(atlas, _csv(sae) or None, seed=seed, run=run)
     if as_json:
         print_json({"params": out["params"], "table": out["table"].to_dicts()})
@@ -166,6 +173,8 @@ def map_command(
 ) -> None:
     """UMAP maps of each SAE into saes/<id>/map.parquet, with kNN overlap: of the unit decoder
     rows, and of the activation co-occurrence graph once the SAE is summarized."""
+    from api.analyses.maps import run_map
+
     ids = _csv(sae) or AtlasLayout(atlas).sae_ids()
     if not ids:
         raise InvalidInputError(f"atlas {atlas} has no SAEs to map")
