@@ -45,6 +45,15 @@ def atlas_sae_hook(root: str | Path, sae_id: str) -> str:
     return hook
 
 
+def atlas_sae_output_width(root: str | Path, sae_id: str) -> int | None:
+    """The width of what SAE `sae_id` writes (its decoder rows: `d_out` for a transcoder,
+    else `d_in`) from its cfg.json, without loading the weights; None when cfg.json records
+    neither as an integer (loading then tells what is wrong)."""
+    cfg = sae_cfg(root, sae_id)
+    width = cfg.get("d_out") if cfg.get("d_out") is not None else cfg.get("d_in")
+    return width if isinstance(width, int) and not isinstance(width, bool) else None
+
+
 def hook_of(sae: SAE, sae_id: str) -> str:
     """The hook a loaded atlas SAE reads (`cfg.hook_name`); InvalidInputError if empty."""
     if not sae.cfg.hook_name:

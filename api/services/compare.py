@@ -21,9 +21,15 @@ import polars as pl
 from api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
 from api.services.analyses import run_states
 from geometry import results
-from saes.atlas_saes import hook_of, load_atlas_sae
+from saes.atlas_saes import atlas_sae_output_width, hook_of, load_atlas_sae
 from saes.compare.pairs import Side, paired_activations
-from saes.compare.saes_pair import CompareParams, Comparison, compare_codes, stream_statistics
+from saes.compare.saes_pair import (
+    CompareParams,
+    Comparison,
+    check_shared_d_model,
+    compare_codes,
+    stream_statistics,
+)
 from saes.corpus import CorpusSpec
 from saes.distributed import DistContext
 from saes.models import load_model
@@ -128,6 +134,9 @@ def run_compare(
         raise InvalidInputError(f"both sides name SAE {id_a!r} of {root_a}; compare two different SAEs")
     run = check_id(run, "run name") if run else default_run(id_a, root_b, id_b, same_atlas)
     group_map = latent_groups(root_a, groups) if groups else None
+    width_a, width_b = atlas_sae_output_width(root_a, id_a), atlas_sae_output_width(root_b, id_b)
+    if decoder and width_a is not None and width_b is not None:
+        check_shared_d_model(width_a, width_b)  # from the stored configs, before any model or SAE is loaded
     where = ctx.device(device) if ctx else device
     sae_a, sae_b = load_atlas_sae(root_a, id_a, device=where), load_atlas_sae(root_b, id_b, device=where)
     specs = [AtlasLayout(r).read_meta().get("model") for r in (root_a, root_b)]

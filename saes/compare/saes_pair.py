@@ -149,15 +149,21 @@ def stream_statistics(sae_a: SAE, sae_b: SAE, pairs: Iterable[PairedActs], param
                          sums.fires_b.cpu().numpy())
 
 
+def check_shared_d_model(d_a: int, d_b: int) -> None:
+    """InvalidInputError unless the two SAEs' decoder rows have one width (decoder matching
+    compares them by cosine)."""
+    if d_a != d_b:
+        raise InvalidInputError(
+            f"decoder matching needs a shared d_model: A's decoder rows have d={d_a}, B's d={d_b}; "
+            "compare SAEs of different widths of residual by activation correlation (decoder=False)")
+
+
 def decoder_match(W_dec_a: np.ndarray, W_dec_b: np.ndarray, *, n_rotations: int = 1,
                   seed: int = 0) -> tuple[FeatureMatch, NullScore]:
     """Matching by the cosine of unit decoder rows, beside the MCC of `n_rotations`
     randomly rotated copies of B (InvalidInputError when the SAEs live in different spaces)."""
     A, B = unit_rows(W_dec_a, "A's decoder"), unit_rows(W_dec_b, "B's decoder")
-    if A.shape[1] != B.shape[1]:
-        raise InvalidInputError(
-            f"decoder matching needs a shared d_model: A's decoder rows have d={A.shape[1]}, B's d={B.shape[1]}; "
-            "compare SAEs of different widths of residual by activation correlation (decoder=False)")
+    check_shared_d_model(A.shape[1], B.shape[1])
     match = match_features(A @ B.T)
     rng = np.random.default_rng((ROTATION_STREAM, seed))
     null = np.array([match_features(A @ (B @ random_rotation(B.shape[1], rng)).T).mcc for _ in range(n_rotations)])

@@ -72,3 +72,35 @@ def test_a_damaged_run_is_listed_damaged_naming_the_file(atlas: Path):
     row = python["a--b"]
     assert row["status"] == "damaged" and row["mcc"] is None
     assert row["problem"].startswith("analyses/compare/a--b.null.parquet: ") and str(atlas) not in row["problem"]
+
+
+def test_compare_decoder_with_different_d_model_is_refused_before_loading(tmp_path: Path, monkeypatch):
+    """`compare A B --decoder` over SAEs of different widths is refused from their stored
+    configs: no model and no SAE is loaded first."""
+    from typer.testing import CliRunner
+
+    import api.services.compare as service
+    from api.cli import app
+    from saes.formats.saelens import save_saelens
+    from saes.sae.base import SAEConfig
+    from saes.sae.registry import build_sae
+
+    sides = []
+    for name, width in (("a", 32), ("b", 16)):
+        root = tmp_path / name
+        AtlasLayout(root).update_meta(model={"kind": "tiny", "n_layers": 1, "d_model": width})
+        save_saelens(build_sae(SAEConfig("topk", d_in=width, d_sae=8, k=2, hook_name="blocks.0.hook_resid_post")),
+                     AtlasLayout(root).sae_dir("s"))
+        sides.append(f"{root}:s")
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("loaded before the widths were checked")
+
+    monkeypatch.setattr(service, "load_model", loaded)
+    monkeypatch.setattr(service, "load_atlas_sae", loaded)
+    refused = CliRunner().invoke(app, ["compare", *sides, "--decoder", "--tokens", "64"])
+    assert refused.exit_code == 2, refused.output
+    assert "decoder matching needs a shared d_model: A's decoder rows have d=32, B's d=16" in refused.output
+    assert not (tmp_path / "a" / "analyses").exists()
+    without = CliRunner().invoke(app, ["compare", *sides, "--tokens", "64"])  # no --decoder: no early refusal
+    assert "loaded before the widths were checked" in repr(without.exception)
