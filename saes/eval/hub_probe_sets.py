@@ -14,8 +14,9 @@ probes eight labelled sets, each with five (or fewer) chosen classes:
 
 Labels are the class ids as SAEBench writes them ("0", "21", "1.0", "Python"), so a result's
 `dataset_name` and classes read as SAEBench's. Rows are streamed (seeded shuffle buffer)
-until every class holds `per_class` texts; offline, or when the hub refuses, the set is
-refused by name with what to use instead.
+until every class holds `per_class` texts. The hub is asked once first, without retries
+(`check_hub`): offline, or when the hub refuses, the set is refused by name at once with
+what to use instead.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from store.errors import InvalidInputError
 RowLoader = Callable[[str, str | None], Iterable[dict[str, Any]]]  # (dataset, config) -> rows
 MAX_ROWS_SCANNED = 400_000
 SHUFFLE_BUFFER = 10_000
+HUB_TIMEOUT_S = 10.0  # the one request that checks the hub before streaming
 _CODE_SKIP_CHARS = 150  # SAEBench: 50 tokens x 3 characters of licence header
 _CODE_MIN_CHARS = 534  # SAEBench: 128 tokens x 3 characters + the skipped part
 _EUROPARL_PAIRS = {"en": "en-fr", "fr": "fr-it", "de": "de-en", "es": "es-fr", "nl": "nl-pt"}
@@ -130,14 +132,40 @@ def hub_probe_set(name: str, per_class: int, seed: int, *, rows: RowLoader | Non
 
 @functools.cache
 def _from_hub(name: str, per_class: int, seed: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    check_hub(name)
     texts, labels = _collect(name, per_class, hub_rows(seed))
     return tuple(texts), tuple(labels)
 
 
-def _collect(name: str, per_class: int, load: RowLoader) -> tuple[list[str], list[str]]:
+def _recipe(name: str) -> HubRecipe:
     recipe = SAEBENCH_HUB_SETS.get(name)
     if recipe is None:
         raise InvalidInputError(f"unknown SAEBench probe set {name!r}; valid: {', '.join(SAEBENCH_HUB_SETS)}")
+    return recipe
+
+
+def _unavailable(name: str, recipe: HubRecipe, exc: Exception) -> InvalidInputError:
+    return InvalidInputError(
+        f"SAEBench probe set {name!r} reads the Hugging Face dataset {recipe.dataset!r}, which could not be "
+        f"loaded ({type(exc).__name__}: {str(exc)[:200]}); offline, probe the built-in sets or a .jsonl "
+        "file (--probe-data)")
+
+
+def check_hub(name: str) -> None:
+    """Ask the hub once, without retries, whether set `name`'s dataset can be read, so that
+    offline (or with `HF_HUB_OFFLINE` set) the set is refused at once instead of after the
+    dataset client's retries with backoff; InvalidInputError naming the set otherwise."""
+    from huggingface_hub import HfApi
+
+    recipe = _recipe(name)
+    try:
+        HfApi().dataset_info(recipe.dataset, timeout=HUB_TIMEOUT_S)
+    except Exception as exc:  # offline mode, no route, not found, gated: one answer, no retry
+        raise _unavailable(name, recipe, exc) from exc
+
+
+def _collect(name: str, per_class: int, load: RowLoader) -> tuple[list[str], list[str]]:
+    recipe = _recipe(name)
     take = _wanted(recipe, per_class)
     texts_by_class: dict[str, list[str]] = defaultdict(list)
     full = per_class * len(recipe.classes)
@@ -152,10 +180,7 @@ def _collect(name: str, per_class: int, load: RowLoader) -> tuple[list[str], lis
                 if scanned >= MAX_ROWS_SCANNED or sum(map(len, texts_by_class.values())) >= full:
                     break
     except Exception as exc:  # the hub's client raises many kinds: offline, not found, gated, network
-        raise InvalidInputError(
-            f"SAEBench probe set {name!r} reads the Hugging Face dataset {recipe.dataset!r}, which could not be "
-            f"loaded ({type(exc).__name__}: {str(exc)[:200]}); offline, probe the built-in sets or a .jsonl "
-            "file (--probe-data)") from exc
+        raise _unavailable(name, recipe, exc) from exc
     short = {cls: len(texts_by_class[cls]) for cls in recipe.classes if len(texts_by_class[cls]) < 2}
     if short:
         raise InvalidInputError(f"SAEBench probe set {name!r}: classes {short} have fewer than two texts in "

@@ -75,3 +75,53 @@ def test_set_names_are_checked_before_anything_runs():
                                                 r"LabHC/bias_in_bios_class_set1"):
         with_datasets(SparseProbingConfig(), ["ag_news"])
     assert len(SAEBENCH_HUB_SETS) == 8
+
+
+def test_an_unreachable_hub_is_asked_once_without_retries(monkeypatch, capfd):
+    """Offline the set is refused after one request to the hub, never after the dataset
+    client's retries with backoff (nothing is streamed)."""
+    import datasets
+    import huggingface_hub.constants
+    from huggingface_hub import HfApi
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    asked = []
+    real = HfApi.dataset_info
+
+    def counted(self, repo_id, **kwargs):
+        asked.append(repo_id)
+        return real(self, repo_id, **kwargs)
+
+    def streamed(*args, **kwargs):
+        raise AssertionError("the dataset was streamed though the hub did not answer")
+
+    monkeypatch.setattr(HfApi, "dataset_info", counted)
+    monkeypatch.setattr(datasets, "load_dataset", streamed)
+    with pytest.raises(InvalidInputError, match=r"probe set 'fancyzhx/ag_news'.*could not be loaded.*--probe-data"
+                       ) as refused:
+        hub_probe_set("fancyzhx/ag_news", 4, 0)
+    assert asked == ["fancyzhx/ag_news"] and "OfflineModeIsEnabled" not in str(refused.value)  # it asked
+    out, err = capfd.readouterr()
+    assert "Retry" not in out + err
+
+
+def test_cli_eval_with_a_hub_set_offline_prints_one_error(tmp_path, capfd):
+    from typer.testing import CliRunner
+
+    from api.cli import app
+    from saes.formats import save_saelens
+    from saes.sae.base import SAEConfig
+    from saes.sae.registry import build_sae
+    from store.layout import AtlasLayout
+
+    layout = AtlasLayout(tmp_path / "atlas")
+    layout.update_meta(model={"kind": "tiny"})
+    save_saelens(build_sae(SAEConfig("topk", d_in=8, d_sae=16, k=2, hook_name="blocks.0.hook_resid_post")),
+                 layout.sae_dir("s"))
+    result = CliRunner().invoke(app, ["eval", "--atlas", str(layout.root), "--suite", "sparse_probing",
+                                      "--probe-set", "fancyzhx/ag_news"])  # tests run with HF_HUB_OFFLINE=1
+    assert result.exit_code == 2, result.output
+    assert "probe set 'fancyzhx/ag_news'" in result.output and "--probe-data" in result.output
+    assert "Retry" not in result.output + "".join(capfd.readouterr())
+    assert not (layout.sae_dir("s") / "evals").exists()
