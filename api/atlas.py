@@ -222,10 +222,12 @@ class Atlas:
         views = [self.sae(sae_id)] if sae_id is not None else [self.sae(s) for s in self.sae_ids]
         return search.search_token(self.ctx, token, views, k)
 
-    def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5) -> TextSearch:
+    def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5,
+                    include_special: bool = False) -> TextSearch:
         """Run the model on `text` and encode each token with each SAE: per token, the `k`
-        most active features. Loads the model (atlas.json "model") on first use."""
-        return search.search_text(self.ctx, text, self._views(sae_ids), k)
+        most active features and their labels; BOS and the model's other special tokens are
+        left out unless `include_special`. Loads the model (atlas.json "model") on first use."""
+        return search.search_text(self.ctx, text, self._views(sae_ids), k, include_special=include_special)
 
     def contrast(self, texts_a: list[str], texts_b: list[str], *, saes: list[str] | None = None, k: int = 20,
                  pool: Pool = "max", n_permutations: int = 20_000, alpha: float = 0.05,

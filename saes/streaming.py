@@ -37,6 +37,12 @@ def separator_ids(tokenizer: Any) -> list[int]:
     return sorted({i for i in ids if i is not None})
 
 
+def special_ids(handle: ModelHandle) -> list[int]:
+    """The model's special token ids (BOS, EOS, padding): positions left out of training,
+    summaries, evals and, unless asked for, text search."""
+    return sorted({*separator_ids(handle.tokenizer), *([handle.bos_token_id] if handle.bos_token_id is not None else [])})
+
+
 def whole_blocks(n_tokens: int, corpus: CorpusSpec) -> int:
     """How many whole blocks of `corpus.context_size` tokens `n_tokens` holds
     (InvalidInputError when not even one)."""
@@ -90,7 +96,7 @@ def stream_activations(
     mine = set(own)
     own_blocks = sum(min(batch_blocks, n_blocks - number * batch_blocks) for number in own)
     rank, world = rank_and_world(ctx)
-    special = [*separator_ids(handle.tokenizer), handle.bos_token_id]
+    special = special_ids(handle)
     seen = reached = 0
     bar = tqdm(total=own_blocks * corpus.context_size, initial=min(resume_blocks, own_blocks) * corpus.context_size,
                unit="tok", unit_scale=True, desc=desc if world == 1 else f"{desc} (rank {rank})",

@@ -17,6 +17,8 @@ def print_feature(feature: Feature) -> None:
     console.rule(f"[bold]{feature.sae_id} / feature {feature.index}[/] ({feature.hook})")
     print_table("stats", ["field", "value"], [(k, s[k]) for k in
                 ("n_active", "density", "mean_act", "mean_active_act", "max_act", "decoder_norm")])
+    if feature.label:
+        console.print(f"label: {feature.label}", markup=False)
     rows = []
     for e in feature.examples:
         tokens = [f"[{t}]" if i == e["centre"] else t for i, t in enumerate(e["tokens"])]
@@ -27,10 +29,11 @@ def print_feature(feature: Feature) -> None:
         for p, n in zip(feature.top_logits, feature.bottom_logits, strict=False)
     ])
     if feature.neighbours is not None:
-        print_table("similar features", ["latent", "cosine"], [(n["latent"], n["cosine"]) for n in feature.neighbours])
+        print_table("similar features", ["latent", "cosine", "label"],
+                    [(n["latent"], n["cosine"], n.get("label") or "") for n in feature.neighbours])
     if feature.cross_layer is not None:
-        print_table("cross-layer", ["sae_id", "latent", "cosine"],
-                    [(n["sae_id"], n["latent"], n["cosine"]) for n in feature.cross_layer])
+        print_table("cross-layer", ["sae_id", "latent", "cosine", "label"],
+                    [(n["sae_id"], n["latent"], n["cosine"], n.get("label") or "") for n in feature.cross_layer])
 
 
 @handle_errors

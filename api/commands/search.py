@@ -78,17 +78,19 @@ def _read_vector(value: str) -> list[float]:
 def text_command(atlas: Path = ATLAS, text: str = typer.Argument(...),
                  sae_id: list[str] = typer.Option([], help="SAE to encode with (repeatable; default all)."),
                  k: int = typer.Option(3, "-k", "--k", min=1, max=100), json_out: bool = JSON,
+                 include_special: bool = typer.Option(False, "--include-special",
+                                                      help="Keep BOS and the model's other special tokens."),
                  device: str = device_option("cpu"), model_dtype: str = model_dtype_option()) -> None:
-    """Which features fire on each token of a text (runs the model)."""
+    """Which features fire on each token of a text (runs the model; BOS left out)."""
     use_by_default(device, model_dtype)
-    result = Atlas(atlas).search_text(text, sae_ids=list(sae_id) or None, k=k)
+    result = Atlas(atlas).search_text(text, sae_ids=list(sae_id) or None, k=k, include_special=include_special)
     if json_out:
         print_json(result.to_dict())
         return
     for sid, per_token in result.features.items():
         print_table(sid, ["pos", "token", "features (latent:act)"], [
             (pos, tok, "  ".join(f"{f['latent']}:{f['act']:.3g}" for f in feats))
-            for pos, (tok, feats) in enumerate(zip(result.tokens, per_token, strict=False))
+            for pos, tok, feats in zip(result.positions, result.tokens, per_token, strict=True)
         ])
 
 

@@ -60,6 +60,7 @@ class TextQuery(_Strict):
     sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
                                          description="SAEs to encode with (default: all)")
     k: JsonInt = Field(default=5, ge=1, le=MAX_K, description="features per token and SAE")
+    include_special: bool = Field(default=False, description="keep BOS and the model's other special tokens")
 
 
 class VectorQuery(_Strict):

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import polars as pl
-from typing_extensions import TypedDict
+from pydantic import Field
+from typing_extensions import NotRequired, TypedDict
 
 from api.results.html import escape, highlight_tokens, rows_table
 from api.results.wire import FrameRows, JsonResult, Number
@@ -18,27 +19,33 @@ class TokenActivation(TypedDict):
 
     latent: int
     act: Number
+    label: NotRequired[Annotated[str | None, Field(description="the latent's offline label")]]
 
 
 @dataclass
 class TextSearch(JsonResult):
-    """Which features fire on each token of a text, per SAE (top features per token)."""
+    """Which features fire on each token of a text, per SAE (top features per token). The
+    model's special tokens (BOS first) are left out unless the search asked for them."""
 
     text: str
     token_ids: list[int]
     tokens: list[str | None]
-    features: dict[str, list[list[TokenActivation]]]  # sae_id -> per token -> [{latent, act}]
+    positions: Annotated[list[int], Field(description="each token's position in the model's input (BOS is 0)")]
+    special: Annotated[list[bool], Field(description="each token is BOS or another special token of the model "
+                                                     "(all false unless include_special)")]
+    features: dict[str, list[list[TokenActivation]]]  # sae_id -> per token -> [{latent, act, label}]
 
     def frame(self) -> pl.DataFrame:
-        """Long table: sae_id, pos, token, rank, latent, act."""
+        """Long table: sae_id, pos (in the model's input), token, rank, latent, act, label."""
         rows = [
-            {"sae_id": sid, "pos": pos, "token": self.tokens[pos], "rank": rank, "latent": f["latent"], "act": f["act"]}
+            {"sae_id": sid, "pos": pos, "token": tok, "rank": rank, "latent": f["latent"], "act": f["act"],
+             "label": f.get("label")}
             for sid, per_token in self.features.items()
-            for pos, feats in enumerate(per_token)
+            for pos, tok, feats in zip(self.positions, self.tokens, per_token, strict=True)
             for rank, f in enumerate(feats)
         ]
         schema = {"sae_id": pl.String, "pos": pl.Int64, "token": pl.String, "rank": pl.Int64,
-                  "latent": pl.Int64, "act": pl.Float64}
+                  "latent": pl.Int64, "act": pl.Float64, "label": pl.String}
         return pl.DataFrame(rows, schema=schema)
 
     def _repr_html_(self) -> str:

@@ -11,6 +11,7 @@ from api.results.feature import Feature
 from api.sae_view import SaeView
 from api.services.labels import with_labels
 from api.services.search import cross_layer_card
+from store.search import Match, matches_frame
 from store.tables import FeatureTables, histogram_edges
 
 STAT_KEYS = ("n_active", "density", "mean_act", "mean_active_act", "max_act", "decoder_norm")
@@ -30,9 +31,9 @@ def feature_page(view: SaeView, latent: int, *, examples: int, neighbours: int) 
                                   strict=False))
     similar = cross_layer = damaged_saes = None
     if view.has_index:
-        similar = [m.as_row() for m in view.ctx.search().similar(view.sae_id, latent, neighbours)]
+        similar = _labelled_rows(view, view.ctx.search().similar(view.sae_id, latent, neighbours))
         matches, damaged_saes = cross_layer_card(view, latent, min(neighbours, 5))
-        cross_layer = [m.as_row() for m in matches]
+        cross_layer = _labelled_rows(view, matches)
     labels = with_labels(view.ctx, pl.DataFrame({"sae_id": [view.sae_id], "latent": [latent]}), {view.sae_id: view})
     return Feature(
         sae_id=view.sae_id,
@@ -52,6 +53,11 @@ def feature_page(view: SaeView, latent: int, *, examples: int, neighbours: int) 
         geometry=view.records("geometry").filter(pl.col("latent") == latent).drop("sae_id").to_dicts(),
         **labels.select("label", "explanations").row(0, named=True),
     )
+
+
+def _labelled_rows(view: SaeView, matches: list[Match]) -> list[dict[str, Any]]:
+    """Matches as rows with each latent's label and imported explanations."""
+    return with_labels(view.ctx, matches_frame(matches), {view.sae_id: view}).to_dicts()
 
 
 def histogram(tables: FeatureTables, row: dict[str, Any]) -> dict[str, list[float]]:

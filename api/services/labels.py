@@ -31,7 +31,7 @@ def with_labels(ctx: AtlasContext, frame: pl.DataFrame, views: dict[str, SaeView
              .with_columns(pl.lit(sid).alias("sae_id")) for sid, latents in wanted]
     table = (pl.concat([p.select(list(LABEL_COLUMNS)) for p in parts]) if parts
              else pl.DataFrame(schema=LABEL_COLUMNS))
-    return frame.join(table, on=["sae_id", "latent"], how="left")
+    return frame.join(table, on=["sae_id", "latent"], how="left", maintain_order="left")
 
 
 def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -> pl.DataFrame:

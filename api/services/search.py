@@ -130,9 +130,12 @@ def _summary_vocab(ctx: AtlasContext) -> dict[str, int]:
     return ctx.cache.get(("vocab",), load)
 
 
-def search_text(ctx: AtlasContext, text: str, views: list[SaeView], k: int) -> TextSearch:
+def search_text(ctx: AtlasContext, text: str, views: list[SaeView], k: int, *,
+                include_special: bool = False) -> TextSearch:
     """Run the model on `text` and encode each token with each SAE: per token, the `k`
-    most active features; tokens are shown decoded (`' October'`)."""
+    most active features with their labels; tokens are shown decoded (`' October'`). The
+    model's special tokens (BOS, EOS, padding: the positions summaries and evals leave
+    out, whose activations dwarf every real token's) are left out unless `include_special`."""
     if not isinstance(text, str) or not text:
         raise InvalidInputError("text must be a non-empty string")
     if len(text) > MAX_TEXT_CHARS:
@@ -144,4 +147,20 @@ def search_text(ctx: AtlasContext, text: str, views: list[SaeView], k: int) -> T
     hooks = {view.sae_id: view.hook for view in views}
     handle = ctx.model()
     found = ctx.run_locked(lambda: token_features(handle, modules, hooks, text, k))
-    return TextSearch(text=text, token_ids=found.token_ids, tokens=found.tokens, features=found.features)
+    keep = [pos for pos, special in enumerate(found.special) if include_special or not special]
+    features = {sid: [per_token[pos] for pos in keep] for sid, per_token in found.features.items()}
+    return TextSearch(text=text, token_ids=[found.token_ids[pos] for pos in keep],
+                      tokens=[found.tokens[pos] for pos in keep], positions=keep,
+                      special=[found.special[pos] for pos in keep],
+                      features=_labelled(ctx, features, {view.sae_id: view for view in views}))
+
+
+def _labelled(ctx: AtlasContext, features: dict[str, list[list[dict[str, Any]]]],
+              views: dict[str, SaeView]) -> dict[str, list[list[dict[str, Any]]]]:
+    """Per-token feature lists with each latent's offline label added."""
+    pairs = pl.DataFrame([(sid, f["latent"]) for sid, per_token in features.items() for feats in per_token
+                          for f in feats], schema={"sae_id": pl.String, "latent": pl.Int64}, orient="row").unique()
+    labels = {(sid, latent): label for sid, latent, label in
+              with_labels(ctx, pairs, views).select("sae_id", "latent", "label").iter_rows()}
+    return {sid: [[{**f, "label": labels.get((sid, f["latent"]))} for f in feats] for feats in per_token]
+            for sid, per_token in features.items()}

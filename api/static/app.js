@@ -95,13 +95,15 @@ async function textView() {
   const input = el("textarea", { id: "text-input", placeholder: "Type a text to see which features fire on each token" });
   input.value = sessionStorage.getItem("sae-atlas-text") || "";
   const select = saeSelect(list, sessionStorage.getItem("sae-atlas-sae"), "text-sae");
+  const special = el("input", { id: "text-special", type: "checkbox" });
   const out = el("div", { id: "text-results" });
   const run = async () => {
     sessionStorage.setItem("sae-atlas-text", input.value);
     sessionStorage.setItem("sae-atlas-sae", select.value);
     out.replaceChildren(el("span", { class: "muted" }, "running the model..."));
     try {
-      const result = await api("/search/text", { text: input.value, sae_ids: [select.value], k: 8 });
+      const result = await api("/search/text", { text: input.value, sae_ids: [select.value], k: 8,
+        include_special: special.checked });
       renderTextResult(out, result, select.value);
     } catch (err) {
       out.replaceChildren(el("div", { class: "error" }, err.message));
@@ -109,31 +111,35 @@ async function textView() {
   };
   view.replaceChildren(
     el("h2", {}, "Which features fire on this text?"), input,
-    el("div", {}, "SAE ", select, " ", el("button", { id: "run-text", onclick: run }, "Run")), out);
+    el("div", {}, "SAE ", select, " ", el("label", { title: "BOS and the model's other special tokens" }, special,
+      " special tokens"), " ", el("button", { id: "run-text", onclick: run }, "Run")), out);
   if (input.value) run();
 }
 
 function renderTextResult(out, result, sae) {
   const perToken = result.features[sae];
   const tops = perToken.map((f) => (f.length ? f[0].act : 0));
-  const scale = Math.max(1e-9, ...tops);
+  const real = tops.map((t, i) => (result.special[i] ? 0 : t));  // special tokens never set the scale or selection
+  const scale = Math.max(1e-9, ...real);
   const detail = el("div", { id: "token-features" });
   const tokenRow = el("div", { class: "tokens" });
   const select = (i) => {
     tokenRow.querySelectorAll(".tok").forEach((t, j) => t.classList.toggle("selected", i === j));
     detail.replaceChildren(
-      el("h3", {}, `token ${i}: "${result.tokens[i]}"`),
+      el("h3", {}, `token ${result.positions[i]}: "${result.tokens[i]}"`),
       perToken[i].length
-        ? table(["latent", "act"], perToken[i], { latent: (r) => featLink(sae, r.latent, `feature ${r.latent}`) })
+        ? table(["latent", "label", "act"], perToken[i], { latent: (r) => featLink(sae, r.latent, `feature ${r.latent}`),
+          label: (r) => r.label || "" })
         : el("span", { class: "muted" }, "no active features"));
   };
   result.tokens.forEach((tok, i) => {
-    const alpha = (tops[i] / scale).toFixed(2);
+    const alpha = Math.min(1, tops[i] / scale).toFixed(2);
     tokenRow.append(el("span", { class: "tok", style: `background: rgba(255,140,0,${alpha})`,
-      title: perToken[i].map((f) => `${f.latent}: ${fmt(f.act)}`).join("\n"), onclick: () => select(i) }, tok));
+      title: perToken[i].map((f) => `${f.latent}: ${fmt(f.act)}${f.label ? " · " + f.label : ""}`).join("\n"),
+      onclick: () => select(i) }, tok));
   });
   out.replaceChildren(el("p", { class: "muted" }, "Click a token for its features."), tokenRow, detail);
-  const best = tops.indexOf(Math.max(...tops));
+  const best = real.indexOf(Math.max(...real));
   select(best >= 0 ? best : 0);
 }
 
@@ -172,7 +178,8 @@ async function featureView(sae, index) {
   const logits = (list, cls) => list.map((t) => el("div", {}, el("code", {}, t.token ?? t.token_id), " ",
     el("span", { class: cls }, (t.value > 0 ? "+" : "") + fmt(t.value))));
   const links = (rows, id) => el("div", { id }, rows === null ? el("span", { class: "muted" }, "no index") :
-    table(["feature", "cosine"], rows, { feature: (r) => featLink(r.sae_id, r.latent, r.sae_id === sae ? `feature ${r.latent}` : `${r.sae_id} / ${r.latent}`) }));
+    table(["feature", "label", "cosine"], rows, { feature: (r) => featLink(r.sae_id, r.latent, r.sae_id === sae ? `feature ${r.latent}` : `${r.sae_id} / ${r.latent}`),
+      label: (r) => r.label || "" }));
   const mapNote = f.map_position ? el("a", { href: `#/map/${enc(sae)}?highlight=${index}` },
     `map position (${fmt(f.map_position.x)}, ${fmt(f.map_position.y)})`) : el("span", { class: "muted" }, "no map");
   const info = (await saes()).find((r) => r.sae_id === sae);

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-import torch
 
 from api import Atlas
 from saes.formats import load_any
@@ -81,12 +80,12 @@ def test_vector_and_flow(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
 def test_search_text_matches_direct_encoding(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
     sae = small_atlas["sae_ids"][1]
     result = atlas.search_text("the cat sat on the mat", sae_ids=[sae], k=3)
-    assert result.tokens == ["<s>", "the", "cat", "sat", "on", "the", "mat"]
+    assert result.tokens == ["the", "cat", "sat", "on", "the", "mat"] and result.positions == [1, 2, 3, 4, 5, 6]
     handle = atlas.model()
-    _, cache = handle.bridge.run_with_cache(torch.tensor([result.token_ids]),
+    _, cache = handle.bridge.run_with_cache(handle.to_tokens("the cat sat on the mat"),
                                             names_filter=lambda n: n == small_atlas["hooks"][1])
     f = load_any(AtlasLayout(small_atlas["root"]).require_sae(sae)).encode(cache[small_atlas["hooks"][1]][0]).detach()
-    for pos, feats in enumerate(result.features[sae]):
+    for pos, feats in zip(result.positions, result.features[sae], strict=True):
         assert feats[0]["latent"] == int(f[pos].argmax())
         assert feats[0]["act"] == pytest.approx(float(f[pos].max()), rel=1e-4)
     frame = result.frame()
@@ -148,9 +147,9 @@ def test_searched_and_run_tokens_are_decoded_strings(small_atlas: dict[str, Any]
     assert any(p.startswith("Ġ") for p in pieces)  # the tokenizer really has byte-level pieces
     atlas = Atlas(small_atlas["root"], model=handle)
     found = atlas.search_text(TEXT, k=2)
-    assert "".join(found.tokens[1:]) == TEXT and not any("Ġ" in t for t in found.tokens)
+    assert "".join(found.tokens) == TEXT and not any("Ġ" in t for t in found.tokens)
     assert found.tokens == [handle.tokenizer.decode([i]) for i in found.token_ids]
-    assert atlas.run(TEXT, sae_ids=[small_atlas["sae_ids"][0]]).tokens == found.tokens
+    assert atlas.run(TEXT, sae_ids=[small_atlas["sae_ids"][0]]).tokens[1:] == found.tokens
     app = create_app(ServerSettings(root=small_atlas["root"]))
     app.state.atlas = atlas  # the same model override behind the HTTP route
     with TestClient(app) as http:

@@ -67,7 +67,9 @@ def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, A
     vec = http.post("/search/vector", json={"vector": [0.5] * 32, "sae_id": b, "k": 3}).json()
     assert len(vec) == 3 and all(v["sae_id"] == b for v in vec)
     text = http.post("/search/text", json={"text": "the cat sat", "sae_ids": [a], "k": 2}).json()
-    assert text["tokens"] == ["<s>", "the", "cat", "sat"] and len(text["features"][a]) == 4
+    assert text["tokens"] == ["the", "cat", "sat"] and len(text["features"][a]) == 3 and text["positions"] == [1, 2, 3]
+    everything = http.post("/search/text", json={"text": "the cat sat", "sae_ids": [a], "include_special": True}).json()
+    assert everything["tokens"] == ["<s>", "the", "cat", "sat"] and everything["special"] == [True, False, False, False]
     token = http.get("/search/token", params={"token": "cat", "k": 3}).json()
     assert token["token"] == "cat" and len(token["promoting"]) == 3
     assert http.get(f"/search/token/{token['token_id']}").json()["token_id"] == token["token_id"]

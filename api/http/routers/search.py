@@ -47,7 +47,8 @@ async def search_vector(atlas: AtlasDep, query: VectorQuery) -> Response:
 async def search_text(atlas: AtlasDep, queue: ModelQueueDep, query: TextQuery) -> Response:
     ids = query.sae_ids or None
     result = await asyncio.get_running_loop().run_in_executor(
-        queue, lambda: atlas.search_text(query.text, sae_ids=ids, k=query.k))
+        queue, lambda: atlas.search_text(query.text, sae_ids=ids, k=query.k,
+                                         include_special=query.include_special))
     return json_body(result)
 
 
