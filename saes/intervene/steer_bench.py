@@ -37,18 +37,15 @@ import torch
 
 from saes.forward import run_hooks
 from saes.intervene.output_scores import neutral_prompts
+from saes.intervene.steering_effects import Effects, HookSteering, hook_steering, target_effects
+from saes.intervene.steering_prompts import heldout_prompts
 from saes.intervene.steering_search import (
-    Effects,
-    HookSteering,
     ResolvedTarget,
     SearchParams,
     SteeringSource,
-    heldout_prompts,
-    hook_steering,
     last_token_acts,
     rank_features,
     resolve_target,
-    target_effects,
 )
 from saes.intervene.strength import calibrate, geometric_grid
 from saes.models import ModelHandle
@@ -192,6 +189,8 @@ def plot_bench(rows: Sequence[dict[str, Any]], path: Any, kl_bound: float) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from geometry.canvas import save_png
+
     targets = list(dict.fromkeys(r["target"] for r in rows))
     fig, axes = plt.subplots(1, len(targets), figsize=(4 * len(targets), 3.6), squeeze=False)
     for ax, target in zip(axes[0], targets, strict=True):
@@ -206,5 +205,5 @@ def plot_bench(rows: Sequence[dict[str, Any]], path: Any, kl_bound: float) -> No
         ax.set(xscale="log", yscale="log", title=target, xlabel="KL on the rest (nats)", ylabel="p(target) ratio")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_png(fig, path, dpi=90)  # atomically: a killed run leaves the old plot or none
     plt.close(fig)

@@ -35,8 +35,7 @@ a steer (add `alpha * W_dec[f]`) or a clamp (set the latent to `value`) at `at="
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -49,8 +48,25 @@ from saes.encoding.texts import tokenize_texts
 from saes.forward import run_hooks
 from saes.intervene.concepts import load_concept
 from saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
-from saes.intervene.output_scores import last_token_steering, neutral_prompts
 from saes.intervene.splice import Splice
+from saes.intervene.steering_combination import FitParams, fit_combination
+from saes.intervene.steering_effects import (
+    PairStats,
+    PromptEffects,
+    PromptSteering,
+    clamp_deltas,
+    pair_stats,
+    per_style,
+    prompt_steering,
+)
+from saes.intervene.steering_prompts import (
+    PROMPT_STYLES,
+    PromptSet,
+    PromptStyle,
+    SetSpec,
+    split_sets,
+    target_class,
+)
 from saes.intervene.strength import (
     MAX_KL_BOUND,
     MAX_RATIO,
@@ -60,7 +76,6 @@ from saes.intervene.strength import (
     check_bound,
     continuation_perplexity,
     geometric_grid,
-    residual_norms,
 )
 from saes.models import ModelHandle
 from saes.sae.base import SAE
@@ -73,6 +88,8 @@ MAX_TEXTS = 256
 MAX_TEXT_CHARS = 2000
 SteerMode = Literal["add", "clamp"]
 STEER_MODES: tuple[SteerMode, ...] = ("add", "clamp")
+DENSITY_FLOOR = 1e-4
+"""Latents firing on fewer tokens than this share are dead or near-dead: directions, not features."""
 
 
 class TokenTarget(BaseModel):
@@ -201,92 +218,6 @@ def resolve_target(tokenizer: Any, target: Any, d_vocab: int) -> ResolvedTarget:
                           [tokenizer.decode([i]) for i in ids], a, b)
 
 
-class Effects(NamedTuple):
-    """Measured effects per steered row (arrays `[F]`; module docstring)."""
-
-    ratio: np.ndarray
-    log_gain: np.ndarray
-    p_steered: np.ndarray
-    kl: np.ndarray
-    kl_rest: np.ndarray
-
-
-def target_effects(steered_FPV: torch.Tensor, clean_PV: torch.Tensor, token_ids: Sequence[int]) -> Effects:
-    """The effects on `T = token_ids` of steered logits `[F, P, V]` against clean `[P, V]`."""
-    ids = torch.as_tensor(list(token_ids), device=steered_FPV.device)
-    logp, logq = torch.log_softmax(steered_FPV.float(), -1), torch.log_softmax(clean_PV.float(), -1)[None]
-    lp_T, lq_T = logp[..., ids].logsumexp(-1), logq[..., ids].logsumexp(-1)
-
-    def rest(logits: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(logits.float().index_fill(-1, ids, float("-inf")), -1)
-
-    rp, rq = rest(steered_FPV), rest(clean_PV)[None]
-    kl_rest = torch.nan_to_num(rq.exp() * (rq - rp), nan=0.0).sum(-1)
-    kl = (logq.exp() * (logq - logp)).sum(-1)
-    out = (lp_T.exp().mean(1) / lq_T.exp().mean(1), (lp_T - lq_T).mean(1), lp_T.exp().mean(1), kl.mean(1),
-           kl_rest.mean(1))
-    return Effects(*(t.cpu().numpy().astype(np.float64) for t in out))
-
-
-def _cat(parts: list[Effects]) -> Effects:
-    return Effects(*(np.concatenate(col) for col in zip(*parts, strict=True)))
-
-
-class HookSteering:
-    """Last-token steering at one hook on fixed prompts, measured against a target: made
-    by `hook_steering`. `resid_norm` is the hook's mean residual norm on the prompts."""
-
-    def __init__(self, steered: Callable[[torch.Tensor], torch.Tensor], clean_PV: torch.Tensor, x_last_PD: torch.Tensor,
-                 resid_norm: float, token_ids: list[int], batch: int) -> None:
-        self.steered, self.clean_PV, self.x_last_PD = steered, clean_PV, x_last_PD
-        self.resid_norm, self.token_ids, self.batch = resid_norm, token_ids, batch
-        self.p_clean = float(torch.softmax(clean_PV.float(), -1)[:, token_ids].sum(-1).mean())
-
-    def effects(self, delta: torch.Tensor) -> Effects:
-        """Effects of adding `delta_FD[f]` (or `delta_FPD[f, p]`) at the last position, in
-        batches of `batch` rows."""
-        parts = [target_effects(self.steered(delta[i:i + self.batch]), self.clean_PV, self.token_ids)
-                 for i in range(0, len(delta), self.batch)]
-        return _cat(parts)
-
-    def directions(self, unit_ND: torch.Tensor, fractions: np.ndarray) -> Effects:
-        """Effects of each unit direction at each norm fraction: rows `n * G + g`."""
-        scale = torch.as_tensor(fractions, dtype=torch.float32) * self.resid_norm
-        return self.effects((unit_ND.float()[:, None, :] * scale[None, :, None]).flatten(0, 1))
-
-    def clamps(self, sae: SAE, latents: Sequence[int], values_NG: np.ndarray) -> Effects:
-        """Effects of clamping each latent to each of its values (rows `n * G + g`): the
-        code at the last position set to the value, the SAE's error term kept, so the
-        hook's output moves by `(value - f) W_dec[latent]`."""
-        with torch.inference_mode():
-            f_PF = sae.encode(self.x_last_PD.to(sae.W_dec))[:, list(latents)].float().cpu()
-        W_ND = sae.W_dec.detach()[list(latents)].float().cpu()
-        values = torch.as_tensor(values_NG, dtype=torch.float32)
-        shift_NGP = values[:, :, None] - f_PF.T[:, None, :]
-        return self.effects((shift_NGP[..., None] * W_ND[:, None, None, :]).flatten(0, 1))
-
-
-@contextmanager
-def hook_steering(handle: ModelHandle, prompts_PT: torch.Tensor, hook: str, token_ids: list[int],
-                  batch: int = 16) -> Iterator[HookSteering]:
-    """A `HookSteering` at `hook` over `prompts_PT` (prefixes KV-cached once)."""
-    resid_norm, x_last_PD = residual_norms(handle, hook, prompts_PT)
-    with last_token_steering(handle, prompts_PT, hook) as steered:
-        clean_PV = steered(torch.zeros(1, handle.d_model))[0]
-        yield HookSteering(steered, clean_PV, x_last_PD, resid_norm, token_ids, batch)
-
-
-def heldout_prompts(handle: ModelHandle, n: int, n_tokens: int, seed: int, avoid: Sequence[tuple[int, int, int]]) -> torch.Tensor:
-    """`n` neutral prompts of `n_tokens` drawn with `seed`, none equal to a prompt of the
-    draws `avoid` (`(n, n_tokens, seed)` each: the steering tables')."""
-    if any(s == seed for _, _, s in avoid):
-        raise InvalidInputError(f"seed {seed} drew the steering table's prompts; held-out prompts need another seed")
-    seen = {tuple(row.tolist()) for a_n, a_t, a_s in avoid if a_t == n_tokens
-            for row in neutral_prompts(handle, a_n, a_t, a_s)}
-    drawn = neutral_prompts(handle, n + len(seen), n_tokens, seed)
-    return torch.stack([row for row in drawn if tuple(row.tolist()) not in seen][:n])
-
-
 @torch.inference_mode()
 def last_token_acts(handle: ModelHandle, hook: str, texts: Sequence[str]) -> torch.Tensor:
     """Activations `[N, D]` at `hook` of each text's last token (BOS prepended)."""
@@ -298,7 +229,8 @@ def last_token_acts(handle: ModelHandle, hook: str, texts: Sequence[str]) -> tor
 @dataclass
 class SteeringSource:
     """One SAE a search ranks: its module, hook, typical active values `[F]` (the
-    summaries' `mean_active_act`) and stored steering table."""
+    summaries' `mean_active_act`), firing densities `[F]` (None: unknown) and stored
+    steering table."""
 
     sae_id: str
     hook: str
@@ -306,6 +238,7 @@ class SteeringSource:
     mean_active_act_F: np.ndarray
     table: pl.DataFrame
     table_prompts: tuple[int, int, int]  # (n, tokens, seed) the table was measured on
+    density_F: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -314,7 +247,7 @@ class SearchParams:
 
     k: int = 10  # features returned
     candidates: int = 24  # screened per SAE
-    n_prompts: int = 16
+    n_prompts: int = 16  # neutral ranking prompts
     prompt_tokens: int = 12
     seed: int | None = None  # None: one past the largest seed of the steering tables
     mode: SteerMode = "add"
@@ -327,6 +260,13 @@ class SearchParams:
     fluency_prompts: int = 4  # prompts continued to measure perplexity (0: skip)
     fluency_tokens: int = 12
     batch: int = 16  # steered rows (features) per forward
+    confirm_prompts: int = 16  # neutral confirmation prompts (another seed)
+    styles: tuple[PromptStyle, ...] = PROMPT_STYLES  # prompt styles ranked and confirmed on
+    density_floor: float = DENSITY_FLOOR  # latents firing less often are directions, left out unless included
+    include_dead: bool = False
+    pair_share: float = 0.75  # share of ranking pairs the calibrated strength must reach
+    combine: int = 3  # features in the fitted combination (0: none; add mode only)
+    combine_pool: int = 16  # candidates per SAE the combination is fitted over
 
     def check(self) -> SearchParams:
         """Self if every parameter is within its bounds (InvalidInputError naming the first that is not)."""
@@ -334,29 +274,39 @@ class SearchParams:
                                     ("n_prompts", self.n_prompts, 1, 256), ("prompt_tokens", self.prompt_tokens, 2, 128),
                                     ("fluency_prompts", self.fluency_prompts, 0, 64),
                                     ("fluency_tokens", self.fluency_tokens, 1, 64), ("batch", self.batch, 1, 1024),
-                                    ("per_doubling", self.per_doubling, 1, 8)):
+                                    ("per_doubling", self.per_doubling, 1, 8),
+                                    ("confirm_prompts", self.confirm_prompts, 0, 256), ("combine", self.combine, 0, 16),
+                                    ("combine_pool", self.combine_pool, 1, 512)):
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise InvalidInputError(f"{what} must be an integer in {lo}..{hi}, got {value!r}")
         if self.mode not in STEER_MODES:
             raise InvalidInputError(f"unknown steering mode {self.mode!r}; valid: {', '.join(STEER_MODES)}")
+        bad = [s for s in self.styles if s not in PROMPT_STYLES]
+        if not self.styles or bad:
+            raise InvalidInputError(f"unknown prompt style(s) {bad or 'none given'}; valid: {', '.join(PROMPT_STYLES)}")
         check_bound(self.ratio, "ratio", 1.0, MAX_RATIO)
         check_bound(self.kl_bound, "kl_bound", 0.0, MAX_KL_BOUND)
         check_bound(self.screen, "screen strength", 0.0, self.highest)
+        check_bound(self.pair_share, "pair_share", 0.0, 1.0)
+        if not 0 <= self.density_floor < 1:
+            raise InvalidInputError(f"density_floor must be in [0, 1), got {self.density_floor!r}")
         geometric_grid(self.lowest, self.highest, self.per_doubling)
         return self
 
 
 @dataclass
 class RankedFeature:
-    """One ranked feature: what steering it measured and its ready edit."""
+    """One ranked feature: what steering it measured and its ready edit. `ratio` .. `kl_rest`
+    are measured on the ranking prompts at the calibrated strength; `confirmed` on the
+    held-out confirmation prompts at the same edit (the ranking key), also per style."""
 
     sae_id: str
     hook: str
     latent: int
     sources: list[str]  # "table", "lens", "contrast": why it was a candidate
     screen_ratio: float  # ratio at the screening strength
-    best_ratio: float  # best ratio on the grid under the KL bound (the ranking key)
-    reached: bool  # the requested ratio is reached under the KL bound
+    best_ratio: float  # best ratio on the grid under the KL bound
+    reached: bool  # the requested ratio is reached under the KL bound on pair_share of the ranking pairs
     ratio: float  # at the calibrated strength
     log_gain: float
     p_clean: float
@@ -366,6 +316,35 @@ class RankedFeature:
     strength: dict[str, float | None]  # alpha, act_multiple, norm_fraction
     edit: dict[str, Any]  # a SteerEdit or ClampEdit, ready for `Atlas.steer` / `Atlas.run`
     perplexity: float | None = None  # clean model on the edited greedy continuation
+    kind: Literal["feature", "direction"] = "feature"  # direction: fires below the density floor
+    density: float | None = None
+    sibling_ratio: float | None = None  # the target's siblings' ratio (None without siblings)
+    target_rank: float = 0.0  # median rank of the target among the tokens the edit promotes
+    confirmed: PairStats | None = None
+    confirmed_styles: dict[str, PairStats] = field(default_factory=dict)
+
+
+@dataclass
+class RankedCombination:
+    """A fitted sparse combination of features of one SAE (`steering_combination`):
+    per feature its weight as a norm fraction at the calibrated strength and the alpha of
+    its steer edit; measured like a feature."""
+
+    sae_id: str
+    hook: str
+    latents: list[int]
+    weights: list[float]  # norm fractions, summing in quadrature-free form to `strength`'s direction
+    densities: list[float | None]
+    reached: bool
+    ratio: float
+    kl_rest: float
+    best_ratio: float
+    norm_fraction: float  # of the whole edit
+    edits: list[dict[str, Any]]  # SteerEdits, one per feature, ready for `Atlas.steer`
+    sibling_ratio: float | None
+    target_rank: float
+    confirmed: PairStats
+    confirmed_styles: dict[str, PairStats]
 
 
 @dataclass
@@ -375,21 +354,44 @@ class SearchResult:
     target: ResolvedTarget
     params: SearchParams
     seed: int
-    resid_norms: dict[str, float]  # per SAE, measured on the held-out prompts
+    resid_norms: dict[str, float]  # per SAE, measured on the ranking prompts
     baseline_perplexity: float | None
     features: list[RankedFeature]
+    confirm_seed: int = 0
+    category: str | None = None  # the target's class, whose templates gave in-context prompts
+    siblings: list[str] = field(default_factory=list)
+    prompt_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # rank / confirm -> style -> n
+    combination: RankedCombination | None = None
+    best: Literal["feature", "combination"] = "feature"  # better on the confirmation prompts
+    left_out_dead: int = 0  # candidates left out below the density floor
+
+
+def _live(source: SteeringSource, params: SearchParams) -> np.ndarray:
+    """Latents at or above the density floor (all when densities are unknown or dead ones are included)."""
+    if source.density_F is None or params.include_dead:
+        return np.ones(len(source.mean_active_act_F), bool)
+    return np.nan_to_num(source.density_F, nan=0.0) >= params.density_floor
 
 
 def _candidates(handle: ModelHandle, source: SteeringSource, target: ResolvedTarget, n: int,
-                contrast_D: torch.Tensor | None) -> dict[int, list[str]]:
-    """Up to `n` candidate latents of one SAE and why each is one (module docstring)."""
+                contrast_D: torch.Tensor | None, live_F: np.ndarray, sibling_ids: Sequence[int]) -> dict[int, list[str]]:
+    """Up to `n` live candidate latents of one SAE and why each is one (module docstring);
+    with siblings the lens ranks by the target's z-scored logit less the siblings' mean
+    (when positive)."""
     ids = torch.as_tensor(target.token_ids)
     W_dec = source.sae.W_dec.detach().float().cpu()
     d_FD = logit_directions(W_dec, handle.final_norm_weight, handle.final_norm_kind)
     W_U = handle.W_U.detach().float().cpu()
     mean_F = d_FD @ W_U.mean(1)
-    second_F = ((d_FD @ (W_U @ W_U.T / W_U.shape[1])) * d_FD).sum(-1)
-    z_F = ((d_FD @ W_U[:, ids] - mean_F[:, None]) / (second_F - mean_F**2).clamp_min(1e-12).sqrt()[:, None]).mean(1)
+    std_F = (((d_FD @ (W_U @ W_U.T / W_U.shape[1])) * d_FD).sum(-1) - mean_F**2).clamp_min(1e-12).sqrt()
+
+    def z(token_ids: Sequence[int]) -> torch.Tensor:
+        return ((d_FD @ W_U[:, list(token_ids)] - mean_F[:, None]) / std_F[:, None]).mean(1)
+
+    z_F = z(target.token_ids)
+    if sibling_ids:
+        z_F = z_F - z(sibling_ids).clamp_min(0)
+    live = set(np.flatnonzero(live_F).tolist())
     ranked: dict[str, list[int]] = {"lens": z_F.argsort(descending=True).tolist()}
     rows = (source.table.select("latent", "promoted_ids", "promoted_deltas").explode("promoted_ids", "promoted_deltas")
             .filter(pl.col("promoted_ids").is_in(target.token_ids)).group_by("latent")
@@ -397,15 +399,17 @@ def _candidates(handle: ModelHandle, source: SteeringSource, target: ResolvedTar
     ranked["table"] = rows["latent"].to_list()
     if contrast_D is not None:
         ranked["contrast"] = (W_dec @ contrast_D / W_dec.norm(dim=-1).clamp_min(1e-12)).argsort(descending=True).tolist()
+    ranked = {name: [int(i) for i in order if int(i) in live] for name, order in ranked.items()}
+    del ids
     chosen: dict[int, list[str]] = {}
     share = max(1, n // len(ranked))
     for name, order in ranked.items():
         for latent in order[:share]:
-            chosen.setdefault(int(latent), []).append(name)
+            chosen.setdefault(latent, []).append(name)
     for latent in ranked["lens"]:  # fill up from the lens
         if len(chosen) >= n:
             break
-        chosen.setdefault(int(latent), ["lens"])
+        chosen.setdefault(latent, ["lens"])
     return chosen
 
 
@@ -421,31 +425,90 @@ def _scale(source: SteeringSource, latent: int, resid_norm: float) -> StrengthSc
                          mean_act if np.isfinite(mean_act) and mean_act > 0 else None)
 
 
-def _measure(probe: HookSteering, mode: SteerMode, source: SteeringSource, latents: list[int],
-             fractions: np.ndarray) -> Effects:
-    """Effects of each latent at each norm fraction (rows `n * G + g`), added or clamped."""
-    W_ND = source.sae.W_dec.detach()[latents].float().cpu()
+def _unit(source: SteeringSource, latents: Sequence[int]) -> torch.Tensor:
+    W_ND = source.sae.W_dec.detach()[list(latents)].float().cpu()
+    return W_ND / W_ND.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def _measure(probe: PromptSteering, mode: SteerMode, source: SteeringSource, latents: list[int],
+             fractions: np.ndarray) -> PromptEffects:
+    """Per-prompt effects of each latent at each norm fraction (rows `n * G + g`), added or clamped."""
     if mode == "add":
-        return probe.directions(W_ND / W_ND.norm(dim=-1, keepdim=True).clamp_min(1e-12), fractions)
-    values = fractions[None, :] * probe.resid_norm / W_ND.norm(dim=-1, keepdim=True).clamp_min(1e-12).numpy()
-    return probe.clamps(source.sae, latents, values)
+        return probe.directions(_unit(source, latents), fractions)
+    W_norm = source.sae.W_dec.detach()[latents].float().cpu().norm(dim=-1, keepdim=True).clamp_min(1e-12).numpy()
+    return probe.clamps(source.sae, latents, fractions[None, :] * probe.resid_norm / W_norm)
+
+
+def _measure_edits(probe: PromptSteering, mode: SteerMode, source: SteeringSource, latents: list[int],
+                   amounts: list[float]) -> PromptEffects:
+    """Per-prompt effects of each latent's ready edit (alpha or clamp value), one row each."""
+    if mode == "add":
+        W_ND = source.sae.W_dec.detach()[latents].float().cpu()
+        return probe.prompt_effects(W_ND * torch.tensor(amounts, dtype=torch.float32)[:, None])
+    return probe.prompt_effects(torch.cat([clamp_deltas(source.sae, probe.x_last_PD, [latent], np.array([[value]]))
+                                           for latent, value in zip(latents, amounts, strict=True)]))
+
+
+def calibrate_pairs(fractions: np.ndarray, pe_G: PromptEffects, *, ratio: float, kl_bound: float,
+                    share: float) -> Calibration:
+    """The smallest grid strength at which at least `share` of the prompts reach the ratio
+    specifically under the KL bound (`steering_effects`); when none does, the one reaching
+    the most, or (none reaching any) `strength.calibrate` on the set's ratio."""
+    eff = pe_G.aggregate()
+    g, ok = pe_G.gain(), pe_G.kl_rest <= kl_bound
+    reached_G = ((g >= np.log(ratio)) & ok).mean(1)
+    base = calibrate(fractions, eff.ratio, eff.kl_rest, ratio=ratio, kl_bound=kl_bound)
+    if reached_G.max() <= 0:
+        return Calibration(base.norm_fraction, base.ratio, base.kl_rest, False, base.best_ratio)
+    hits = np.flatnonzero(reached_G >= share)
+    i = int(hits[0]) if hits.size else int(np.argmax(reached_G))
+    return Calibration(float(fractions[i]), float(eff.ratio[i]), float(eff.kl_rest[i]), bool(hits.size),
+                       base.best_ratio)
+
+
+def _key(stats: PairStats | None) -> tuple[float, float]:
+    return (-1.0, -np.inf) if stats is None else (stats.share_specific, stats.score)
+
+
+class _Screened(NamedTuple):
+    admissible: bool
+    score: float
+    ratio: float
+    source: SteeringSource
+    latent: int
+    why: list[str]
+
+
+def _confirm_seed(seed: int, avoid: Sequence[tuple[int, int, int]]) -> int:
+    taken = {s for _, _, s in avoid} | {seed}
+    return next(s for s in range(seed + 1, seed + 2 + len(taken)) if s not in taken)
 
 
 def rank_features(handle: ModelHandle, sources: Sequence[SteeringSource], target: Any,
                   params: SearchParams = SearchParams(),
-                  progress: Callable[[str, int, int], None] | None = None) -> SearchResult:
+                  progress: Callable[[str, int, int], None] | None = None, *,
+                  prompts: Sequence[str] = (), category: Any = None) -> SearchResult:
     """Rank the latents of `sources` by their measured effect toward `target` (module
-    docstring); `progress(stage, done, total)` is told as each SAE is screened and swept."""
+    docstring): screened and calibrated on the ranking prompts, ranked on the confirmation
+    prompts (`steering_prompts.split_sets`; `prompts` are the user's own, `category` names
+    the target's class when it is not a built-in one); `progress(stage, done, total)` is
+    told as each SAE is screened, swept and confirmed."""
     params.check()
     if not sources:
         raise InvalidInputError("no SAEs to search")
     resolved = resolve_target(handle.tokenizer, target, handle.d_vocab)
+    cls = target_class(handle.tokenizer, resolved.token_ids, handle.d_vocab, resolved.kind, category)
     avoid = [s.table_prompts for s in sources]
     seed = max(s for _, _, s in avoid) + 1 if params.seed is None else params.seed
-    prompts = heldout_prompts(handle, params.n_prompts, params.prompt_tokens, seed, avoid)
+    spec = SetSpec(params.n_prompts, params.confirm_prompts, params.prompt_tokens, seed, _confirm_seed(seed, avoid),
+                   tuple(avoid), params.styles)
+    rank_set, confirm_set = split_sets(handle, spec, cls, prompts)
     grid = geometric_grid(params.lowest, params.highest, params.per_doubling)
-    screened: list[tuple[float, float, SteeringSource, int, list[str]]] = []
+    screened: list[_Screened] = []
     norms: dict[str, float] = {}
+    probes: dict[str, PromptSteering] = {}
+    left_out = 0
+    siblings = cls.sibling_ids
     for i, source in enumerate(sources):
         if progress:
             progress("screen", i, len(sources))
@@ -453,55 +516,136 @@ def rank_features(handle: ModelHandle, sources: Sequence[SteeringSource], target
         if resolved.kind == "contrast":
             contrast_D = (last_token_acts(handle, source.hook, resolved.texts_a).mean(0)
                           - last_token_acts(handle, source.hook, resolved.texts_b).mean(0))
-        cands = _candidates(handle, source, resolved, params.candidates, contrast_D)
+        live = _live(source, params)
+        left_out += int((~live).sum())
+        cands = _candidates(handle, source, resolved, params.candidates, contrast_D, live, siblings)
         latents = list(cands)
-        with hook_steering(handle, prompts, source.hook, resolved.token_ids, params.batch) as probe:
-            norms[source.sae_id] = probe.resid_norm
-            eff = _measure(probe, params.mode, source, latents, np.array([params.screen]))
-        for j, latent in enumerate(latents):
-            admissible = float(eff.kl_rest[j] <= params.kl_bound)
-            screened.append((admissible, float(eff.ratio[j]), source, latent, cands[latent]))
-    screened.sort(key=lambda row: (row[0], row[1]), reverse=True)
+        probe = probes[source.sae_id] = prompt_steering(handle, rank_set, source.hook, resolved.token_ids, siblings,
+                                                        params.batch)
+        norms[source.sae_id] = probe.resid_norm
+        pe = _measure(probe, params.mode, source, latents, np.array([params.screen]))
+        eff = pe.aggregate()
+        score = np.where(pe.kl_rest <= params.kl_bound, pe.gain(), np.minimum(pe.gain(), 0.0)).mean(1)
+        screened += [_Screened(bool(eff.kl_rest[j] <= params.kl_bound), float(score[j]), float(eff.ratio[j]), source,
+                               latent, cands[latent]) for j, latent in enumerate(latents)]
+    screened.sort(key=lambda row: (row.admissible, row.score), reverse=True)
     top = screened[:params.k]
     ranked: list[RankedFeature] = []
     for i, source in enumerate(sources):
-        mine = [row for row in top if row[2] is source]
+        mine = [row for row in top if row.source is source]
         if progress:
             progress("sweep", i, len(sources))
-        if not mine:
-            continue
-        latents = [row[3] for row in mine]
-        with hook_steering(handle, prompts, source.hook, resolved.token_ids, params.batch) as probe:
-            eff = _measure(probe, params.mode, source, latents, grid)
-            p_clean = probe.p_clean
-        G = len(grid)
-        for j, (_, screen_ratio, _, latent, why) in enumerate(mine):
-            sl = slice(j * G, (j + 1) * G)
-            cal = calibrate(grid, eff.ratio[sl], eff.kl_rest[sl], ratio=params.ratio, kl_bound=params.kl_bound)
-            g = int(np.argmin(np.abs(grid - cal.norm_fraction)))
-            ranked.append(_ranked(params.mode, source, latent, why, screen_ratio, cal, eff, j * G + g, p_clean,
-                                  norms[source.sae_id]))
+        if mine:
+            ranked += _sweep_and_confirm(handle, source, mine, probes[source.sae_id], confirm_set, resolved, siblings,
+                                         grid, params)
     if progress:
         progress("sweep", len(sources), len(sources))
-    ranked.sort(key=lambda r: (r.best_ratio, r.ratio), reverse=True)
-    baseline = _fluency(handle, prompts, sources, ranked, params)
-    return SearchResult(resolved, params, seed, norms, baseline, ranked)
+    ranked.sort(key=lambda r: (_key(r.confirmed), r.best_ratio), reverse=True)
+    combination = None
+    if params.combine and params.mode == "add" and ranked:
+        source = next(s for s in sources if s.sae_id == ranked[0].sae_id)
+        pool = [row.latent for row in screened if row.source is source][:params.combine_pool]
+        if len(pool) >= params.combine:
+            if progress:
+                progress("combine", 0, 1)
+            combination = _combination(handle, source, pool, rank_set, probes[source.sae_id], confirm_set, resolved,
+                                       siblings, grid, params)
+    best: Literal["feature", "combination"] = "feature"
+    if combination is not None and (not ranked or _key(combination.confirmed) > _key(ranked[0].confirmed)):
+        best = "combination"
+    neutral = torch.stack([rank_set.tokens[i] for i in rank_set.of_style("neutral")]) \
+        if rank_set.of_style("neutral") else None
+    baseline = _fluency(handle, neutral, sources, ranked, params)
+    counts = {name: {s: len(ps.of_style(s)) for s in dict.fromkeys(ps.styles)}
+              for name, ps in (("rank", rank_set), ("confirm", confirm_set))}
+    return SearchResult(resolved, params, seed, norms, baseline, ranked, spec.confirm_seed,
+                        cls.category.name if cls.category else None,
+                        [handle.tokenizer.decode([t]) for t in siblings], counts, combination, best, left_out)
 
 
-def _ranked(mode: SteerMode, source: SteeringSource, latent: int, why: list[str], screen_ratio: float,
-            cal: Calibration, eff: Effects, row: int, p_clean: float, resid_norm: float) -> RankedFeature:
-    scale = _scale(source, latent, resid_norm)
+def _density(source: SteeringSource, latent: int) -> float | None:
+    if source.density_F is None or not np.isfinite(source.density_F[latent]):
+        return None
+    return float(source.density_F[latent])
+
+
+def _sweep_and_confirm(handle: ModelHandle, source: SteeringSource, mine: list[_Screened], probe: PromptSteering,
+                       confirm_set: PromptSet, resolved: ResolvedTarget, siblings: list[int], grid: np.ndarray,
+                       params: SearchParams) -> list[RankedFeature]:
+    """Calibrate each screened latent on the ranking prompts, then measure its edit on the
+    confirmation prompts."""
+    latents = [row.latent for row in mine]
+    pe = _measure(probe, params.mode, source, latents, grid)
+    G = len(grid)
+    out: list[RankedFeature] = []
+    for j, row in enumerate(mine):
+        rows = pe.rows(slice(j * G, (j + 1) * G))
+        cal = calibrate_pairs(grid, rows, ratio=params.ratio, kl_bound=params.kl_bound, share=params.pair_share)
+        g = int(np.argmin(np.abs(grid - cal.norm_fraction)))
+        out.append(_ranked(params.mode, source, row, cal, rows.rows([g]), probe.p_clean, probe.resid_norm, params))
+    amounts = [r.edit.get("alpha", r.edit.get("value")) for r in out]
+    held = _measure_edits(prompt_steering(handle, confirm_set, source.hook, resolved.token_ids, siblings, params.batch),
+                          params.mode, source, latents, amounts)
+    for j, r in enumerate(out):
+        r.confirmed = pair_stats(held.rows([j]), ratio=params.ratio, kl_bound=params.kl_bound)
+        r.confirmed_styles = per_style(held.rows([j]), confirm_set.styles, ratio=params.ratio,
+                                       kl_bound=params.kl_bound)
+    return out
+
+
+def _ranked(mode: SteerMode, source: SteeringSource, row: _Screened, cal: Calibration, at: PromptEffects,
+            p_clean: float, resid_norm: float, params: SearchParams) -> RankedFeature:
+    scale = _scale(source, row.latent, resid_norm)
     amount = scale.alpha(cal.norm_fraction, "norm_fraction")
+    eff = at.aggregate()
+    stats = pair_stats(at, ratio=params.ratio, kl_bound=params.kl_bound)
+    density = _density(source, row.latent)
+    kind: Literal["feature", "direction"] = "direction" if density is not None and density < params.density_floor \
+        else "feature"
     return RankedFeature(
-        source.sae_id, source.hook, latent, why, screen_ratio, cal.best_ratio, cal.reached, cal.ratio,
-        float(eff.log_gain[row]), p_clean, float(eff.p_steered[row]), float(eff.kl[row]), float(eff.kl_rest[row]),
-        scale.units(amount), _edit(mode, source, latent, amount).model_dump(mode="json"))
+        source.sae_id, source.hook, row.latent, row.why, row.ratio, cal.best_ratio, cal.reached, cal.ratio,
+        float(eff.log_gain[0]), p_clean, float(eff.p_steered[0]), float(eff.kl[0]), float(eff.kl_rest[0]),
+        scale.units(amount), _edit(mode, source, row.latent, amount).model_dump(mode="json"), kind=kind,
+        density=density, sibling_ratio=stats.sibling_ratio, target_rank=stats.target_rank)
 
 
-def _fluency(handle: ModelHandle, prompts_PT: torch.Tensor, sources: Sequence[SteeringSource],
+def _combination(handle: ModelHandle, source: SteeringSource, pool: list[int], rank_set: PromptSet,
+                 probe: PromptSteering, confirm_set: PromptSet, resolved: ResolvedTarget, siblings: list[int],
+                 grid: np.ndarray, params: SearchParams) -> RankedCombination:
+    """Fit a sparse combination over `pool` on the ranking prompts, calibrate its overall
+    strength there like a feature's, and confirm it on the held-out prompts."""
+    resid_norm = probe.resid_norm
+    fitted = fit_combination(handle, rank_set, source.hook, _unit(source, pool), pool, resid_norm,
+                             resolved.token_ids, siblings, params.ratio, FitParams(n_features=params.combine))
+    w = torch.tensor(fitted.weights, dtype=torch.float32)
+    direction = w @ _unit(source, fitted.latents)
+    size = float(direction.norm().clamp_min(1e-12))
+    pe = probe.directions((direction / size)[None], grid)
+    cal = calibrate_pairs(grid, pe, ratio=params.ratio, kl_bound=params.kl_bound, share=params.pair_share)
+    g = int(np.argmin(np.abs(grid - cal.norm_fraction)))
+    at = pe.rows([g])
+    weights = (w / size * cal.norm_fraction).tolist()  # norm fractions of each unit row at the calibrated strength
+    norms_N = source.sae.W_dec.detach()[fitted.latents].float().norm(dim=-1).cpu().numpy()
+    alphas = [wf * resid_norm / float(n) for wf, n in zip(weights, norms_N, strict=True)]
+    edits = [SteerEdit(sae=source.sae_id, feature=latent, alpha=a, at="last").model_dump(mode="json")
+             for latent, a in zip(fitted.latents, alphas, strict=True)]
+    delta_D = sum(a * source.sae.W_dec.detach()[latent].float().cpu() for latent, a in zip(fitted.latents, alphas,
+                                                                                            strict=True))
+    held = prompt_steering(handle, confirm_set, source.hook, resolved.token_ids, siblings,
+                           params.batch).prompt_effects(torch.as_tensor(delta_D)[None])
+    stats = pair_stats(at, ratio=params.ratio, kl_bound=params.kl_bound)
+    return RankedCombination(
+        source.sae_id, source.hook, fitted.latents, weights, [_density(source, latent) for latent in fitted.latents],
+        cal.reached, cal.ratio, cal.kl_rest, cal.best_ratio, cal.norm_fraction, edits, stats.sibling_ratio,
+        stats.target_rank, pair_stats(held, ratio=params.ratio, kl_bound=params.kl_bound),
+        per_style(held, confirm_set.styles, ratio=params.ratio, kl_bound=params.kl_bound))
+
+
+def _fluency(handle: ModelHandle, prompts_PT: torch.Tensor | None, sources: Sequence[SteeringSource],
              ranked: list[RankedFeature], params: SearchParams) -> float | None:
-    """Fill each ranked feature's continuation perplexity; return the unedited one."""
-    if params.fluency_prompts == 0 or not ranked:
+    """Fill each ranked feature's continuation perplexity (on the neutral ranking
+    prompts); return the unedited one."""
+    if params.fluency_prompts == 0 or not ranked or prompts_PT is None:
         return None
     prompts = prompts_PT[:params.fluency_prompts]
     n_prompt, n_total = prompts.shape[1], prompts.shape[1] + params.fluency_tokens

@@ -61,3 +61,67 @@ def planted_steering() -> Planted:
     table = pl.DataFrame(rows, schema=STEERING_SCHEMA)
     source = SteeringSource("planted", HOOK, sae, np.ones(D_SAE, np.float32), table, TABLE_PROMPTS)
     return Planted(handle, source, token)
+
+
+SPECIFIC, CLASS, DEAD, GATED = 0, 1, 2, 3
+D_SPECIFIC = 10
+RANK_TEXTS = ["the cat sat on the mat", "a dog ran to the cat", "the cow sat on the", "a cat ran to a",
+              "the horse sat on a mat", "a dog sat on the"]
+CONFIRM_TEXTS = ["the cat sat and", "a dog ran and", "the cow ran and", "a mat and", "the horse and", "a cat and"]
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm()
+
+
+def planted_specificity() -> Planted:
+    """An SAE at the last block of the tiny model whose latents steer toward "cat" in
+    different ways: `SPECIFIC` writes some of the token's unembedding (cosine 0.45, the rest
+    noise); `CLASS` writes the unembeddings of every animal (raises the class, and the
+    token about as much); `DEAD`
+    writes the token's unembedding exactly but never fires (density 0); `GATED` writes the
+    unembedding exactly and fires hard on the last token of prompts that end in "and" (the
+    confirmation texts `CONFIRM_TEXTS`, not the ranking texts `RANK_TEXTS`), so clamping it
+    helps on the ranking prompts and hurts on the confirmation ones. The rest random."""
+    handle = tiny_model(arch="llama", n_layers=2, seed=4)
+    tok = handle.tokenizer
+    ids = {w: int(tok.convert_tokens_to_ids(w)) for w in ("cat", "dog", "horse", "cow")}
+    W_U = handle.W_U.detach().float()
+    u = _unit(W_U[:, ids["cat"]])
+    gen = torch.Generator().manual_seed(1)
+    noise = torch.randn(handle.d_model, generator=gen)
+    noise = _unit(noise - (noise @ u) * u)
+    rows = torch.zeros(D_SPECIFIC, handle.d_model)
+    rows[SPECIFIC] = 0.45 * u + (1 - 0.45**2) ** 0.5 * noise
+    rows[CLASS] = _unit(sum(_unit(W_U[:, i]) for i in ids.values()))
+    rows[DEAD] = u
+    rows[GATED] = u
+    rows[4:] = torch.randn(D_SPECIFIC - 4, handle.d_model, generator=gen)
+    acts: dict[str, torch.Tensor] = {}
+
+    def last(texts: list[str]) -> torch.Tensor:
+        out = []
+        for text in texts:
+            handle.bridge.run_with_hooks(handle.to_tokens(text), fwd_hooks=[(HOOK, lambda a, hook=None: acts.update(x=a))])
+            out.append(acts["x"][0, -1].detach().float())
+        return torch.stack(out)
+
+    rank, confirm = last(RANK_TEXTS), last(CONFIRM_TEXTS)
+    gate = _unit(confirm.mean(0) - rank.mean(0))
+    mid = float(((confirm @ gate).min() + (rank @ gate).max()) / 2)
+    scale = 50.0 * float(rank.norm(dim=-1).mean()) / max(float((confirm @ gate).min()) - mid, 1e-3)
+    sae = build_sae(SAEConfig(architecture="standard", d_in=handle.d_model, d_sae=D_SPECIFIC, hook_name=HOOK)).eval()
+    with torch.no_grad():
+        sae.W_dec.copy_(rows / rows.norm(dim=-1, keepdim=True))
+        sae.W_enc.zero_()
+        sae.b_enc.fill_(-1.0)  # nothing fires ...
+        sae.W_enc[:, GATED] = gate * scale  # ... but the gate on the confirmation texts
+        sae.b_enc[GATED] = -mid * scale
+        sae.b_dec.zero_()
+    empty = {"promoted_ids": [], "promoted_deltas": [], "suppressed_ids": [], "suppressed_deltas": []}
+    table = pl.DataFrame([{"latent": i, "alpha": 1.0, "output_score": 0.0, "lens_top_prob": 0.0, "lens_best_rank": 0.0,
+                           "kl": 0.0, **empty} for i in range(D_SPECIFIC)], schema=STEERING_SCHEMA)
+    density = np.full(D_SPECIFIC, 0.01)
+    density[DEAD] = 0.0
+    source = SteeringSource("specific", HOOK, sae, np.ones(D_SPECIFIC, np.float32), table, TABLE_PROMPTS, density)
+    return Planted(handle, source, ids["cat"])

@@ -12,14 +12,13 @@ import torch
 
 from saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
 from saes.intervene.splice import Splice, run_spliced
+from saes.intervene.steering_effects import direction_deltas, hook_steering, target_effects
+from saes.intervene.steering_prompts import heldout_prompts
 from saes.intervene.steering_search import (
     SearchParams,
     contrast_tokens,
-    heldout_prompts,
-    hook_steering,
     rank_features,
     resolve_target,
-    target_effects,
 )
 from saes.intervene.strength import StrengthScale, calibrate, geometric_grid, require_reached
 from store.errors import InvalidInputError
@@ -27,7 +26,7 @@ from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import DETECTOR, HOOK, PROMOTER, TOKEN, Planted, planted_steering
 
 PARAMS = SearchParams(k=4, candidates=4, n_prompts=6, prompt_tokens=8, fluency_prompts=2, fluency_tokens=4,
-                      ratio=1.5, kl_bound=0.5, highest=8.0)
+                      ratio=1.5, kl_bound=0.5, highest=8.0, styles=("neutral",), confirm_prompts=6)
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +55,15 @@ def test_a_planted_promoter_ranks_above_the_detector_and_its_edit_reproduces_the
     edited = run_spliced(planted.handle, prompts, Splice({}, [edit])).logits_TV[:, -1]
     clean = run_spliced(planted.handle, prompts, Splice()).logits_TV[:, -1]
     assert target_effects(edited[None], clean, [planted.token_id]).ratio[0] == pytest.approx(top.ratio, rel=1e-3)
-    # one grid step weaker does not reach the ratio: the calibrated strength is the smallest
+    # one grid step weaker reaches the ratio on fewer than pair_share of the prompts: the calibrated strength is the
+    # smallest that does
     weaker = top.strength["norm_fraction"] / 2 ** (1 / PARAMS.per_doubling)
-    with hook_steering(planted.handle, prompts, HOOK, [planted.token_id]) as probe:
+    siblings = [planted.handle.tokenizer.convert_tokens_to_ids(t.strip()) for t in result.siblings]
+    assert result.category == "animals" and "dog" in [t.strip() for t in result.siblings]
+    with hook_steering(planted.handle, prompts, HOOK, [planted.token_id], sibling_ids=siblings) as probe:
         unit = planted.source.sae.W_dec.detach()[PROMOTER:PROMOTER + 1]
-        assert probe.directions(unit, np.array([weaker])).ratio[0] < PARAMS.ratio
+        pe = probe.prompt_effects(direction_deltas(unit, np.array([weaker]), probe.resid_norm))
+        assert ((pe.gain() >= np.log(PARAMS.ratio)) & (pe.kl_rest <= PARAMS.kl_bound)).mean() < PARAMS.pair_share
 
 
 def test_the_sweep_refuses_when_no_strength_reaches_the_ratio_under_the_bound(planted: Planted) -> None:
