@@ -90,6 +90,17 @@ class SteeringChunks:
         return path
 
 
+def steering_is_current(root: str | Path, sae_id: str, params: dict[str, Any]) -> bool:
+    """Whether the SAE's steering table verifies (`read_steering`: intact, from the current
+    weights) and was computed with `params` (the run's parameters), so that running it again
+    would write the same table."""
+    try:
+        _, meta = read_steering(root, sae_id)
+    except (NotFoundError, IntegrityError):
+        return False
+    return bool(meta.get("params") == params)
+
+
 def read_steering(root: str | Path, sae_id: str) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The verified steering table of an SAE and its sidecar (NotFoundError when none was
     computed; IntegrityError naming the file when it is damaged or from other weights)."""

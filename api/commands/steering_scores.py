@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import chosen_saes, handle_errors, print_json, print_table
+from api.commands.common import chosen_saes, console, handle_errors, print_json, print_table
 from api.commands.device_options import device_option
 from saes.intervene.steering_params import SteeringParams
 from store.errors import InvalidInputError
@@ -28,10 +28,13 @@ def steering_scores_command(
     top_k: int = typer.Option(DEFAULTS.top_k, min=1, help="Promoted and suppressed tokens kept per feature."),
     chunk: int = typer.Option(DEFAULTS.chunk, min=1, help="Features per batch and per resumable chunk."),
     device: str = device_option(),
+    force: bool = typer.Option(False, "--force", help="Recompute tables that are current (same parameters and "
+                               "weights)."),
     json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
 ) -> None:
     """Steer every feature at the last token of neutral prompts and store its output score
-    (Arad et al. 2025); a killed run resumes after its last finished chunk. Under
+    (Arad et al. 2025); a killed run resumes after its last finished chunk, and a current
+    table (same parameters, same weights) is kept unless --force. Under
     `torchrun --nproc_per_node=R -m api steering-scores ...` the ranks take the chunks in
     turn and rank 0 writes the tables and prints."""
     from saes.devices import resolve_device
@@ -49,12 +52,17 @@ def steering_scores_command(
     handle = load_model(spec, device=ctx.device(str(where)) if ctx else where)
     params = SteeringParams(n_prompts=prompts, prompt_tokens=prompt_tokens, seed=seed, strength=strength,
                             top_k=top_k, chunk=chunk)
-    reports = [compute_steering_scores(handle, atlas, sae_id, params, progress=not json_out, ctx=ctx) for sae_id in ids]
+    reports = [compute_steering_scores(handle, atlas, sae_id, params, progress=not json_out, ctx=ctx, force=force)
+               for sae_id in ids]
     if ctx is not None and not ctx.is_main:
         return
     if json_out:
         print_json(reports)
         return
+    for r in reports:
+        if r.current:
+            console.print(f"{r.sae_id}: steering table is current (same parameters and weights), kept; "
+                          "--force recomputes it", soft_wrap=True)
     print_table("steering scores", ["sae", "latents", "chunks computed", "chunks resumed", "table"],
                 [(r.sae_id, r.n_latents, r.chunks_computed, r.chunks_resumed, r.path) for r in reports])
 

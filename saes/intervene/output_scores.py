@@ -50,7 +50,8 @@ from saes.intervene.splice import Splice
 from saes.intervene.steering_params import SteeringParams
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
-from store.steering import STEERING_FILE, SteeringChunks
+from store.layout import AtlasLayout
+from store.steering import STEERING_FILE, SteeringChunks, steering_is_current
 from store.tables import FeatureTables, summarize_repair
 
 
@@ -150,14 +151,16 @@ class SteeringReport:
     n_latents: int
     chunks_computed: int
     chunks_resumed: int
+    current: bool = False  # the stored table was current: nothing was computed
 
 
 def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
                             params: SteeringParams = SteeringParams(), *, progress: bool = True,
-                            ctx: DistContext | None = None) -> SteeringReport:
+                            ctx: DistContext | None = None, force: bool = False) -> SteeringReport:
     """Measure and store the steering table of a summarized SAE (`store.steering`), chunk
-    by chunk; chunks finished by a killed run with the same parameters are kept. Under
-    torchrun (`ctx`) the ranks take the chunks in turn and rank 0 writes the table."""
+    by chunk; chunks finished by a killed run with the same parameters are kept, and a
+    finished table of the same parameters and weights is kept as it is (`current`) unless
+    `force`. Under torchrun (`ctx`) the ranks take the chunks in turn and rank 0 writes the table."""
     tables = FeatureTables(root, sae_id).features
     lens = lens_token_matrix(tables["top_logit_ids"].to_list(), f"the summary of SAE {sae_id!r}")
     if lens.max() >= handle.d_vocab:
@@ -166,8 +169,11 @@ def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
     alpha = params.strength * np.nan_to_num(tables["mean_active_act"].to_numpy().astype(np.float32))
     sae = load_atlas_sae(root, sae_id, device=handle.device)
     hook = sae.cfg.hook_name_out or atlas_sae_hook(root, sae_id)  # where the decoder writes (a transcoder's output)
-    prompts = neutral_prompts(handle, params.n_prompts, params.prompt_tokens, params.seed)
     run = {**asdict(params), "hook": hook, "model": handle.name, "lens_tokens": int(lens.shape[1])}
+    if not force and steering_is_current(root, sae_id, run):
+        return SteeringReport(sae_id, str(AtlasLayout(root).sae_dir(sae_id) / STEERING_FILE), len(tables), 0, 0,
+                              current=True)
+    prompts = neutral_prompts(handle, params.n_prompts, params.prompt_tokens, params.seed)
     rank, world = rank_and_world(ctx)
     if rank != 0:
         barrier(ctx)  # rank 0 first: it discards a stale run's chunks

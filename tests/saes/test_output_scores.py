@@ -145,8 +145,8 @@ def test_a_killed_run_resumes_from_its_last_finished_chunk(atlas_root: dict[str,
                                                                                  atlas_root["d_sae"])
     assert not (folder / CHUNKS_DIR).exists()
     resumed, meta = read_steering(root, sae_id)
-    again = compute_steering_scores(handle, root, sae_id, PARAMS, progress=False)
-    assert again.chunks_computed == 4
+    again = compute_steering_scores(handle, root, sae_id, PARAMS, progress=False, force=True)
+    assert again.chunks_computed == 4 and not again.current
     fresh, _ = read_steering(root, sae_id)
     assert dict(resumed.schema) == STEERING_SCHEMA and resumed["latent"].to_list() == list(range(atlas_root["d_sae"]))
     for column in ("output_score", "kl", "alpha"):
@@ -207,6 +207,44 @@ def test_cli_writes_the_table(atlas_root: dict[str, Any], tmp_path: Path) -> Non
     frame, meta = read_steering(root, sae_id)
     assert frame.height == atlas_root["d_sae"] and meta["params"]["n_prompts"] == 3
     assert meta["params"]["hook"] == atlas_root["hooks"][0]
+
+
+def test_a_current_table_is_kept_unless_forced(atlas_root: dict[str, Any], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-running on a finished table of the same parameters and weights computes nothing and
+    says so; other parameters or --force recompute it."""
+    from api.cli import app
+
+    root = tmp_path / "atlas"
+    shutil.copytree(atlas_root["root"], root)
+    sae_id = atlas_root["sae_ids"][0]
+    args = ["steering-scores", "--atlas", str(root), "--sae", sae_id, "--prompts", "3", "--prompt-tokens", "6",
+            "--chunk", "32", "--device", "cpu"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    table = root / "saes" / sae_id / STEERING_FILE
+    written = (table.read_bytes(), (table.parent / STEERING_META).read_bytes())
+    original = output_scores.steering_chunk
+
+    def computed(*a: Any, **k: Any) -> pl.DataFrame:
+        raise AssertionError("a chunk of a current table was computed again")
+
+    monkeypatch.setattr(output_scores, "steering_chunk", computed)
+    again = CliRunner().invoke(app, [*args, "--json"])
+    assert again.exit_code == 0, again.output
+    [report] = json.loads(again.output)
+    assert report["current"] and (report["chunks_computed"], report["chunks_resumed"]) == (0, 0)
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code == 0 and "steering table is current (same parameters and weights), kept; --force" in shown.output
+    assert (table.read_bytes(), (table.parent / STEERING_META).read_bytes()) == written
+    monkeypatch.setattr(output_scores, "steering_chunk", original)
+    n_chunks = -(-atlas_root["d_sae"] // 32)
+    forced = CliRunner().invoke(app, [*args, "--force", "--json"])
+    assert forced.exit_code == 0, forced.output
+    assert json.loads(forced.output)[0]["chunks_computed"] == n_chunks and not json.loads(forced.output)[0]["current"]
+    other = CliRunner().invoke(app, [*args, "--strength", "3", "--json"])  # other parameters
+    assert other.exit_code == 0, other.output
+    assert json.loads(other.output)[0]["chunks_computed"] == n_chunks
+    assert read_steering(root, sae_id)[1]["params"]["strength"] == 3
 
 
 def test_two_torchrun_ranks_write_the_table_of_one_process(atlas_root: dict[str, Any], tmp_path: Path) -> None:
