@@ -36,8 +36,13 @@ function draw(result, options) {
   const graph = result.graph;
   const { nodes, links } = options.collapse ? collapsed(graph) : { nodes: graph.nodes, links: graph.links };
   const tokens = graph.metadata.prompt_tokens;
-  const rowOf = (n) => (n.layer === "E" ? 0 : Number(n.layer) + 1);
-  const rows = Math.max(...nodes.map(rowOf)) + 1;
+  // Rows: embeddings, one per dictionary (named by its model layer), logits; circuit-tracer
+  // numbers the logit layer one past an empty one, which is not drawn.
+  const dicts = (graph.metadata.sae_atlas || {}).dictionaries
+    || [...new Set(nodes.filter((n) => n.layer !== "E" && n.feature_type !== "logit").map((n) => Number(n.layer)))]
+      .sort((a, b) => a - b).map((layer) => ({ layer }));
+  const rowOf = (n) => (n.layer === "E" ? 0 : n.feature_type === "logit" ? dicts.length + 1 : Number(n.layer) + 1);
+  const rows = dicts.length + 2;
   const colW = Math.max(70, Math.min(140, 1100 / tokens.length)), rowH = 46, padL = 40, padT = 20;
   const width = padL + colW * tokens.length + 20, height = padT + rowH * rows + 40;
   const cells = new Map();
@@ -59,7 +64,7 @@ function draw(result, options) {
   tokens.forEach((t, i) => plot.append(svg("text", { x: padL + colW * (i + 0.5), y: height - 8, "text-anchor": "middle",
     "font-size": 11 }, t.length > 12 ? t.slice(0, 11) + "…" : t)));
   for (let r = 0; r < rows; r++) plot.append(svg("text", { x: 4, y: padT + rowH * (rows - 1 - r) + rowH / 2 + 4, "font-size": 10,
-    fill: "#888" }, r === 0 ? "Emb" : r === rows - 1 ? "Lgt" : `L${r - 1}`));
+    fill: "#888", class: "graph-row" }, r === 0 ? "Emb" : r === rows - 1 ? "Lgt" : `L${dicts[r - 1].layer}`));
   for (const l of links) {
     const a = pos.get(l.source), b = pos.get(l.target);
     if (!a || !b) continue;

@@ -17,6 +17,15 @@ def test_graph_page(planted: dict[str, Any]) -> None:  # noqa: F811
     with LiveServer(planted["root"], allow_interventions=True) as live, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
         page = _page(browser, live.url)
+
+        def model_layers(route: Any) -> None:  # the rows are named by the dictionaries' model layers, say 8 and 15
+            response = route.fetch()
+            body = response.json()
+            for d, layer in zip(body["graph"]["metadata"]["sae_atlas"]["dictionaries"], (8, 15), strict=True):
+                d["layer"] = layer
+            route.fulfill(response=response, json=body)
+
+        page.route("**/graph", model_layers)
         page.goto(live.url + "/#/graph")
         page.wait_for_selector("#graph-prompt")
         page.fill("#graph-prompt", TEXT)
@@ -28,6 +37,7 @@ def test_graph_page(planted: dict[str, Any]) -> None:  # noqa: F811
         assert n_nodes == page.locator(".graph-node").count() > 5
         assert n_links == page.locator(".graph-link").count() > 5
         assert "replacement" in page.inner_text("#graph-summary")
+        assert page.locator(".graph-row").all_text_contents() == ["Emb", "L8", "L15", "Lgt"]  # no empty row
         assert page.locator(".graph-node.logit").count() == 1 and page.locator(".graph-node.embedding").count() >= 9
         # the heaviest edge is drawn widest
         widths = {float(e.get_attribute("stroke-width")): abs(float(e.get_attribute("data-weight")))
