@@ -125,3 +125,31 @@ def planted_specificity() -> Planted:
     density[DEAD] = 0.0
     source = SteeringSource("specific", HOOK, sae, np.ones(D_SPECIFIC, np.float32), table, TABLE_PROMPTS, density)
     return Planted(handle, source, ids["cat"])
+
+
+PARTS = (0, 1, 2)
+D_COMBINED = 12
+
+
+def planted_combination() -> Planted:
+    """An SAE at the last block whose latents 0, 1 and 2 each write the unembedding of
+    "cat" plus a large share of noise, the noise cancelling in their sum: the steering
+    direction toward the token is made of the three (`PARTS`), equal weights; the rest
+    random."""
+    handle = tiny_model(arch="llama", n_layers=2, seed=4)
+    token = int(handle.tokenizer.convert_tokens_to_ids("cat"))
+    u = _unit(handle.W_U.detach().float()[:, token])
+    gen = torch.Generator().manual_seed(2)
+    q, _ = torch.linalg.qr(torch.cat([u[:, None], torch.randn(handle.d_model, 2, generator=gen)], 1))
+    a, b = q[:, 1], q[:, 2]
+    rows = torch.randn(D_COMBINED, handle.d_model, generator=gen)
+    rows[0], rows[1], rows[2] = u + 2 * a, u + 2 * b, u - 2 * a - 2 * b
+    sae = build_sae(SAEConfig(architecture="standard", d_in=handle.d_model, d_sae=D_COMBINED, hook_name=HOOK)).eval()
+    with torch.no_grad():
+        sae.W_dec.copy_(rows / rows.norm(dim=-1, keepdim=True))
+    empty = {"promoted_ids": [], "promoted_deltas": [], "suppressed_ids": [], "suppressed_deltas": []}
+    table = pl.DataFrame([{"latent": i, "alpha": 1.0, "output_score": 0.0, "lens_top_prob": 0.0, "lens_best_rank": 0.0,
+                           "kl": 0.0, **empty} for i in range(D_COMBINED)], schema=STEERING_SCHEMA)
+    source = SteeringSource("combined", HOOK, sae, np.ones(D_COMBINED, np.float32), table, TABLE_PROMPTS,
+                            np.full(D_COMBINED, 0.01))
+    return Planted(handle, source, token)
