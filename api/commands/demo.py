@@ -1,12 +1,15 @@
 """`sae-atlas demo`: the whole pipeline on the embedded default model and text.
 
 Each step reuses what a previous run finished (cache, SAEs, evaluations, ...), so the
-command can be re-run after an interruption or to add steps.
+command can be re-run after an interruption or to add steps. It ends with what every
+explorer page opens on (the suite's `core` results for the Board, steering tables, a stored
+graph, a comparison) and prints the command that serves the explorer (`serve_argv`).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import torch
@@ -15,14 +18,20 @@ import typer
 from api.commands.cache import print_cache_summary
 from api.commands.common import console, handle_errors, print_table
 from api.commands.device_options import device_option, model_dtype_option
+from api.commands.eval import EvalsFailed
 from api.commands.summarize import build_offline_labels, print_reports
+from api.services.compare import summary_rows
+from api.services.graphs import KIND as GRAPH_KIND
+from api.services.graphs import store_graph, stored_graph
+from geometry.results import list_runs
 from saes.atlas_saes import load_atlas_sae
 from saes.cache import cache_activations
 from saes.corpus import CorpusSpec
 from saes.devices import use_by_default
-from saes.eval.evaluate import EVAL_FILE, evaluate_atlas_sae, read_eval
+from saes.eval.suite import run_suite
 from saes.forward import run_hooks
 from saes.intervene.concepts import load_concept
+from saes.intervene.output_scores import SteeringParams, compute_steering_scores
 from saes.models import DEFAULT_MODEL, ModelHandle, load_model
 from saes.summary.run import summarize_sae
 from saes.train.atlas import train_saes
@@ -34,6 +43,12 @@ from store.search import FeatureSearch
 DEMO_TOKENS = 65536
 DEMO_TRAIN_TOKENS = 500_000
 DEMO_TEXT = "The meeting moved from Monday to Friday, and the report is due in March."
+DEMO_STEERING = SteeringParams(n_prompts=2, prompt_tokens=8, chunk=64)
+"""The steering screen: 2 prompts of 8 tokens (`sae-atlas steering-scores` defaults to 16 of 12)."""
+DEMO_GRAPH_RUN = "weekdays"
+DEMO_GRAPH_TEXT = "Two days from Monday is"
+DEMO_GRAPH_TARGET = " Wednesday"
+DEMO_COMPARE = {"n_tokens": 4096, "sample_tokens": 1024, "n_perm": 20}
 
 
 def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
@@ -103,23 +118,77 @@ def _circles(handle: ModelHandle, atlas: Path) -> None:
                 ["concept", "clearest layer", "R^2 (leave-one-out)", "cyclic order", "fitted period"], rows)
 
 
-def _train_and_evaluate(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int, seed: int) -> list[str]:
+def _train(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int, seed: int) -> list[str]:
+    """One TopK SAE per hook; their ids."""
     results = train_saes(atlas, hooks, architecture="topk", expansion=8, k=32,
                          train_cfg=TrainConfig(total_tokens=train_tokens, seed=seed, device=str(handle.device)))
-    layout = AtlasLayout(atlas)
+    return [summary["sae_id"] for summary in results.values()]
+
+
+def core_evals(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
+    """The suite's `core` eval of every SAE: the one record of the demo's evaluation
+    (`evals/core.json`, which the Board shows, and `eval.json`); finished results are kept."""
+    run = run_suite(atlas, sae_ids, ["core"], {}, device=str(handle.device), model=lambda: handle, progress=False)
+    if run.failures:
+        raise EvalsFailed("; ".join(f"{sae_id} {name}: {why}" for (sae_id, name), why in run.failures.items()))
     rows = []
-    for summary in results.values():
-        sae_id = summary["sae_id"]
-        if (layout.sae_dir(sae_id) / EVAL_FILE).exists():
-            record = read_eval(atlas, sae_id)
-        else:
-            record = evaluate_atlas_sae(atlas, sae_id, model_handle=handle)
-        m = record["metrics"]
-        rows.append((sae_id, m["explained_variance"], m["l0"], m["dead_fraction"],
-                     m.get("ce_loss_recovered", float("nan"))))
-    print_table("SAEs (held-out tokens, BOS excluded)",
+    for sae_id in sae_ids:
+        m = run.results[sae_id]["core"]["eval_result_metrics"]
+        rows.append((sae_id, m["reconstruction_quality"]["explained_variance"], m["sparsity"]["l0"],
+                     1.0 - m["misc_metrics"]["frac_alive"], m["model_performance_preservation"]["ce_loss_score"]))
+    print_table("SAEs: suite `core` on held-out tokens, BOS excluded (the explorer's Board)",
                 ["sae", "explained var", "L0", "dead", "CE recovered"], rows)
-    return [r[0] for r in rows]
+
+
+def _steering_tables(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
+    """A cheap steering screen of every SAE (few, short prompts): what the Steer page ranks from."""
+    reports = [compute_steering_scores(handle, atlas, sae_id, DEMO_STEERING, progress=False) for sae_id in sae_ids]
+    print_table(f"steering tables ({DEMO_STEERING.n_prompts} prompts of {DEMO_STEERING.prompt_tokens} tokens; "
+                "sae-atlas steering-scores measures more)", ["sae", "latents", "chunks computed", "chunks kept"],
+                [(r.sae_id, r.n_latents, r.chunks_computed, r.chunks_resumed) for r in reports])
+
+
+def _stored_graph(atlas: Path, text: str, target: str) -> None:
+    """An attribution graph of `text` -> `target`, stored for the Graph page."""
+    from api.atlas import Atlas
+
+    if DEMO_GRAPH_RUN not in list_runs(atlas, GRAPH_KIND):
+        store_graph(atlas, DEMO_GRAPH_RUN, Atlas(atlas).graph(text, target))
+    graph = stored_graph(atlas, DEMO_GRAPH_RUN)
+    console.print(f"graph {DEMO_GRAPH_RUN!r} of {text!r} -> {target!r}: "
+                  f"{graph['size']['kept_nodes']} nodes, {graph['size']['kept_edges']} edges kept, "
+                  f"replacement {graph['scores']['replacement']:.3f}")
+
+
+def _comparison(atlas: Path, sae_ids: list[str]) -> None:
+    """The last two SAEs compared (activation correlations, matched pairs, nulls)."""
+    from api.atlas import Atlas
+
+    if len(sae_ids) < 2:
+        return
+    sae_a, sae_b = sae_ids[-2], sae_ids[-1]
+    run = f"{sae_a}--{sae_b}"
+    if run in list_runs(atlas, "compare"):
+        result = Atlas(atlas).comparison(run)
+    else:
+        result = Atlas(atlas).compare(atlas, sae=sae_a, other_sae=sae_b, run=run, **DEMO_COMPARE)
+    print_table(f"{sae_a} vs {sae_b} ({result.summary['n_tokens']} tokens)", ["score", "value", "null", "p"],
+                summary_rows(result))
+
+
+def explorer_content(handle: ModelHandle, atlas: Path, sae_ids: list[str],
+                     graph: tuple[str, str] = (DEMO_GRAPH_TEXT, DEMO_GRAPH_TARGET)) -> None:
+    """What the explorer's model pages open on: steering tables (a cheap screen), a stored
+    graph of `graph` (prompt, target) and a comparison of two SAEs; finished ones are kept."""
+    _steering_tables(handle, atlas, sae_ids)
+    _stored_graph(atlas, *graph)
+    _comparison(atlas, sae_ids)
+
+
+def serve_argv(atlas: Path) -> list[str]:
+    """The command the demo's closing lines print: the explorer on 127.0.0.1 with the model
+    allowed to run (steering, attribution, graphs), which loopback keeps to this machine."""
+    return ["sae-atlas", "serve", str(atlas), "--allow-interventions"]
 
 
 @handle_errors
@@ -143,7 +212,8 @@ def demo_command(
     summary = cache_activations(handle, atlas, hooks, corpus=CorpusSpec(seed=seed), n_tokens=tokens)
     print_cache_summary(summary)
     console.rule("[bold]3. one TopK SAE per layer, evaluated")
-    sae_ids = _train_and_evaluate(handle, atlas, hooks, train_tokens, seed)
+    sae_ids = _train(handle, atlas, hooks, train_tokens, seed)
+    core_evals(handle, atlas, sae_ids)
     console.rule("[bold]4. feature summaries (held-out tokens)")
     reports = [
         summarize_sae(atlas, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
@@ -161,9 +231,13 @@ def demo_command(
     _circles(handle, atlas)
     console.rule("[bold]7. hierarchy and feature maps")
     _hierarchy_and_maps(handle, atlas, sae_ids, seed)
-    console.rule("[bold]8. explore")
-    console.print(f"Atlas ready in {atlas}. Explore it with\n  .venv/bin/sae-atlas serve {atlas}\n"
-                  "and open http://127.0.0.1:8000/ (feature pages at /saes/<sae_id>/features/<index>).")
+    console.rule("[bold]8. steering tables, a stored graph and a comparison (the explorer's pages)")
+    explorer_content(handle, atlas, sae_ids)
+    console.rule("[bold]9. explore")
+    console.print(f"Atlas ready in {atlas}. Explore it with\n  .venv/bin/{shlex.join(serve_argv(atlas))}\n"
+                  "and open http://127.0.0.1:8000/ (feature pages at #/saes/<sae_id>/features/<index>). "
+                  "--allow-interventions lets the explorer run the model (Steer, Attribute, Graph); "
+                  "the server listens on 127.0.0.1 only.")
 
 
 def register(app: typer.Typer) -> None:

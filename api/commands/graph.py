@@ -10,6 +10,7 @@ import typer
 
 from api.atlas import Atlas
 from api.commands.common import handle_errors, print_json, print_table
+from api.services.graphs import store_graph
 from store.errors import InvalidInputError
 
 
@@ -33,6 +34,8 @@ def graph_command(
                                      "other MLPs (their outputs become error nodes)."),
     clt: str = typer.Option(None, "--clt", help="Cross-layer transcoder of the graph (default: the atlas's only "
                             "CLT, if it has one)."),
+    store: str = typer.Option(None, "--store", help="Also store the graph in the atlas as analyses/graph/RUN "
+                              "(the explorer's Graph page shows stored graphs without the model)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Attribution graph (circuit-tracer's method): direct effects among active features,
@@ -48,6 +51,8 @@ def graph_command(
                                 edge_threshold=edge_threshold, supernodes="geometry" if supernodes else None,
                                 interventions=edits, freeze_mlps=freeze_mlps, clt=clt)
     path = result.save(out)
+    if store:
+        store_graph(atlas, store, result)
     if json_out:
         print_json({k: v for k, v in result.to_dict().items() if k != "graph"} | {"path": str(path)})
         return
@@ -58,7 +63,7 @@ def graph_command(
     for i in result.interventions:
         print_table(f"{i['kind']} {i['node']} (value {i['value']:g})", ["logit", "measured", "direct", "total"],
                     zip(i["tokens"], i["measured"], i["direct"], i["total"], strict=True))
-    typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {path}" + (f"; stored analyses/graph/{store} in {atlas}" if store else ""))
 
 
 def register(app: typer.Typer) -> None:

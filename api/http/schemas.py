@@ -99,6 +99,8 @@ class Health(BaseModel):
     worker_pid: int | None = None
     auth: bool | None = Field(default=None, description="whether data endpoints need a bearer token")
     analyses_allowed: bool | None = None
+    interventions_allowed: bool | None = Field(
+        default=None, description="whether the model may run (POST /run, /steer, /attribute, /graph, /steering/search)")
     damaged_saes: dict[str, str] | None = Field(
         default=None, description="SAEs not served because a file is damaged: SAE id -> the file and its repair")
     unregistered_saes: dict[str, str] | None = Field(

@@ -52,6 +52,17 @@ class NodeIntervention(TypedDict):
     total: list[Number]
 
 
+class StoredGraph(TypedDict):
+    """A graph stored in the atlas (`analyses/graph/<run>`): its prompt, targets and pruned size."""
+
+    run: str
+    text: str
+    targets: list[str]
+    kind: str
+    kept_nodes: int
+    kept_edges: int
+
+
 @dataclass
 class GraphView(JsonResult):
     """An attribution graph of one prompt (see `saes.circuits`)."""

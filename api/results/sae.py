@@ -39,6 +39,8 @@ class SaeInfo(TypedDict):
 class SaeStatus(SaeInfo):
     """One SAE and whether it can be served."""
 
+    steering_table: Annotated[bool, Field(
+        description="whether `sae-atlas steering-scores` stored its steering table (the Steer page ranks from it)")]
     status: Annotated[Status, Field(
         description="'damaged': a file of the SAE is missing, truncated or corrupt; its pages answer 500 naming it. "
                     "'unregistered': its folder is on disk but atlas.json does not list it; its pages are served "

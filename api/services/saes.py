@@ -14,6 +14,7 @@ from api.sae_view import open_sae
 from saes.importing.pipeline import import_sae
 from saes.registry import folder_record
 from store.errors import IntegrityError
+from store.steering import STEERING_META
 
 RECORDED_KEYS = ("hook", "hook_out", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")
 
@@ -37,20 +38,21 @@ def status(ctx: AtlasContext, sae_id: str) -> SaeStatus:
     if problem is not None:
         return _row(sae_id, ctx.recorded(sae_id), "damaged", ctx.describe(problem))
     view = open_sae(ctx, sae_id)
+    steering = (view.folder / STEERING_META).is_file()
     if sae_id in ctx.layout.registered_sae_ids():
-        return SaeStatus(**view.info, status="ok", problem=None)
+        return SaeStatus(**view.info, steering_table=steering, status="ok", problem=None)
     try:
         record = folder_record(view.folder, sae_id)
     except IntegrityError as exc:
-        return SaeStatus(**view.info, status="unregistered", problem=ctx.describe(exc))
-    return _row(sae_id, record, "unregistered", ctx.describe(ctx.layout.unregistered_sae(sae_id)))
+        return SaeStatus(**view.info, steering_table=steering, status="unregistered", problem=ctx.describe(exc))
+    return _row(sae_id, record, "unregistered", ctx.describe(ctx.layout.unregistered_sae(sae_id)), steering)
 
 
-def _row(sae_id: str, record: dict[str, Any], state: Status, problem: str) -> SaeStatus:
+def _row(sae_id: str, record: dict[str, Any], state: Status, problem: str, steering: bool = False) -> SaeStatus:
     """A listing row from an atlas.json record (what it holds of the SAE's facts)."""
     return SaeStatus(sae_id=sae_id, **{key: record.get(key) for key in RECORDED_KEYS},
                      source=(record.get("source") or {}).get("source") or "trained",
-                     suspect=bool(record.get("suspect")), status=state, problem=problem)
+                     suspect=bool(record.get("suspect")), steering_table=steering, status=state, problem=problem)
 
 
 def listing(ctx: AtlasContext) -> pl.DataFrame:

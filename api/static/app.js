@@ -40,6 +40,22 @@ async function saes() {
   return state.saes;
 }
 
+async function health() {
+  if (!state.health) state.health = await api("/health");
+  return state.health;
+}
+
+// A notice (shown before any click) for what this server cannot do: `command` is what makes it possible.
+const needs = (id, text, command) => el("div", { class: "notice", id }, text, " ", el("code", {}, command),
+  command.includes("<atlas>") ? el("span", { class: "muted" }, " (<atlas>: the atlas directory this server serves)") : "");
+
+// null when the server lets the model run, else the notice naming the restart command.
+async function interventionsOff(what) {
+  if ((await health()).interventions_allowed) return null;
+  return needs("needs-interventions", `${what} runs the model, which this server does not allow. Restart it with`,
+    "sae-atlas serve <atlas> --allow-interventions");
+}
+
 // --- small DOM helpers ---------------------------------------------------------------------
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -145,11 +161,17 @@ function renderTextResult(out, result, sae) {
 
 // --- SAE list and feature list ----------------------------------------------------------------
 async function saesView() {
-  const list = await saes();
+  // FVU and L0 from the suite's `core` results (what the Board shows); atlas.json's record where there are none.
+  const core = Object.fromEntries((await api("/board")).rows.map((r) => [r.sae_id, r.metrics]));
+  const list = (await saes()).map((r) => {
+    const m = core[r.sae_id] || {};
+    return m["core/fvu"] == null ? r : { ...r, fvu: m["core/fvu"], l0: m["core/l0"] };
+  });
   const problems = list.filter((r) => r.status !== "ok");
   view.replaceChildren(el("h2", {}, "SAEs"),
     problems.length ? el("div", { id: "sae-problems" }, problems.map((r) =>
       el("p", { class: `error ${r.status}` }, el("b", {}, `${r.sae_id} (${r.status}) `), r.problem))) : "",
+    el("p", { class: "muted" }, "fvu and l0: the held-out `core` eval (the Board's numbers) where it ran, else training's held-out check."),
     table(["sae_id", "hook", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "source"], list, {
       sae_id: (r) => el("span", {}, el("a", { class: "feat", href: `#/saes/${enc(r.sae_id)}` }, r.sae_id),
         r.suspect ? el("span", { class: "suspect", title: "imported with --force despite the misload guard" }, " suspect") : "",
@@ -203,7 +225,7 @@ async function featureView(sae, index) {
     el("div", { class: "grid" },
       el("div", { class: "card" }, el("h3", {}, "Promotes"), logits(f.top_logits, "logit-pos")),
       el("div", { class: "card" }, el("h3", {}, "Suppresses"), logits(f.bottom_logits, "logit-neg"))),
-    steerBox(sae, index, s.max_act),
+    (await health()).interventions_allowed ? steerBox(sae, index, s.max_act) : "",
     el("div", { class: "grid" },
       el("div", { class: "card" }, el("h3", {}, "Similar features"), links(f.neighbours, "neighbours")),
       el("div", { class: "card" }, el("h3", {}, "Geometry"), geometryRecords(f.geometry || [])),
@@ -224,7 +246,7 @@ function geometryRecords(records) {
 // --- interventions (server started with --allow-interventions) -------------------------------
 function steerBox(sae, index, maxAct) {
   const prompt = el("input", { id: "steer-prompt", type: "text", size: 50, value: "Today is Monday, so tomorrow is" });
-  const alpha = el("input", { id: "steer-alpha", type: "number", step: "any", value: String(2 * (maxAct || 2)) });
+  const alpha = el("input", { id: "steer-alpha", type: "number", step: "any", value: String(Number((2 * (maxAct || 2)).toPrecision(3))) });
   const tokens = el("input", { id: "steer-tokens", type: "number", min: 1, max: 64, value: 12 });
   const out = el("div", { id: "steer-result" });
   const run = async () => {
@@ -255,6 +277,8 @@ function signed(tokens, values) {
 }
 
 async function attributeView() {
+  const off = await interventionsOff("Attribution");
+  if (off) { view.replaceChildren(el("h2", {}, "Which features drive a prediction?"), off); return; }
   const list = await saes();
   const text = el("textarea", { id: "attr-text" });
   text.value = sessionStorage.getItem("sae-atlas-attr-text") || "Today is Monday, so tomorrow is";

@@ -4,7 +4,9 @@
 // whose colour is its sign (blue up, red down). Click a feature for its feature page,
 // shift-click to pin it, and collapse the graph's supernodes (stored circles, concept spans,
 // lobes) into one node with summed edges. Uses app.js's helpers (api, el, fmt, featureHref,
-// table; svg.js's svg). Only `graphView` is global.
+// table, enc, interventionsOff, needs; svg.js's svg). The page opens on the graphs stored in the atlas
+// (GET /graphs, `sae-atlas graph ... --store RUN`); building a new one needs --allow-interventions.
+// Only `graphView` is global.
 (function () {
 "use strict";
 
@@ -91,38 +93,61 @@ function draw(result, options) {
   return plot;
 }
 
+// The graph's summary, drawing and most influential nodes into `out` (redrawn when the collapse box changes).
+function show(out, result, collapse) {
+  const options = { collapse: false, pinned: new Set(), redraw: () => {} };
+  options.redraw = () => {
+    options.collapse = collapse.checked;
+    const s = result.scores, z = result.size;
+    out.replaceChildren(
+      el("p", { id: "graph-summary" }, `${result.kind} graph (${result.linear ? "exact direct effects" : "first-order edges"}) of `,
+        el("code", {}, result.text), " → ", result.targets.map((t) => `${JSON.stringify(t.token)} p=${fmt(t.prob)}`).join(", "),
+        ` · nodes ${z.nodes} → ${z.kept_nodes}, edges ${z.edges} → ${z.kept_edges} · replacement ${fmt(s.replacement)},`
+        + ` completeness ${fmt(s.completeness)}`),
+      draw(result, options),
+      el("p", { id: "graph-pinned" }, options.pinned.size ? `pinned: ${[...options.pinned].join(", ")}` : "shift-click a node to pin it"),
+      el("h3", {}, "Most influential nodes"),
+      table(["node_id", "sae_id", "latent", "token", "activation", "influence", "label"], result.top_nodes));
+  };
+  collapse.onchange = () => options.redraw();
+  options.redraw();
+}
+
 async function graphView() {
-  const prompt = el("input", { id: "graph-prompt", size: 60, value: "the cat sat on the mat and the dog" });
-  const target = el("input", { id: "graph-target", size: 14, placeholder: "target token" });
   const collapse = el("input", { id: "graph-collapse", type: "checkbox" });
   const out = el("div", { id: "graph-out" });
-  const options = { collapse: false, pinned: new Set(), redraw: () => {} };
-  const build = el("button", { id: "graph-build", onclick: async () => {
-    try {
-      const body = { text: prompt.value };
-      if (target.value.trim()) body.targets = [target.value];
-      const result = await api("/graph", body);
-      options.redraw = () => {
-        options.collapse = collapse.checked;
-        const s = result.scores, z = result.size;
-        out.replaceChildren(
-          el("p", { id: "graph-summary" }, `${result.kind} graph (${result.linear ? "exact direct effects" : "first-order edges"}) → `,
-            result.targets.map((t) => `${JSON.stringify(t.token)} p=${fmt(t.prob)}`).join(", "),
-            ` · nodes ${z.nodes} → ${z.kept_nodes}, edges ${z.edges} → ${z.kept_edges} · replacement ${fmt(s.replacement)},`
-            + ` completeness ${fmt(s.completeness)}`),
-          draw(result, options),
-          el("p", { id: "graph-pinned" }, options.pinned.size ? `pinned: ${[...options.pinned].join(", ")}` : "shift-click a node to pin it"),
-          el("h3", {}, "Most influential nodes"),
-          table(["node_id", "sae_id", "latent", "token", "activation", "influence", "label"], result.top_nodes));
-      };
-      collapse.onchange = () => options.redraw();
-      options.redraw();
-    } catch (err) { out.replaceChildren(el("div", { class: "error", id: "error" }, String(err.message || err))); }
-  } }, "Build graph");
+  const stored = await api("/graphs");
+  const storedSelect = el("select", { id: "graph-stored" },
+    stored.map((g) => el("option", { value: g.run }, `${g.run}: ${g.text} → ${g.targets.join(", ")}`)));
+  const open = async () => {
+    try { show(out, await api(`/graphs/${enc(storedSelect.value)}`), collapse); } catch (err) {
+      out.replaceChildren(el("div", { class: "error", id: "error" }, String(err.message || err)));
+    }
+  };
+  storedSelect.onchange = open;
+  const storeCommand = 'sae-atlas graph <atlas> "Two days from Monday is" --target " Wednesday" --store weekdays';
+  const off = await interventionsOff("Building a graph");
+  let builder = off;
+  if (!off) {
+    const prompt = el("input", { id: "graph-prompt", size: 60, value: "the cat sat on the mat and the dog" });
+    const target = el("input", { id: "graph-target", size: 14, placeholder: "target token" });
+    const build = el("button", { id: "graph-build", onclick: async () => {
+      out.replaceChildren(el("span", { class: "muted" }, "building the graph (the model runs; a minute or more on a CPU)..."));
+      try {
+        const body = { text: prompt.value };
+        if (target.value.trim()) body.targets = [target.value];
+        show(out, await api("/graph", body), collapse);
+      } catch (err) { out.replaceChildren(el("div", { class: "error", id: "error" }, String(err.message || err))); }
+    } }, "Build graph");
+    builder = el("div", {}, prompt, " ", target, " ", build);
+  }
   view.replaceChildren(el("h2", {}, "Attribution graph"),
     el("p", { class: "muted" }, "Direct effects among features, errors, tokens and logits with attention and norms frozen "
-      + "(circuit-tracer's method), pruned by influence. Needs a server started with --allow-interventions."),
-    el("div", {}, prompt, " ", target, " ", build, " ", el("label", {}, collapse, " collapse supernodes")), out);
+      + "(circuit-tracer's method), pruned by influence."),
+    stored.length ? "" : needs("needs-graph", "No graph is stored in this atlas yet. Store one with", storeCommand),
+    el("div", {}, stored.length ? ["stored graph ", storedSelect, " "] : "", el("label", {}, collapse, " collapse supernodes")),
+    builder, out);
+  if (stored.length) await open();
 }
 
 window.graphView = graphView;

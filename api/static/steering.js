@@ -3,7 +3,8 @@
 // strength), a click on one fills a steer edit, and the generation streams in token by token
 // (POST /steer/stream, server-sent events read from a fetch stream), the clean and the steered
 // continuation side by side. Uses app.js's helpers (api, authHeaders, el, fmt, enc, featLink,
-// saes, table); only `steeringView` is global.
+// saes, table, interventionsOff, needs); only `steeringView` is global. Before any click the page
+// says what it lacks (the --allow-interventions flag, a steering table) with the command that adds it.
 (function () {
 "use strict";
 
@@ -67,9 +68,19 @@ function sideBySide() {
 }
 
 async function steeringView() {
-  const list = await saes();
+  const title = el("h2", {}, "Steer toward a token");
+  const off = await interventionsOff("Steering");
+  if (off) { view.replaceChildren(title, off); return; }
+  const all = await saes();
+  const list = all.filter((s) => s.steering_table && s.status === "ok");  // what a search can rank from
+  const command = "sae-atlas steering-scores --atlas <atlas> --prompts 2 --prompt-tokens 8";
+  if (!list.length) {
+    view.replaceChildren(title, needs("needs-steering", "No SAE of this atlas has a steering table yet. Screen them with", command));
+    return;
+  }
+  const missing = all.filter((s) => !list.includes(s));
   const target = el("input", { id: "steering-target", type: "text", value: sessionStorage.getItem("sae-atlas-steering-target") || " Friday" });
-  const select = el("select", { id: "steering-sae" }, el("option", { value: "" }, "all SAEs"),
+  const select = el("select", { id: "steering-sae" }, missing.length ? "" : el("option", { value: "" }, "all SAEs"),
     list.map((s) => el("option", { value: s.sae_id }, s.sae_id)));
   const mode = el("select", { id: "steering-mode" }, el("option", { value: "add" }, "add"), el("option", { value: "clamp" }, "clamp"));
   const ranked = el("div", { id: "steering-results" });
@@ -119,7 +130,9 @@ async function steeringView() {
       out.append(el("div", { class: "error" }, err.message));
     }
   };
-  view.replaceChildren(el("h2", {}, "Steer toward a token"),
+  view.replaceChildren(title,
+    missing.length ? needs("needs-steering", `Left out, no steering table: ${missing.map((s) => s.sae_id).join(", ")}. Add them with`,
+      `${command} ${missing.map((s) => "--sae " + s.sae_id).join(" ")}`) : "",
     el("div", {}, "target token ", target, " ", select, " ", mode, " ", el("button", { id: "steering-run", onclick: search }, "Rank features")),
     ranked,
     el("div", { class: "card", id: "steering-box" }, el("h3", {}, "Generate with the edit"),

@@ -204,7 +204,8 @@ def test_token_auth(token_server: Any, small_atlas: dict[str, Any]) -> None:
 def test_health_never_names_the_atlas(http: httpx.Client, small_atlas: dict[str, Any]) -> None:
     text = http.get("/health").text
     assert small_atlas["root"].name not in text and str(small_atlas["root"]) not in text
-    assert set(http.get("/health").json()) == {"status", "saes", "worker_pid", "auth", "analyses_allowed"}
+    assert set(http.get("/health").json()) == {"status", "saes", "worker_pid", "auth", "analyses_allowed",
+                                                 "interventions_allowed"}
 
 
 def test_static_files_stay_in_the_explorer_folder(http: httpx.Client) -> None:

@@ -1,7 +1,8 @@
 """`POST /graph`: the attribution graph of a prompt's next token (circuit-tracer's method),
-pruned, scored, with supernodes and node interventions.
+pruned, scored, with supernodes and node interventions; `GET /graphs` and `GET /graphs/{run}`:
+the graphs stored in the atlas (`sae-atlas graph ... --store RUN`), read without the model.
 
-Off unless the server was started with `--allow-interventions` (403 otherwise), bounded
+`POST /graph` is off unless the server was started with `--allow-interventions` (403 otherwise), bounded
 like the other interventions (`api.bounds`: prompt characters and graph tokens, logit
 nodes, active features, node edits) and run on the worker's one-thread model queue."""
 
@@ -15,10 +16,13 @@ from pydantic import Field
 
 from api.bounds import MAX_GRAPH_NODE_EDITS, MAX_GRAPH_TARGETS, MAX_SAES_PER_QUERY
 from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
+from api.http.json_body import json_body
 from api.http.routers.interventions import MODEL_BOUND, _queued, _Request, require_interventions
-from api.http.routers.params import DATA_ERRORS, error_responses
+from api.http.routers.params import DATA_ERRORS, Run, error_responses
 from api.http.schemas import JsonInt, SafeId, _Strict
-from api.results.graph import GraphView
+from api.results.graph import GraphView, StoredGraph
+from api.services.graphs import stored_graph, stored_graphs
+from store.layout import check_id
 
 router = APIRouter(tags=["interventions"], responses={**DATA_ERRORS, **error_responses(403, 404, 413), **MODEL_BOUND})
 
@@ -63,3 +67,14 @@ async def post_graph(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDe
         supernodes="geometry" if body.supernodes else None, by_position=body.by_position,
         interventions=[e.model_dump() for e in body.interventions], top=body.top, freeze_mlps=body.freeze_mlps,
         clt=body.clt))
+
+
+@router.get("/graphs", summary="The attribution graphs stored in the atlas (`sae-atlas graph ... --store RUN`)",
+            response_model=list[StoredGraph])
+def get_graphs(atlas: AtlasDep) -> Response:
+    return json_body(stored_graphs(atlas.root))
+
+
+@router.get("/graphs/{run}", summary="One stored attribution graph (files verified)", response_model=GraphView)
+def get_graph(atlas: AtlasDep, run: str = Run) -> Response:
+    return json_body(stored_graph(atlas.root, check_id(run, "graph run name")))

@@ -33,6 +33,7 @@ def health(request: Request, atlas: AtlasDep, settings: SettingsDep) -> Health:
     runs = {f"{r['kind']}/{r['run']}": r["problem"] for r in atlas.analyses().to_dicts() if r["status"] == "unregistered"}
     return Health(status="ok", saes=len(atlas.sae_ids) - len(damaged), worker_pid=os.getpid(),
                   auth=bool(settings.token), analyses_allowed=settings.allow_analyses,
+                  interventions_allowed=settings.allow_interventions,
                   damaged_saes=damaged or None, unregistered_saes=saes or None, unregistered_analyses=runs or None)
 
 
