@@ -52,7 +52,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.openapi = lambda: atlas_openapi(app, atlas)  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.model_queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
-    install_error_handlers(app)
+    install_error_handlers(app, [route for router in (SERVICE_ROUTER, *DATA_ROUTERS) for route in router.routes])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(SERVICE_ROUTER)
     for router in DATA_ROUTERS:

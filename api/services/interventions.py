@@ -62,7 +62,7 @@ def parse_target(target: Any) -> Target:
     if isinstance(target, Target):
         return target
     if isinstance(target, (str, int)) and not isinstance(target, bool):
-        return Target(kind="logit", token=target)
+        target = {"kind": "logit", "token": target}
     try:
         return Target.model_validate(target)
     except ValidationError as exc:

@@ -30,12 +30,12 @@ import re
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import polars as pl
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from saes.encoding.tokens import decoded_tokens
 from saes.hook_fns import in_residual
@@ -50,15 +50,36 @@ _LAYER = re.compile(r"\.(?:h|layers|blocks)\.(\d+)\.")
 _UPSTREAM = ("embed", "wte", "wpe")
 
 
+TokenRef = Annotated[str, Field(min_length=1)] | Annotated[int, Field(ge=0)]
+"""A token: a string that should be exactly one token, or an id."""
+_NAMED = {"not": {"type": "null"}}
+_TOKENS_BY_KIND = {"anyOf": [
+    {"properties": {"kind": {"const": "loss"}}, "required": ["kind"]},
+    {"properties": {"kind": {"const": "logit"}, "token": _NAMED}, "required": ["token"]},
+    {"properties": {"kind": {"const": "logit_diff"}, "token": _NAMED, "other": _NAMED},
+     "required": ["kind", "token", "other"]},
+]}
+"""`Target`'s cross-field rule in its JSON schema: logit targets name `token`, logit_diff
+targets also `other`."""
+
+
 class Target(BaseModel):
     """What to attribute: a token's logit, a logit difference `token - other`, or the
     mean next-token loss over the prompt. Logit targets read the prediction at `position`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_TOKENS_BY_KIND)
     kind: Literal["logit", "logit_diff", "loss"] = "logit"
-    token: str | int | None = None
-    other: str | int | None = None
+    token: TokenRef | None = None
+    other: TokenRef | None = None
     position: int = -1
+
+    @model_validator(mode="after")
+    def _tokens_named(self) -> Target:
+        if self.kind != "loss" and self.token is None:
+            raise ValueError(f"a {self.kind} target needs a token")
+        if self.kind == "logit_diff" and self.other is None:
+            raise ValueError("a logit_diff target needs 'other', the token to subtract")
+        return self
 
 
 def token_id(tokenizer: Any, token: str | int) -> int:
@@ -94,13 +115,9 @@ def target_fn(tokenizer: Any, target: Target, token_ids_T: torch.Tensor) -> Any:
         return loss
     if not -n <= target.position < n:
         raise InvalidInputError(f"target position {target.position} is outside the {n} tokens")
-    if target.token is None:
-        raise InvalidInputError(f"a {target.kind} target needs a token")
     pos, a = target.position, token_id(tokenizer, target.token)
     if target.kind == "logit":
         return lambda lg: (lg[pos, a], 0.0)
-    if target.other is None:
-        raise InvalidInputError("a logit_diff target needs 'other', the token to subtract")
     b = token_id(tokenizer, target.other)
     return lambda lg: (lg[pos, a] - lg[pos, b], 0.0)
 

@@ -49,7 +49,7 @@ MODEL_BOUND = {("POST", "/run"), ("POST", "/steer"), ("POST", "/steer/stream"), 
 or token match outside it, a target that is not one token. Their documented 400 answers to
 such schema-valid requests are accepted, and must say which of these it was."""
 MODEL_BOUND_400 = re.compile(r"the prompt is \d+ tokens|outside the prompt|no prompt token matches|"
-                             r"target .* tokens|outside the vocabulary|target needs|outside the \d+ tokens|"
+                             r"target .* tokens|outside the vocabulary|outside the \d+ tokens|"
                              r"needs at least two tokens|not in the model's vocabulary|a graph takes at most|"
                              r"not a feature node or supernode|features are active on this prompt|the same token twice|"
                              r"not a token of the model's vocabulary|drew the steering table's prompts|"
@@ -268,3 +268,30 @@ def test_sae_ids_in_request_bodies_are_patterned(open_server: LiveServer, small_
         "text": "the cat", "edits": [{"kind": "rotate", "circle": "../x"}]})
     assert answer.status_code == 422 and "circle" in answer.json()["detail"], answer.text
     assert httpx.post(open_server.url + "/run", json={"text": "   ", "sae_ids": [a]}).status_code == 422
+
+
+def test_a_path_answers_undeclared_methods_with_all_its_methods(server: LiveServer) -> None:
+    """OPTIONS and an undeclared method on every documented path are a 405 whose `Allow`
+    names exactly the methods the document declares there: both where a GET and a POST route
+    serve one path (`/steering/search`), which Starlette alone reports as the first route's."""
+    spec = httpx.get(server.url + "/openapi.json").json()
+    assert {"get", "post"} <= set(spec["paths"]["/steering/search"])
+    for template, operations in spec["paths"].items():
+        path = re.sub(r"\{[^}]+\}", "0", template)
+        declared = {method.upper() for method in operations}
+        for method in ("OPTIONS", "DELETE", "PATCH"):
+            answer = httpx.request(method, server.url + path, timeout=30)
+            assert answer.status_code == 405, (method, path, answer.text)
+            assert set(answer.headers["allow"].split(", ")) == declared, (method, path, answer.headers["allow"])
+
+
+def test_targets_the_schema_can_judge_are_422(open_server: LiveServer) -> None:
+    """An empty target, a logit target without its token and a logit difference without the
+    token it subtracts break the documented schema, and are refused as such (422 naming the
+    target), not as a model-bound 400."""
+    spec = httpx.get(open_server.url + "/openapi.json").json()
+    target = spec["components"]["schemas"]["Target"]
+    assert target["properties"]["token"]["anyOf"][0]["minLength"] == 1 and len(target["anyOf"]) == 3
+    for bad in ("", {"kind": "logit"}, {"kind": "logit_diff", "token": "cat"}, {"kind": "logit", "token": ""}):
+        answer = httpx.post(open_server.url + "/attribute", json={"text": "the cat sat", "target": bad}, timeout=60)
+        assert answer.status_code == 422 and "target" in answer.json()["detail"], (bad, answer.text)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 
 from saes.intervene.attribution import Target, attribute
 from saes.intervene.edits import (
@@ -190,8 +191,12 @@ def test_attribution_rejects_bad_targets(handle, tokens, planted):
     sp = Splice({"p": (hook, sae)})
     with pytest.raises(InvalidInputError, match="exactly one token"):
         attribute(handle, tokens, sp, Target(kind="logit", token="the cat"))
-    with pytest.raises(InvalidInputError, match="other"):
-        attribute(handle, tokens, sp, Target(kind="logit_diff", token=5))
+    with pytest.raises(ValidationError, match="needs 'other'"):
+        Target(kind="logit_diff", token=5)
+    with pytest.raises(ValidationError, match="logit target needs a token"):
+        Target(kind="logit")
+    with pytest.raises(ValidationError, match="at least 1 character"):
+        Target(token="")
     with pytest.raises(InvalidInputError, match="outside"):
         attribute(handle, tokens, sp, Target(kind="logit", token=5, position=99))
 

@@ -8,7 +8,7 @@ served, like text search."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
@@ -41,7 +41,7 @@ router = APIRouter(tags=["interventions"],
 
 
 StrictEdits = json_strict(list[Edit])
-StrictTarget = json_strict(Target | str)
+StrictTarget = json_strict(Target | Annotated[str, Field(min_length=1, description="a token: its logit")])
 
 
 class _Request(_Strict):
