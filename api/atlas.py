@@ -80,6 +80,7 @@ from geometry.maps import Basis
 from saes.compare.crosscoder import LatentClass
 from saes.encoding.texts import Pool
 from saes.intervene.attribution import AttributionMode
+from saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
 from saes.intervene.steering_search import SteerMode
 from saes.models import ModelHandle
 from store.errors import IntegrityError, NotFoundError
@@ -344,16 +345,24 @@ class Atlas:
 
     def steering_features(self, target: Any, *, saes: list[str] | None = None, k: int = 10,
                           mode: SteerMode = "add", ratio: float = 3.0, kl_bound: float = 1.0, n_prompts: int = 16,
-                          seed: int | None = None, candidates: int = 24) -> SteeringSearch:
+                          seed: int | None = None, candidates: int = 24, confirm_prompts: int = 16,
+                          styles: tuple[PromptStyle, ...] = PROMPT_STYLES, prompts: Any = (), category: Any = None,
+                          include_dead: bool = False, combine: int = 3) -> SteeringSearch:
         """Features ranked by their MEASURED effect toward `target` (a token, a list of tokens,
         `{"kind": "concept", "concept": "weekdays"}` or `{"kind": "contrast", "texts_a": [...],
         "texts_b": [...]}`): steered at the last token of held-out neutral prompts, each with
         the smallest strength raising the target's probability `ratio`-fold under `kl_bound`
         (KL on the rest of the distribution) and its ready edit (`mode` "add" or "clamp").
+        Ranked on one prompt set and confirmed on a disjoint one of each style in `styles`
+        (neutral, in-context and question templates of the target's class or `category`,
+        the user's `prompts`: a list or a file); latents below the density floor are left out
+        unless `include_dead`; `combine` features are also fitted together.
         Needs the SAEs' summaries and steering tables (`sae-atlas steering-scores`)."""
         return steering_service.steering_features(self.ctx, self._views(saes), target, k=k, mode=mode, ratio=ratio,
                                                   kl_bound=kl_bound, n_prompts=n_prompts, seed=seed,
-                                                  candidates=candidates)
+                                                  candidates=candidates, confirm_prompts=confirm_prompts,
+                                                  styles=styles, prompts=prompts, category=category,
+                                                  include_dead=include_dead, combine=combine)
 
     def steer_bench(self, targets: list[Any], *, saes: list[str] | None = None, ratio: float = 3.0,
                     kl_bound: float = 1.0, n_prompts: int = 16, candidates: int = 24,

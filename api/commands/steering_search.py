@@ -4,6 +4,7 @@ calibrated strength and a ready edit."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,21 @@ import typer
 
 from api.commands.common import handle_errors, open_atlas, print_json, print_table
 from api.commands.search import _read_texts
+from saes.intervene.steering_prompts import BUILTIN_CATEGORIES, PROMPT_STYLES, read_user_prompts
 from store.errors import InvalidInputError
+
+
+def _category(spec: str | None) -> Any:
+    """A built-in category name, or the category a JSON file holds."""
+    if spec is None or spec in BUILTIN_CATEGORIES:
+        return spec
+    path = Path(spec)
+    if not path.is_file():
+        raise InvalidInputError(f"unknown category {spec!r}: use {', '.join(BUILTIN_CATEGORIES)} or a JSON file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InvalidInputError(f"category file {spec!r} is not JSON: {exc}") from exc
 
 
 def command_target(tokens: list[str], as_ids: bool, concept: str | None, contrast_a: str | None,
@@ -51,28 +66,61 @@ def steering_search_command(
     k: int = typer.Option(10, "-k", "--k", min=1, max=100, help="Features to return."),
     candidates: int = typer.Option(24, min=1, help="Candidates screened per SAE."),
     prompts: int = typer.Option(16, min=1, help="Held-out neutral prompts."),
-    seed: int = typer.Option(None, help="Seed of the held-out prompts (default: one past the steering tables')."),
+    seed: int = typer.Option(None, help="Seed of the ranking prompts (default: one past the steering tables')."),
+    confirm_prompts: int = typer.Option(16, min=0, help="Held-out neutral prompts the ranking is confirmed on."),
+    style: list[str] = typer.Option([], help="Prompt style to rank and confirm on (repeatable): "
+                                    + ", ".join(PROMPT_STYLES) + "; default: all."),
+    prompts_file: Path = typer.Option(None, help="Your own prompts (one per line or a JSON list): half rank, "
+                                      "half confirm."),
+    category: str = typer.Option(None, help="The target's class for in-context prompts and siblings: "
+                                 + ", ".join(BUILTIN_CATEGORIES) + " or a JSON file {name, values, templates, "
+                                 "questions} (default: the built-in one listing the token)."),
+    directions: bool = typer.Option(False, "--directions", help="Also rank dead and near-dead latents (below the "
+                                    "density floor), as directions."),
+    combine: int = typer.Option(3, min=0, help="Features in the fitted sparse combination (0: none)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Rank features by what steering them does to the target (not by activation): steered
-    at the last token of held-out neutral prompts, with the smallest strength reaching
-    --ratio under --kl-bound and its ready edit. Needs `sae-atlas steering-scores`."""
+    at the last token of ranking prompts, with the smallest strength reaching --ratio under
+    --kl-bound, then ranked by what that edit does on disjoint confirmation prompts of each
+    style. Needs `sae-atlas steering-scores`."""
     target = command_target(list(tokens or []), as_ids, concept, contrast_a, contrast_b)
-    result = open_atlas(atlas).steering_features(target, saes=list(sae) or None, k=k, mode=mode, ratio=ratio,
-                                            kl_bound=kl_bound, n_prompts=prompts, seed=seed, candidates=candidates)
+    result = open_atlas(atlas).steering_features(
+        target, saes=list(sae) or None, k=k, mode=mode, ratio=ratio, kl_bound=kl_bound, n_prompts=prompts, seed=seed,
+        candidates=candidates, confirm_prompts=confirm_prompts, styles=tuple(style) or PROMPT_STYLES,  # type: ignore[arg-type]
+        prompts=read_user_prompts(prompts_file) if prompts_file is not None else (),
+        category=_category(category), include_dead=directions, combine=combine)
     if json_out:
         print_json(result.to_dict())
         return
+    counts = "; ".join(f"{name}: " + ", ".join(f"{n} {s}" for s, n in by.items())
+                       for name, by in result.prompt_counts.items())
     print_table(
         f"steering toward {result.target} ({result.mode}; ratio {result.ratio_requested:g} under KL "
-        f"{result.kl_bound:g}; {result.n_prompts} held-out prompts, seed {result.seed})",
-        ["rank", "sae", "latent", "label", "ratio", "best", "reached", "kl_rest", "alpha", "x act", "x norm",
-         "ppl", "p clean", "p steered"],
-        [(r["rank"], r["sae_id"], r["latent"], r["label"] or "", r["ratio"], r["best_ratio"], r["reached"],
-          r["kl_rest"], r["strength"]["alpha"], r["strength"]["act_multiple"], r["strength"]["norm_fraction"],
-          r["perplexity"], r["p_clean"], r["p_steered"]) for r in result.features])
+        f"{result.kl_bound:g}; prompts {counts}; ranked by the confirmation prompts)",
+        ["rank", "sae", "latent", "kind", "label", "density", "confirmed", "95% interval", "pairs reached",
+         "specific", "siblings", "target rank", "ratio (ranking)", "kl_rest", "x norm", "ppl"],
+        [(r["rank"], r["sae_id"], r["latent"], r["kind"], r["label"] or "", r["density"], r["confirmed"]["ratio"],
+          f"{r['confirmed']['ratio_low']:.3g}-{r['confirmed']['ratio_high']:.3g}", r["confirmed"]["share_reached"],
+          r["confirmed"]["share_specific"], r["sibling_ratio"], r["target_rank"], r["ratio"], r["kl_rest"],
+          r["strength"]["norm_fraction"], r["perplexity"]) for r in result.features])
+    dead = (f"{result.left_out_dead} latents below the density floor {result.density_floor:g} left out "
+            "(--directions ranks them)" if not result.include_dead
+            else f"latents below the density floor {result.density_floor:g} are ranked as directions")
+    typer.echo(dead)
+    combo = result.combination
+    if combo is not None:
+        parts = ", ".join(f"{w:+.3g} x {combo['sae_id']}/{i} ({label or ''})"
+                          for i, w, label in zip(combo["latents"], combo["weights"], combo["labels"], strict=True))
+        typer.echo(f"fitted combination: {parts}; confirmed x{combo['confirmed']['ratio']:.3g} "
+                   f"({combo['confirmed']['ratio_low']:.3g}-{combo['confirmed']['ratio_high']:.3g}), pairs reached "
+                   f"{combo['confirmed']['share_reached']:.2f}")
+    for style, stats in (result.features[0]["confirmed_styles"] if result.features else {}).items():
+        typer.echo(f"top feature on {style} prompts: x{stats['ratio']:.3g} ({stats['ratio_low']:.3g}-"
+                   f"{stats['ratio_high']:.3g}), pairs reached {stats['share_reached']:.2f} of {stats['n_prompts']}")
     if result.features:
-        typer.echo(f"ready edit: {result.features[0]['edit']}  (unedited perplexity {result.baseline_perplexity})")
+        typer.echo(f"best on the confirmation prompts: {result.best}; ready edits: {result.best_edits}  "
+                   f"(unedited perplexity {result.baseline_perplexity})")
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,7 @@ target, each with a calibrated strength and a ready edit (`saes.intervene.steeri
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,30 @@ class Strength(TypedDict):
     norm_fraction: float
 
 
+class Confirmed(TypedDict):
+    """One edit measured on a prompt set (`saes.intervene.steering_effects.PairStats`): the
+    set's ratio with a 95% bootstrap interval over prompts, the share of (target, prompt)
+    pairs reaching the requested ratio under the KL bound (with its interval), and reaching
+    it specifically (not by raising the target's siblings with it)."""
+
+    n_prompts: int
+    ratio: Number
+    ratio_low: Number
+    ratio_high: Number
+    median_ratio: Number
+    share_reached: Number
+    share_low: Number
+    share_high: Number
+    share_specific: Number
+    lowered: Number  # share of prompts where the target's probability fell
+    kl_rest: Number
+    sibling_ratio: Number  # null without siblings
+    target_rank: Number  # median rank of the target among the tokens the edit promotes (0: first)
+    score: Number  # mean specific log gain (ranking tie-break)
+
+
 class SteeringFeature(TypedDict):
-    """One ranked feature: measured on held-out neutral prompts at its calibrated strength."""
+    """One ranked feature: calibrated on the ranking prompts, confirmed on held-out ones."""
 
     rank: int
     sae_id: str
@@ -43,6 +65,34 @@ class SteeringFeature(TypedDict):
     perplexity: Number  # the clean model's perplexity of the edited greedy continuation
     strength: Strength
     edit: dict[str, Any]  # SteerEdit / ClampEdit, ready for `Atlas.steer` and `Atlas.run`
+    kind: str  # "feature", or "direction" for a latent firing below the density floor
+    density: Number  # share of tokens it fires on (null: unknown)
+    sibling_ratio: Number  # the ratio of the target's siblings on the ranking prompts (null: none)
+    target_rank: Number  # median rank of the target among the tokens the edit promotes
+    confirmed: Confirmed  # on the held-out confirmation prompts (the ranking key)
+    confirmed_styles: dict[str, Confirmed]  # the same per prompt style
+
+
+class SteeringCombination(TypedDict):
+    """A fitted sparse combination of features of one SAE, in the SAE basis: each feature's
+    weight (norm fraction at the calibrated strength) and steer edit; measured like a feature."""
+
+    sae_id: str
+    hook: str
+    latents: list[int]
+    labels: list[str | None]
+    weights: list[float]
+    densities: list[Number]
+    reached: bool
+    ratio: Number
+    kl_rest: Number
+    best_ratio: Number
+    norm_fraction: float
+    edits: list[dict[str, Any]]  # SteerEdits, ready for `Atlas.steer` together
+    sibling_ratio: Number
+    target_rank: Number
+    confirmed: Confirmed
+    confirmed_styles: dict[str, Confirmed]
 
 
 @dataclass
@@ -61,6 +111,16 @@ class SteeringSearch(JsonResult):
     resid_norms: dict[str, float]  # per SAE: the hook's mean residual norm on those prompts
     baseline_perplexity: Number  # of the unedited greedy continuation
     features: list[SteeringFeature]
+    confirm_seed: int = 0  # of the held-out neutral confirmation prompts
+    styles: list[str] = field(default_factory=list)  # prompt styles asked for
+    prompt_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # rank / confirm -> style -> prompts
+    category: str | None = None  # the target's class (in-context and question prompts, siblings)
+    siblings: list[str] = field(default_factory=list)
+    density_floor: float = 0.0  # latents firing less often are left out (or, included, called directions)
+    include_dead: bool = False
+    left_out_dead: int = 0
+    combination: SteeringCombination | None = None
+    best: str = "feature"  # "feature" or "combination": which is better on the confirmation prompts
 
     @classmethod
     def build(cls, result: SearchResult, labels: dict[tuple[str, int], str | None]) -> SteeringSearch:
@@ -69,14 +129,27 @@ class SteeringSearch(JsonResult):
             d = asdict(f)
             d.pop("screen_ratio")
             rows.append({"rank": rank, **d, "label": labels.get((f.sae_id, f.latent))})  # type: ignore[typeddict-item]
-        t, p = result.target, result.params
+        t, p, c = result.target, result.params, result.combination
+        combo: SteeringCombination | None = None
+        if c is not None:
+            combo = {**asdict(c), "labels": [labels.get((c.sae_id, i)) for i in c.latents]}  # type: ignore[typeddict-item]
         return cls(t.description, t.kind, t.tokens, t.token_ids, p.mode, p.ratio, p.kl_bound, p.n_prompts,
-                   result.seed, result.resid_norms, result.baseline_perplexity, rows)
+                   result.seed, result.resid_norms, result.baseline_perplexity, rows, result.confirm_seed,
+                   list(p.styles), result.prompt_counts, result.category, result.siblings, p.density_floor,
+                   p.include_dead, result.left_out_dead, combo, result.best)
 
     @property
     def best_edit(self) -> dict[str, Any]:
         """The ready edit of the top-ranked feature."""
         return self.features[0]["edit"]
+
+    @property
+    def best_edits(self) -> list[dict[str, Any]]:
+        """The ready edits of the best result on the confirmation prompts: the top feature's
+        one, or the fitted combination's."""
+        if self.best == "combination" and self.combination is not None:
+            return self.combination["edits"]
+        return [self.best_edit]
 
     def __str__(self) -> str:
         return "\n".join(f"{r['rank']:>2} {r['sae_id']}/{r['latent']} x{r['ratio']:.3g} kl_rest {r['kl_rest']:.3g} "

@@ -5,7 +5,7 @@ Every SAE searched needs its summaries (typical active values) and its steering 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -17,6 +17,7 @@ from api.sae_view import SaeView
 from api.services.labels import with_labels
 from saes.intervene.steer_bench import BenchParams
 from saes.intervene.steer_bench import steer_bench as run_bench
+from saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle, read_user_prompts
 from saes.intervene.steering_search import SearchParams, SteeringSource, SteerMode, rank_features
 from store.atomic import file_version
 from store.errors import InvalidInputError, NotFoundError
@@ -39,25 +40,36 @@ def steering_source(view: SaeView, *, reads_its_hook: bool) -> SteeringSource:
     p = meta["params"]
     return SteeringSource(view.sae_id, view.hook_out or view.hook, view.module(),
                           features["mean_active_act"].to_numpy(), table,
-                          (int(p["n_prompts"]), int(p["prompt_tokens"]), int(p["seed"])))
+                          (int(p["n_prompts"]), int(p["prompt_tokens"]), int(p["seed"])),
+                          features["density"].to_numpy() if "density" in features.columns else None)
 
 
 def steering_features(ctx: AtlasContext, views: list[SaeView], target: Any, *, k: int = 10, mode: SteerMode = "add",
                       ratio: float = 3.0, kl_bound: float = 1.0, n_prompts: int = 16, seed: int | None = None,
-                      candidates: int = 24, fluency_prompts: int = 4,
+                      candidates: int = 24, fluency_prompts: int = 4, confirm_prompts: int = 16,
+                      styles: Sequence[PromptStyle] = PROMPT_STYLES, prompts: Sequence[str] = (),
+                      category: Any = None, include_dead: bool = False, combine: int = 3,
                       progress: Progress | None = None) -> SteeringSearch:
     """The features of `views` ranked by their measured effect toward `target` (a token,
     tokens, `{"kind": "concept" | "contrast", ...}`), with the smallest strength reaching
-    `ratio` under `kl_bound` and its ready edit (see `saes.intervene.steering_search`)."""
+    `ratio` under `kl_bound` on the ranking prompts and its ready edit, ranked by what that
+    edit does on held-out confirmation prompts of each style (the user's `prompts` among
+    them); `combine` features are also fitted together (see `saes.intervene.steering_search`)."""
     params = SearchParams(k=k, candidates=candidates, n_prompts=n_prompts, seed=seed, mode=mode, ratio=ratio,
-                          kl_bound=kl_bound, fluency_prompts=fluency_prompts).check()
+                          kl_bound=kl_bound, fluency_prompts=fluency_prompts, confirm_prompts=confirm_prompts,
+                          styles=tuple(styles), include_dead=include_dead, combine=combine).check()
     if not views:
         raise NotFoundError(f"the atlas {ctx.root} has no SAEs yet")
     sources = [steering_source(view, reads_its_hook=mode == "clamp") for view in views]
     handle = ctx.model()
-    result = ctx.run_locked(lambda: rank_features(handle, sources, target, params, progress))
-    keys = pl.DataFrame({"sae_id": [f.sae_id for f in result.features], "latent": [f.latent for f in result.features]},
-                        schema={"sae_id": pl.String, "latent": pl.Int64})
+    user = read_user_prompts(prompts) if prompts else []
+    result = ctx.run_locked(lambda: rank_features(handle, sources, target, params, progress, prompts=user,
+                                                  category=category))
+    pairs = [(f.sae_id, f.latent) for f in result.features]
+    if result.combination is not None:
+        pairs += [(result.combination.sae_id, latent) for latent in result.combination.latents]
+    keys = pl.DataFrame({"sae_id": [s for s, _ in pairs], "latent": [i for _, i in pairs]},
+                        schema={"sae_id": pl.String, "latent": pl.Int64}).unique(maintain_order=True)
     labelled = with_labels(ctx, keys, {view.sae_id: view for view in views})
     labels = {(s, int(i)): label for s, i, label in labelled.select("sae_id", "latent", "label").iter_rows()}
     return SteeringSearch.build(result, labels)

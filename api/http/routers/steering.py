@@ -39,6 +39,7 @@ from api.results.interventions import SteerView
 from api.results.steer_stream import SteerTokens
 from api.results.steering import SteeringSearch
 from api.services.steer_stream import SteerStream
+from saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
 from saes.intervene.steering_search import MAX_TARGET_TOKENS, SteerMode
 from saes.intervene.strength import MAX_KL_BOUND, MAX_RATIO
 
@@ -58,6 +59,10 @@ MAX_HTTP_STEERING_PROMPTS = 32
 """Held-out prompts a search over HTTP measures each candidate on."""
 MAX_HTTP_STEERING_CANDIDATES = 64
 """Candidates per SAE a search over HTTP measures."""
+MAX_HTTP_USER_PROMPTS = 64
+"""User prompts a search over HTTP ranks and confirms on."""
+MAX_HTTP_COMBINE = 8
+"""Features a fitted combination over HTTP may hold."""
 TOKEN_DESCRIPTION = "a token as written in text (' Friday') or as the vocabulary spells it ('ĠFriday')"
 TokenText = Annotated[str, Field(min_length=1, max_length=64, description=TOKEN_DESCRIPTION)]
 router = APIRouter()
@@ -106,6 +111,14 @@ class SteeringQuery(_Strict):
     candidates: JsonInt = Field(default=24, ge=1, le=MAX_HTTP_STEERING_CANDIDATES, description="measured per SAE")
     seed: JsonInt | None = Field(default=None, ge=0, le=2**31 - 1,
                                  description="of the held-out prompts (default: one past the steering tables')")
+    confirm_prompts: JsonInt = Field(default=16, ge=0, le=MAX_HTTP_STEERING_PROMPTS,
+                                     description="held-out neutral prompts the ranking is confirmed on")
+    styles: list[PromptStyle] = Field(default=list(PROMPT_STYLES), min_length=1, max_length=len(PROMPT_STYLES),
+                                      description="prompt styles ranked and confirmed on")
+    prompts: list[Text] = Field(default=[], max_length=MAX_HTTP_USER_PROMPTS,
+                                description="your own prompts (style user): half rank, half confirm")
+    include_dead: bool = Field(default=False, description="also rank latents below the density floor, as directions")
+    combine: JsonInt = Field(default=3, ge=0, le=MAX_HTTP_COMBINE, description="features in the fitted combination")
 
 
 async def _search(atlas: Atlas, queue: Executor, target: Any, sae_ids: list[str] | None,
