@@ -25,6 +25,7 @@ import shutil
 import uuid
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,9 @@ def source_sha256(path: Path, root: Path) -> str:
     return digest
 
 
-def _check_entry(entry: Path, digest: str) -> None:
-    """CorruptEntry unless the manifest names `digest` and every file matches its checksum."""
+def _entry_files(entry: Path, digest: str) -> dict[str, str]:
+    """`{file name: sha256}` of an entry's manifest; CorruptEntry unless the manifest names
+    `digest` and every file it lists is there."""
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
@@ -87,24 +89,38 @@ def _check_entry(entry: Path, digest: str) -> None:
     files = manifest.get("files")
     if not isinstance(files, dict) or "model.safetensors" not in files:
         raise CorruptEntry(f"{entry / MANIFEST} lists no weights")
-    for name, expected in files.items():
-        path = entry / name
-        if not path.is_file():
-            raise CorruptEntry(f"{path} is missing")
-        if sha256_file(path, chunk=1 << 24) != expected:
-            raise CorruptEntry(f"{path} does not match its checksum")
+    missing = [name for name in files if not (entry / name).is_file()]
+    if missing:
+        raise CorruptEntry(f"{entry / missing[0]} is missing")
+    return files
+
+
+def _mismatch(entry: Path, files: dict[str, str]) -> str | None:
+    """The first file of `files` whose sha256 differs from its record, or None."""
+    return next((name for name, expected in files.items() if sha256_file(entry / name, chunk=1 << 24) != expected),
+                None)
 
 
 def _load_entry(entry: Path, digest: str) -> Loaded:
+    """The entry's model and tokenizer. The checksums are computed on a second thread while
+    they load (hashing releases the GIL); a mismatch discards what was loaded."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _check_entry(entry, digest)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(entry))
-        model = AutoModelForCausalLM.from_pretrained(str(entry), dtype=torch.float32)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise CorruptEntry(f"{entry} does not load ({exc})") from exc
+    files = _entry_files(entry, digest)
+    failure: Exception | None = None
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        checked = pool.submit(_mismatch, entry, files)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(entry))
+            model = AutoModelForCausalLM.from_pretrained(str(entry), dtype=torch.float32)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            failure = exc
+        bad = checked.result()
+    if bad is not None:
+        raise CorruptEntry(f"{entry / bad} does not match its checksum")
+    if failure is not None:
+        raise CorruptEntry(f"{entry} does not load ({failure})") from failure
     return model.eval(), tokenizer
 
 

@@ -323,7 +323,8 @@ def load_model(
         return _LOADED[key]
     name, hf_model, tokenizer, bridge_name = _resolve(spec)
     bridge = TransformerBridge.boot_transformers(bridge_name, hf_model=hf_model, tokenizer=tokenizer)
-    bridge.eval()
+    if bridge.training:  # the bridge takes the Hugging Face model's mode (eval); setting it again walks every module
+        bridge.eval()
     if where.type != "cpu" or weights != torch.float32:
         bridge.to(where, weights)
     handle = ModelHandle(
