@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from api.atlas import Atlas
-from api.commands.common import console, handle_errors, print_json, print_table
-from api.results.feature import Feature
+from api.commands.common import console, handle_errors, open_atlas, print_json, print_table
+
+if TYPE_CHECKING:
+    from api.results.feature import Feature
 
 
 def print_feature(feature: Feature) -> None:
     """Stats, top examples (centre token bracketed), logit effects and neighbours as tables."""
     s = feature.stats
     console.rule(f"[bold]{feature.sae_id} / feature {feature.index}[/] ({feature.hook})")
-    print_table("stats", ["field", "value"], [(k, s[k]) for k in
-                ("n_active", "density", "mean_act", "mean_active_act", "max_act", "decoder_norm")])
     if feature.label:
         console.print(f"label: {feature.label}", markup=False)
+    print_table("stats", ["field", "value"], [(k, s[k]) for k in
+                ("n_active", "density", "mean_act", "mean_active_act", "max_act", "decoder_norm")])
     rows = []
     for e in feature.examples:
         tokens = [f"[{t}]" if i == e["centre"] else t for i, t in enumerate(e["tokens"])]
@@ -46,7 +48,7 @@ def feature_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show one feature: stats, top examples, logit effects, neighbours, cross-layer matches."""
-    feature = Atlas(atlas).feature(sae_id, index, examples=examples, neighbours=neighbours)
+    feature = open_atlas(atlas).feature(sae_id, index, examples=examples, neighbours=neighbours)
     if json_out:
         print_json(feature.to_dict())
     else:

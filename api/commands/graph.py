@@ -8,9 +8,7 @@ from pathlib import Path
 
 import typer
 
-from api.atlas import Atlas
-from api.commands.common import handle_errors, print_json, print_table
-from api.services.graphs import store_graph
+from api.commands.common import handle_errors, open_atlas, print_json, print_table
 from store.errors import InvalidInputError
 
 
@@ -46,12 +44,14 @@ def graph_command(
             edits.append(json.loads(item))
         except json.JSONDecodeError as exc:
             raise InvalidInputError(f"--intervene {item!r} is not valid JSON: {exc}") from exc
-    result = Atlas(atlas).graph(text, target or None, sae_ids=sae or None, max_logits=max_logits,
+    result = open_atlas(atlas).graph(text, target or None, sae_ids=sae or None, max_logits=max_logits,
                                 cumulative_prob=cumulative_prob, node_threshold=node_threshold,
                                 edge_threshold=edge_threshold, supernodes="geometry" if supernodes else None,
                                 interventions=edits, freeze_mlps=freeze_mlps, clt=clt)
     path = result.save(out)
     if store:
+        from api.services.graphs import store_graph
+
         store_graph(atlas, store, result)
     if json_out:
         print_json({k: v for k, v in result.to_dict().items() if k != "graph"} | {"path": str(path)})

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import typer
 
-from api.atlas import Atlas
-from api.commands.common import handle_errors, print_json, print_table
+from api.commands.common import handle_errors, open_atlas, print_json, print_table
 from api.commands.device_options import device_option, model_dtype_option
-from saes.devices import use_by_default
 from store.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 search_app = typer.Typer(help="Search the features of an atlas.", no_args_is_help=True)
 ATLAS = typer.Argument(..., help="Atlas directory.")
@@ -32,7 +33,7 @@ def _show(title: str, frame: pl.DataFrame, json_out: bool) -> None:
 @handle_errors
 def saes_command(atlas: Path = ATLAS, json_out: bool = JSON) -> None:
     """List the SAEs of the atlas."""
-    _show("SAEs", Atlas(atlas).saes(), json_out)
+    _show("SAEs", open_atlas(atlas).saes(), json_out)
 
 
 @search_app.command("similar")
@@ -40,7 +41,7 @@ def saes_command(atlas: Path = ATLAS, json_out: bool = JSON) -> None:
 def similar_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...),
                     index: int = typer.Argument(..., min=0), k: int = K, json_out: bool = JSON) -> None:
     """Features of the same SAE with the nearest decoder directions."""
-    _show(f"similar to {sae_id} / {index}", Atlas(atlas).similar(sae_id, index, k=k), json_out)
+    _show(f"similar to {sae_id} / {index}", open_atlas(atlas).similar(sae_id, index, k=k), json_out)
 
 
 @search_app.command("flow")
@@ -49,7 +50,7 @@ def flow_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...),
                  index: int = typer.Argument(..., min=0),
                  k: int = typer.Option(3, "-k", "--k", min=1, max=100), json_out: bool = JSON) -> None:
     """Best matches of a feature in every other SAE (cross-layer flow)."""
-    _show(f"flow of {sae_id} / {index}", Atlas(atlas).flow(sae_id, index, k=k), json_out)
+    _show(f"flow of {sae_id} / {index}", open_atlas(atlas).flow(sae_id, index, k=k), json_out)
 
 
 @search_app.command("vector")
@@ -58,7 +59,7 @@ def vector_command(atlas: Path = ATLAS,
                    vector: str = typer.Argument(..., help="JSON list of numbers, or a .npy / .json file."),
                    sae_id: str = typer.Option(None, help="Only this SAE."), k: int = K, json_out: bool = JSON) -> None:
     """Features nearest to a direction in residual space."""
-    _show("nearest features", Atlas(atlas).search_vector(_read_vector(vector), sae_id=sae_id, k=k), json_out)
+    _show("nearest features", open_atlas(atlas).search_vector(_read_vector(vector), sae_id=sae_id, k=k), json_out)
 
 
 def _read_vector(value: str) -> list[float]:
@@ -82,8 +83,10 @@ def text_command(atlas: Path = ATLAS, text: str = typer.Argument(...),
                                                       help="Keep BOS and the model's other special tokens."),
                  device: str = device_option("cpu"), model_dtype: str = model_dtype_option()) -> None:
     """Which features fire on each token of a text (runs the model; BOS left out)."""
+    from saes.devices import use_by_default
+
     use_by_default(device, model_dtype)
-    result = Atlas(atlas).search_text(text, sae_ids=list(sae_id) or None, k=k, include_special=include_special)
+    result = open_atlas(atlas).search_text(text, sae_ids=list(sae_id) or None, k=k, include_special=include_special)
     if json_out:
         print_json(result.to_dict())
         return
@@ -102,7 +105,7 @@ def token_command(atlas: Path = ATLAS, token: str = typer.Argument(..., help="To
     """Features whose examples centre on a token, and features promoting it."""
     if as_id and not token.isdigit():
         raise InvalidInputError(f"--id needs a non-negative integer token id, got {token!r}")
-    result = Atlas(atlas).search_token(int(token) if as_id else token, sae_id=sae_id, k=k)
+    result = open_atlas(atlas).search_token(int(token) if as_id else token, sae_id=sae_id, k=k)
     if json_out:
         print_json(result.to_dict())
         return
@@ -142,7 +145,7 @@ def contrast_command(
     json_out: bool = JSON,
 ) -> None:
     """Features that separate two sets of texts (AUROC, effect size, permutation p, BH q)."""
-    result = Atlas(atlas).contrast(_read_texts(texts_a), _read_texts(texts_b), saes=list(sae_id) or None, k=k,
+    result = open_atlas(atlas).contrast(_read_texts(texts_a), _read_texts(texts_b), saes=list(sae_id) or None, k=k,
                                    pool=pool, n_permutations=permutations, alpha=alpha, seed=seed)
     if json_out:
         print_json(result.to_dict())
@@ -164,7 +167,7 @@ def concept_command(
     json_out: bool = JSON,
 ) -> None:
     """Features that carry a concept, the few whose decoder span captures it, and its geometry."""
-    result = Atlas(atlas).concept_search(concept, saes=list(sae_id) or None, min_selectivity=min_selectivity,
+    result = open_atlas(atlas).concept_search(concept, saes=list(sae_id) or None, min_selectivity=min_selectivity,
                                          target=target, max_features=max_features, save=save)
     if json_out:
         print_json(result.to_dict())
@@ -198,7 +201,7 @@ def geometry_command(
     json_out: bool = JSON,
 ) -> None:
     """Features by the geometry results they belong to (circles, concept spans, lobes)."""
-    handle = Atlas(atlas)
+    handle = open_atlas(atlas)
     if rebuild:
         handle.rebuild_geometry()
     _show("geometry records", handle.geometry_features(sae_id, in_circle=in_circle, period=period, lobe=lobe,
@@ -218,7 +221,7 @@ def labels_command(
     json_out: bool = JSON,
 ) -> None:
     """Find features by words in their offline labels and imported explanations (local BM25)."""
-    handle = Atlas(atlas)
+    handle = open_atlas(atlas)
     if rebuild:
         typer.echo(f"labels: {handle.build_labels([sae_id] if sae_id else None)}", err=True)
     if import_path is not None:
@@ -244,7 +247,7 @@ def crosscoder_command(
     json_out: bool = JSON,
 ) -> None:
     """Crosscoder latents by class (e.g. only in B: --only b_only), or one latent's card."""
-    handle = Atlas(atlas)
+    handle = open_atlas(atlas)
     if crosscoder is None:
         rows = handle.crosscoders()
         if json_out:
