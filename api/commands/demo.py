@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 import typer
 
 from api.commands.cache import print_cache_summary
@@ -20,25 +20,12 @@ from api.commands.common import console, handle_errors, print_table
 from api.commands.device_options import device_option, model_dtype_option
 from api.commands.eval import EvalsFailed
 from api.commands.summarize import build_offline_labels, print_reports
-from api.services.compare import summary_rows
-from api.services.graphs import KIND as GRAPH_KIND
-from api.services.graphs import store_graph, stored_graph
-from geometry.results import list_runs
-from saes.atlas_saes import load_atlas_sae
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.devices import use_by_default
-from saes.eval.suite import run_suite
-from saes.forward import run_hooks
-from saes.intervene.concepts import load_concept
-from saes.intervene.output_scores import SteeringParams, compute_steering_scores
-from saes.models import DEFAULT_MODEL, ModelHandle, load_model
-from saes.summary.run import summarize_sae
-from saes.train.atlas import train_saes
-from saes.train.config import TrainConfig
-from store.index import build_atlas_indexes
+from saes.intervene.steering_params import SteeringParams
+from saes.models import DEFAULT_MODEL
 from store.layout import AtlasLayout
-from store.search import FeatureSearch
+
+if TYPE_CHECKING:  # the steps import what they run, so that `sae-atlas --help` loads no torch
+    from saes.models import ModelHandle
 
 DEMO_TOKENS = 65536
 DEMO_TRAIN_TOKENS = 500_000
@@ -53,6 +40,12 @@ DEMO_COMPARE = {"n_tokens": 4096, "sample_tokens": 1024, "n_perm": 20}
 
 def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
     """Features most active on a weekday token of a sentence, and their neighbours."""
+    import torch
+
+    from saes.atlas_saes import load_atlas_sae
+    from saes.forward import run_hooks
+    from store.search import FeatureSearch
+
     search = FeatureSearch(atlas)
     tokens = handle.to_tokens(DEMO_TEXT)
     pieces = handle.tokenizer.convert_ids_to_tokens(tokens[0].tolist())
@@ -101,6 +94,7 @@ def _hierarchy_and_maps(handle: ModelHandle, atlas: Path, sae_ids: list[str], se
 def _circles(handle: ModelHandle, atlas: Path) -> None:
     """Circle probes for weekdays and months at layers over the depth; the clearest layer."""
     from api.analyses.circular import run_circle_analysis, write_concept_run
+    from saes.intervene.concepts import load_concept
 
     layers = list(range(2, handle.n_layers - 1, 3))
     rows = []
@@ -120,6 +114,9 @@ def _circles(handle: ModelHandle, atlas: Path) -> None:
 
 def _train(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int, seed: int) -> list[str]:
     """One TopK SAE per hook; their ids."""
+    from saes.train.atlas import train_saes
+    from saes.train.config import TrainConfig
+
     results = train_saes(atlas, hooks, architecture="topk", expansion=8, k=32,
                          train_cfg=TrainConfig(total_tokens=train_tokens, seed=seed, device=str(handle.device)))
     return [summary["sae_id"] for summary in results.values()]
@@ -128,6 +125,8 @@ def _train(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int
 def core_evals(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
     """The suite's `core` eval of every SAE: the one record of the demo's evaluation
     (`evals/core.json`, which the Board shows, and `eval.json`); finished results are kept."""
+    from saes.eval.suite import run_suite
+
     run = run_suite(atlas, sae_ids, ["core"], {}, device=str(handle.device), model=lambda: handle, progress=False)
     if run.failures:
         raise EvalsFailed("; ".join(f"{sae_id} {name}: {why}" for (sae_id, name), why in run.failures.items()))
@@ -142,6 +141,8 @@ def core_evals(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
 
 def _steering_tables(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
     """A cheap steering screen of every SAE (few, short prompts): what the Steer page ranks from."""
+    from saes.intervene.output_scores import compute_steering_scores
+
     reports = [compute_steering_scores(handle, atlas, sae_id, DEMO_STEERING, progress=False) for sae_id in sae_ids]
     print_table(f"steering tables ({DEMO_STEERING.n_prompts} prompts of {DEMO_STEERING.prompt_tokens} tokens; "
                 "sae-atlas steering-scores measures more)", ["sae", "latents", "chunks computed", "chunks kept"],
@@ -151,6 +152,9 @@ def _steering_tables(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> No
 def _stored_graph(atlas: Path, text: str, target: str) -> None:
     """An attribution graph of `text` -> `target`, stored for the Graph page."""
     from api.atlas import Atlas
+    from api.services.graphs import KIND as GRAPH_KIND
+    from api.services.graphs import store_graph, stored_graph
+    from geometry.results import list_runs
 
     if DEMO_GRAPH_RUN not in list_runs(atlas, GRAPH_KIND):
         store_graph(atlas, DEMO_GRAPH_RUN, Atlas(atlas).graph(text, target))
@@ -163,6 +167,8 @@ def _stored_graph(atlas: Path, text: str, target: str) -> None:
 def _comparison(atlas: Path, sae_ids: list[str]) -> None:
     """The last two SAEs compared (activation correlations, matched pairs, nulls)."""
     from api.atlas import Atlas
+    from api.services.compare import summary_rows
+    from geometry.results import list_runs
 
     if len(sae_ids) < 2:
         return
@@ -203,6 +209,13 @@ def demo_command(
     model_dtype: str = model_dtype_option(),
 ) -> None:
     """Run every step on the default model and corpus, reusing steps that already finished."""
+    from saes.cache import cache_activations
+    from saes.corpus import CorpusSpec
+    from saes.devices import use_by_default
+    from saes.models import load_model
+    from saes.summary.run import summarize_sae
+    from store.index import build_atlas_indexes
+
     use_by_default(device, model_dtype)
     console.rule("[bold]1. model")
     handle = load_model(model)
