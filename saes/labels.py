@@ -13,12 +13,25 @@ from __future__ import annotations
 
 import polars as pl
 
+from saes.encoding.tokens import REPLACEMENT
+
 DEAD = "dead (never fired)"
 LABEL_SCHEMA = {"latent": pl.Int64, "text": pl.String}
 
 
 def _clean(column: str) -> pl.Expr:
-    return pl.col(column).str.strip_chars()
+    """Stripped text; null where a replacement character shows a cut character (tables
+    summarized before characters split over pieces were read whole)."""
+    text = pl.col(column).str.strip_chars()
+    return pl.when(text.str.contains(REPLACEMENT, literal=True)).then(None).otherwise(text).alias(column)
+
+
+def _character_start() -> pl.Expr:
+    """The centre of each example, moved back to the first piece of its character: a
+    character split over pieces reads whole on its first piece and '' on the others
+    (`saes.encoding.tokens.decoded_tokens`)."""
+    upto = pl.col("tokens").list.head(pl.col("centre") + 1).list.reverse()
+    return pl.col("centre") - upto.list.eval(pl.element() != "").list.arg_max().fill_null(0)
 
 
 def _quoted(tokens: list[str]) -> str:
@@ -28,11 +41,11 @@ def _quoted(tokens: list[str]) -> str:
 def auto_labels(features: pl.DataFrame, examples: pl.DataFrame, *, n_tokens: int = 3, n_logits: int = 3) -> pl.DataFrame:
     """One label per latent of `features` (columns latent, text) from its top examples in
     `examples` and its promoted logits (see the module docstring)."""
+    start = _character_start()
     top = examples.filter(pl.col("kind") == "top").select(
         "latent", "act",
-        pl.col("tokens").list.get(pl.col("centre"), null_on_oob=True).alias("token"),
-        pl.when(pl.col("centre") > 0).then(pl.col("tokens").list.get(pl.col("centre") - 1, null_on_oob=True))
-        .alias("before"),
+        pl.col("tokens").list.get(start, null_on_oob=True).alias("token"),
+        pl.when(start > 0).then(pl.col("tokens").list.get(start - 1, null_on_oob=True)).alias("before"),
     ).with_columns(_clean("token"), _clean("before")).filter(pl.col("token").is_not_null() & (pl.col("token") != ""))
     fires = (top.group_by("latent", "token").agg(pl.len().alias("n"), pl.col("act").max().alias("best"))
              .sort(["latent", "n", "best", "token"], descending=[False, True, True, False])
@@ -46,7 +59,8 @@ def auto_labels(features: pl.DataFrame, examples: pl.DataFrame, *, n_tokens: int
     logits = features.select(
         pl.col("latent").cast(pl.Int64), "n_active",
         pl.col("top_logit_tokens").list.eval(pl.element().str.strip_chars()).list.eval(
-            pl.element().filter(pl.element() != "")).list.head(n_logits).alias("promotes"))
+            pl.element().filter((pl.element() != "") & ~pl.element().str.contains(REPLACEMENT, literal=True)))
+        .list.head(n_logits).alias("promotes"))
     rows = (logits.join(fires.with_columns(pl.col("latent").cast(pl.Int64)), on="latent", how="left")
             .join(context.with_columns(pl.col("latent").cast(pl.Int64)), on="latent", how="left").sort("latent"))
     texts = [_text(r) for r in rows.iter_rows(named=True)]

@@ -16,6 +16,7 @@ from typing import Literal, get_args
 
 import torch
 
+from saes.encoding.tokens import REPLACEMENT, piece_text
 from store.errors import InvalidInputError
 
 NormKind = Literal["rms", "layer", "none"]  # the final norm before the unembedding
@@ -76,14 +77,27 @@ def logit_effects(
     return LogitEffects(*(torch.cat([p[i] for p in parts]).cpu() for i in range(4)))
 
 
-_DECODED: weakref.WeakKeyDictionary[object, dict[int, tuple[str, ...]]] = weakref.WeakKeyDictionary()
+_DECODED: weakref.WeakKeyDictionary[object, dict[int, tuple[tuple[str, ...], frozenset[int]]]] = (
+    weakref.WeakKeyDictionary())
 
 
 def vocab_strings(tokenizer: object, d_vocab: int) -> tuple[str, ...]:
-    """The decoded text of every token id `0..d_vocab-1` (ids beyond the tokenizer give '').
+    """The text of every token id `0..d_vocab-1` on its own (ids beyond the tokenizer give
+    ''); a piece holding only part of a character shows its bytes (`piece_text`), never a
+    replacement character.
 
     Decoding a vocabulary takes about a second; it is done once per tokenizer and size and
     remembered while the tokenizer lives, so the SAEs of one summary run share it."""
+    return _vocabulary(tokenizer, d_vocab)[0]
+
+
+def split_piece_ids(tokenizer: object, d_vocab: int) -> frozenset[int]:
+    """The ids below `d_vocab` whose piece holds only part of a character: in a sequence
+    they read whole with their neighbours (`saes.encoding.tokens.decoded_tokens`)."""
+    return _vocabulary(tokenizer, d_vocab)[1]
+
+
+def _vocabulary(tokenizer: object, d_vocab: int) -> tuple[tuple[str, ...], frozenset[int]]:
     try:
         known = _DECODED.setdefault(tokenizer, {})
     except TypeError:  # a tokenizer that cannot be weakly referenced is decoded every time
@@ -91,5 +105,7 @@ def vocab_strings(tokenizer: object, d_vocab: int) -> tuple[str, ...]:
     if d_vocab not in known:
         n = min(d_vocab, len(tokenizer))  # type: ignore[arg-type]
         decoded = tokenizer.batch_decode([[i] for i in range(n)])  # type: ignore[attr-defined]
-        known[d_vocab] = (*decoded, *[""] * (d_vocab - n))
+        split = frozenset(i for i, text in enumerate(decoded) if REPLACEMENT in text)
+        texts = [piece_text(tokenizer, i) if i in split else text for i, text in enumerate(decoded)]
+        known[d_vocab] = ((*texts, *[""] * (d_vocab - n)), split)
     return known[d_vocab]

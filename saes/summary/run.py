@@ -26,7 +26,8 @@ from saes.labels import auto_labels
 from saes.sae.base import SAE
 from saes.summary.accumulator import SummaryAccumulator, SummaryParams
 from saes.summary.batch import BatchInfo
-from saes.summary.logits import NormKind, logit_effects, vocab_strings
+from saes.summary.logits import NormKind, logit_effects, split_piece_ids, vocab_strings
+from saes.summary.token_text import whole_characters
 from store.activations import ActivationReader, Blocks
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
@@ -233,13 +234,16 @@ def write_summary(
     use_logits = record["logit_effects"] is not None
     vocab = None
     if tokenizer is not None:
-        vocab = pl.Series(vocab_strings(tokenizer, int(W_U.shape[1]) if use_logits else len(tokenizer)), dtype=pl.String)
+        d_vocab = int(W_U.shape[1]) if use_logits else len(tokenizer)
+        vocab = pl.Series(vocab_strings(tokenizer, d_vocab), dtype=pl.String)
     effects = None
     if use_logits:
         effects = logit_effects(sae.W_dec, W_U, final_norm_weight=final_norm_weight, norm_kind=norm_kind,
                                 n=acc.params.n_logits)
     features = acc.features_frame(sae.W_dec.norm(dim=1), effects, vocab)
     examples = acc.examples_frame(vocab)
+    if tokenizer is not None:
+        examples = whole_characters(examples, tokenizer, split_piece_ids(tokenizer, d_vocab))
     n_dead = int((features["n_active"] == 0).sum())
     record = {**record, "n_tokens": acc.n_tokens, "n_dead": n_dead}
     write_tables(root, sae_id, features, examples, record, labels=auto_labels(features, examples))
