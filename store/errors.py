@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
+
+ATLAS_PLACEHOLDER = "<atlas>"
+"""What stands for the atlas directory in a message that leaves its location out."""
 
 
 class AtlasError(Exception):
@@ -47,5 +51,26 @@ class IntegrityError(AtlasError):
         return os.path.relpath(self.path, root) if inside else self.path
 
     def describe(self, root: str | os.PathLike[str]) -> str:
-        """The one damaged-file message: the atlas-relative file, the problem and the repair."""
-        return f"{self.relative_path(root)}: {self.problem}. To repair: {self.repair}"
+        """The one damaged-file message: the atlas-relative file, the problem and the repair
+        (both with the atlas's location left out, `without_root`)."""
+        return f"{self.relative_path(root)}: {without_root(self.problem, root)}. To repair: {without_root(self.repair, root)}"
+
+
+def _root_forms(root: str | os.PathLike[str]) -> list[str]:
+    """The spellings of `root` a message may hold (as given, absolute, resolved), longest first."""
+    given = os.fspath(root)
+    forms = {given.rstrip(os.sep) or given, os.path.abspath(given), os.path.realpath(given)}
+    return sorted((f for f in forms if f not in ("", ".", os.sep)), key=len, reverse=True)
+
+
+def without_root(text: str, root: str | os.PathLike[str]) -> str:
+    """`text` with the location of the atlas at `root` left out, for answers to clients: a
+    path under it written relative to it (`/srv/a/saes/x/cfg.json` -> `saes/x/cfg.json`) and
+    the directory itself, e.g. a repair command's `--atlas /srv/a`, written `<atlas>`."""
+    for form in _root_forms(root):
+        start = r"(?<![\w.~/-])" + re.escape(form)
+        text = re.sub(start + re.escape(os.sep) + r"(?=[\w.~-])", "", text)
+        # a relative root as a bare word only where it is an option's value: it may be a common word
+        bare = start if os.path.isabs(form) else r"(?<=--atlas )" + re.escape(form)
+        text = re.sub(bare + r"(?!\.?[\w~/-])", ATLAS_PLACEHOLDER, text)
+    return text

@@ -1,6 +1,6 @@
 """Server-sent events (`text/event-stream`) from a blocking generation.
 
-`event_stream(queue, events)` runs `events`, an iterator of `(name, payload)` pairs (a
+`event_stream(queue, events, root)` runs `events`, an iterator of `(name, payload)` pairs (a
 generation holding the model lock, say), on the worker's one-thread model queue, first come
 first served like every model run, and sends each pair as soon as it comes as the event
 `event: <name>` / `data: <payload as JSON>`. The answer's status and headers are sent
@@ -16,12 +16,14 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Executor
+from pathlib import Path
 from threading import Event
 from typing import Any
 
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 
+from api.http.errors import atlas_error_body
 from api.http.json_body import dumps
 from store.errors import AtlasError
 
@@ -75,15 +77,15 @@ def sse_event(name: str, data: Any) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + dumps(data) + b"\n\n"
 
 
-def _error_event(exc: Exception) -> bytes:
+def _error_event(exc: Exception, root: Path) -> bytes:
     if isinstance(exc, AtlasError):
-        return sse_event("error", {"error": type(exc).__name__, "detail": str(exc)})
+        return sse_event("error", atlas_error_body(exc, root))
     log.exception("unexpected error in an event stream")
     return sse_event("error", {"error": "internal", "detail": f"internal error ({type(exc).__name__}); "
                                                               "see the server log"})
 
 
-async def _relay(queue: Executor, events: Iterator[tuple[str, Any]]) -> AsyncIterator[bytes]:
+async def _relay(queue: Executor, events: Iterator[tuple[str, Any]], root: Path) -> AsyncIterator[bytes]:
     """The events of `events`, run on `queue`, as they come; stops `events` when cancelled."""
     loop = asyncio.get_running_loop()
     channel: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -103,7 +105,7 @@ async def _relay(queue: Executor, events: Iterator[tuple[str, Any]]) -> AsyncIte
                     break
                 send(sse_event(*item))
         except Exception as exc:  # the answer has started: the error goes out as an event
-            send(_error_event(exc))
+            send(_error_event(exc, root))
         finally:
             close = getattr(events, "close", None)
             if close is not None:
@@ -118,6 +120,7 @@ async def _relay(queue: Executor, events: Iterator[tuple[str, Any]]) -> AsyncIte
         stop.set()
 
 
-def event_stream(queue: Executor, events: Iterator[tuple[str, Any]]) -> EventStream:
-    """The answer that streams `events` (see the module docstring)."""
-    return EventStream(_relay(queue, events))
+def event_stream(queue: Executor, events: Iterator[tuple[str, Any]], root: Path) -> EventStream:
+    """The answer that streams `events` (see the module docstring) for the atlas at `root`
+    (which an error event's files are named relative to)."""
+    return EventStream(_relay(queue, events, root))

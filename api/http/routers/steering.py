@@ -175,4 +175,4 @@ async def post_steer_stream(atlas: AtlasDep, settings: SettingsDep, queue: Model
     require_interventions(settings)
     stream = await asyncio.get_running_loop().run_in_executor(queue, lambda: atlas.steer_stream(
         body.text, body.edits, max_new_tokens=body.max_new_tokens, temperature=body.temperature, seed=body.seed))
-    return event_stream(queue, _events(stream))
+    return event_stream(queue, _events(stream), atlas.root)

@@ -1,0 +1,103 @@
+"""Answers over HTTP never carry the server's paths: files are named relative to the atlas
+and the atlas itself is `<atlas>` in repair commands, in error bodies and in the problems
+that listings show (`store.errors.without_root`, applied where errors become answers)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from api.http import ServerSettings, create_app
+from saes.eval.results import result_paths
+from store.errors import IntegrityError, NotFoundError, without_root
+from store.steering import read_steering
+
+
+def test_without_root_names_files_relative_and_the_atlas_as_a_placeholder(tmp_path: Path):
+    root = tmp_path / "atlas"
+    text = (f"{root}/saes/s/cfg.json: bad. To repair: re-run `sae-atlas eval --atlas {root} --sae s`; "
+            f"no SAEs in {root}. A sibling {root}-old/x and {root}.json stay")
+    assert without_root(text, root) == (f"saes/s/cfg.json: bad. To repair: re-run `sae-atlas eval --atlas <atlas> "
+                                        f"--sae s`; no SAEs in <atlas>. A sibling {root}-old/x and {root}.json stay")
+    link = tmp_path / "link"
+    link.symlink_to(root, target_is_directory=True)
+    assert without_root(f"--atlas {root} and {root}/x", link) == "--atlas <atlas> and x"  # the resolved spelling
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)  # a root given relative: a bare word only as the --atlas value
+        assert without_root(f"the atlas has 3 SAEs; --atlas atlas; atlas/saes/s; {root}/x", Path("atlas")) == (
+            "the atlas has 3 SAEs; --atlas <atlas>; saes/s; x")
+    finally:
+        os.chdir(cwd)
+    damaged = IntegrityError(root / "saes/s/tables.json", f"differs from {root}/saes/s/features.parquet",
+                             f"re-run `sae-atlas summarize --atlas {root} --sae s`")
+    assert damaged.describe(root) == ("saes/s/tables.json: differs from saes/s/features.parquet. To repair: "
+                                      "re-run `sae-atlas summarize --atlas <atlas> --sae s`")
+
+
+@pytest.fixture
+def atlas(small_atlas: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    root = tmp_path / "served"
+    shutil.copytree(small_atlas["root"], root)
+    return {**small_atlas, "root": root}
+
+
+def _leaks(answer: Any, root: Path) -> bool:
+    return str(root) in answer.text or str(root.resolve()) in answer.text
+
+
+def test_http_errors_and_problems_leave_the_server_paths_out(atlas: dict[str, Any]):
+    root, (first, second) = atlas["root"], atlas["sae_ids"]
+    (root / "saes" / second / "features.parquet").write_bytes(b"damaged")
+    orphan, _ = result_paths(root, first, "core")
+    orphan.parent.mkdir(exist_ok=True)
+    orphan.write_text("{}")  # a result without its sidecar
+    with TestClient(create_app(ServerSettings(root=root, allow_interventions=True))) as http:
+        missing = http.get("/steering/search", params={"token": "cat", "sae_id": first})
+        assert missing.status_code == 404, missing.text
+        assert f"`sae-atlas steering-scores --atlas <atlas> --sae {first}`" in missing.json()["detail"]
+        assert not _leaks(missing, root)
+        with pytest.raises(NotFoundError, match=f"--atlas {root} --sae"):  # Python callers keep the real path
+            read_steering(root, first)
+        damaged = http.get(f"/saes/{second}/features/0")
+        assert damaged.status_code == 500, damaged.text
+        body = damaged.json()
+        assert body["path"] == f"saes/{second}/features.parquet" and body["detail"].startswith(body["path"])
+        assert body["repair"] == f"re-run `sae-atlas summarize --atlas <atlas> --sae {second}`"
+        assert not _leaks(damaged, root)
+        board = http.get("/board")
+        assert board.status_code == 200 and not _leaks(board, root)
+        [row] = [r for r in board.json()["rows"] if r["sae_id"] == first]
+        assert row["status"] == "damaged" and f"--atlas <atlas> --sae {first} --suite core" in row["problem"]
+        listing = http.get("/saes")
+        assert listing.status_code == 200 and not _leaks(listing, root)
+        assert "summarize --atlas <atlas>" in str(listing.json())
+
+
+def test_an_error_event_of_a_stream_leaves_the_server_paths_out(tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi import FastAPI
+
+    from api.http.sse import event_stream
+
+    root = tmp_path / "atlas"
+    app = FastAPI()
+    queue = ThreadPoolExecutor(max_workers=1)
+
+    def events() -> Any:
+        yield "token", ["a"]
+        raise IntegrityError(root / "saes/s/sae_weights.safetensors", "truncated", f"re-import --atlas {root}")
+
+    app.get("/stream")(lambda: event_stream(queue, events(), root))
+    with TestClient(app) as http:
+        text = http.get("/stream").text
+    queue.shutdown()
+    assert "event: token" in text and "event: error" in text and str(root) not in text
+    assert '"path": "saes/s/sae_weights.safetensors"' in text.replace('":"', '": "')
+    assert "re-import --atlas <atlas>" in text
