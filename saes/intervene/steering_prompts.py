@@ -27,14 +27,15 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from saes.builtin_text import CATEGORIES, MONTHS, NUMBER_WORDS, WEEKDAYS
-from saes.intervene.output_scores import neutral_prompts
-from saes.models import ModelHandle
 from store.errors import InvalidInputError
+
+if TYPE_CHECKING:  # imported where used: the CLI's options read this module's names without torch
+    import torch
+
+    from saes.models import ModelHandle
 
 PromptStyle = Literal["neutral", "in_context", "question", "user"]
 PROMPT_STYLES: tuple[PromptStyle, ...] = get_args(PromptStyle)
@@ -216,6 +217,10 @@ def heldout_prompts(handle: ModelHandle, n: int, n_tokens: int, seed: int,
                     avoid: Sequence[tuple[int, int, int]]) -> torch.Tensor:
     """`n` neutral prompts of `n_tokens` drawn with `seed`, none equal to a prompt of the
     draws `avoid` (`(n, n_tokens, seed)` each: the steering tables')."""
+    import torch
+
+    from saes.intervene.output_scores import neutral_prompts
+
     if any(s == seed for _, _, s in avoid):
         raise InvalidInputError(f"seed {seed} drew the steering table's prompts; held-out prompts need another seed")
     seen = {tuple(row.tolist()) for a_n, a_t, a_s in avoid if a_t == n_tokens
