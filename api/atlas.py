@@ -425,7 +425,9 @@ class Atlas:
                                                run=run, **options)
 
     def comparisons(self) -> list[CompareRunRow]:
-        """The stored comparisons of this atlas with their headline scores."""
+        """The stored comparisons of this atlas with their headline scores and `status`: "ok",
+        "damaged" (the `problem` names the file and the repair) or "unregistered" (on disk but
+        not in analyses/compare/runs.json; the `problem` names `sae-atlas register`)."""
         return compare_service.compare_runs(self.root)
 
     def comparison(self, run: str) -> CompareResult:
