@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from saes.encoding.tokens import piece_text
 from saes.intervene.decode import cached_decoding
 from saes.intervene.splice import Splice, stack_splices
 from saes.models import ModelHandle
@@ -176,7 +177,7 @@ def distribution_shift(
     diff = q - p
 
     def rows(idx: torch.Tensor) -> list[TokenShift]:
-        return [TokenShift(tokenizer.decode([int(i)]), int(i), float(p[i]), float(q[i])) for i in idx]
+        return [TokenShift(piece_text(tokenizer, int(i)), int(i), float(p[i]), float(q[i])) for i in idx]
 
     return rows(diff.topk(k).indices), rows((-diff).topk(k).indices), kl
 
