@@ -366,13 +366,18 @@ class Atlas:
 
     def steer_bench(self, targets: list[Any], *, saes: list[str] | None = None, ratio: float = 3.0,
                     kl_bound: float = 1.0, n_prompts: int = 16, candidates: int = 24,
-                    prompt_prefix: str = "Let's talk about {target}.") -> SteerBench:
+                    prompt_prefix: str = "Let's talk about {target}.", confirm_prompts: int = 16,
+                    styles: tuple[PromptStyle, ...] = PROMPT_STYLES, prompts: Any = (),
+                    combine: int = 3) -> SteerBench:
         """An AxBench-style benchmark per target: the best-ranked feature (added and clamped),
-        the top-activating feature, a difference of means, a probe, a random feature (matched
-        norms) and prompting, scored on the target's probability ratio against KL on the rest
-        of the distribution (`saes.intervene.steer_bench`); `.plot(path)` draws it."""
+        the fitted combination, the top-activating feature, a difference of means, a probe, a
+        random feature (matched norms) and prompting, each calibrated on the ranking prompts
+        and counted on held-out prompts of each style: the share of (target, prompt) pairs
+        reaching `ratio` under `kl_bound` (`saes.intervene.steer_bench`); `.plot(path)` draws it."""
         return steering_service.steer_bench(self.ctx, self._views(saes), targets, ratio=ratio, kl_bound=kl_bound,
-                                            n_prompts=n_prompts, candidates=candidates, prompt_prefix=prompt_prefix)
+                                            n_prompts=n_prompts, candidates=candidates, prompt_prefix=prompt_prefix,
+                                            confirm_prompts=confirm_prompts, styles=styles, prompts=prompts,
+                                            combine=combine)
 
     def model(self) -> ModelHandle:
         """The atlas's model handle (loaded on first call, then kept)."""

@@ -14,15 +14,17 @@ import typer
 
 from api.commands.common import handle_errors, open_atlas, print_json, print_table
 from api.commands.steering_search import command_target
+from saes.intervene.steering_prompts import PROMPT_STYLES, read_user_prompts
 from store.atomic import atomic_write_json
 from store.errors import InvalidInputError
 
-DEFAULT_TARGETS = [" Monday", " Friday", " March", " seven", " three"]
+DEFAULT_TARGETS = [" Monday", " Friday", " March", " July", " seven", " three", " red", " dog"]
+ACCEPTANCE_SHARE = 0.75
 
 
 def bench_targets(tokens: list[str], concept: list[str], contrast_a: str | None, contrast_b: str | None) -> list[Any]:
-    """One target per TOKEN (or the defaults: days, months, numbers), per --concept, and
-    the contrast of --contrast-a / --contrast-b."""
+    """One target per TOKEN (or the defaults: days, months, numbers, colours, animals), per
+    --concept, and the contrast of --contrast-a / --contrast-b."""
     targets: list[Any] = list(tokens) + [{"kind": "concept", "concept": c} for c in concept]
     if contrast_a is not None or contrast_b is not None:
         targets.append(command_target([], False, None, contrast_a, contrast_b))
@@ -43,20 +45,29 @@ def steer_bench_command(
     prompts: int = typer.Option(16, min=1, help="Held-out neutral prompts."),
     candidates: int = typer.Option(24, min=1, help="Candidates screened per SAE for the best feature."),
     prefix: str = typer.Option("Let's talk about {target}.", help="Prompting arm: text put before each prompt."),
+    confirm_prompts: int = typer.Option(16, min=0, help="Held-out neutral prompts every arm is counted on."),
+    style: list[str] = typer.Option([], help="Prompt style to rank and confirm on (repeatable): "
+                                    + ", ".join(PROMPT_STYLES) + "; default: all."),
+    prompts_file: Path = typer.Option(None, help="Your own prompts (one per line or a JSON list): half rank, "
+                                      "half confirm."),
+    combine: int = typer.Option(3, min=0, help="Features in the fitted combination arm (0: no such arm)."),
     out: Path = typer.Option(None, help="Write the results here (JSON)."),
     plot: Path = typer.Option(None, help="Write the ratio-vs-KL plot here (PNG; needs matplotlib)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Compare steering directions toward each target at matched norms on held-out neutral
-    prompts (needs the SAEs' summaries and `sae-atlas steering-scores`)."""
+    """Compare steering directions toward each target at matched norms: each calibrated on
+    the ranking prompts, counted on held-out prompts of each style (needs the SAEs'
+    summaries and `sae-atlas steering-scores`)."""
     if plot is not None:
         try:
             import matplotlib  # noqa: F401
         except ImportError as exc:
             raise InvalidInputError("--plot needs matplotlib (pip install matplotlib)") from exc
     targets = bench_targets(list(tokens or []), list(concept), contrast_a, contrast_b)
-    result = open_atlas(atlas).steer_bench(targets, saes=list(sae) or None, ratio=ratio, kl_bound=kl_bound,
-                                      n_prompts=prompts, candidates=candidates, prompt_prefix=prefix)
+    result = open_atlas(atlas).steer_bench(
+        targets, saes=list(sae) or None, ratio=ratio, kl_bound=kl_bound, n_prompts=prompts, candidates=candidates,
+        prompt_prefix=prefix, confirm_prompts=confirm_prompts, styles=tuple(style) or PROMPT_STYLES,  # type: ignore[arg-type]
+        prompts=read_user_prompts(prompts_file) if prompts_file is not None else (), combine=combine)
     if out is not None:
         atomic_write_json(out, json.loads(json.dumps(result.to_dict())))
     if plot is not None:
@@ -64,12 +75,28 @@ def steer_bench_command(
     if json_out:
         print_json(result.to_dict())
         return
-    print_table(f"steer-bench: ratio {ratio:g} under KL {kl_bound:g} ({prompts} held-out prompts)",
-                ["target", "arm", "feature", "reached", "x norm", "ratio", "kl_rest", "best ratio", "matched ratio",
-                 "matched kl_rest"],
-                [(r["target"], r["arm"], "" if r["latent"] is None else f"{r['sae_id']}/{r['latent']}", r["reached"],
-                  r["norm_fraction"], r["ratio"], r["kl_rest"], r["best_ratio"], r["matched_ratio"],
-                  r["matched_kl_rest"]) for r in result.arms])
+    print_table(f"steer-bench: ratio {ratio:g} under KL {kl_bound:g}, per target (held-out prompts)",
+                ["target", "arm", "feature", "x norm", "ratio", "95% interval", "kl_rest", "pairs reached",
+                 "specific", "siblings", "matched ratio"],
+                [(r["target"], r["arm"], _feature(r), r["norm_fraction"], r["confirmed"]["ratio"],
+                  f"{r['confirmed']['ratio_low']:.3g}-{r['confirmed']['ratio_high']:.3g}", r["kl_rest"],
+                  r["confirmed"]["share_reached"], r["confirmed"]["share_specific"], r["confirmed"]["sibling_ratio"],
+                  r["matched_ratio"]) for r in result.arms])
+    print_table(f"share of (target, prompt) pairs reaching {ratio:g}x with KL on the rest <= {kl_bound:g} "
+                f"({len(dict.fromkeys(r['target'] for r in result.arms))} targets; 95% bootstrap intervals)",
+                ["arm", "style", "pairs", "reached", "share", "interval"],
+                [(s["arm"], s["style"], s["pairs"], s["reached"], s["share"],
+                  f"{s['share_low']:.2f}-{s['share_high']:.2f}") for s in result.shares])
+    sae_arms = ("feature_add", "feature_clamp", "combination")
+    met = [s["arm"] for s in result.shares if s["style"] == "all" and s["share"] >= ACCEPTANCE_SHARE]
+    typer.echo(f"arms reaching {ratio:g}x on >= {ACCEPTANCE_SHARE:.0%} of pairs: {', '.join(met) or 'none'}"
+               + ("" if any(a in sae_arms for a in met) else "; no SAE-based arm meets this bar"))
+
+
+def _feature(row: dict[str, Any]) -> str:
+    if row["latents"]:
+        return f"{row['sae_id']}/" + "+".join(map(str, row["latents"]))
+    return "" if row["latent"] is None else f"{row['sae_id']}/{row['latent']}"
 
 
 def register(app: typer.Typer) -> None:

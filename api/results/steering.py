@@ -179,17 +179,37 @@ class BenchArm(TypedDict):
     matched_ratio: Number  # at the best feature's calibrated norm
     matched_kl_rest: Number
     curve: list[tuple[float, float, float]]  # (norm_fraction, ratio, kl_rest) over the grid
+    latents: list[int]  # a combination's features
+    confirmed: Confirmed  # on the held-out confirmation prompts at the calibrated strength
+    styles: dict[str, Confirmed]  # the same per prompt style
+    pairs: list[tuple[str, bool]]  # (style, reached) per confirmation prompt
+
+
+class BenchShare(TypedDict):
+    """The share of (target, prompt) pairs one arm raises to the requested ratio under the
+    KL bound, over all targets, in one prompt style (or `all`), with a 95% bootstrap interval."""
+
+    arm: str
+    style: str
+    pairs: int
+    reached: int
+    share: float
+    share_low: float
+    share_high: float
 
 
 @dataclass
 class SteerBench(JsonResult):
-    """The steering benchmark: every arm on every target, with how it was measured."""
+    """The steering benchmark: every arm on every target, with how it was measured, and the
+    share of pairs each arm reaches per style."""
 
     ratio_requested: float
     kl_bound: float
     n_prompts: int
     prompt_prefix: str
     arms: list[BenchArm]
+    shares: list[BenchShare] = field(default_factory=list)
+    styles: list[str] = field(default_factory=list)
 
     def plot(self, path: str | Path) -> Path:
         """Each target's ratio-vs-KL curves per arm, as a PNG at `path` (needs matplotlib)."""
@@ -199,5 +219,5 @@ class SteerBench(JsonResult):
         return Path(path)
 
     def __str__(self) -> str:
-        return "\n".join(f"{a['target']:<24} {a['arm']:<15} x{a['ratio']:.3g} kl_rest {a['kl_rest']:.3g} "
-                         f"matched x{a['matched_ratio']:.3g}" for a in self.arms)
+        return "\n".join(f"{s['arm']:<15} {s['style']:<11} {s['reached']}/{s['pairs']} pairs reached "
+                         f"({s['share']:.2f}, {s['share_low']:.2f}-{s['share_high']:.2f})" for s in self.shares)

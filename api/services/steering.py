@@ -15,7 +15,7 @@ from api.context import AtlasContext
 from api.results.steering import SteerBench, SteeringSearch
 from api.sae_view import SaeView
 from api.services.labels import with_labels
-from saes.intervene.steer_bench import BenchParams
+from saes.intervene.steer_bench import BenchParams, share_table
 from saes.intervene.steer_bench import steer_bench as run_bench
 from saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle, read_user_prompts
 from saes.intervene.steering_search import SearchParams, SteeringSource, SteerMode, rank_features
@@ -77,17 +77,23 @@ def steering_features(ctx: AtlasContext, views: list[SaeView], target: Any, *, k
 
 def steer_bench(ctx: AtlasContext, views: list[SaeView], targets: list[Any], *, ratio: float = 3.0,
                 kl_bound: float = 1.0, n_prompts: int = 16, candidates: int = 24, seed: int | None = None,
-                prompt_prefix: str = BenchParams.prompt_prefix,
+                prompt_prefix: str = BenchParams.prompt_prefix, confirm_prompts: int = 16,
+                styles: Sequence[PromptStyle] = PROMPT_STYLES, prompts: Sequence[str] = (), combine: int = 3,
                 progress: Callable[[str], None] | None = None) -> SteerBench:
     """The AxBench-style comparison of `saes.intervene.steer_bench` on each target: the best
-    feature (added and clamped), the top-activating feature, a difference of means, a probe,
-    a random feature (matched norms) and prompting."""
+    feature (added and clamped), the fitted combination, the top-activating feature, a
+    difference of means, a probe, a random feature (matched norms) and prompting, each
+    calibrated on the ranking prompts and counted on the held-out ones of each style."""
     search = SearchParams(k=3, candidates=candidates, n_prompts=n_prompts, seed=seed, ratio=ratio, kl_bound=kl_bound,
-                          fluency_prompts=0).check()
+                          fluency_prompts=0, confirm_prompts=confirm_prompts, styles=tuple(styles),
+                          combine=combine).check()
     if not views:
         raise NotFoundError(f"the atlas {ctx.root} has no SAEs yet")
     sources = [steering_source(view, reads_its_hook=True) for view in views]
     handle = ctx.model()
     params = BenchParams(search=search, prompt_prefix=prompt_prefix)
-    rows = ctx.run_locked(lambda: run_bench(handle, sources, targets, params, progress))
-    return SteerBench(ratio, kl_bound, n_prompts, prompt_prefix, [asdict(r) for r in rows])  # type: ignore[misc]
+    user = read_user_prompts(prompts) if prompts else []
+    rows = [asdict(r) for r in ctx.run_locked(lambda: run_bench(handle, sources, targets, params, progress,
+                                                                prompts=user))]
+    return SteerBench(ratio, kl_bound, n_prompts, prompt_prefix, rows, share_table(rows),  # type: ignore[arg-type]
+                      list(search.styles))

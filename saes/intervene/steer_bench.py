@@ -1,12 +1,13 @@
 """A steering benchmark in the style of AxBench (Wu et al. 2025): for each target, steer
-with several directions at the same hook and compare what each does to the target's
-probability against what it does to the rest of the distribution.
+with several directions at the same hook, calibrate each on the ranking prompts and count,
+on the held-out confirmation prompts of every style, the (target, prompt) pairs it raises
+to the requested ratio with KL on the rest within the bound.
 
-The arms, all added at the last token of the same held-out neutral prompts (or, for
-prompting, with no edit at all):
+The arms, all added at the last token (or, for prompting, with no edit at all):
 
 - `feature_add`, `feature_clamp`: the best feature of `steering_search.rank_features`
   (its hook is the hook of every arm), added along its decoder row or clamped;
+- `combination`: the search's fitted sparse combination of features (when fitted);
 - `top_activating`: the naive choice, the latent of that SAE most active on the target
   token itself (mean code when a target token follows each training prompt), added;
 - `diff_means`: the difference of means (`geometry.probes.diff_means_probe`) between the
@@ -15,21 +16,24 @@ prompting, with no edit at all):
   for a contrast, the last tokens of texts A against texts B;
 - `probe`: the direction of a logistic probe on the same two classes
   (`geometry.probes.logistic_probe`);
-- `random_feature`: a seeded random live latent of the same SAE;
+- `random_feature`: a seeded random live latent of the same SAE (above the density floor);
 - `prompting`: the prompts prefixed with text naming the target (`prompt_prefix`).
 
 Every direction is a unit vector swept over one geometric grid of norm fractions of the
-hook's mean residual norm (`saes.intervene.strength`), so arms are compared at matched
-norms. Per arm: the curve over the grid, the calibrated strength (smallest reaching the
-requested ratio under the KL bound), and the ratio and KL at the best feature's calibrated
-norm (`matched_*`). The training prompts are the steering table's draw; the measuring
-prompts are held out from them.
+hook's mean residual norm on the ranking prompts (`saes.intervene.strength`), so arms are
+compared at matched norms; each arm's strength is the smallest reaching the ratio
+specifically on `pair_share` of the ranking pairs (`steering_search.calibrate_pairs`).
+Per arm, on the confirmation prompts: the curve over the grid, the ratio and KL at the
+calibrated strength and at the best feature's (`matched_*`), the pair statistics
+(`steering_effects.PairStats`) overall and per style, and each pair's outcome, which
+`share_table` pools over targets into the share of pairs reached per arm and style with a
+bootstrap interval. The training prompts of the probes are the steering table's draw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,21 +41,33 @@ import torch
 
 from saes.forward import run_hooks
 from saes.intervene.output_scores import neutral_prompts
-from saes.intervene.steering_effects import Effects, HookSteering, hook_steering, target_effects
-from saes.intervene.steering_prompts import heldout_prompts
+from saes.intervene.steering_effects import (
+    BOOTSTRAP_SAMPLES,
+    INTERVAL,
+    PromptEffects,
+    PromptSteering,
+    direction_deltas,
+    pair_stats,
+    per_style,
+    prompt_effects,
+    prompt_steering,
+)
+from saes.intervene.steering_prompts import PromptSet
 from saes.intervene.steering_search import (
     ResolvedTarget,
     SearchParams,
     SteeringSource,
+    calibrate_pairs,
     last_token_acts,
     rank_features,
     resolve_target,
 )
-from saes.intervene.strength import calibrate, geometric_grid
+from saes.intervene.strength import geometric_grid
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
-ARMS = ("feature_add", "feature_clamp", "top_activating", "diff_means", "probe", "random_feature", "prompting")
+ARMS = ("feature_add", "feature_clamp", "combination", "top_activating", "diff_means", "probe", "random_feature",
+        "prompting")
 
 
 @dataclass(frozen=True)
@@ -65,28 +81,49 @@ class BenchParams:
 
 @dataclass
 class ArmResult:
-    """One arm on one target (module docstring)."""
+    """One arm on one target (module docstring); measured on the confirmation prompts."""
 
     target: str
     arm: str
     sae_id: str | None
     latent: int | None
-    reached: bool
+    reached: bool  # calibrated on the ranking prompts: pair_share of them reached specifically
     norm_fraction: float | None  # calibrated (None for prompting)
-    ratio: float  # at the calibrated strength
+    ratio: float  # at the calibrated strength, on the confirmation prompts
     kl_rest: float
-    best_ratio: float  # best on the grid under the KL bound
+    best_ratio: float  # best on the grid under the KL bound (confirmation prompts)
     matched_ratio: float  # at the best feature's calibrated norm
     matched_kl_rest: float
     curve: list[tuple[float, float, float]] = field(default_factory=list)  # (norm_fraction, ratio, kl_rest)
+    latents: list[int] = field(default_factory=list)  # a combination's features
+    confirmed: dict[str, Any] = field(default_factory=dict)  # PairStats at the calibrated strength
+    styles: dict[str, dict[str, Any]] = field(default_factory=dict)  # the same per style
+    pairs: list[tuple[str, bool]] = field(default_factory=list)  # (style, reached) per confirmation prompt
 
 
-def _arm(target: str, arm: str, sae_id: str | None, latent: int | None, grid: np.ndarray, eff: Effects,
-         matched: int, params: SearchParams) -> ArmResult:
-    cal = calibrate(grid, eff.ratio, eff.kl_rest, ratio=params.ratio, kl_bound=params.kl_bound)
-    curve = [(float(g), float(r), float(k)) for g, r, k in zip(grid, eff.ratio, eff.kl_rest, strict=True)]
-    return ArmResult(target, arm, sae_id, latent, cal.reached, cal.norm_fraction, cal.ratio, cal.kl_rest,
-                     cal.best_ratio, float(eff.ratio[matched]), float(eff.kl_rest[matched]), curve)
+def _arm(target: str, arm: str, grid: np.ndarray, rank_pe: PromptEffects | None, held_pe: PromptEffects,
+         styles: list[str], matched: int, sp: SearchParams, **where: Any) -> ArmResult:
+    """An arm from its per-prompt effects over the grid on the ranking prompts (None:
+    prompting, one row) and on the confirmation prompts."""
+    if rank_pe is None:
+        g, reached, fraction = 0, False, None
+    else:
+        cal = calibrate_pairs(grid, rank_pe, ratio=sp.ratio, kl_bound=sp.kl_bound, share=sp.pair_share)
+        g, reached, fraction = int(np.argmin(np.abs(grid - cal.norm_fraction))), cal.reached, cal.norm_fraction
+    at = held_pe.rows([g])
+    eff = held_pe.aggregate()
+    stats = pair_stats(at, ratio=sp.ratio, kl_bound=sp.kl_bound)
+    ok = eff.kl_rest <= sp.kl_bound
+    log_r, kl = at.log_p[0] - at.log_q, at.kl_rest[0]
+    pairs = [(s, bool(r >= np.log(sp.ratio) and k <= sp.kl_bound)) for s, r, k in zip(styles, log_r, kl, strict=True)]
+    curve = [] if rank_pe is None else [(float(f), float(r), float(k)) for f, r, k in zip(grid, eff.ratio, eff.kl_rest,
+                                                                                          strict=True)]
+    m = 0 if rank_pe is None else matched
+    return ArmResult(target, arm, where.get("sae_id"), where.get("latent"), reached, fraction, float(eff.ratio[g]),
+                     float(eff.kl_rest[g]), float(eff.ratio[ok].max()) if ok.any() else 1.0, float(eff.ratio[m]),
+                     float(eff.kl_rest[m]), curve, where.get("latents", []), asdict(stats),
+                     {k: asdict(v) for k, v in per_style(at, styles, ratio=sp.ratio, kl_bound=sp.kl_bound).items()},
+                     pairs)
 
 
 def _classes(handle: ModelHandle, hook: str, target: ResolvedTarget, train_PT: torch.Tensor) -> tuple[torch.Tensor,
@@ -100,31 +137,41 @@ def _classes(handle: ModelHandle, hook: str, target: ResolvedTarget, train_PT: t
     return on, off
 
 
-def _prompting(handle: ModelHandle, probe: HookSteering, prompts_PT: torch.Tensor, prefix: str) -> Effects:
-    """Effects of putting `prefix` after each prompt's BOS (no edit; outside the probe's
-    steering hooks)."""
+@torch.inference_mode()
+def _prompting(handle: ModelHandle, prompts: PromptSet, prefix: str, token_ids: list[int],
+               sibling_ids: list[int]) -> PromptEffects:
+    """Per-prompt effects of putting `prefix` after each prompt's BOS (no edit)."""
     prefix_ids = handle.to_tokens(prefix, prepend_bos=False)[0].cpu()
-    rows = torch.cat([prompts_PT[:, :1], prefix_ids.expand(len(prompts_PT), -1), prompts_PT[:, 1:]], 1)
-    with torch.inference_mode():
-        logits = handle.bridge(rows.to(handle.device))[:, -1].float()
-    return target_effects(logits[None], probe.clean_PV, probe.token_ids)
+    lengths = np.array([len(t) for t in prompts.tokens])
+    parts, order = [], []
+    for n in np.unique(lengths):
+        idx = np.flatnonzero(lengths == n)
+        rows = torch.stack([prompts.tokens[i] for i in idx])
+        prefixed = torch.cat([rows[:, :1], prefix_ids.expand(len(rows), -1), rows[:, 1:]], 1)
+        clean = handle.bridge(rows.to(handle.device))[:, -1].float()
+        steered = handle.bridge(prefixed.to(handle.device))[:, -1].float()
+        parts.append(prompt_effects(steered[None], clean, token_ids, sibling_ids))
+        order.append(idx)
+    joined = PromptEffects(*(np.concatenate([getattr(p, f) for p in parts], axis=-1) for f in PromptEffects._fields))
+    return joined.prompts(np.argsort(np.concatenate(order), kind="stable"))
 
 
 def bench_target(handle: ModelHandle, sources: Sequence[SteeringSource], target: Any,
-                 params: BenchParams = BenchParams()) -> list[ArmResult]:
-    """Every arm of the module docstring on one target."""
+                 params: BenchParams = BenchParams(), *, prompts: Sequence[str] = (),
+                 category: Any = None) -> list[ArmResult]:
+    """Every arm of the module docstring on one target (`prompts`: the user's own)."""
     sp = params.search
     if "{target}" not in params.prompt_prefix:
         raise InvalidInputError(f"the prompting prefix must name the target with '{{target}}', got "
                                 f"{params.prompt_prefix!r}")
-    found = rank_features(handle, sources, target, sp)
-    if not found.features:
+    found = rank_features(handle, sources, target, sp, prompts=prompts, category=category)
+    if not found.features or found.prompt_sets is None:
         raise InvalidInputError(f"no candidate feature for {found.target.description}")
     best = found.features[0]
     source = next(s for s in sources if s.sae_id == best.sae_id)
-    resolved, name = found.target, found.target.description
+    resolved, name, sibs = found.target, found.target.description, found.sibling_ids
+    rank_set, confirm_set = found.prompt_sets
     grid = geometric_grid(sp.lowest, sp.highest, sp.per_doubling)
-    prompts = heldout_prompts(handle, sp.n_prompts, sp.prompt_tokens, found.seed, [s.table_prompts for s in sources])
     train = neutral_prompts(handle, *source.table_prompts)
     on, off = _classes(handle, source.hook, resolved, train)
     X, y = torch.cat([on, off]).numpy(), np.r_[np.ones(len(on), bool), np.zeros(len(off), bool)]
@@ -134,39 +181,53 @@ def bench_target(handle: ModelHandle, sources: Sequence[SteeringSource], target:
     W = source.sae.W_dec.detach().float().cpu()
     with torch.inference_mode():
         codes = source.sae.encode(on.to(W)).float().cpu()
+    live = np.isfinite(source.mean_active_act_F) & (source.mean_active_act_F > 0)
+    if source.density_F is not None:
+        live &= np.nan_to_num(source.density_F, nan=0.0) >= sp.density_floor
     top_active = int(codes.mean(0).argmax())
-    live = np.flatnonzero(np.isfinite(source.mean_active_act_F) & (source.mean_active_act_F > 0))
-    pool = np.setdiff1d(live if live.size else np.arange(len(W)), [best.latent, top_active])
+    pool = np.setdiff1d(np.flatnonzero(live) if live.any() else np.arange(len(W)), [best.latent, top_active])
     random_latent = int(np.random.default_rng(params.random_seed).choice(pool))
     directions = {"feature_add": W[best.latent], "top_activating": W[top_active],
                   "diff_means": torch.as_tensor(diff_means_probe(X, y, seed=params.random_seed).direction_D).float(),
                   "probe": torch.as_tensor(logistic_probe(X, y, seed=params.random_seed).direction_D).float(),
                   "random_feature": W[random_latent]}
-    latents = {"feature_add": best.latent, "top_activating": top_active, "random_feature": random_latent}
+    where: dict[str, dict[str, Any]] = {
+        "feature_add": {"sae_id": source.sae_id, "latent": best.latent},
+        "top_activating": {"sae_id": source.sae_id, "latent": top_active},
+        "random_feature": {"sae_id": source.sae_id, "latent": random_latent}}
+    combo = found.combination
+    if combo is not None and combo.sae_id == source.sae_id:
+        directions["combination"] = torch.tensor(combo.weights) @ (W[combo.latents] / W[combo.latents].norm(
+            dim=-1, keepdim=True))
+        where["combination"] = {"sae_id": source.sae_id, "latents": combo.latents}
     unit = torch.stack([d / d.norm().clamp_min(1e-12) for d in directions.values()])
     matched = int(np.argmin(np.abs(grid - best.strength["norm_fraction"])))
     G = len(grid)
-    with hook_steering(handle, prompts, source.hook, resolved.token_ids, sp.batch) as probe:
-        eff = probe.directions(unit, grid)
-        values = grid[None, :] * probe.resid_norm / float(W[best.latent].norm())
-        clamp = probe.clamps(source.sae, [best.latent], values)
-    prompted = _prompting(handle, probe, prompts, params.prompt_prefix.format(
-        target=", ".join(t.strip() for t in resolved.tokens) if resolved.kind != "contrast" else resolved.texts_a[0]))
-    out = []
-    for i, arm in enumerate(directions):
-        part = Effects(*(col[i * G:(i + 1) * G] for col in eff))
-        out.append(_arm(name, arm, source.sae_id if arm in latents else None, latents.get(arm), grid, part, matched, sp))
-    out.insert(1, _arm(name, "feature_clamp", source.sae_id, best.latent, grid, clamp, matched, sp))
-    ratio, kl_rest = float(prompted.ratio[0]), float(prompted.kl_rest[0])
-    reached = ratio >= sp.ratio and kl_rest <= sp.kl_bound
-    out.append(ArmResult(name, "prompting", None, None, reached, None, ratio, kl_rest,
-                         ratio if kl_rest <= sp.kl_bound else 1.0, ratio, kl_rest))
-    return out
+    ranking = prompt_steering(handle, rank_set, source.hook, resolved.token_ids, sibs, sp.batch)
+    held = prompt_steering(handle, confirm_set, source.hook, resolved.token_ids, sibs, sp.batch)
+    rank_pe = ranking.prompt_effects(direction_deltas(unit, grid, ranking.resid_norm))
+    held_pe = held.prompt_effects(direction_deltas(unit, grid, ranking.resid_norm))
+    arms = {arm: _arm(name, arm, grid, rank_pe.rows(slice(i * G, (i + 1) * G)),
+                      held_pe.rows(slice(i * G, (i + 1) * G)), confirm_set.styles, matched, sp, **where.get(arm, {}))
+            for i, arm in enumerate(directions)}
+    arms["feature_clamp"] = _clamp_arm(name, source, best.latent, grid, ranking, held, confirm_set.styles, matched, sp,
+                                       W)
+    text = ", ".join(t.strip() for t in resolved.tokens) if resolved.kind != "contrast" else resolved.texts_a[0]
+    prompted = _prompting(handle, confirm_set, params.prompt_prefix.format(target=text), resolved.token_ids, sibs)
+    arms["prompting"] = _arm(name, "prompting", grid, None, prompted, confirm_set.styles, matched, sp)
+    return [arms[a] for a in ARMS if a in arms]
+
+
+def _clamp_arm(name: str, source: SteeringSource, latent: int, grid: np.ndarray, ranking: PromptSteering,
+               held: PromptSteering, styles: list[str], matched: int, sp: SearchParams, W: torch.Tensor) -> ArmResult:
+    values = grid[None, :] * ranking.resid_norm / float(W[latent].norm())
+    return _arm(name, "feature_clamp", grid, ranking.clamps(source.sae, [latent], values),
+                held.clamps(source.sae, [latent], values), styles, matched, sp, sae_id=source.sae_id, latent=latent)
 
 
 def steer_bench(handle: ModelHandle, sources: Sequence[SteeringSource], targets: Sequence[Any],
-                params: BenchParams = BenchParams(),
-                progress: Callable[[str], None] | None = None) -> list[ArmResult]:
+                params: BenchParams = BenchParams(), progress: Callable[[str], None] | None = None, *,
+                prompts: Sequence[str] = ()) -> list[ArmResult]:
     """`bench_target` for every target, in order."""
     if not targets:
         raise InvalidInputError("name at least one target")
@@ -176,8 +237,26 @@ def steer_bench(handle: ModelHandle, sources: Sequence[SteeringSource], targets:
     for t in targets:
         if progress:
             progress(str(t))
-        rows.extend(bench_target(handle, sources, t, params))
+        rows.extend(bench_target(handle, sources, t, params, prompts=prompts))
     return rows
+
+
+def share_table(rows: Sequence[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
+    """Per arm and style (and `all`), the share of (target, prompt) pairs reached over the
+    targets of `rows` (`ArmResult`s as dicts), with a bootstrap interval over pairs."""
+    out = []
+    tails = [100 * (1 - INTERVAL) / 2, 100 * (1 + INTERVAL) / 2]
+    rng = np.random.default_rng(seed)
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        pairs = [tuple(p) for r in rows if r["arm"] == arm for p in r["pairs"]]
+        for style in ["all", *dict.fromkeys(s for s, _ in pairs)]:
+            hits = np.array([ok for s, ok in pairs if style in ("all", s)], bool)
+            if not hits.size:
+                continue
+            low, high = np.percentile(hits[rng.integers(0, hits.size, (BOOTSTRAP_SAMPLES, hits.size))].mean(1), tails)
+            out.append({"arm": arm, "style": style, "pairs": int(hits.size), "reached": int(hits.sum()),
+                        "share": float(hits.mean()), "share_low": float(low), "share_high": float(high)})
+    return out
 
 
 def plot_bench(rows: Sequence[dict[str, Any]], path: Any, kl_bound: float) -> None:

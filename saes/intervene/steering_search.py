@@ -364,6 +364,8 @@ class SearchResult:
     combination: RankedCombination | None = None
     best: Literal["feature", "combination"] = "feature"  # better on the confirmation prompts
     left_out_dead: int = 0  # candidates left out below the density floor
+    sibling_ids: list[int] = field(default_factory=list)
+    prompt_sets: tuple[PromptSet, PromptSet] | None = None  # ranking, confirmation
 
 
 def _live(source: SteeringSource, params: SearchParams) -> np.ndarray:
@@ -560,7 +562,8 @@ def rank_features(handle: ModelHandle, sources: Sequence[SteeringSource], target
               for name, ps in (("rank", rank_set), ("confirm", confirm_set))}
     return SearchResult(resolved, params, seed, norms, baseline, ranked, spec.confirm_seed,
                         cls.category.name if cls.category else None,
-                        [handle.tokenizer.decode([t]) for t in siblings], counts, combination, best, left_out)
+                        [handle.tokenizer.decode([t]) for t in siblings], counts, combination, best, left_out,
+                        list(siblings), (rank_set, confirm_set))
 
 
 def _density(source: SteeringSource, latent: int) -> float | None:

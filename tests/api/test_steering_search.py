@@ -83,6 +83,22 @@ def test_the_verbs_print_tables_json_and_files(scored: dict[str, Any], tmp_path:
                                      "--plot", str(plot)])
     assert bench.exit_code == 0, bench.output
     arms = json.loads(out.read_text())["arms"]
-    assert [a["arm"] for a in arms] == ["feature_add", "feature_clamp", "top_activating", "diff_means", "probe",
-                                        "random_feature", "prompting"]
+    assert [a["arm"] for a in arms] == ["feature_add", "feature_clamp", "combination", "top_activating", "diff_means",
+                                        "probe", "random_feature", "prompting"]
     assert plot.read_bytes()[:4] == b"\x89PNG" and "steer-bench" in bench.output
+    assert "share of (target, prompt) pairs" in bench.output and "arms reaching" in bench.output
+    shares = json.loads(out.read_text())["shares"]
+    assert {(s["arm"], s["style"]) for s in shares} >= {("feature_add", "all"), ("prompting", "neutral")}
+    # the user's own prompts: half rank, half confirm; a file without any is named
+    mine, blank = tmp_path / "mine.txt", tmp_path / "blank.txt"
+    mine.write_text("the cat sat on the\na dog ran to the\nthe cow sat on a\na cat ran to a\n")
+    blank.write_text("\n  \n")
+    user = CliRunner().invoke(app, ["steering-search", "cat", *common, "-k", "1", "--style", "user", "--style",
+                                    "neutral", "--prompts-file", str(mine), "--json"])
+    assert user.exit_code == 0, user.output
+    found = json.loads(user.output)
+    assert found["prompt_counts"]["confirm"] == {"neutral": 16, "user": 2}
+    assert set(found["features"][0]["confirmed_styles"]) == {"neutral", "user"}
+    assert found["features"][0]["density"] is not None and found["density_floor"] > 0
+    bad = CliRunner().invoke(app, ["steering-search", "cat", *common, "--prompts-file", str(blank)])
+    assert bad.exit_code == 2 and "no usable prompts" in bad.output, bad.output

@@ -1,7 +1,8 @@
 """The steering benchmark (`saes.intervene.steer_bench`) on a planted tiny model: every arm
-is measured, the best-ranked feature is the planted promoter and beats a random feature of
-the same norm, the naive top-activating choice is the planted detector, and the plot is
-written."""
+is measured on held-out prompts of each style, the best-ranked feature is the planted
+promoter and beats a random feature of the same norm, the naive top-activating choice is
+the planted detector, the shares of pairs reached pool per arm and style with intervals,
+and the plot is written."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from saes.intervene.steer_bench import ARMS, BenchParams, plot_bench, steer_bench
+from saes.intervene.steer_bench import ARMS, BenchParams, plot_bench, share_table, steer_bench
 from saes.intervene.steering_search import SearchParams
 from store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
@@ -33,6 +34,14 @@ def test_every_arm_is_measured_and_the_planted_promoter_beats_random(tmp_path: P
     assert arms["prompting"].norm_fraction is None and arms["prompting"].curve == []
     grid = [c[0] for c in arms["diff_means"].curve]
     assert grid == sorted(grid) and all(len(r.curve) == len(grid) for r in rows if r.arm != "prompting")
+    # every arm is calibrated on the ranking prompts and counted on the held-out ones, per style
+    assert set(arms["feature_add"].styles) == {"neutral", "in_context", "question"}
+    assert len(arms["combination"].latents) == 3 and PROMOTER in arms["combination"].latents
+    shares = {(t["arm"], t["style"]): t for t in share_table([r.__dict__ for r in rows])}
+    assert shares["feature_add", "all"]["pairs"] == len(arms["feature_add"].pairs) == 22
+    assert shares["feature_add", "all"]["share"] > 0.75 > shares["random_feature", "all"]["share"]
+    assert all(0 <= t["share_low"] <= t["share"] <= t["share_high"] <= 1 for t in shares.values())
+    assert shares["prompting", "in_context"]["pairs"] == 4
     path = tmp_path / "bench.png"
     plot_bench([r.__dict__ for r in rows], path, PARAMS.search.kl_bound)
     assert path.read_bytes()[:4] == b"\x89PNG"
