@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from api.commands.tables import render_table
 from api.results.jsonable import to_jsonable
 from store.errors import AtlasError, InvalidInputError
 from store.layout import AtlasLayout
@@ -62,10 +62,6 @@ def print_json(obj: Any) -> None:
 
 
 def print_table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> None:
-    """Print rows as a rich table."""
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
-    console.print(table)
+    """Print rows as a table: in full on a wide terminal, compact (one line per row, nothing
+    split) when piped or narrow (`api.commands.tables`)."""
+    render_table(console, title, columns, rows)
