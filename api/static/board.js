@@ -2,7 +2,7 @@
 // metric against L0 as a Pareto plot (one point per SAE, as SAEBench plots them), the
 // per-letter absorption of one SAE and its autointerp explanations with their scores
 // (GET /saes/{id}/evals/{eval}). Uses app.js's helpers (api, el, fmt, enc, featLink,
-// highlighted, PALETTE; svg.js's svg); inline SVG, no other dependency. Only `boardView` is global.
+// highlighted, needs, PALETTE; svg.js's svg); inline SVG, no other dependency. Only `boardView` is global.
 (function () {
 "use strict";
 
@@ -218,6 +218,7 @@ async function boardView() {
   };
   view.replaceChildren(el("h2", {}, "Eval board"),
     rows.length ? "" : el("p", { class: "muted" }, "No SAEs yet."),
+    rows.length && !board.columns.length ? needs("needs-eval", "No eval results yet. Run", "sae-atlas eval --atlas <atlas> --suite core") : "",
     el("p", { class: "muted" }, `${rows.length} SAEs · ${board.columns.length} metrics · click a header to sort · `,
       el("label", {}, all, " all metrics")),
     tableBox,

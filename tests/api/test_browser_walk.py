@@ -168,7 +168,7 @@ def test_board_and_saes_page_agree(browser: Any, demo_server: str, demo_like: di
 
 
 def test_without_the_flag_pages_say_what_they_need(browser: Any, server: Any, small_atlas: dict[str, Any]) -> None:
-    """A read-only server (no --allow-interventions, no steering table, no stored graph):
+    """A read-only server (no --allow-interventions, no steering table, no stored graph, no eval):
     the model pages name the command before any click and show no control that would be refused."""
     page = _page(browser, server.url)
     for hash_, control in (("#/attribute", "#attr-run"), ("#/steering", "#steering-run")):
@@ -178,6 +178,7 @@ def test_without_the_flag_pages_say_what_they_need(browser: Any, server: Any, sm
     text = _open(page, server.url, "#/graph", "#needs-graph")
     assert "--store" in text and page.locator("#graph-build").count() == 0
     assert "sae-atlas serve <atlas> --allow-interventions" in page.inner_text("#needs-interventions")
+    assert "sae-atlas eval --atlas <atlas> --suite core" in _open(page, server.url, "#/board", "#needs-eval")
     _open(page, server.url, f"#/saes/{small_atlas['sae_ids'][0]}/features/3", "#examples")
     assert page.locator("#steer-box").count() == 0
     assert not page.errors, page.errors
