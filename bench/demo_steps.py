@@ -1,0 +1,46 @@
+"""Seconds of the demo's explorer steps on an atlas the demo's first steps built (use a
+copy: the steps write into it): the suite's `core` eval, the steering screen, the stored
+graph and the comparison, each after the model is loaded once.
+
+    cp -r atlas-demo /tmp/atlas-steps
+    PYTHONPATH=. python bench/demo_steps.py --atlas /tmp/atlas-steps
+
+A step whose result the atlas already holds is kept by the demo; this reports it as kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from api.commands import demo
+from saes.models import load_model
+from store.layout import AtlasLayout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--atlas", type=Path, required=True)
+    args = parser.parse_args()
+    layout = AtlasLayout(args.atlas)
+    started = time.perf_counter()
+    handle = load_model(layout.read_meta()["model"])
+    print(f"model load: {time.perf_counter() - started:.1f} s", flush=True)
+    sae_ids = layout.sae_ids()
+    steps = [("core eval (suite)", lambda: demo.core_evals(handle, args.atlas, sae_ids)),
+             ("steering screen", lambda: demo._steering_tables(handle, args.atlas, sae_ids)),
+             ("stored graph", lambda: demo._stored_graph(args.atlas, demo.DEMO_GRAPH_TEXT, demo.DEMO_GRAPH_TARGET)),
+             ("comparison", lambda: demo._comparison(args.atlas, sae_ids))]
+    times = {}
+    for name, step in steps:
+        started = time.perf_counter()
+        step()
+        times[name] = time.perf_counter() - started
+    for name, seconds in times.items():
+        print(f"{name}: {seconds:.1f} s")
+    print(f"explorer steps in all: {sum(list(times.values())[1:]):.1f} s")
+
+
+if __name__ == "__main__":
+    main()
