@@ -255,8 +255,8 @@ def split_sets(handle: ModelHandle, spec: SetSpec, cls: TargetClass,
     if "user" in spec.styles and user_prompts:
         prompts = read_user_prompts(user_prompts)
         if len(prompts) < 2 * MIN_CONFIRM_PROMPTS:
-            raise InvalidInputError(f"{len(prompts)} user prompt(s): half rank and half confirm, so give at least "
-                                    f"{2 * MIN_CONFIRM_PROMPTS}")
+            raise InvalidInputError(f"{len(prompts)} user prompt(s): half rank and half confirm, so the confirmation "
+                                    f"set would hold {len(prompts) // 2}; give at least {2 * MIN_CONFIRM_PROMPTS}")
         rank += text_prompts(handle, prompts[0::2], "user")
         confirm += text_prompts(handle, prompts[1::2], "user")
     if len(confirm) < MIN_CONFIRM_PROMPTS:

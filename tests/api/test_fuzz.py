@@ -53,7 +53,7 @@ MODEL_BOUND_400 = re.compile(r"the prompt is \d+ tokens|outside the prompt|no pr
                              r"needs at least two tokens|not in the model's vocabulary|a graph takes at most|"
                              r"not a feature node or supernode|features are active on this prompt|the same token twice|"
                              r"not a token of the model's vocabulary|drew the steering table's prompts|"
-                             r"no token occurs at least twice")
+                             r"no token occurs at least twice|the confirmation set")
 GATED = {("POST", "/analyses/circular"), *MODEL_BOUND}
 """Off on a read-only server: the documented 403."""
 

@@ -54,7 +54,8 @@ STEER_EVENT = event_schema({"token": data_schema(SteerTokens), "done": component
                             "error": component(ErrorBody.__name__)})
 SEARCH_BOUND = {400: {"model": ErrorBody, "description": (
     "input that only the model or the atlas can judge: a target token that is not one token of the vocabulary, "
-    "a contrast without tokens over-represented in texts_a, a held-out seed equal to a steering table's")}}
+    "a contrast without tokens over-represented in texts_a, a held-out seed equal to a steering table's, "
+    "prompt styles that give the target fewer than 2 confirmation prompts (the confirmation set)")}}
 MAX_HTTP_STEERING_PROMPTS = 32
 """Held-out prompts a search over HTTP measures each candidate on."""
 MAX_HTTP_STEERING_CANDIDATES = 64
