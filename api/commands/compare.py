@@ -38,7 +38,8 @@ def compare_command(
     sample_tokens: int = typer.Option(2048, min=3, help="Tokens whose codes feed the activation-space scores."),
     max_items: int = typer.Option(1024, min=3, help="Matched pairs entering SVCCA / RSA (a seeded subset beyond)."),
     n_perm: int = typer.Option(50, min=1, help="Null draws per space score."),
-    rotations: int = typer.Option(1, min=1, help="Rotation-null accumulators streamed beside the real one."),
+    rotations: int = typer.Option(1, min=1, help="Rotation-null accumulators streamed beside the real one "
+                                                 "(20 or more for an MCC p-value below 0.05)."),
     min_fires: int = typer.Option(10, min=0, help="Leave latents firing on fewer tokens out of the matching."),
     decoder: bool = typer.Option(None, "--decoder/--no-decoder",
                                  help="Match decoder cosines too (default: when the SAEs share d_model)."),
@@ -79,6 +80,8 @@ def compare_command(
     p = result.parameters
     print_table(f"{p['sae_a']} vs {p['sae_b']} ({result.summary['n_tokens']} tokens)",
                 ["score", "value", "null", "p"], summary_rows(result))
+    for note in result.notes:
+        console.print(note, markup=False)
     if top:
         print_table("best matched pairs", result.pairs.columns, result.pairs.head(top).iter_rows())
     if result.groups:

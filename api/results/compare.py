@@ -3,7 +3,7 @@ listing of stored comparisons."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import polars as pl
@@ -87,6 +87,9 @@ class CompareResult(JsonResult):
     groups: Annotated[list[dict[str, Any]], Field(
         description="per group of A's latents: its size, matched pairs and decoder scores beside their null")]
     correlations: CorrelationHistogram
+    notes: Annotated[list[str], Field(
+        description="why a p-value cannot go below 0.05 (too few null draws) and how to rerun")] = field(
+        default_factory=list)
 
     def to_dict(self, max_rows: int = MAX_PAIRS) -> dict[str, Any]:
         """The result as JSON-ready data (pairs capped at `max_rows`; every space and group score)."""

@@ -11,6 +11,7 @@ models, the corpus and the scoring settings.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -184,9 +185,27 @@ def compare_result(root: str | Path, run: str) -> CompareResult:
     empty = pl.DataFrame({"corr": []}, schema={"corr": pl.Float64})
     pairs = stored.tables.get("main", empty)
     histogram = correlation_histogram(pairs["corr"].to_numpy(), stored.tables.get("null", empty)["corr"].to_numpy())
-    return CompareResult(run, stored.meta.get("parameters", {}), stored.meta.get("summary", {}), pairs,
+    summary = stored.meta.get("summary", {})
+    return CompareResult(run, stored.meta.get("parameters", {}), summary, pairs,
                          stored.tables.get("spaces", pl.DataFrame()).to_dicts(),
-                         stored.tables.get("groups", pl.DataFrame()).to_dicts(), histogram)
+                         stored.tables.get("groups", pl.DataFrame()).to_dicts(), histogram, p_value_notes(summary))
+
+
+def p_value_notes(summary: dict[str, Any], level: float = 0.05) -> list[str]:
+    """For each score whose null had too few draws for a p-value below `level` (with n
+    draws the smallest is 1/(1+n)): why, and the option that buys more draws."""
+    scores = [("MCC (activation)", summary.get("mcc_null"), "--rotations"),
+              ("MCC (decoder cosine)", summary.get("decoder_mcc_null"), "--rotations"),
+              *((key.replace("_", " "), null, "--n-perm") for key, null in summary.get("spaces", {}).items())]
+    notes = []
+    for name, null, option in scores:
+        if null and 1 / (1 + null["n_null"]) >= level:
+            need = math.floor(1 / level)  # the fewest draws whose 1/(1+n) is below `level`
+            cost = (" (each rotation streams B once more and runs one more matching of every latent pair)"
+                    if option == "--rotations" else "")
+            notes.append(f"{name}: p = {null['p_value']:.2g} is the smallest p-value {null['n_null']} null draw(s) "
+                         f"allow, 1/(1+n); rerun with {option} {need} or more for p < {level}{cost}")
+    return notes
 
 
 def compare_runs(root: str | Path) -> list[CompareRunRow]:
