@@ -52,8 +52,9 @@ class TextSearch(JsonResult):
         parts = []
         for sid, per_token in self.features.items():
             top = [f[0]["act"] if f else 0.0 for f in per_token]
+            scale = max((a for a, special in zip(top, self.special, strict=True) if not special), default=0.0)
             cells = "".join(
-                f"<td style='vertical-align:top;padding:2px 4px'>{highlight_tokens([tok], [a], max(top) or None)}"
+                f"<td style='vertical-align:top;padding:2px 4px'>{highlight_tokens([tok], [a], scale or None)}"
                 f"<br><small>{'<br>'.join(str(f['latent']) for f in feats[:3])}</small></td>"
                 for tok, a, feats in zip(self.tokens, top, per_token, strict=False)
             )
