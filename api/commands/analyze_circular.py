@@ -70,7 +70,7 @@ def discover_command(
 @handle_errors
 def concept_command(
     concept: str = typer.Option("weekdays", help="weekdays, months or a JSON file {name, values, templates, offsets}."),
-    model: str = typer.Option(DEFAULT_MODEL, help="Model spec."),
+    model: str = typer.Option("", help=f"Model spec (default: the --atlas's model, else {DEFAULT_MODEL})."),
     layers: str = typer.Option("3,6,9,12", help="Comma-separated layers to probe (resid_post)."),
     n_components: int = typer.Option(5, min=2, help="Principal components fed to the probe."),
     intervene_layer: int = typer.Option(-1, help="Layer to intervene at (-1: none)."),
@@ -96,7 +96,7 @@ def concept_command(
     from saes.intervene.concepts import load_concept
     from saes.models import load_model
 
-    handle = load_model(model)
+    handle = load_model(model or (AtlasLayout(atlas).read_meta()["model"] if atlas is not None else DEFAULT_MODEL))
     c = load_concept(concept)
     analysis = run_circle_analysis(handle, c, _int_list(layers, "--layers"), n_components=n_components)
     spec_summary = None
