@@ -91,8 +91,8 @@ def text_command(atlas: Path = ATLAS, text: str = typer.Argument(...),
         print_json(result.to_dict())
         return
     for sid, per_token in result.features.items():
-        print_table(sid, ["pos", "token", "features (latent:act)"], [
-            (pos, tok, "  ".join(f"{f['latent']}:{f['act']:.3g}" for f in feats))
+        print_table(sid, ["pos", "token", "features (latent:act)", "top feature's label"], [
+            (pos, tok, "  ".join(f"{f['latent']}:{f['act']:.3g}" for f in feats), feats[0].get("label") or "" if feats else "")
             for pos, tok, feats in zip(result.positions, result.tokens, per_token, strict=True)
         ])
 

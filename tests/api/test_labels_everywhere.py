@@ -29,3 +29,15 @@ def test_cli_feature_prints_the_label(small_atlas: dict[str, Any]) -> None:
     out = CliRunner().invoke(app, ["feature", str(small_atlas["root"]), sae, "3"], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
     assert label and f"label: {label}" in out.output
+
+
+def test_cli_text_search_prints_labels_and_leaves_bos_out(small_atlas: dict[str, Any]) -> None:
+    sae = small_atlas["sae_ids"][1]
+    found = Atlas(small_atlas["root"]).search_text("the cat sat", sae_ids=[sae], k=2)
+    out = CliRunner().invoke(app, ["search", "text", str(small_atlas["root"]), "the cat sat", "--sae-id", sae, "-k", "2"],
+                             env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert "<s>" not in out.output and found.features[sae][0][0]["label"] in out.output
+    shown = CliRunner().invoke(app, ["search", "text", str(small_atlas["root"]), "the cat sat", "--sae-id", sae,
+                                     "--include-special", "--json"])
+    assert shown.exit_code == 0 and '"<s>"' in shown.output
