@@ -3,12 +3,13 @@
 Fenced blocks of README.md are read as follows:
 - `python` blocks run statement by statement in a folder holding the copy as `atlas-demo/`
   (and `atlas-small/`, the README's other worked atlas), after SUBSTITUTIONS (the demo's
-  SAE ids, hooks, features and sizes -> the small atlas's) and with NAMES predefined (what
-  the README leaves to the reader: `atlas`, `text`, `direction`, ...). An expression that
+  SAE ids, hooks, features and sizes -> the small atlas's) and with `names()` predefined
+  (what the README leaves to the reader: `atlas`, `text`, `direction`, ...). An expression that
   gives a table or a list must give a non-empty one: an example that finds nothing is broken.
 - `sh` / `bash` blocks, and `$ ` lines of output blocks: every `sae-atlas` command (and what
   `torchrun ... -m api` runs) is parsed by the real CLI, so an unknown verb or option fails,
-  and then run in-process, in README order, unless marked. `[...]` (optional parts) are left out, `a|b` takes a.
+  and then run in-process, in README order, unless marked. `[...]` (optional parts) are
+  left out, `a|b` takes a.
 - Markers, an HTML comment on the line right before the fence (its reason is the skip reason):
   `<!-- readme-test: skip: REASON -->` nothing in the block runs;
   `<!-- readme-test: parse-only: REASON -->` commands are parsed, none is run;
@@ -16,6 +17,7 @@ Fenced blocks of README.md are read as follows:
   Only parsed, too: `torchrun` lines, `sae-atlas serve` (a server runs until stopped) and
   commands on a placeholder atlas (`A`, `ATLAS_A:SAE_A`): only `atlas-demo` and `atlas-small`
   are examples.
+- `sae-atlas ...` spans in the prose name real verbs and options (placeholders allowed).
 """
 
 from __future__ import annotations
@@ -157,6 +159,17 @@ def commands(block: Block, text: str) -> list[tuple[str, list[str]]]:
             for program, args in found]
 
 
+def resolve(args: list[str]) -> tuple[str, Any, list[str]]:
+    """`(verbs, click command, the arguments after the verbs)` of `args`, nothing checked beyond."""
+    from api.cli import app
+
+    command, verbs = typer.main.get_command(app), []
+    while isinstance(command, typer.core.TyperGroup) and args and args[0] in command.commands:
+        verbs.append(args[0])
+        command, args = command.commands[args[0]], args[1:]
+    return " ".join(verbs), command, args
+
+
 def parse(args: list[str]) -> str:
     """Parse `args` as the CLI would (every option checked), without running; the verb."""
     from api.cli import app
@@ -261,3 +274,16 @@ def test_readme_example_runs(block: Block, workdir: dict[str, Any]) -> None:
         run_python(block, workdir)
     else:
         run_shell(block, workdir)
+
+
+def test_readme_prose_commands_name_real_verbs_and_options() -> None:
+    prose = re.sub(r"(?ms)^```.*?^```", "", README.read_text(encoding="utf-8"))
+    spans = re.findall(r"`sae-atlas ([^`]+)`", prose) + re.findall(r"`torchrun [^`]*-m api\s([^`]+)`", prose)
+    assert len(spans) > 10
+    for span in spans:
+        words = [w.split("|")[0] for w in shlex.split(span)]
+        verbs, command, rest = resolve(words)
+        assert verbs and not isinstance(command, typer.core.TyperGroup), f"`sae-atlas {span}`: no such verb"
+        known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+        unknown = [w for w in rest if w.startswith("--") and w.split("=")[0] not in known]
+        assert not unknown, f"`sae-atlas {span}`: {verbs} has no option {unknown}"
