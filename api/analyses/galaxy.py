@@ -10,7 +10,8 @@ import polars as pl
 
 from api.analyses.run_files import run_figure
 from geometry.figures import galaxy_figure
-from geometry.galaxy import covariance_spectrum, power_law_fit, twonn_dimension
+from geometry.galaxy import covariance_spectrum, power_law_fit
+from geometry.intrinsic_dimension import twonn_dimension
 from geometry.results import write_analysis
 from saes.atlas_saes import load_atlas_sae
 from store.errors import NotFoundError

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from geometry.galaxy import covariance_spectrum, power_law_fit, twonn_dimension
+from geometry.galaxy import covariance_spectrum, power_law_fit
+from geometry.intrinsic_dimension import twonn_dimension
 from store.errors import InvalidInputError
 
 
