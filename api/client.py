@@ -108,9 +108,12 @@ class AtlasClient:
         body = {"vector": [float(v) for v in vector], "sae_id": sae_id, "k": k}
         return pl.DataFrame(self._call("POST", "/search/vector", json=body))
 
-    def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5) -> dict[str, Any]:
-        """Per token of `text`, the most active features of each SAE."""
-        return self._call("POST", "/search/text", json={"text": text, "sae_ids": sae_ids, "k": k})
+    def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5,
+                    include_special: bool = False) -> dict[str, Any]:
+        """Per token of `text`, the most active features of each SAE (BOS and the model's
+        other special tokens left out unless `include_special`)."""
+        return self._call("POST", "/search/text", json={"text": text, "sae_ids": sae_ids, "k": k,
+                                                         "include_special": include_special})
 
     def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> dict[str, Any]:
         """Features centred on / promoting a token (string or id)."""

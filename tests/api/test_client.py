@@ -26,6 +26,7 @@ def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
         assert client.search_vector(vec, k=4)["latent"].to_list() == atlas.search_vector(vec, k=4)["latent"].to_list()
         text = client.search_text("the dog ran", sae_ids=[b], k=2)
         assert text == atlas.search_text("the dog ran", sae_ids=[b], k=2).to_dict()
+        assert client.search_text("the dog", sae_ids=[b], include_special=True)["tokens"][0] == "<s>"
         assert client.search_token("dog", k=3) == atlas.search_token("dog", k=3).to_dict()
         dog = atlas.search_token("dog", k=3).token_id
         assert client.search_token(dog, k=3) == atlas.search_token(dog, k=3).to_dict()
