@@ -87,7 +87,13 @@ def test_labels_of_a_split_character_name_it(tokenizer: Any) -> None:
     assert REPLACEMENT not in auto_labels(old_features, old_examples)["text"][0]
 
 
-def test_windows_without_split_characters_are_left_as_they_are(tokenizer: Any) -> None:
-    ids = _ids(tokenizer, "the cat sat")
-    examples = pl.DataFrame({"token_ids": [ids], "tokens": [["x"] * len(ids)]})
-    assert whole_characters(examples, tokenizer, split_piece_ids(tokenizer, len(tokenizer))).equals(examples)
+def test_only_the_runs_of_split_pieces_are_read_again(tokenizer: Any) -> None:
+    split = split_piece_ids(tokenizer, len(tokenizer))
+    plain, mixed = _ids(tokenizer, "the cat sat"), _ids(tokenizer, TEXT)
+    examples = pl.DataFrame({"latent": [7, 8], "token_ids": [plain, mixed],
+                             "tokens": [["x"] * len(plain), [vocab_strings(tokenizer, len(tokenizer))[i] for i in mixed]]})
+    merged = whole_characters(examples, tokenizer, split)
+    assert merged.columns == examples.columns and merged["latent"].to_list() == [7, 8]
+    assert merged["tokens"][0].to_list() == ["x"] * len(plain)  # no split piece: left as it was
+    assert merged["tokens"][1].to_list() == decoded_tokens(tokenizer, mixed)
+    assert whole_characters(examples.head(1), tokenizer, split).equals(examples.head(1))
