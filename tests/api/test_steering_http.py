@@ -210,8 +210,8 @@ def test_search_answers_what_the_facade_ranks_and_its_edit_streams(steering_live
     assert got.status_code == 200, got.text
     assert got.json() == expected
     assert [f["rank"] for f in expected["features"]] == [1, 2, 3] and expected["tokens"] == ["cat"]
-    ratios = [f["best_ratio"] for f in expected["features"]]
-    assert ratios == sorted(ratios, reverse=True)
+    keys = [(f["confirmed"]["share_specific"], f["confirmed"]["score"]) for f in expected["features"]]
+    assert keys == sorted(keys, reverse=True)  # ranked on the held-out confirmation prompts
     by_get = httpx.get(steering_live.url + "/steering/search", timeout=60,
                        params={"token": "cat", "sae_id": sae, "k": 3})  # the default search: more prompts
     assert by_get.status_code == 200, by_get.text
@@ -239,6 +239,9 @@ def test_search_answers_what_the_facade_ranks_and_its_edit_streams(steering_live
     ("POST", {"json": {"target": {"kind": "concept", "concept": "/etc/passwd"}}}, 422, "concept"),
     ("POST", {"json": {"target": {"kind": "tokens", "tokens": ["cat"] * 65}}}, 422, "tokens"),
     ("POST", {"json": {"target": "cat", "extra": 1}}, 422, "extra"),
+    ("POST", {"json": {"target": "cat", "styles": ["telepathy"]}}, 422, "styles"),
+    ("POST", {"json": {"target": "cat", "styles": ["user"], "prompts": ["a cat", "the dog", "a cow"]}}, 400,
+     "the confirmation set would hold 1"),
 ])
 def test_bad_searches_are_named(steering_live: LiveServer, steering_atlas: dict[str, Any], method: str,
                                 request_args: dict[str, Any], status: int, needle: str) -> None:
