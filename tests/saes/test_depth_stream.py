@@ -1,0 +1,47 @@
+"""The depth stream on a tiny model: one pass gives CKA sums equal to the in-memory CKA of
+the same token states, a seeded subsample, and lens scores per layer; bad layers are clear."""
+
+import numpy as np
+import pytest
+
+from geometry.cka import debiased_cka
+from saes.corpus import CorpusSpec
+from saes.depth.stream import check_layers, stream_depth
+from saes.models import tiny_model
+from store.errors import InvalidInputError
+
+CORPUS = CorpusSpec(context_size=32)
+
+
+@pytest.fixture(scope="module")
+def handle():
+    return tiny_model(arch="llama", n_layers=4, seed=3)
+
+
+def test_streamed_cka_equals_in_memory_over_the_same_tokens(handle):
+    s = stream_depth(handle, CORPUS, [0, 1, 2, 3], n_tokens=32 * 8, batch_blocks=2, max_points=10_000,
+                     progress=False)
+    assert len(s.states) == s.n_tokens == s.cka.n  # every token kept: the subsample is the whole stream
+    assert s.states.shape[1:] == (4, handle.d_model) and (s.position > 0).all()  # BOS left out
+    expected = np.array([[debiased_cka(s.states[:, i], s.states[:, j]) for j in range(4)] for i in range(4)])
+    assert np.allclose(s.cka.result(), expected, atol=1e-6)
+    assert {(r["lens"], r["layer"]) for r in s.lens.table()} == {(k, i) for k in ("logit", "tuned") for i in range(4)}
+
+
+def test_subsample_is_seeded_and_bounded(handle):
+    runs = [stream_depth(handle, CORPUS, [1, 2, 3], n_tokens=32 * 8, batch_blocks=2, max_points=50, seed=seed,
+                         progress=False) for seed in (0, 0, 1)]
+    assert all(len(r.states) == 50 for r in runs)
+    assert np.array_equal(runs[0].states, runs[1].states) and not np.array_equal(runs[0].block * 32 + runs[0].position,
+                                                                                  runs[2].block * 32 + runs[2].position)
+    # layers 1-3 only: the last layer still feeds the lenses, only the requested layers are scored
+    assert {r["layer"] for r in runs[0].lens.table()} == {1, 2, 3}
+
+
+def test_bad_layers_and_too_few_batches_are_clear_errors(handle):
+    with pytest.raises(InvalidInputError, match=r"has layers 0\.\.3; the requested layer range includes \[4, 5\]"):
+        check_layers(handle, [2, 3, 4, 5])
+    with pytest.raises(InvalidInputError, match="at least 3 layers"):
+        check_layers(handle, [1, 2])
+    with pytest.raises(InvalidInputError, match="one held out"):
+        stream_depth(handle, CORPUS, [0, 1, 2], n_tokens=32 * 2, batch_blocks=2, progress=False)
