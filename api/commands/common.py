@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -54,6 +56,14 @@ def chosen_saes(layout: AtlasLayout, sae_ids: list[str]) -> list[str]:
     for sae_id in ids:
         layout.require_sae(sae_id)
     return ids
+
+
+@contextlib.contextmanager
+def output_to_stderr(enabled: bool = True) -> Iterator[None]:
+    """While open (when `enabled`), what a command prints (tables, progress) goes to stderr,
+    so that stdout carries only its JSON."""
+    with contextlib.redirect_stdout(sys.stderr) if enabled else contextlib.nullcontext():
+        yield
 
 
 def print_json(obj: Any) -> None:

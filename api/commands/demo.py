@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from api.commands.cache import print_cache_summary
-from api.commands.common import console, handle_errors, print_table
+from api.commands.common import console, handle_errors, output_to_stderr, print_json, print_table
 from api.commands.device_options import device_option, model_dtype_option
 from api.commands.eval import EvalsFailed
 from api.commands.summarize import build_offline_labels, print_reports
@@ -207,16 +207,27 @@ def demo_command(
     seed: int = typer.Option(0, help="Seed for every random choice."),
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
+    json_out: bool = typer.Option(False, "--json", help="Print what was built as JSON (atlas, model, hooks, SAE "
+                                  "ids, the serve command); the steps' progress and tables go to stderr."),
 ) -> None:
     """Run every step on the default model and corpus, reusing steps that already finished."""
+    from saes.devices import use_by_default
+
+    use_by_default(device, model_dtype)
+    with output_to_stderr(json_out):
+        built = _run_steps(atlas, model, tokens=tokens, train_tokens=train_tokens, layers=layers, seed=seed)
+    if json_out:
+        print_json(built)
+
+
+def _run_steps(atlas: Path, model: str, *, tokens: int, train_tokens: int, layers: int, seed: int) -> dict[str, object]:
+    """Every step of the demo, printed as it goes; what was built."""
     from saes.cache import cache_activations
     from saes.corpus import CorpusSpec
-    from saes.devices import use_by_default
     from saes.models import load_model
     from saes.summary.run import summarize_sae
     from store.index import build_atlas_indexes
 
-    use_by_default(device, model_dtype)
     console.rule("[bold]1. model")
     handle = load_model(model)
     hooks = handle.default_hooks(layers)
@@ -251,6 +262,7 @@ def demo_command(
                   "and open http://127.0.0.1:8000/ (feature pages at #/saes/<sae_id>/features/<index>). "
                   "--allow-interventions lets the explorer run the model (Steer, Attribute, Graph); "
                   "the server listens on 127.0.0.1 only.")
+    return {"atlas": str(atlas), "model": handle.name, "hooks": hooks, "sae_ids": sae_ids, "serve": serve_argv(atlas)}
 
 
 def register(app: typer.Typer) -> None:

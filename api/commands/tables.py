@@ -85,12 +85,12 @@ def _fit(columns: list[_Column], width: int) -> tuple[list[int], list[int]]:
     return shown, widths
 
 
-def _compact(title: str, columns: list[_Column], n_rows: int, width: int) -> Table:
+def _compact(columns: list[_Column], n_rows: int, width: int) -> Table:
     shown, widths = _fit(columns, width)
     hidden = [c.header for i, c in enumerate(columns) if i not in shown]
     caption = f"not shown at {width} columns: {', '.join(hidden)} (--json has them)" if hidden else None
-    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  padding=(0, 1), title_justify="left", caption_justify="left")
+    table = Table(caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                  caption_justify="left")
     for i, w in zip(shown, widths, strict=True):
         table.add_column(Text(_fold_header(columns[i].header, w), overflow="fold", no_wrap=False), width=w, no_wrap=True,
                          overflow="ellipsis", justify="right" if _numeric(columns[i].cells) else "left")
@@ -166,5 +166,6 @@ def render_table(console: Console, title: str, headers: Sequence[str], rows: Ite
         console.print(_full(title, columns, len(body)))
     elif len(columns) > 2 and 2 * len(_fit(columns, console.width)[0]) <= len(columns):
         _records(console, title, columns, len(body), console.width)
-    else:
-        console.print(_compact(title, columns, len(body), console.width), crop=False)
+    else:  # the title on its own line: a table's title would wrap at the table's width
+        console.print(title, markup=False, highlight=False)
+        console.print(_compact(columns, len(body), console.width), crop=False)

@@ -115,3 +115,19 @@ def test_feature_at_80_columns(atlas: Path, small_atlas: dict[str, Any], monkeyp
         assert _on_one_line(lines, cell_text(example["act"]), example["tokens"][0])
     for near in card["neighbours"] or []:
         assert _on_one_line(lines, str(near["latent"]), cell_text(near["cosine"]))
+
+
+def test_demo_json_keeps_stdout_for_the_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`demo --json`: the steps' tables go to stderr, stdout is the JSON of what was built."""
+    import api.commands.demo as demo
+    from api.commands.common import print_table
+
+    def steps(atlas: Path, model: str, **_: Any) -> dict[str, Any]:
+        print_table("a step's table", ["sae", "fvu"], [["s0", 0.25]])
+        return {"atlas": str(atlas), "sae_ids": ["s0"]}
+
+    monkeypatch.setattr(demo, "_run_steps", steps)
+    result = CliRunner().invoke(app, ["demo", "--atlas", str(tmp_path), "--json", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"atlas": str(tmp_path), "sae_ids": ["s0"]}
+    assert "a step's table" in result.stderr and "0.25" in result.stderr
