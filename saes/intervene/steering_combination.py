@@ -10,13 +10,13 @@ with `g_i` the prompt's specific gain (`steering_effects`: the target's log-prob
 gain less any gain of its siblings), capped at `c = 2 log(ratio)` so nothing pushes past
 the requested effect, and `kl_rest_i` the KL on the rest of the next-token distribution
 (the text the edit was not asked to move). Adam from a small uniform start; then the
-`n_features` largest weights are kept and refitted without the L1 term. Forward passes run
-with gradients on the right-padded prompts (causal attention: padding after a prompt's last
-token changes nothing before it).
+`n_features` largest weights are kept and refitted without the L1 term. The prompts'
+prefixes run once into KV caches; each step runs only their last tokens, with gradients.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from saes.hook_fns import in_residual
+from saes.intervene.decode import _cache_arguments
 from saes.intervene.steering_prompts import PromptSet
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
@@ -51,27 +52,39 @@ class Fitted:
     loss: float
 
 
-def _padded(prompts: PromptSet) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([len(t) for t in prompts.tokens])
-    rows = torch.zeros(len(prompts), int(lengths.max()), dtype=prompts.tokens[0].dtype)
-    for i, t in enumerate(prompts.tokens):
-        rows[i, :len(t)] = t
-    return rows, lengths - 1
+class _CachedPrompts:
+    """The prompts' prefixes run once (no gradients) into one KV cache per prompt length;
+    `logits(delta_D)` then runs only the last tokens, `delta_D` added at `hook` there, with
+    gradients to `delta_D`: next-token logits `[P, V]` in the prompts' order."""
 
+    def __init__(self, handle: ModelHandle, prompts: PromptSet, hook: str) -> None:
+        from transformers import DynamicCache
 
-def _logits(handle: ModelHandle, rows_PT: torch.Tensor, last_P: torch.Tensor, hook: str,
-            delta_D: torch.Tensor | None) -> torch.Tensor:
-    """Next-token logits `[P, V]` at each prompt's last token, `delta_D` added there."""
-    at_PT1 = torch.zeros(*rows_PT.shape, 1)
-    at_PT1[torch.arange(len(rows_PT)), last_P] = 1.0
+        self.handle, self.hook = handle, handle.check_hook(hook)
+        model = handle.bridge.original_model
+        lengths = np.array([len(t) for t in prompts.tokens])
+        self.groups = []
+        for n in np.unique(lengths):
+            idx = np.flatnonzero(lengths == n)
+            rows = torch.stack([prompts.tokens[i] for i in idx]).to(handle.device)
+            cache = DynamicCache(config=model.config)
+            with torch.no_grad():
+                handle.bridge.forward(rows[:, :-1], **_cache_arguments(model, cache))
+            self.groups.append((idx, rows[:, -1:], cache))
+        self.order = torch.as_tensor(np.argsort(np.concatenate([idx for idx, _, _ in self.groups]), kind="stable"))
 
-    def add(act: torch.Tensor, hook: object = None) -> torch.Tensor:
-        return act + at_PT1.to(act) * delta_D.to(act)
+    def logits(self, delta_D: torch.Tensor | None) -> torch.Tensor:
+        def add(act: torch.Tensor, hook: object = None) -> torch.Tensor:
+            return act + delta_D.to(act)
 
-    hooks = [] if delta_D is None else [(hook, add)]
-    with handle.bridge.hooks(fwd_hooks=in_residual(handle.bridge, hooks)):
-        logits = handle.bridge(rows_PT.to(handle.device))
-    return logits[torch.arange(len(rows_PT)), last_P.to(logits.device)].float()
+        model = self.handle.bridge.original_model
+        hooks = [] if delta_D is None else [(self.hook, add)]
+        parts = []
+        with self.handle.bridge.hooks(fwd_hooks=in_residual(self.handle.bridge, hooks)):
+            for _, last_B1, cache in self.groups:
+                out = self.handle.bridge.forward(last_B1, **_cache_arguments(model, copy.deepcopy(cache)))
+                parts.append(out[:, -1].float())
+        return torch.cat(parts)[self.order.to(parts[0].device)]
 
 
 def fit_combination(handle: ModelHandle, prompts: PromptSet, hook: str, unit_ND: torch.Tensor, latents: Sequence[int],
@@ -82,11 +95,11 @@ def fit_combination(handle: ModelHandle, prompts: PromptSet, hook: str, unit_ND:
     if len(latents) < params.n_features or params.n_features < 1:
         raise InvalidInputError(f"a combination of {params.n_features} features needs at least that many candidates, "
                                 f"got {len(latents)}")
-    rows, last = _padded(prompts)
+    cached = _CachedPrompts(handle, prompts, hook)
     ids = torch.as_tensor(list(token_ids))
     sib = torch.as_tensor(list(sibling_ids), dtype=torch.long)
     with torch.no_grad():
-        logq = torch.log_softmax(_logits(handle, rows, last, hook, None), -1)
+        logq = torch.log_softmax(cached.logits(None), -1)
     lq_T = logq[:, ids].logsumexp(-1)
     lq_S = logq[:, sib].logsumexp(-1) if len(sib) else None
     rq = torch.log_softmax(logq.index_fill(-1, ids, float("-inf")), -1)
@@ -94,7 +107,7 @@ def fit_combination(handle: ModelHandle, prompts: PromptSet, hook: str, unit_ND:
     U = unit_ND.float().cpu()
 
     def loss_of(w: torch.Tensor, keep: torch.Tensor, l1: float) -> torch.Tensor:
-        logp = torch.log_softmax(_logits(handle, rows, last, hook, (w * keep) @ U * resid_norm), -1)
+        logp = torch.log_softmax(cached.logits((w * keep) @ U * resid_norm), -1)
         gain = logp[:, ids].logsumexp(-1) - lq_T
         if lq_S is not None:
             gain = gain - (logp[:, sib].logsumexp(-1) - lq_S).clamp_min(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from saes.intervene.steering_combination import fit_combination
+from saes.intervene.steering_combination import _CachedPrompts, fit_combination
 from saes.intervene.steering_effects import prompt_steering
 from saes.intervene.steering_prompts import PromptSet, heldout_prompts
 from saes.intervene.steering_search import SearchParams, rank_features
@@ -39,3 +39,23 @@ def test_a_fitted_combination_recovers_a_planted_direction_of_three_features() -
     assert combo.confirmed.n_prompts == 6 and combo.confirmed.ratio > 1.0
     single = result.features[0]
     assert combo.confirmed.score > single.confirmed.score and result.best == "combination"
+
+
+def test_the_fit_runs_last_tokens_on_cached_prefixes_as_a_full_forward_would() -> None:
+    planted = planted_combination()
+    handle = planted.handle
+    texts = ["the cat sat on the mat", "a dog ran", "the cow sat on the", "a cat"]
+    prompts = PromptSet([handle.to_tokens(t)[0] for t in texts], ["user"] * len(texts))
+    delta = torch.randn(handle.d_model, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    with torch.enable_grad():
+        cached = _CachedPrompts(handle, prompts, HOOK).logits(delta)
+        (grad,) = torch.autograd.grad(cached[:, planted.token_id].sum(), [delta])
+    assert grad.abs().sum() > 0  # the gradient reaches the steering vector
+    def add_last(act: torch.Tensor, hook: object = None) -> torch.Tensor:
+        act = act.clone()
+        act[:, -1] += delta.detach()
+        return act
+
+    for i, tokens in enumerate(prompts.tokens):
+        full = handle.bridge.run_with_hooks(tokens[None], fwd_hooks=[(HOOK, add_last)])[0, -1]
+        assert torch.allclose(cached[i].detach(), full.float(), atol=1e-4)
