@@ -11,6 +11,9 @@ load cold and warm, and the first text search over the CLI, Python and HTTP.
   `POST /search/text` to a freshly started `sae-atlas serve`; uncached (before) vs warm.
 
     PYTHONPATH=. python bench/first_use.py [--atlas /work/demo-base] [--model smollm2-135m]
+        [--parts help,load,search] [--cache DIR (default: a new temporary folder)]
+
+`search` alone needs `--cache` to name a folder the model is already cached in (the `after`).
 """
 
 from __future__ import annotations
@@ -132,20 +135,28 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--baseline-rev", default="f574ffc", help="commit whose --help start-up is 'before'")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-search", action="store_true", help="only --help and the model load")
+    parser.add_argument("--parts", default="help,load,search", help="comma-separated: help, load, search")
+    parser.add_argument("--cache", type=Path, default=None, help="model cache folder (default: a new temporary one)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory(prefix="first-use-cache-") as tmp:
-        cache = Path(tmp)
-        results: dict[str, Any] = {"help": help_times(args.baseline_rev, args.repeats, cache)}
-        results["load"] = load_times(args.model, cache)
-        if not args.skip_search:
+        cache = args.cache or Path(tmp)
+        results: dict[str, Any] = {}
+        if "help" in parts:
+            results["help"] = help_times(args.baseline_rev, args.repeats, cache)
+        if "load" in parts:
+            results["load"] = load_times(args.model, cache)
+        if "search" in parts:
             results["search_before"] = search_times(args.atlas, None)
             results["search_after"] = search_times(args.atlas, cache)
-    h, load = results["help"], results["load"]
-    print(f"--help start-up: before {h['before']:.2f} s, after {h['after']:.2f} s ({h['before'] / h['after']:.1f}x)")
-    print(f"load_model({args.model!r}): uncached {load['uncached']:.2f} s, cold {load['cold']:.2f} s, "
-          f"warm {load['warm']:.2f} s ({load['uncached'] / load['warm']:.1f}x faster than uncached)")
-    if not args.skip_search:
+    if "help" in results:
+        h = results["help"]
+        print(f"--help start-up: before {h['before']:.2f} s, after {h['after']:.2f} s ({h['before'] / h['after']:.1f}x)")
+    if "load" in results:
+        load = results["load"]
+        print(f"load_model({args.model!r}): uncached {load['uncached']:.2f} s, cold {load['cold']:.2f} s, "
+              f"warm {load['warm']:.2f} s ({load['uncached'] / load['warm']:.1f}x faster than uncached)")
+    if "search" in parts:
         for when in ("search_before", "search_after"):
             s = results[when]
             print(f"first text search, {when.split('_')[1]}: CLI process {s['cli_process_s']:.2f} s; Python "
