@@ -20,6 +20,7 @@ into a `runs.json` by the next run written or registered there.
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -152,6 +153,9 @@ def register_run(root: str | Path, kind: str, run: str) -> dict[str, Any]:
     JSON. NotFoundError when the run has no JSON, InvalidInputError when it is registered."""
     _, js = run_paths(root, kind, run)
     if not js.is_file():
+        if any(js.parent.glob(f"{glob.escape(run)}.*")):  # its tables or figures are left
+            raise IntegrityError(js, "file is missing beside the run's other files, so they cannot be verified",
+                                 run_repair(kind, run))
         raise NotFoundError(f"no {kind} analysis run {run!r} on disk (no analyses/{kind}/{js.name})")
     if run in (_read_runs(js.parent, kind, writing=True) or {}):
         raise InvalidInputError(f"analysis run {kind}/{run} is already registered in analyses/{kind}/{RUNS_FILE}")

@@ -105,6 +105,11 @@ def register_sae(root: str | Path, sae_id: str) -> dict[str, Any]:
     if sae_id in layout.registered_sae_ids():
         raise InvalidInputError(f"SAE {sae_id!r} is already registered in {layout.atlas_json.name}")
     if sae_id not in layout.unregistered_sae_ids():
+        folder = layout.sae_dir(sae_id)
+        if folder.is_dir():  # a folder that lost its cfg.json is named, not taken for no folder
+            raise IntegrityError(folder / CFG_FILE, "file is missing, so the folder cannot be registered",
+                                 f"restore it, or re-run the `sae-atlas train` or `sae-atlas import` that wrote "
+                                 f"saes/{folder.name}/")
         unregistered = ", ".join(layout.unregistered_sae_ids()) or "(none)"
         raise NotFoundError(f"no SAE folder saes/{layout.sae_dir(sae_id).name}/ with a cfg.json; "
                             f"unregistered SAEs: {unregistered}")

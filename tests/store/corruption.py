@@ -22,8 +22,14 @@ Only the first three are acceptable. A second set of cases (`FOREIGN`) leaves ev
 intact and consistent with its sidecar but copies a group of the healthy SAE's files over
 the damaged SAE's (its summary tables, its map, ..., or its weights with their cfg.json):
 the damaged SAE's files then no longer belong together, and a refusal must name one of its
-files derived from other weights. `python -m tests.store.corruption` runs the battery and
-writes both tables into RELIABILITY.md.
+files derived from other weights. Three further groups damage the same way: every eval
+result kind of the damaged SAE (`evals/<eval>.json` and its sidecar; the read paths that
+open eval results run), the folder of a circuit-tracer CLT imported into an atlas of its
+own (`CLT_FILES`, with the reads of a CLT), and the inputs of `sae-atlas register` (the
+files of an SAE folder or analysis run that its registry no longer lists; the register call
+must refuse naming the file or record exactly what was recorded before).
+`python -m tests.store.corruption` runs the battery and writes the tables into
+RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from saes.eval.spec import EVAL_NAMES
 from store.errors import AtlasError
 from store.tables import load_occurrence
 from tests.api.small_atlas import HOOKS, PLANTED_KIND, PLANTED_RUN, build_small_atlas
@@ -99,18 +106,65 @@ FOREIGN: dict[str, Foreign] = {
     "labels": Foreign(LABEL_FILES, LABEL_FILES),
     "index": Foreign(INDEX_FILES, INDEX_FILES),
     "weights and cfg.json": Foreign(("sae_weights.safetensors", "cfg.json"),
-                                    TABLE_FILES + MAP_FILES + LABEL_FILES + INDEX_FILES, ("search_text",)),
+                                    TABLE_FILES + MAP_FILES + LABEL_FILES + INDEX_FILES
+                                    + tuple(f"evals/{name}.json" for name in EVAL_NAMES), ("search_text",)),
+}
+
+
+EVAL_FILES: dict[str, str] = {f"{name} {part}": f"saes/{SAE1}/evals/{name}{suffix}" for name in EVAL_NAMES
+                              for part, suffix in (("result", ".json"), ("sidecar", ".sha256.json"))}
+EVAL_READERS = ("saes", "board", "eval_result", "http")  # the read paths that open eval results
+CLT_ID = "clt"
+CLT_FILES: dict[str, str] = {name: f"clts/{CLT_ID}/{name}"
+                             for name in ("cfg.json", "clt_weights.safetensors", "source.json", "eval.json")}
+REGISTER_FILES: dict[str, str] = {
+    "SAE cfg.json": f"saes/{SAE1}/cfg.json",
+    "SAE sae_weights.safetensors": f"saes/{SAE1}/sae_weights.safetensors",
+    "SAE training.json": f"saes/{SAE1}/training.json",
+    "run .json": f"analyses/{PLANTED_KIND}/{PLANTED_RUN}.json",
+    "run .parquet": f"analyses/{PLANTED_KIND}/{PLANTED_RUN}.parquet",
+    "run .png": f"analyses/{PLANTED_KIND}/{PLANTED_RUN}.png",
 }
 
 
 def build_battery_atlas(root: Path) -> Path:
-    """The small test atlas plus an eval.json per SAE (activation metrics only)."""
+    """The small test atlas plus an eval.json per SAE (activation metrics only) and a result
+    of every eval of the suite for the damaged SAE."""
     from saes.eval.evaluate import evaluate_atlas_sae
 
     build_small_atlas(root)
     for sae_id in (SAE0, SAE1):
         evaluate_atlas_sae(root, sae_id, n_tokens=512, with_model=False)
+    _evaluate(root)
     return root
+
+
+def _evaluate(root: Path) -> None:
+    """Every eval of the suite on the damaged SAE, on small settings (the ground truth: the
+    healthy SAE's decoder, in a file beside the atlas)."""
+    from safetensors.torch import save_file
+
+    from saes.atlas_saes import load_atlas_sae
+    from saes.eval.absorption import AbsorptionConfig
+    from saes.eval.core import CoreConfig
+    from saes.eval.ground_truth import ground_truth_config
+    from saes.eval.mdl import MdlConfig
+    from saes.eval.meta import MetaConfig
+    from saes.eval.scr_tpp import ScrTppConfig
+    from saes.eval.sparse_probing import SparseProbingConfig
+    from saes.eval.suite import run_suite
+    from saes.models import tiny_model
+
+    truth = root.parent / "truth.safetensors"
+    save_file({"W_dec": load_atlas_sae(root, SAE0).W_dec.detach().contiguous()}, str(truth))
+    small = ScrTppConfig(per_group=8, max_tokens=24)
+    configs = {"core": CoreConfig(n_tokens=256, with_model=False), "mdl": MdlConfig(n_tokens=256),
+               "meta": MetaConfig(train_steps=20, train_batch_size=32), "ground_truth": ground_truth_config(truth),
+               "sparse_probing": SparseProbingConfig(per_class=8, max_tokens=24, k_values=(1, 2)),
+               "absorption": AbsorptionConfig(max_k_value=3), "scr": small, "tpp": small}
+    handle = tiny_model(n_layers=2, d_model=32)
+    done = run_suite(root, [SAE1], EVAL_NAMES, configs, device="cpu", model=lambda: handle, progress=False)
+    assert not done.failures, done.failures
 
 
 def damage(path: Path, kind: str) -> None:
@@ -193,6 +247,8 @@ HTTP_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/search/vector", {"vector": np.linspace(-1.0, 1.0, 32).tolist(), "k": 5}),
     ("GET", "/analyses", None),
     ("GET", f"/analyses/{PLANTED_KIND}/{PLANTED_RUN}", None),
+    ("GET", "/board", None),
+    *(("GET", f"/saes/{SAE1}/evals/{name}", None) for name in EVAL_NAMES),
 ]
 TOKEN_ID = 0  # replaced by a token id of the atlas' examples when the battery starts
 
@@ -228,6 +284,8 @@ PROBES: dict[str, Callable[[Path], Any]] = {
     "map": lambda root: _atlas(root).map(SAE1).to_dicts(),
     "occurrence": lambda root: [m.sum() for m in load_occurrence(root, SAE1)],
     "analyses": _analysis,
+    "board": lambda root: _atlas(root).board().to_dicts(),
+    "eval_result": lambda root: {name: _atlas(root).eval_result(SAE1, name) for name in EVAL_NAMES},
     "activations": _activations,
     "http": _http,
     "train (resume check)": _train,
@@ -275,11 +333,12 @@ def worst(outcomes: list[str]) -> str:
     return min(outcomes, key=order.index) if outcomes else "same"
 
 
-def run_probe(name: str, root: Path, baseline: Any, damaged: tuple[str, ...]) -> tuple[str, str]:
-    """`(outcome, detail)` of one probe on a damaged atlas; `damaged` are the names (or
-    atlas-relative paths) of the files an error or report may name."""
+def run_probe(name: str, root: Path, baseline: Any, damaged: tuple[str, ...],
+              probes: dict[str, Callable[[Path], Any]] | None = None) -> tuple[str, str]:
+    """`(outcome, detail)` of one probe (of `PROBES`, or of `probes`) on a damaged atlas;
+    `damaged` are the names (or atlas-relative paths) of the files an error or report may name."""
     try:
-        value = PROBES[name](root)
+        value = (probes or PROBES)[name](root)
     except AtlasError as exc:
         return ("refused" if _names(str(exc), damaged) else "unclear"), f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # noqa: BLE001 - anything else is a finding, reported as such
@@ -297,7 +356,8 @@ def baselines(root: Path) -> dict[str, Any]:
 
 
 def _run_probes(source: Path, work: Path, harm: Callable[[Path], None], damaged: tuple[str, ...],
-                probes: tuple[str, ...], base: dict[str, Any]) -> dict[str, tuple[str, str]]:
+                probes: tuple[str, ...], base: dict[str, Any],
+                functions: dict[str, Callable[[Path], Any]] | None = None) -> dict[str, tuple[str, str]]:
     """Copy the atlas to `work`, `harm` the copy, and run `probes` on it (each probe that
     writes, which may repair the damage, on a copy of its own)."""
     results = {}
@@ -306,7 +366,7 @@ def _run_probes(source: Path, work: Path, harm: Callable[[Path], None], damaged:
         if not copy.exists():
             shutil.copytree(source, copy)
             harm(copy)
-        results[name] = run_probe(name, copy, base[name], damaged)
+        results[name] = run_probe(name, copy, base[name], damaged, functions)
     return results
 
 
@@ -326,6 +386,125 @@ def run_foreign(source: Path, work: Path, case: str, base: dict[str, Any]) -> di
             for name, (outcome, detail) in results.items()}
 
 
+def run_eval_case(source: Path, work: Path, kind: str, how: str, base: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The read paths that open eval results on a copy of the atlas with eval file `kind`
+    damaged `how`."""
+    return _run_probes(source, work, lambda copy: damage(copy / EVAL_FILES[kind], how), (Path(EVAL_FILES[kind]).name,),
+                       EVAL_READERS, base)
+
+
+# an imported circuit-tracer CLT, in an atlas of its own --------------------------------
+def build_clt_atlas(root: Path) -> Path:
+    """An atlas of a tiny ReLU GPT-2 model with an exact circuit-tracer CLT of its MLPs
+    imported as `CLT_ID` (the source folder beside the atlas)."""
+    from saes.importing.clt import import_clt
+    from saes.models import load_model
+    from store.layout import AtlasLayout
+    from tests.saes.test_clt_import import _exact_clt
+
+    AtlasLayout(root).write_meta({"model": CLT_MODEL, "model_name": "tiny"})
+    handle = load_model(CLT_MODEL)
+    import_clt(root, _exact_clt(root.parent / "clt-source", handle), clt_id=CLT_ID, model_handle=handle,
+               n_tokens=256, ce_blocks=0)
+    return root
+
+
+CLT_MODEL = {"kind": "tiny", "arch": "gpt2", "n_layers": 2, "d_model": 16, "d_mlp": 32, "act_fn": "relu", "seed": 3}
+CLT_PROMPT = "the cat sat on the mat"
+
+
+def _clt_graph(root: Path) -> Any:
+    view = _atlas(root).graph(CLT_PROMPT, supernodes=None, clt=CLT_ID)
+    return {"dictionaries": view.dictionaries, "scores": view.scores, "nodes": len(view.graph["nodes"])}
+
+
+def _clt_http(root: Path) -> Any:
+    from starlette.testclient import TestClient
+
+    from api.http import ServerSettings, create_app
+
+    settings = ServerSettings(root=root, allow_interventions=True)  # graphs are served only then
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        response = client.post("/graph", json={"text": CLT_PROMPT, "clt": CLT_ID})
+        body = response.json()
+    return [("/graph", response.status_code, body if response.status_code >= 400 else len(body["graph"]["nodes"]))]
+
+
+def _clt_load(root: Path) -> Any:
+    from saes.transcoders.clt_store import load_atlas_clt
+
+    clt = load_atlas_clt(root, CLT_ID)
+    return {"cfg": clt.cfg.__dict__, "sum": float(sum(p.detach().double().sum() for p in clt.parameters()))}
+
+
+CLT_PROBES: dict[str, Callable[[Path], Any]] = {
+    "clt_ids": lambda root: _atlas(root).clt_ids,
+    "load_atlas_clt": _clt_load,
+    "graph": _clt_graph,
+    "http": _clt_http,
+}
+
+
+def clt_baselines(root: Path) -> dict[str, Any]:
+    """Every CLT probe's answer on the undamaged CLT atlas."""
+    return {name: probe(root) for name, probe in CLT_PROBES.items()}
+
+
+def run_clt_case(source: Path, work: Path, kind: str, how: str, base: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Every CLT read path on a copy of the CLT atlas with file `kind` of its CLT damaged `how`."""
+    return _run_probes(source, work, lambda copy: damage(copy / CLT_FILES[kind], how), (kind,), tuple(CLT_PROBES),
+                       base, CLT_PROBES)
+
+
+# register's inputs ----------------------------------------------------------------------
+def _unregister(root: Path, kind: str) -> None:
+    """Drop the owner of register file `kind` from its registry (atlas.json's `saes`, or
+    its kind's runs.json)."""
+    from store.layout import AtlasLayout
+
+    layout = AtlasLayout(root)
+    if kind.startswith("SAE "):
+        layout.update_meta(saes={k: v for k, v in layout.read_meta()["saes"].items() if k != SAE1})
+        return
+    runs = root / "analyses" / PLANTED_KIND / "runs.json"
+    listed = json.loads(runs.read_text())
+    listed["runs"].pop(PLANTED_RUN)
+    runs.write_text(json.dumps(listed))
+
+
+def _register(kind: str) -> Callable[[Path], Any]:
+    """`sae-atlas register` of the owner of file `kind`: what it recorded."""
+    def probe(root: Path) -> Any:
+        from geometry.results import register_run
+        from saes.registry import register_sae
+
+        if kind.startswith("SAE "):
+            return register_sae(root, SAE1)
+        register_run(root, PLANTED_KIND, PLANTED_RUN)
+        return json.loads((root / "analyses" / PLANTED_KIND / "runs.json").read_text())
+
+    return probe
+
+
+def register_baseline(source: Path, work: Path, kind: str) -> Any:
+    """What register records for the owner of `kind`, undamaged, on a copy at `work`."""
+    shutil.copytree(source, work)
+    _unregister(work, kind)
+    return _register(kind)(work)
+
+
+def run_register_case(source: Path, work: Path, kind: str, how: str, baseline: Any) -> dict[str, tuple[str, str]]:
+    """`register` on a copy of the atlas whose owner of file `kind` is unregistered and the
+    file damaged `how`: the record it made (compared with the undamaged one), or its refusal."""
+
+    def harm(copy: Path) -> None:
+        _unregister(copy, kind)
+        damage(copy / REGISTER_FILES[kind], how)
+
+    return _run_probes(source, work, harm, (Path(REGISTER_FILES[kind]).name,), ("register",), {"register": baseline},
+                       {"register": _register(kind)})
+
+
 def cell(results: dict[str, tuple[str, str]]) -> str:
     """A table cell: the overall outcome and which read paths refused or reported."""
     overall = worst([outcome for outcome, _ in results.values()])
@@ -340,15 +519,31 @@ def cell(results: dict[str, tuple[str, str]]) -> str:
 Outcomes = dict[str, tuple[str, str]]
 
 
-def table(outcomes: dict[tuple[str, str], Outcomes], foreign: dict[str, Outcomes]) -> str:
-    """The markdown tables: file kind x damage -> outcome, then foreign files -> outcome."""
-    lines = ["| file | " + " | ".join(DAMAGES) + " |", "|---|" + "---|" * len(DAMAGES)]
-    for kind in FILES:
+def _damage_table(heading: str, files: dict[str, str], outcomes: dict[tuple[str, str], Outcomes]) -> list[str]:
+    lines = [f"| {heading} | " + " | ".join(DAMAGES) + " |", "|---|" + "---|" * len(DAMAGES)]
+    for kind in files:
         lines.append(f"| {kind} | " + " | ".join(cell(outcomes[kind, how]) for how in DAMAGES) + " |")
+    return lines
+
+
+def table(outcomes: dict[tuple[str, str], Outcomes], foreign: dict[str, Outcomes],
+          groups: dict[str, dict[tuple[str, str], Outcomes]]) -> str:
+    """The markdown tables: file kind x damage -> outcome, foreign files -> outcome, then eval
+    results, the imported CLT and register's inputs (`groups` by `GROUPS` name)."""
+    lines = _damage_table("file", FILES, outcomes)
     lines += ["", "| copied from the healthy SAE | outcome |", "|---|---|"]
     for case, files in FOREIGN.items():
         lines.append(f"| {case} ({', '.join(files.copied)}) | {cell(foreign[case])} |")
+    for name, (heading, files) in GROUPS.items():
+        lines += ["", *_damage_table(heading, files, groups[name])]
     return "\n".join(lines)
+
+
+GROUPS: dict[str, tuple[str, dict[str, str]]] = {
+    "evals": (f"eval file of {SAE1}", EVAL_FILES),
+    "clt": ("file of an imported circuit-tracer CLT", CLT_FILES),
+    "register": ("input of `sae-atlas register`", REGISTER_FILES),
+}
 
 
 def write_table(document: Path, rendered: str) -> None:
@@ -381,7 +576,21 @@ def main(argv: list[str]) -> None:
         for case in FOREIGN:
             foreign[case] = run_foreign(source, Path(tmp) / f"foreign-{len(foreign)}", case, base)
             print("foreign", case, cell(foreign[case]), flush=True)
-    write_table(document, table(outcomes, foreign))
+        groups: dict[str, dict[tuple[str, str], Outcomes]] = {name: {} for name in GROUPS}
+        clt_source = build_clt_atlas(Path(tmp) / "clt" / "atlas")
+        clt_base = clt_baselines(clt_source)
+        for i, (name, kind, how) in enumerate((n, k, h) for n, (_, files) in GROUPS.items() for k in files
+                                              for h in DAMAGES):
+            work = Path(tmp) / f"group-{i}"
+            if name == "evals":
+                groups[name][kind, how] = run_eval_case(source, work, kind, how, base)
+            elif name == "clt":
+                groups[name][kind, how] = run_clt_case(clt_source, work, kind, how, clt_base)
+            else:
+                baseline = register_baseline(source, Path(tmp) / f"register-base-{i}", kind)
+                groups[name][kind, how] = run_register_case(source, work, kind, how, baseline)
+            print(name, kind, how, cell(groups[name][kind, how]), flush=True)
+    write_table(document, table(outcomes, foreign, groups))
 
 
 if __name__ == "__main__":
