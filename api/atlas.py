@@ -507,3 +507,17 @@ class Atlas:
         `beta_recon_a/b`, `nu_error`, `nu_recon`, `scaling_active_tokens` of
         `analyses/crosscoder/<id>`. `options`: `corpus`, `batch_blocks`, `device`."""
         return crosscoder_service.run_latent_scaling(self.root, cc_id, n_tokens=n_tokens, **options)
+
+    def depth_profile(self, layers: list[int] | None = None, *, n_tokens: int = 16384, run: str = "depth",
+                      **options: Any) -> AnalysisResult:
+        """Writes: the depth analysis of the atlas' model over `n_tokens` corpus tokens at
+        `layers` (default: every layer), as `analyses/depth/<run>`; the stored result (per
+        layer ID, local ID, trajectories, lenses; CKA and tokens tables beside it). `options`:
+        `corpus` (a `saes.corpus.CorpusSpec`) and the other keywords of
+        `api.analyses.depth.run_depth`."""
+        from api.analyses.depth import run_depth
+        from saes.corpus import CorpusSpec
+
+        run_depth(self.root, self.model(), options.pop("corpus", CorpusSpec()), layers, n_tokens=n_tokens, run=run,
+                  progress=False, **options)
+        return self.analysis("depth", run)

@@ -6,6 +6,7 @@ import typer
 
 from api.commands import (
     analyze_circular,
+    analyze_depth,
     analyze_geometry,
     attribute,
     cache,
@@ -46,4 +47,5 @@ compare_verb.register(app)
 graph_verb.register(app)
 analyze_circular.register_analyze(analyze_app)
 analyze_geometry.register_analyze(analyze_app)
+analyze_depth.register_analyze(analyze_app)
 

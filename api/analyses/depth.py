@@ -1,0 +1,99 @@
+"""The depth analysis (`analyses/depth/<run>.*`): how the residual stream moves through the
+layers, from one streamed forward (`saes.depth.stream`), with the estimators of `geometry`.
+
+Tables: `main` (per layer: TwoNN and MLE dimension with its bootstrap interval, local
+dimension quantiles, trajectory step/curvature/cosine means into the layer, logit- and
+tuned-lens agreement, KL and true-token rank, the tuned lens's fitting loss), `cka` (every
+layer pair), `tokens` (the subsampled tokens' trajectory summaries, for finding extremes)
+and `lid_docs` (mean local dimension per document and layer). The summary names the ID
+peak layer and the first layer where each lens agrees with the final top-1 above 50%.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
+from geometry.results import write_analysis
+from geometry.trajectories import TrajectorySpace, trajectory_geometry
+from saes.corpus import CorpusSpec
+from saes.depth.stream import DepthStream, stream_depth
+from saes.models import ModelHandle
+from store.errors import InvalidInputError
+
+KIND = "depth"
+
+
+def _first_above(rows: list[dict[str, Any]], column: str, threshold: float = 0.5) -> int | None:
+    return next((r["layer"] for r in rows if r.get(column) is not None and r[column] > threshold), None)
+
+
+def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: int,
+                 space: TrajectorySpace) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """The run's tables and summary from a streamed pass (see the module docstring)."""
+    M = len(stream.states)
+    if M <= k:
+        raise InvalidInputError(f"local dimension with k={k} needs more than {k} tokens; the stream kept {M} "
+                                f"(of {stream.n_tokens} seen): give more tokens (--n-tokens) or lower --k")
+    traj = trajectory_geometry(stream.states, space=space)
+    lens = {(r["lens"], r["layer"]): r for r in stream.lens.table()}
+    rows, lid_docs = [], []
+    for i, layer in enumerate(stream.layers):
+        X = stream.states[:, i]
+        two, mle, lid = twonn_dimension(X, seed=seed), mle_dimension(X, k=mle_k, n_boot=n_boot, seed=seed), \
+            local_dimension(X, k=k)
+        row: dict[str, Any] = {
+            "layer": layer, "twonn": two.dimension, "mle": mle.dimension, "mle_low": mle.low, "mle_high": mle.high,
+            "lid_mean": float(lid.mean()), **{f"lid_q{q}": float(np.quantile(lid, q / 100)) for q in (10, 50, 90)},
+            "step_length": float(traj.step_length[:, i - 1].mean()) if i else None,
+            "curvature": float(np.nanmean(traj.curvature[:, i - 2])) if i >= 2 else None,
+            "consecutive_cosine": float(traj.consecutive_cosine[:, i - 1].mean()) if i else None,
+            "cosine_to_final": float(traj.cosine_to_final[:, i].mean()),
+            "tuned_fit_loss": stream.tuned.fit_loss[layer],
+        }
+        for kind in ("logit", "tuned"):
+            r = lens[kind, layer]
+            row |= {f"{kind}_top1": r["top1_agreement"], f"{kind}_kl": r["kl"], f"{kind}_median_rank": r["median_rank"]}
+        rows.append(row)
+        docs = pl.DataFrame({"doc": stream.doc, "lid": lid}).group_by("doc").agg(
+            pl.col("lid").mean().alias("lid_mean"), pl.len().alias("n_tokens"))
+        lid_docs.append(docs.with_columns(pl.lit(layer).alias("layer")))
+    cka = stream.cka.result()
+    cka_rows = [{"layer_a": a, "layer_b": b, "cka": float(cka[i, j])}
+                for i, a in enumerate(stream.layers) for j, b in enumerate(stream.layers)]
+    tokens = pl.DataFrame({
+        "block": stream.block, "position": stream.position, "doc": stream.doc, "token": stream.token,
+        "convergence_index": traj.convergence_index, "mean_curvature": np.nanmean(traj.curvature, axis=1),
+        "path_length": traj.step_length.sum(axis=1)})
+    peak = max(rows, key=lambda r: r["twonn"])["layer"]
+    summary = {"layers": stream.layers, "n_tokens": stream.n_tokens, "n_subsampled": M, "id_peak_layer": peak,
+               "logit_lens_first_layer_top1_above_half": _first_above(rows, "logit_top1"),
+               "tuned_lens_first_layer_top1_above_half": _first_above(rows, "tuned_top1"),
+               "tuned_lens_fit_tokens": stream.tuned.n_fit}
+    tables = {"main": pl.DataFrame(rows), "cka": pl.DataFrame(cka_rows), "tokens": tokens,
+              "lid_docs": pl.concat(lid_docs).sort(["layer", "doc"])}
+    return tables, summary
+
+
+def run_depth(
+    atlas: str | Path, handle: ModelHandle, corpus: CorpusSpec, layers: list[int] | None = None, *,
+    n_tokens: int = 16384, batch_blocks: int = 8, max_points: int = 4000, k: int = 20, mle_k: int = 10,
+    n_boot: int = 200, fit_fraction: float = 0.25, space: TrajectorySpace = "raw", seed: int = 0,
+    run: str = "depth", progress: bool = True,
+) -> dict[str, Any]:
+    """Stream the model once over `n_tokens` of `corpus` at every layer of `layers` (default:
+    all), compute the per-layer depth profile and store it as `analyses/depth/<run>`."""
+    chosen = list(range(handle.n_layers)) if layers is None else layers
+    stream = stream_depth(handle, corpus, chosen, n_tokens=n_tokens, batch_blocks=batch_blocks,
+                          max_points=max_points, fit_fraction=fit_fraction, seed=seed, progress=progress)
+    tables, summary = depth_tables(stream, k=k, mle_k=mle_k, n_boot=n_boot, seed=seed, space=space)
+    params = {"model": handle.name, "layers": stream.layers, "corpus": corpus.source,
+              "context_size": corpus.context_size, "n_tokens": n_tokens, "batch_blocks": batch_blocks,
+              "max_points": max_points, "k": k, "mle_k": mle_k, "n_boot": n_boot, "fit_fraction": fit_fraction,
+              "space": space, "seed": seed, "tuned_lens": "ridge least squares to the final residual"}
+    js = write_analysis(atlas, KIND, run, parameters=params, summary=summary, tables=tables)
+    return {"tables": tables, "summary": summary, "params": params, "json_path": js}

@@ -1,0 +1,88 @@
+"""`sae-atlas analyze depth`: the residual stream across every layer from one streamed
+forward (intrinsic and local dimension, trajectories, CKA, logit and tuned lenses), stored
+under `analyses/depth/<run>.*`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from api.commands.common import handle_errors, print_json, print_table
+from api.commands.corpus_options import (
+    batch_blocks_option,
+    context_option,
+    corpus_option,
+    no_bos_option,
+    text_field_option,
+)
+from api.commands.device_options import device_option, model_dtype_option
+from store.errors import InvalidInputError
+
+TABLE_COLUMNS = ["layer", "twonn", "mle", "mle_low", "mle_high", "lid_q50", "curvature", "cosine_to_final",
+                 "logit_top1", "logit_kl", "tuned_top1", "tuned_kl", "tuned_fit_loss"]
+
+
+def parse_layers(text: str) -> list[int] | None:
+    """`a-b` (inclusive), `a,b,c` or empty (every layer)."""
+    if not text.strip():
+        return None
+    try:
+        if "-" in text:
+            lo, hi = (int(part) for part in text.split("-", 1))
+            return list(range(lo, hi + 1))
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise InvalidInputError(f"--layers must be a range 'a-b' or a list 'a,b,c' of layer numbers, got {text!r}") \
+            from exc
+
+
+@handle_errors
+def depth_command(
+    atlas: Path = typer.Option(..., help="Atlas directory to store the run in."),
+    model: str = typer.Option("", help="Model spec (default: the atlas' model, else smollm2-135m)."),
+    layers: str = typer.Option("", help="Layers: a range 'a-b' or a list 'a,b,c' (default: every layer)."),
+    corpus: str = corpus_option(),
+    text_field: str = text_field_option(),
+    context: int = context_option(),
+    no_bos: bool = no_bos_option(),
+    n_tokens: int = typer.Option(16384, "--n-tokens", min=1, help="Corpus tokens to stream."),
+    batch_blocks: int = batch_blocks_option(),
+    max_points: int = typer.Option(4000, min=10, help="Seeded token subsample for ID, local ID and trajectories."),
+    k: int = typer.Option(20, min=3, help="Neighbours of the local intrinsic dimension."),
+    mle_k: int = typer.Option(10, min=3, help="Neighbours of the global MLE dimension."),
+    fit_fraction: float = typer.Option(0.25, help="Share of the batches (the first ones) fitting the tuned lens."),
+    space: str = typer.Option("raw", help="Trajectories on raw or unit-normalised states: raw or unit."),
+    seed: int = typer.Option(0, help="Seed of the subsample and bootstrap."),
+    run: str = typer.Option("depth", help="Run name."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    device: str = device_option(),
+    model_dtype: str = model_dtype_option(),
+) -> None:
+    """Per layer: TwoNN and MLE dimension (bootstrap interval), local dimension, trajectory
+    step/curvature/convergence, CKA between layers, logit and tuned lens agreement and KL."""
+    from api.analyses.depth import run_depth
+    from api.commands.analyze_geometry import _model
+    from saes.corpus import CorpusSpec
+    from saes.devices import use_by_default
+
+    if space not in ("raw", "unit"):
+        raise InvalidInputError(f"--space must be raw or unit, got {space!r}")
+    use_by_default(device, model_dtype)
+    handle = _model(model, atlas)
+    spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context, prepend_bos=not no_bos, seed=seed)
+    out = run_depth(atlas, handle, spec, parse_layers(layers), n_tokens=n_tokens, batch_blocks=batch_blocks,
+                    max_points=max_points, k=k, mle_k=mle_k, fit_fraction=fit_fraction, space=space, seed=seed,
+                    run=run, progress=not as_json)
+    if as_json:
+        print_json({"summary": out["summary"], "params": out["params"], "table": out["tables"]["main"].to_dicts(),
+                    "json_path": str(out["json_path"])})
+        return
+    main = out["tables"]["main"].select(TABLE_COLUMNS)
+    print_table(f"depth profile ({out['json_path']})", TABLE_COLUMNS, main.rows())
+    print_table("summary", ["field", "value"], list(out["summary"].items()))
+
+
+def register_analyze(analyze_app: typer.Typer) -> None:
+    """Add `depth` to the `analyze` sub-app."""
+    analyze_app.command("depth")(depth_command)

@@ -1,0 +1,64 @@
+"""`sae-atlas analyze depth` and `Atlas.depth_profile` on a tiny model: one stored,
+checksummed run with per-layer ID, local ID, trajectory, CKA and lens tables; a layer range
+the model lacks and too few tokens for k are clear errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from typer.testing import CliRunner
+
+from api import Atlas
+from api.cli import app
+from saes.corpus import CorpusSpec
+from store.layout import AtlasLayout
+
+TINY = '{"kind": "tiny", "arch": "llama", "n_layers": 4, "seed": 3}'
+SMALL = ["--context", "32", "--n-tokens", "256", "--batch-blocks", "2", "--max-points", "150", "--k", "10",
+         "--device", "cpu"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["analyze", "depth", *args])
+
+
+def test_depth_profile_stores_a_checksummed_run(tmp_path: Path):
+    (tmp_path / "atlas").mkdir()
+    AtlasLayout(tmp_path / "atlas").update_meta(model=json.loads(TINY))
+    atlas = Atlas(tmp_path / "atlas")
+    result = atlas.depth_profile(n_tokens=256, corpus=CorpusSpec(context_size=32), batch_blocks=2, max_points=150,
+                                 k=10, n_boot=20)
+    main = result.table
+    assert main["layer"].to_list() == [0, 1, 2, 3]
+    assert (main["mle_low"] <= main["mle"]).all() and (main["mle"] <= main["mle_high"]).all()
+    assert main["logit_top1"][-1] == 1.0 and main["logit_kl"][-1] < 1e-5
+    assert main["curvature"].null_count() == 2  # a turn needs two steps into the layer
+    summary = result.meta["summary"]
+    assert summary["id_peak_layer"] in range(4) and summary["logit_lens_first_layer_top1_above_half"] is not None
+    assert set(result.meta["tables"]) == {"main", "cka", "tokens", "lid_docs"}
+    assert all(len(info["sha256"]) == 64 for info in result.meta["tables"].values())
+    folder = tmp_path / "atlas" / "analyses" / "depth"
+    cka = pl.read_parquet(folder / result.meta["tables"]["cka"]["file"])
+    M = cka.pivot(on="layer_b", index="layer_a", values="cka").drop("layer_a").to_numpy()
+    assert np.allclose(M, M.T) and np.allclose(np.diag(M), 1.0)
+    tokens = pl.read_parquet(folder / result.meta["tables"]["tokens"]["file"])
+    assert tokens.height == 150 and {"convergence_index", "mean_curvature", "path_length"} <= set(tokens.columns)
+
+
+def test_cli_depth_json_and_input_errors(tmp_path: Path):
+    atlas = str(tmp_path / "atlas")
+    ok = invoke("--atlas", atlas, "--model", TINY, "--layers", "1-3", "--run", "upper", "--json", *SMALL)
+    assert ok.exit_code == 0, ok.output
+    out = json.loads(ok.output)
+    assert out["summary"]["layers"] == [1, 2, 3] and [r["layer"] for r in out["table"]] == [1, 2, 3]
+    assert Path(out["json_path"]).is_file()
+
+    lacking = invoke("--atlas", atlas, "--model", TINY, "--layers", "2-6", *SMALL)
+    assert lacking.exit_code == 2 and "has layers 0..3" in lacking.output and "[4, 5, 6]" in lacking.output
+    few = invoke("--atlas", atlas, "--model", TINY, *SMALL[:-4], "--k", "200", "--device", "cpu")
+    assert few.exit_code == 2 and "k=200 needs more than 200 tokens" in few.output, few.output
+    bad = invoke("--atlas", atlas, "--model", TINY, "--layers", "one-three", *SMALL)
+    assert bad.exit_code == 2 and "--layers must be" in bad.output
