@@ -1,8 +1,9 @@
 """Examples in `/openapi.json` taken from the served atlas, so that every operation can be
 called (by a reader, or by schemathesis) with data that reaches a real SAE, feature, token
 and analysis run: an SAE that is served, its first latent, a token its summaries name, a
-stored run and its figure, and a request body of each kind built from them. Nothing is
-added for what the atlas lacks (no SAE served, no summaries, no stored run)."""
+stored run and its figure, a stored graph, and request bodies of each kind built from them
+(a graph over the atlas's cross-layer transcoder and one over its SAEs). Nothing is added
+for what the atlas lacks (no SAE served, no summaries, no stored run, no CLT)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from api.http.routers.interventions import AttributeRequest, RunRequest, SteerRe
 from api.http.routers.steering import SteeringQuery
 from api.http.schemas import CircularRequest, TextQuery, VectorQuery
 from api.http.schemas_meaning import ConceptQuery, ContrastQuery
+from api.services.graphs import stored_graphs
 from saes.eval.results import stored_evals
 from store.errors import AtlasError
 
@@ -38,12 +40,14 @@ class AtlasSample:
     eval_name: str | None = None
     comparison: str | None = None
     crosscoder: str | None = None
+    clt: str | None = None
+    graph: str | None = None
 
 
 def atlas_sample(atlas: Atlas) -> AtlasSample:
     """The first served SAE (with a token its summaries promote and its first stored eval),
-    the first stored run that is served and has a figure, the first stored comparison and
-    the first stored crosscoder."""
+    the first stored run that is served and has a figure, the first stored comparison, the
+    first stored crosscoder, the first cross-layer transcoder and the first stored graph."""
     served = [row for row in atlas.saes().to_dicts() if row.get("status") == "ok"]
     runs = [row for row in atlas.analyses().to_dicts() if row["status"] == "ok" and row["figures"]]
     sae = served[0] if served else {}
@@ -56,7 +60,18 @@ def atlas_sample(atlas: Atlas) -> AtlasSample:
                        kind=run.get("kind"), run=run.get("run"), figure=run["figures"][0] if run else None,
                        eval_name=evals[0] if evals else None,
                        comparison=comparisons[0]["run"] if comparisons else None,
-                       crosscoder=crosscoders[0]["crosscoder"] if crosscoders else None)
+                       crosscoder=crosscoders[0]["crosscoder"] if crosscoders else None,
+                       clt=atlas.clt_ids[0] if atlas.clt_ids else None,
+                       graph=_first_graph(atlas))
+
+
+def _first_graph(atlas: Atlas) -> str | None:
+    """The first stored graph's run, or None (also when a stored graph is damaged)."""
+    try:
+        graphs = stored_graphs(atlas.root)
+    except AtlasError:
+        return None
+    return graphs[0]["run"] if graphs else None
 
 
 def _summary_token(atlas: Atlas, sae_id: str) -> tuple[str | None, int | None]:
@@ -69,39 +84,45 @@ def _summary_token(atlas: Atlas, sae_id: str) -> tuple[str | None, int | None]:
     return (tokens[0], int(ids[0])) if tokens and ids else (None, None)
 
 
-def parameter_examples(sample: AtlasSample) -> dict[tuple[str, str], Any]:
-    """An example of each parameter (by location and name) that names something in the atlas."""
+def parameter_examples(sample: AtlasSample) -> dict[tuple[str, ...], Any]:
+    """An example of each parameter that names something in the atlas, by location and name,
+    or by path, location and name where paths give one name different meanings."""
     examples = {("path", "sae_id"): sample.sae_id, ("query", "sae_id"): sample.sae_id,
                 ("path", "index"): 0 if sample.sae_id else None, ("query", "token"): sample.token,
                 ("path", "token_id"): sample.token_id, ("path", "kind"): sample.kind, ("path", "run"): sample.run,
                 ("path", "name"): sample.figure, ("path", "eval_name"): sample.eval_name,
-                ("path", "comparison"): sample.comparison, ("path", "crosscoder"): sample.crosscoder}
+                ("path", "comparison"): sample.comparison, ("path", "crosscoder"): sample.crosscoder,
+                ("/graphs/{run}", "path", "run"): sample.graph}
     return {key: value for key, value in examples.items() if value is not None}
 
 
-def body_examples(sample: AtlasSample) -> dict[type[BaseModel], dict[str, Any]]:
-    """An example body of each request (those that name an SAE only when one is served)."""
-    examples: dict[type[BaseModel], dict[str, Any]] = {
-        TextQuery: {"text": TEXT, "k": 3},
-        ContrastQuery: {"texts_a": ["the cat sat", "a cat ran"], "texts_b": ["the dog sat", "a dog ran"],
-                        "k": 3, "n_permutations": 100},
-        ConceptQuery: {"concept": "weekdays", "max_features": 2},
-        AttributeRequest: {"text": TEXT, "target": {"kind": "loss"}, "top": 5, "verify": 1},
-        GraphRequest: {"text": TEXT, "max_logits": 2},
+def body_examples(sample: AtlasSample) -> dict[type[BaseModel], list[dict[str, Any]]]:
+    """Example bodies of each request (those that name an SAE only when one is served, a
+    CLT only when the atlas has one)."""
+    graph = {"text": TEXT, "max_logits": 2}
+    examples: dict[type[BaseModel], list[dict[str, Any]]] = {
+        TextQuery: [{"text": TEXT, "k": 3}],
+        ContrastQuery: [{"texts_a": ["the cat sat", "a cat ran"], "texts_b": ["the dog sat", "a dog ran"],
+                         "k": 3, "n_permutations": 100}],
+        ConceptQuery: [{"concept": "weekdays", "max_features": 2}],
+        AttributeRequest: [{"text": TEXT, "target": {"kind": "loss"}, "top": 5, "verify": 1}],
+        GraphRequest: [graph | {"clt": sample.clt} if sample.clt else graph],
     }
     if sample.sae_id is None:
         return examples
     sae = sample.sae_id
     steer = {"kind": "steer", "sae": sae, "feature": 0, "alpha": 2.0}
     return examples | {
-        TextQuery: {"text": TEXT, "sae_ids": [sae], "k": 3},
-        VectorQuery: {"vector": [1.0] * int(sample.d_in or 1), "sae_id": sae, "k": 3},
-        ConceptQuery: {"concept": "weekdays", "sae_ids": [sae], "max_features": 2},
-        CircularRequest: {"sae_id": sae, "max_tokens": 256},
-        RunRequest: {"text": TEXT, "edits": [steer], "sae_ids": [sae], "k": 3},
-        SteerRequest: {"text": TEXT, "edits": [steer], "max_new_tokens": 4},
-        AttributeRequest: {"text": TEXT, "target": {"kind": "loss"}, "sae_ids": [sae], "top": 5, "verify": 1},
-        SteeringQuery: {"target": sample.token or "the", "sae_ids": [sae], "k": 3, "n_prompts": 4, "candidates": 4},
+        TextQuery: [{"text": TEXT, "sae_ids": [sae], "k": 3}],
+        VectorQuery: [{"vector": [1.0] * int(sample.d_in or 1), "sae_id": sae, "k": 3}],
+        ConceptQuery: [{"concept": "weekdays", "sae_ids": [sae], "max_features": 2}],
+        CircularRequest: [{"sae_id": sae, "max_tokens": 256}],
+        RunRequest: [{"text": TEXT, "edits": [steer], "sae_ids": [sae], "k": 3}],
+        SteerRequest: [{"text": TEXT, "edits": [steer], "max_new_tokens": 4}],
+        AttributeRequest: [{"text": TEXT, "target": {"kind": "loss"}, "sae_ids": [sae], "top": 5, "verify": 1}],
+        GraphRequest: [*examples[GraphRequest], graph | {"sae_ids": [sae]}] if sample.clt else examples[GraphRequest],
+        SteeringQuery: [{"target": sample.token or "the", "sae_ids": [sae], "k": 3, "n_prompts": 4,
+                         "candidates": 4}],
     }
 
 
@@ -110,13 +131,14 @@ def add_examples(document: dict[str, Any], atlas: Atlas) -> None:
     names (`parameter_examples`) and on each request body's schema (`body_examples`)."""
     sample = atlas_sample(atlas)
     by_name = parameter_examples(sample)
-    for operations in document.get("paths", {}).values():
+    for path, operations in document.get("paths", {}).items():
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 key = (parameter["in"], parameter["name"])
-                if key in by_name:
-                    parameter["schema"]["examples"] = [by_name[key]]
+                example = by_name.get((path, *key), by_name.get(key))
+                if example is not None:
+                    parameter["schema"]["examples"] = [example]
     schemas = document.get("components", {}).get("schemas", {})
-    for model, body in body_examples(sample).items():
+    for model, bodies in body_examples(sample).items():
         if model.__name__ in schemas:
-            schemas[model.__name__]["examples"] = [body]
+            schemas[model.__name__]["examples"] = bodies

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from api.bounds import MAX_GRAPH_NODE_EDITS, MAX_GRAPH_TARGETS, MAX_SAES_PER_QUERY
 from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
@@ -36,8 +36,16 @@ class NodeEditRequest(_Strict):
     recompute: bool = Field(default=True, description="downstream features re-encode (false: they stay fixed)")
 
 
+ONE_KIND_OF_DICTIONARY = {"not": {"required": ["sae_ids", "clt"], "properties": {
+    "sae_ids": {"type": "array", "minItems": 1}, "clt": {"type": "string"}}}}
+"""The schema of a graph request names SAEs (`sae_ids`) or a CLT (`clt`), not both (the
+service refuses both with a 400 naming the two)."""
+
+
 class GraphRequest(_Request):
     """An attribution graph of the next token after `text`."""
+
+    model_config = ConfigDict(json_schema_extra=ONE_KIND_OF_DICTIONARY)
 
     targets: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         default=None, max_length=MAX_GRAPH_TARGETS, description="target tokens (default: the top predictions)")
