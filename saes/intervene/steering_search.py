@@ -13,24 +13,31 @@ ranking steers and measures. A target is a set of next tokens `T`:
   totals `n`) among those occurring at least twice in A and with positive log-odds. The
   difference of the two sets' mean activations at each hook also proposes candidates.
 
-Per SAE the candidates are the latents whose stored steering row (`store.steering`) lists
-target tokens among its promoted ones (by their summed log-probability gain), the latents
-whose decoder row through the unembedding (`saes.summary.logits` convention) gives `T` the
-largest z-scored logit, and for a contrast the latents nearest the difference of means.
-Each candidate is then steered (`last_token_steering`, batched) at the last token of
-HELD-OUT neutral prompts (another seed than the table's; prompts equal to one of the
-table's are dropped) at a matched norm (`saes.intervene.strength`), and the best are swept
-over a geometric grid of strengths. Measured per row, over the prompts, with `q` the clean
-and `p` the steered next-token distribution:
+Per SAE the candidates are live latents (firing densities at or above `DENSITY_FLOOR`
+unless dead ones are included; then they are `direction`s): those whose stored steering row
+(`store.steering`) lists target tokens among its promoted ones (by their summed
+log-probability gain), those whose decoder row through the unembedding (`saes.summary.logits`
+convention) gives `T` the largest z-scored logit less its siblings' (the cheap screen), and
+for a contrast those nearest the difference of means. Two disjoint prompt sets are made
+(`steering_prompts.split_sets`: neutral, in-context, question and the user's prompts).
+Each candidate is steered (`last_token_steering`, batched) at the last token of the RANKING
+prompts at a matched norm (`saes.intervene.strength`); the best `k` by specific gain
+(`steering_effects`) are swept over a geometric grid of strengths there and calibrated
+(`calibrate_pairs`: the smallest strength at which `pair_share` of the ranking prompts reach
+the ratio specifically under the KL bound); then each ready edit is measured on the
+CONFIRMATION prompts, and the features are ranked by what it does there (share of prompts
+reached specifically, then mean specific gain), not by the screen. Measured per row, over
+the prompts, with `q` the clean and `p` the steered next-token distribution:
 
 - `ratio = mean p(T) / mean q(T)` and `log_gain = mean log(p(T) / q(T))`;
 - `kl = KL(q || p)`; `kl_rest = KL(q' || p')` with `q'`, `p'` renormalised over the tokens
   outside `T`: what the edit does to everything it was not asked to move (the fluency
   bound; the full KL grows with the very shift the edit is for).
 
-A feature's rank is its best ratio under the KL bound; its ready edit carries the smallest
-grid strength that reaches the requested ratio under the bound (`strength.calibrate`), as
-a steer (add `alpha * W_dec[f]`) or a clamp (set the latent to `value`) at `at="last"`.
+A ready edit is a steer (add `alpha * W_dec[f]`) or a clamp (set the latent to `value`) at
+`at="last"`. With `combine`, a sparse combination of features of the best feature's SAE is
+fitted (`steering_combination`), calibrated and confirmed the same way; `best` says which
+of the two is better on the confirmation prompts.
 """
 
 from __future__ import annotations
@@ -333,7 +340,7 @@ class RankedCombination:
     sae_id: str
     hook: str
     latents: list[int]
-    weights: list[float]  # norm fractions, summing in quadrature-free form to `strength`'s direction
+    weights: list[float]  # each unit decoder row's share of the edit, as a norm fraction
     densities: list[float | None]
     reached: bool
     ratio: float
@@ -380,7 +387,6 @@ def _candidates(handle: ModelHandle, source: SteeringSource, target: ResolvedTar
     """Up to `n` live candidate latents of one SAE and why each is one (module docstring);
     with siblings the lens ranks by the target's z-scored logit less the siblings' mean
     (when positive)."""
-    ids = torch.as_tensor(target.token_ids)
     W_dec = source.sae.W_dec.detach().float().cpu()
     d_FD = logit_directions(W_dec, handle.final_norm_weight, handle.final_norm_kind)
     W_U = handle.W_U.detach().float().cpu()
@@ -402,7 +408,6 @@ def _candidates(handle: ModelHandle, source: SteeringSource, target: ResolvedTar
     if contrast_D is not None:
         ranked["contrast"] = (W_dec @ contrast_D / W_dec.norm(dim=-1).clamp_min(1e-12)).argsort(descending=True).tolist()
     ranked = {name: [int(i) for i in order if int(i) in live] for name, order in ranked.items()}
-    del ids
     chosen: dict[int, list[str]] = {}
     share = max(1, n // len(ranked))
     for name, order in ranked.items():
