@@ -1,15 +1,18 @@
 """Aimed steering on an atlas: for each target token, the top-ranked feature of
-`Atlas.steering_features` at its calibrated strength against the naive top-activating
-feature and the other `steer-bench` arms, all on held-out neutral prompts, in one run.
+`Atlas.steering_features` and its fitted combination at their calibrated strengths against
+the naive top-activating feature and the other `steer-bench` arms, each calibrated on the
+ranking prompts and counted on held-out prompts of every style, in one run.
 
     PYTHONPATH=. nice python bench/steering_aim.py --atlas /tmp/atlas-demo \
-        [--targets ' Friday' ' Monday' ' March' ' seven' ' three'] [--prompts 8] [--candidates 12] \
-        [--ratio 3] [--kl-bound 1] [--out results.json] [--plot bench.png] [--threads 2]
+        [--targets ' Monday' ' Friday' ' March' ' July' ' seven' ' three' ' red' ' dog'] [--prompts 8] \
+        [--confirm-prompts 8] [--candidates 12] [--prompts-file mine.txt] [--ratio 3] [--kl-bound 1] \
+        [--out results.json] [--plot bench.png] [--threads 2]
 
 Only the SAEs that have a steering table are searched (listed in the output). Acceptance:
-the best feature raises p(target) >= `--ratio` x (mean over prompts of the steered over the
-clean probability) at its calibrated strength with KL on the rest of the next-token
-distribution <= `--kl-bound` nats. Prints a markdown table of every arm per target.
+an SAE-based arm (best feature or combination) raises p(target) >= `--ratio` x with KL on
+the rest of the next-token distribution <= `--kl-bound` nats on >= 75% of the held-out
+(target, prompt) pairs. Prints a markdown table of every arm per target and the shares of
+pairs reached per arm and style, with 95% bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import torch
 from api.atlas import Atlas
 from store.steering import STEERING_META
 
-DEFAULT_TARGETS = [" Friday", " Monday", " March", " seven", " three"]
+DEFAULT_TARGETS = [" Monday", " Friday", " March", " July", " seven", " three", " red", " dog"]
+SAE_ARMS = ("feature_add", "feature_clamp", "combination")
 
 
 def main() -> None:
@@ -32,6 +36,8 @@ def main() -> None:
     parser.add_argument("--atlas", required=True)
     parser.add_argument("--targets", nargs="+", default=DEFAULT_TARGETS)
     parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--confirm-prompts", type=int, default=8)
+    parser.add_argument("--prompts-file", type=Path)
     parser.add_argument("--candidates", type=int, default=12)
     parser.add_argument("--ratio", type=float, default=3.0)
     parser.add_argument("--kl-bound", type=float, default=1.0)
@@ -45,14 +51,15 @@ def main() -> None:
     print(f"SAEs with steering tables: {saes}")
     started = time.perf_counter()
     result = atlas.steer_bench(args.targets, saes=saes, ratio=args.ratio, kl_bound=args.kl_bound,
-                               n_prompts=args.prompts, candidates=args.candidates)
+                               n_prompts=args.prompts, candidates=args.candidates,
+                               confirm_prompts=args.confirm_prompts, prompts=args.prompts_file or ())
     seconds = time.perf_counter() - started
     if args.out:
         args.out.write_text(json.dumps(result.to_dict(), indent=1))
     if args.plot:
         result.plot(args.plot)
     print(f"{len(args.targets)} targets in {seconds:.0f} s; ratio {args.ratio:g} under KL(rest) <= "
-          f"{args.kl_bound:g} nats, {args.prompts} held-out prompts\n")
+          f"{args.kl_bound:g} nats\n")
     print("| target | arm | feature | reached | norm fraction | ratio | KL rest | best ratio under bound "
           "| ratio at matched norm | KL rest at matched norm |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -62,10 +69,13 @@ def main() -> None:
         print(f"| {a['target']} | {a['arm']} | {feature} | {'yes' if a['reached'] else 'no'} | {frac} | "
               f"{a['ratio']:.3g} | {a['kl_rest']:.3g} | {a['best_ratio']:.3g} | {a['matched_ratio']:.3g} | "
               f"{a['matched_kl_rest']:.3g} |")
-    best = [a for a in result.arms if a["arm"] == "feature_add"]
-    passed = sum(a["reached"] for a in best)
-    print(f"\nbest feature reaches {args.ratio:g}x under the bound on {passed} of {len(best)} targets")
-
+    print("\n| arm | style | pairs | reached | share | 95% interval |\n|---|---|---|---|---|---|")
+    for row in result.shares:
+        print(f"| {row['arm']} | {row['style']} | {row['pairs']} | {row['reached']} | {row['share']:.2f} | "
+              f"{row['share_low']:.2f}-{row['share_high']:.2f} |")
+    met = [r["arm"] for r in result.shares if r["style"] == "all" and r["share"] >= 0.75]
+    print(f"\narms reaching {args.ratio:g}x under the bound on >= 75% of pairs: {', '.join(met) or 'none'}"
+          + ("" if set(met) & set(SAE_ARMS) else "; no SAE-based arm meets the bar"))
 
 if __name__ == "__main__":
     main()
