@@ -6,7 +6,9 @@ dimension quantiles, trajectory step/curvature/cosine means into the layer, logi
 tuned-lens agreement, KL and true-token rank, the tuned lens's fitting loss), `cka` (every
 layer pair), `tokens` (the subsampled tokens' trajectory summaries, for finding extremes)
 and `lid_docs` (mean local dimension per document and layer). The summary names the ID
-peak layer and the first layer where each lens agrees with the final top-1 above 50%.
+peak layer, the first layer where each lens agrees with the final top-1 above 50%, and the
+tokens with extreme trajectories. Figures: the profile (ID and local ID with intervals, lens
+agreement and KL against depth), the CKA heat map, and a few tokens in each layer's top-2 PCs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from matplotlib.figure import Figure
 
+from api.analyses.run_files import run_figure
+from geometry.figures_depth import cka_figure, depth_profile_figure, trajectory_figure
 from geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
 from geometry.results import write_analysis
 from geometry.trajectories import TrajectorySpace, trajectory_geometry
@@ -70,13 +75,28 @@ def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: 
         "convergence_index": traj.convergence_index, "mean_curvature": np.nanmean(traj.curvature, axis=1),
         "path_length": traj.step_length.sum(axis=1)})
     peak = max(rows, key=lambda r: r["twonn"])["layer"]
+    located = ["block", "position", "token"]
+    extremes = {"lowest_convergence": tokens.sort("convergence_index").head(5).select(*located, "convergence_index"),
+                "highest_curvature": tokens.sort("mean_curvature", descending=True, nulls_last=True).head(5)
+                .select(*located, "mean_curvature")}
     summary = {"layers": stream.layers, "n_tokens": stream.n_tokens, "n_subsampled": M, "id_peak_layer": peak,
                "logit_lens_first_layer_top1_above_half": _first_above(rows, "logit_top1"),
                "tuned_lens_first_layer_top1_above_half": _first_above(rows, "tuned_top1"),
-               "tuned_lens_fit_tokens": stream.tuned.n_fit}
+               "tuned_lens_fit_tokens": stream.tuned.n_fit,
+               "extreme_tokens": {name: frame.to_dicts() for name, frame in extremes.items()}}
     tables = {"main": pl.DataFrame(rows), "cka": pl.DataFrame(cka_rows), "tokens": tokens,
               "lid_docs": pl.concat(lid_docs).sort(["layer", "doc"])}
     return tables, summary
+
+
+def _trajectory_plot(stream: DepthStream, tokens: pl.DataFrame, handle: ModelHandle) -> Figure:
+    """A few tokens (the fastest and slowest to converge, the most curved) across layers."""
+    order = np.argsort(tokens["convergence_index"].to_numpy())
+    curved = int(np.nanargmax(tokens["mean_curvature"].fill_nan(None).fill_null(-1.0).to_numpy()))
+    picked = np.array(list(dict.fromkeys([int(order[0]), int(order[1]), int(order[-1]), int(order[-2]), curved])))
+    labels = [f"{handle.tokenizer.decode([int(stream.token[i])])!r} (block {stream.block[i]}, pos {stream.position[i]})"
+              for i in picked]
+    return trajectory_figure(stream.states, stream.layers, picked, labels)
 
 
 def run_depth(
@@ -91,9 +111,14 @@ def run_depth(
     stream = stream_depth(handle, corpus, chosen, n_tokens=n_tokens, batch_blocks=batch_blocks,
                           max_points=max_points, fit_fraction=fit_fraction, seed=seed, progress=progress)
     tables, summary = depth_tables(stream, k=k, mle_k=mle_k, n_boot=n_boot, seed=seed, space=space)
+    figures = [run_figure(depth_profile_figure(tables["main"], f"depth profile of {handle.name}"), atlas, KIND, run,
+                          "profile"),
+               run_figure(cka_figure(stream.layers, stream.cka.result()), atlas, KIND, run, "cka"),
+               run_figure(_trajectory_plot(stream, tables["tokens"], handle), atlas, KIND, run, "trajectories")]
     params = {"model": handle.name, "layers": stream.layers, "corpus": corpus.source,
               "context_size": corpus.context_size, "n_tokens": n_tokens, "batch_blocks": batch_blocks,
               "max_points": max_points, "k": k, "mle_k": mle_k, "n_boot": n_boot, "fit_fraction": fit_fraction,
               "space": space, "seed": seed, "tuned_lens": "ridge least squares to the final residual"}
-    js = write_analysis(atlas, KIND, run, parameters=params, summary=summary, tables=tables)
+    js = write_analysis(atlas, KIND, run, parameters=params, summary=summary, tables=tables,
+                        extra={"figures": figures})
     return {"tables": tables, "summary": summary, "params": params, "json_path": js}

@@ -39,6 +39,10 @@ def test_depth_profile_stores_a_checksummed_run(tmp_path: Path):
     summary = result.meta["summary"]
     assert summary["id_peak_layer"] in range(4) and summary["logit_lens_first_layer_top1_above_half"] is not None
     assert set(result.meta["tables"]) == {"main", "cka", "tokens", "lid_docs"}
+    assert sorted(p.name for p in result.figures) == ["depth.cka.png", "depth.profile.png", "depth.trajectories.png"]
+    assert all(p.stat().st_size > 1000 for p in result.figures)
+    extremes = summary["extreme_tokens"]["lowest_convergence"]
+    assert len(extremes) == 5 and {"block", "position", "token", "convergence_index"} == set(extremes[0])
     assert all(len(info["sha256"]) == 64 for info in result.meta["tables"].values())
     folder = tmp_path / "atlas" / "analyses" / "depth"
     cka = pl.read_parquet(folder / result.meta["tables"]["cka"]["file"])
