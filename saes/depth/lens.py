@@ -33,7 +33,7 @@ def logit_lens(handle: ModelHandle, resid_ND: torch.Tensor) -> torch.Tensor:
     (at the last layer, the model's own logits)."""
     bridge = handle.bridge
     with torch.inference_mode():
-        x = bridge.ln_final(resid_ND.to(handle.device))
+        x = bridge.ln_final(resid_ND.to(handle.device, bridge.W_U.dtype))  # the model's own dtype
         logits = x @ bridge.W_U
         bias = getattr(bridge, "b_U", None)
         return (logits + bias if bias is not None else logits).float()
@@ -54,10 +54,10 @@ class TunedLens:
     ridge: float
 
     def predict(self, layer: int, h_ND: torch.Tensor) -> torch.Tensor:
-        """The predicted final residual `[N, D]` of layer `layer`'s states (float32, CPU)."""
+        """The predicted final residual `[N, D]` of layer `layer`'s states (float32, on their device)."""
         if layer not in self.maps:
             raise InvalidInputError(f"the tuned lens has no map for layer {layer}; fitted layers: {sorted(self.maps)}")
-        return (_augmented(h_ND) @ self.maps[layer]).float()
+        return (_augmented(h_ND) @ self.maps[layer]).float().to(h_ND.device)
 
 
 @dataclass
@@ -127,15 +127,16 @@ class LensScores:
                next_ids_N: torch.Tensor) -> None:
         """Score one batch of lens logits against the final logits of the same tokens and
         their true next tokens."""
-        lens, final = lens_logits_NV.float().cpu(), final_logits_NV.float().cpu()
+        lens = lens_logits_NV.float()  # scored on its own device; only sums and ranks come back
+        final = final_logits_NV.float().to(lens.device)
         log_p, log_q = torch.log_softmax(final, -1), torch.log_softmax(lens, -1)
         kl = (log_p.exp() * (log_p - log_q)).sum(-1)
-        true = lens.gather(1, next_ids_N.cpu().long()[:, None])
+        true = lens.gather(1, next_ids_N.to(lens.device).long()[:, None])
         key = (kind, layer)
         self.n[key] = self.n.get(key, 0) + len(lens)
         self.agree[key] = self.agree.get(key, 0) + int((lens.argmax(-1) == final.argmax(-1)).sum())
         self.kl[key] = self.kl.get(key, 0.0) + float(kl.sum())
-        self.ranks.setdefault(key, []).append((lens > true).sum(-1).numpy().astype(np.int64))
+        self.ranks.setdefault(key, []).append((lens > true).sum(-1).cpu().numpy().astype(np.int64))
 
     def merge(self, other: LensScores) -> None:
         """Add another scorer's sums and ranks (ranks that split the held-out tokens)."""
