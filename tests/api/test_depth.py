@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from api import Atlas
@@ -50,6 +51,15 @@ def test_depth_profile_stores_a_checksummed_run(tmp_path: Path):
     assert np.allclose(M, M.T) and np.allclose(np.diag(M), 1.0)
     tokens = pl.read_parquet(folder / result.meta["tables"]["tokens"]["file"])
     assert tokens.height == 150 and {"convergence_index", "mean_curvature", "path_length"} <= set(tokens.columns)
+
+    from api.http import ServerSettings, create_app
+
+    with TestClient(create_app(ServerSettings(root=tmp_path / "atlas"))) as client:  # the generic HTTP read
+        body = client.get("/analyses/depth/depth").json()
+        assert [row["layer"] for row in body["rows"]] == [0, 1, 2, 3] and body["n_rows"] == 4, body
+        assert body["meta"]["summary"]["id_peak_layer"] == summary["id_peak_layer"]
+        figure = client.get("/analyses/depth/figures/depth.cka.png")
+        assert figure.status_code == 200 and figure.headers["content-type"] == "image/png"
 
 
 def test_cli_depth_json_and_input_errors(tmp_path: Path):
