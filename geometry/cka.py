@@ -22,7 +22,7 @@ centring pass is needed; sums are kept in float64.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +138,18 @@ class CKAAccumulator:
         for key in self._a:
             self._a[key] += other._a[key]
         self.n += other.n
+
+    def map_sums(self, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Replace every sum (the token count included, as a 0-d array) by `fn(sum)`, in a
+        fixed order: how ranks add their sums with a collective."""
+        self._sum = [fn(a) for a in self._sum]
+        self._sq = [fn(a) for a in self._sq]
+        for key in sorted(self._cross):
+            self._cross[key] = fn(self._cross[key])
+            self._sqxy[key] = float(fn(np.array(self._sqxy[key])))
+        for key in sorted(self._a):
+            self._a[key] = fn(self._a[key])
+        self.n = int(fn(np.array(float(self.n))))
 
     def _pair_hsic(self, i: int, j: int) -> float:
         lo, hi = min(i, j), max(i, j)

@@ -27,6 +27,7 @@ from geometry.results import write_analysis
 from geometry.trajectories import TrajectorySpace, trajectory_geometry
 from saes.corpus import CorpusSpec
 from saes.depth.stream import DepthStream, stream_depth
+from saes.distributed import DistContext
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 
@@ -103,13 +104,16 @@ def run_depth(
     atlas: str | Path, handle: ModelHandle, corpus: CorpusSpec, layers: list[int] | None = None, *,
     n_tokens: int = 16384, batch_blocks: int = 8, max_points: int = 4000, k: int = 20, mle_k: int = 10,
     n_boot: int = 200, fit_fraction: float = 0.25, space: TrajectorySpace = "raw", seed: int = 0,
-    run: str = "depth", progress: bool = True,
-) -> dict[str, Any]:
+    run: str = "depth", progress: bool = True, ctx: DistContext | None = None,
+) -> dict[str, Any] | None:
     """Stream the model once over `n_tokens` of `corpus` at every layer of `layers` (default:
-    all), compute the per-layer depth profile and store it as `analyses/depth/<run>`."""
+    all), compute the per-layer depth profile and store it as `analyses/depth/<run>`. Under
+    torchrun (`ctx`) the ranks split the batches and rank 0 writes (the others return None)."""
     chosen = list(range(handle.n_layers)) if layers is None else layers
     stream = stream_depth(handle, corpus, chosen, n_tokens=n_tokens, batch_blocks=batch_blocks,
-                          max_points=max_points, fit_fraction=fit_fraction, seed=seed, progress=progress)
+                          max_points=max_points, fit_fraction=fit_fraction, seed=seed, progress=progress, ctx=ctx)
+    if ctx is not None and not ctx.is_main:
+        return None
     tables, summary = depth_tables(stream, k=k, mle_k=mle_k, n_boot=n_boot, seed=seed, space=space)
     figures = [run_figure(depth_profile_figure(tables["main"], f"depth profile of {handle.name}"), atlas, KIND, run,
                           "profile"),
@@ -118,7 +122,8 @@ def run_depth(
     params = {"model": handle.name, "layers": stream.layers, "corpus": corpus.source,
               "context_size": corpus.context_size, "n_tokens": n_tokens, "batch_blocks": batch_blocks,
               "max_points": max_points, "k": k, "mle_k": mle_k, "n_boot": n_boot, "fit_fraction": fit_fraction,
-              "space": space, "seed": seed, "tuned_lens": "ridge least squares to the final residual"}
+              "space": space, "seed": seed, "tuned_lens": "ridge least squares to the final residual",
+              "ranks": 1 if ctx is None else ctx.world_size}
     js = write_analysis(atlas, KIND, run, parameters=params, summary=summary, tables=tables,
                         extra={"figures": figures})
     return {"tables": tables, "summary": summary, "params": params, "json_path": js}

@@ -60,20 +60,29 @@ def depth_command(
     model_dtype: str = model_dtype_option(),
 ) -> None:
     """Per layer: TwoNN and MLE dimension (bootstrap interval), local dimension, trajectory
-    step/curvature/convergence, CKA between layers, logit and tuned lens agreement and KL."""
+    step/curvature/convergence, CKA between layers, logit and tuned lens agreement and KL.
+
+    Under `torchrun --nproc_per_node=R -m api analyze depth ...` the ranks split the batches:
+    the subsample and CKA merge exactly; the tuned lens fits on each rank's first batches."""
     from api.analyses.depth import run_depth
     from api.commands.analyze_geometry import _model
     from saes.corpus import CorpusSpec
     from saes.devices import use_by_default
+    from saes.distributed import init_distributed
 
     if space not in ("raw", "unit"):
         raise InvalidInputError(f"--space must be raw or unit, got {space!r}")
-    use_by_default(device, model_dtype)
+    ctx = init_distributed()
+    where = use_by_default(device, model_dtype)
+    if ctx is not None:
+        use_by_default(ctx.device(str(where)), model_dtype)  # each rank on its own GPU
     handle = _model(model, atlas)
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context, prepend_bos=not no_bos, seed=seed)
     out = run_depth(atlas, handle, spec, parse_layers(layers), n_tokens=n_tokens, batch_blocks=batch_blocks,
                     max_points=max_points, k=k, mle_k=mle_k, fit_fraction=fit_fraction, space=space, seed=seed,
-                    run=run, progress=not as_json)
+                    run=run, progress=not as_json, ctx=ctx)
+    if out is None:  # a rank other than 0
+        return
     if as_json:
         print_json({"summary": out["summary"], "params": out["params"], "table": out["tables"]["main"].to_dicts(),
                     "json_path": str(out["json_path"])})

@@ -8,6 +8,12 @@ captured, accumulating what the depth analysis needs in bounded memory:
   batches), then logit- and tuned-lens scores over the held-out batches that follow.
 
 BOS and separator positions are left out everywhere.
+
+Under torchrun the ranks take contiguous shares of the batches. CKA sums and the subsample
+merge exactly (a token's subsample key depends only on the seed and its block, so the kept
+tokens are those of one process); the tuned lens is fitted on the first `fit_fraction` of
+each rank's batches, its sums added across ranks before any rank scores, so the lens
+scores depend on the number of ranks through that split.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from geometry.cka import CKAAccumulator
 from saes.corpus import CorpusSpec
 from saes.depth.lens import LensScores, TunedLens, TunedLensFitter, next_token_rows, score_lenses
+from saes.distributed import DistContext, all_reduce_, rank_and_world
 from saes.models import ModelHandle
 from saes.streaming import stream_activations, whole_blocks
 from store.errors import InvalidInputError
@@ -58,6 +66,7 @@ class DepthStream:
 def stream_depth(
     handle: ModelHandle, corpus: CorpusSpec, layers: list[int], *, n_tokens: int, batch_blocks: int = 8,
     max_points: int = 4000, fit_fraction: float = 0.25, seed: int = 0, progress: bool = True,
+    ctx: DistContext | None = None,
 ) -> DepthStream:
     """Stream `n_tokens` corpus tokens once through `handle`, capturing the residual stream
     after every layer of `layers` (and the last layer, whose logits the lenses score
@@ -65,21 +74,23 @@ def stream_depth(
     layers = check_layers(handle, layers)
     last = handle.n_layers - 1
     n_blocks = whole_blocks(n_tokens, corpus)
-    n_batches = -(-n_blocks // batch_blocks)
+    _, world = rank_and_world(ctx)
+    n_batches = -(-n_blocks // batch_blocks) // world  # the smallest rank share: the same check on every rank
     n_fit = int(round(fit_fraction * n_batches))
     if not 0 < n_fit < n_batches:
-        raise InvalidInputError(f"{n_tokens} tokens make {n_batches} batches of {batch_blocks} blocks; the tuned lens "
-                                f"needs at least one batch to fit on and one held out (fit_fraction={fit_fraction}): "
-                                f"give more tokens or a smaller --batch-blocks")
+        raise InvalidInputError(f"{n_tokens} tokens make {n_batches} batches of {batch_blocks} blocks"
+                                f"{f' per rank of {world}' if world > 1 else ''}; the tuned lens needs at least one "
+                                f"batch to fit on and one held out (fit_fraction={fit_fraction}): give more tokens "
+                                f"or a smaller --batch-blocks")
     hooks = {layer: f"blocks.{layer}.hook_resid_post" for layer in sorted({*layers, last})}
-    rng = np.random.default_rng(seed)
     keys = np.empty(0)
     kept: list[np.ndarray] = [np.empty((0, len(layers), handle.d_model), np.float32), *(np.empty(0, np.int64),) * 4]
     cka, fitter, scores = CKAAccumulator(), TunedLensFitter(), LensScores()
     tuned: TunedLens | None = None
     seen = 0
     for number, batch in enumerate(stream_activations(handle, corpus, list(hooks.values()), n_blocks=n_blocks,
-                                                      batch_blocks=batch_blocks, desc="depth", progress=progress)):
+                                                      batch_blocks=batch_blocks, desc="depth", progress=progress,
+                                                      ctx=ctx)):
         acts = {layer: batch.acts[hook].float() for layer, hook in hooks.items()}
         keep = ~batch.excluded
         rows = {layer: acts[layer][keep.to(acts[layer].device)].cpu() for layer in layers}
@@ -89,7 +100,7 @@ def stream_depth(
         n_rows, T = keep.shape
         blocks = (batch.first_block + torch.arange(n_rows))[:, None].expand(n_rows, T)[keep]
         meta = [blocks, torch.arange(T).expand(n_rows, T)[keep], batch.doc_ids[keep], batch.token_ids[keep]]
-        keys = np.concatenate([keys, rng.random(n)])
+        keys = np.concatenate([keys, np.random.default_rng([seed, batch.first_block]).random(n)])
         kept = [np.concatenate([kept[0], torch.stack([rows[layer] for layer in layers], 1).numpy()]),
                 *(np.concatenate([old, m.numpy()]) for old, m in zip(kept[1:], meta, strict=True))]
         if len(keys) > max_points:
@@ -100,6 +111,7 @@ def stream_depth(
             fitter.update(lens_rows, lens_rows[last])
             continue
         if tuned is None:
+            _sum_fitter(fitter, ctx, handle.device)
             tuned = fitter.fit()
         score_lenses(handle, lens_rows, next_ids, scores, tuned)
     if tuned is None:  # unreachable: n_fit < n_batches
@@ -107,4 +119,38 @@ def stream_depth(
     for key in [key for key in scores.n if key[1] not in layers]:  # the last layer scored only as the reference
         for table in (scores.n, scores.agree, scores.kl, scores.ranks):
             table.pop(key)
+    if ctx is not None and ctx.world_size > 1:
+        _sum_cka(cka, ctx, handle.device)
+        seen = int(all_reduce_(torch.tensor(seen, device=handle.device), ctx))
+        gathered: list[tuple[LensScores, np.ndarray, list[np.ndarray]]] = [None] * ctx.world_size  # type: ignore[list-item]
+        dist.all_gather_object(gathered, (scores, keys, kept))
+        scores = LensScores()
+        for other, _, _ in gathered:
+            scores.merge(other)
+        keys = np.concatenate([g[1] for g in gathered])
+        kept = [np.concatenate([g[2][i] for g in gathered]) for i in range(len(kept))]
+        top = np.argpartition(keys, max_points)[:max_points] if len(keys) > max_points else np.arange(len(keys))
+        kept = [k[top] for k in kept]
+    order = np.lexsort((kept[2], kept[1]))  # by block, then position: the same for any number of ranks
+    kept = [k[order] for k in kept]
     return DepthStream(layers, kept[0], *kept[1:], n_tokens=seen, cka=cka, lens=scores, tuned=tuned)
+
+
+def _summed(arr: np.ndarray, ctx: DistContext | None, device: torch.device) -> np.ndarray:
+    return all_reduce_(torch.as_tensor(np.asarray(arr, dtype=np.float64)).to(device), ctx).cpu().numpy()
+
+
+def _sum_fitter(fitter: TunedLensFitter, ctx: DistContext | None, device: torch.device) -> None:
+    """Add the tuned-lens sums of every rank (in place; a no-op in one process)."""
+    if ctx is None or ctx.world_size == 1:
+        return
+    for layer in sorted(fitter.zz):
+        fitter.zz[layer] = torch.from_numpy(_summed(fitter.zz[layer].numpy(), ctx, device))
+        fitter.zy[layer] = torch.from_numpy(_summed(fitter.zy[layer].numpy(), ctx, device))
+    fitter.y_sum = torch.from_numpy(_summed(fitter.y_sum.numpy(), ctx, device))
+    fitter.yy, fitter.n = float(_summed(np.array(fitter.yy), ctx, device)), int(_summed(np.array(fitter.n), ctx, device))
+
+
+def _sum_cka(cka: CKAAccumulator, ctx: DistContext, device: torch.device) -> None:
+    """Add the CKA sums of every rank (in place): exact, as `CKAAccumulator.merge`."""
+    cka.map_sums(lambda arr: _summed(arr, ctx, device))

@@ -55,3 +55,15 @@ def test_mismatched_batches_are_clear_errors():
         acc.update({"a": np.ones((3, 3)), "b": np.ones((3, 4))})
     with pytest.raises(InvalidInputError, match="paired rows"):
         debiased_cka(np.ones((5, 2)), np.ones((4, 2)))
+
+
+def test_map_sums_is_a_collective_sum():
+    L = layers(n=100)
+    twice, once = CKAAccumulator(), CKAAccumulator()
+    twice.update(L)
+    twice.merge(twice_copy := CKAAccumulator())  # an empty merge is a no-op
+    assert twice_copy.n == 0
+    once.update(L)
+    twice.merge(once)
+    once.map_sums(lambda a: 2 * a)  # what an all-reduce over two identical ranks gives
+    assert once.n == twice.n == 200 and np.allclose(once.result(), twice.result(), atol=1e-12)

@@ -1,6 +1,11 @@
 """The depth stream on a tiny model: one pass gives CKA sums equal to the in-memory CKA of
 the same token states, a seeded subsample, and lens scores per layer; bad layers are clear."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +16,13 @@ from saes.models import tiny_model
 from store.errors import InvalidInputError
 
 CORPUS = CorpusSpec(context_size=32)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def dist_stream(ctx=None):
+    """The stream both sides of the two-rank test run (the worker imports it)."""
+    return stream_depth(tiny_model(arch="llama", n_layers=4, seed=3), CORPUS, [0, 1, 2, 3], n_tokens=32 * 16,
+                        batch_blocks=2, max_points=120, fit_fraction=0.5, progress=False, ctx=ctx)
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +57,19 @@ def test_bad_layers_and_too_few_batches_are_clear_errors(handle):
         check_layers(handle, [1, 2])
     with pytest.raises(InvalidInputError, match="one held out"):
         stream_depth(handle, CORPUS, [0, 1, 2], n_tokens=32 * 2, batch_blocks=2, progress=False)
+
+
+def test_two_ranks_merge_to_one_process(tmp_path: Path):
+    out = tmp_path / "dist.npz"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "tests.saes.depth_dist_worker", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two, one = np.load(out), dist_stream()
+    # the subsample and the CKA sums merge exactly; the tuned lens fits on each rank's first half
+    assert np.array_equal(two["block"], one.block) and np.array_equal(two["position"], one.position)
+    assert np.allclose(two["states"], one.states, atol=1e-5)
+    assert np.allclose(two["cka"], one.cka.result(), atol=1e-9) and int(two["n_tokens"]) == one.n_tokens
+    per_key = len(one.lens.n)  # (lens, layer) pairs: every held-out token is scored once per pair
+    assert int(two["lens_n"]) // per_key + int(two["fit_n"]) == sum(one.lens.n.values()) // per_key + one.tuned.n_fit
