@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # the steps import what they run, so that `sae-atlas --help` 
 DEMO_TOKENS = 65536
 DEMO_TRAIN_TOKENS = 500_000
 DEMO_TEXT = "The meeting moved from Monday to Friday, and the report is due in March."
-DEMO_STEERING = SteeringParams(n_prompts=2, prompt_tokens=8, chunk=64)
-"""The steering screen: 2 prompts of 8 tokens (`sae-atlas steering-scores` defaults to 16 of 12)."""
+DEMO_STEERING = SteeringParams(n_prompts=1, prompt_tokens=8, chunk=64)
+"""The steering screen: 1 prompt of 8 tokens (`sae-atlas steering-scores` defaults to 16 of 12;
+the cost grows with features x prompts, about 105 s per 1000 features at 16 prompts)."""
 DEMO_GRAPH_RUN = "weekdays"
 DEMO_GRAPH_TEXT = "Two days from Monday is"
 DEMO_GRAPH_TARGET = " Wednesday"

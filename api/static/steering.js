@@ -73,7 +73,7 @@ async function steeringView() {
   if (off) { view.replaceChildren(title, off); return; }
   const all = await saes();
   const list = all.filter((s) => s.steering_table && s.status === "ok");  // what a search can rank from
-  const command = "sae-atlas steering-scores --atlas <atlas> --prompts 2 --prompt-tokens 8";
+  const command = "sae-atlas steering-scores --atlas <atlas> --prompts 1 --prompt-tokens 8";
   if (!list.length) {
     view.replaceChildren(title, needs("needs-steering", "No SAE of this atlas has a steering table yet. Screen them with", command));
     return;
