@@ -23,11 +23,6 @@ KIND = "graph"
 GRAPH_PARTS = ("nodes", "links")
 
 
-def store_command(root: str | Path, text: str, run: str) -> str:
-    """The command that stores a graph of `text` as run `run`."""
-    return f"sae-atlas graph {root} {json.dumps(text)} --store {run}"
-
-
 def store_graph(root: str | Path, run: str, view: GraphView) -> Path:
     """Write `view` as `analyses/graph/<run>`; returns the run's JSON path."""
     data = view.to_dict()

@@ -4,7 +4,9 @@ that listings show (`store.errors.without_root`, applied where errors become ans
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from api.http import ServerSettings, create_app
 from saes.eval.results import result_paths
 from store.errors import IntegrityError, NotFoundError, without_root
 from store.steering import read_steering
+from tests.api.small_atlas import PLANTED_KIND, PLANTED_RUN
 
 
 def test_without_root_names_files_relative_and_the_atlas_as_a_placeholder(tmp_path: Path):
@@ -77,6 +80,45 @@ def test_http_errors_and_problems_leave_the_server_paths_out(atlas: dict[str, An
         listing = http.get("/saes")
         assert listing.status_code == 200 and not _leaks(listing, root)
         assert "summarize --atlas <atlas>" in str(listing.json())
+
+
+def _filled(path: str, values: dict[str, str]) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
+
+
+def test_no_get_answer_carries_the_atlas_path(atlas: dict[str, Any]):
+    """Every GET route of the OpenAPI schema, its path parameters filled with what the atlas
+    holds, over an atlas whose listings carry repair commands (an SAE atlas.json no longer
+    lists, a damaged SAE, an eval result without its sidecar, an unregistered analysis run):
+    the atlas's absolute path is in no answer, success or error."""
+    root, (first, second) = atlas["root"], atlas["sae_ids"]
+    meta = json.loads((root / "atlas.json").read_text())
+    del meta["saes"][first]  # unregistered
+    (root / "atlas.json").write_text(json.dumps(meta))
+    (root / "saes" / second / "features.parquet").write_bytes(b"damaged")
+    orphan, _ = result_paths(root, second, "core")
+    orphan.parent.mkdir(exist_ok=True)
+    orphan.write_text("{}")
+    runs = root / "analyses" / PLANTED_KIND / "runs.json"
+    index = json.loads(runs.read_text())
+    del index["runs"][PLANTED_RUN]  # unregistered
+    runs.write_text(json.dumps(index))
+    values = {"sae_id": first, "index": "0", "token_id": "0", "kind": PLANTED_KIND, "run": PLANTED_RUN,
+              "name": f"{PLANTED_RUN}.png", "eval_name": "core", "comparison": "nope", "side": "a", "crosscoder": "nope"}
+    query = {"token": "the", "q": "the"}
+    with TestClient(create_app(ServerSettings(root=root, allow_interventions=True))) as http:
+        paths = [p for p, ops in http.get("/openapi.json").json()["paths"].items() if "get" in ops]
+        answers = {p: http.get(_filled(p, values), params=query) for p in paths}
+        for sae_id in (first, second):  # the per-SAE routes of the damaged SAE too
+            answers |= {f"{p} ({sae_id})": http.get(_filled(p, {**values, "sae_id": sae_id}), params=query)
+                        for p in paths if "{sae_id}" in p}
+    assert len(paths) >= 20 and "/health" in answers and "/saes/{sae_id}/evals/{eval_name}" in answers
+    leaked = [p for p, answer in answers.items() if _leaks(answer, root)]
+    assert not leaked, {p: answers[p].text[:300] for p in leaked}
+    ok = [p for p, answer in answers.items() if answer.status_code == 200]
+    assert {"/health", "/saes", "/board", "/analyses", "/saes/{sae_id}/features (" + first + ")"} <= set(ok)
+    commands = [p for p in ok if "--atlas <atlas>" in answers[p].text]
+    assert {"/health", "/saes", "/board", "/analyses"} <= set(commands), commands
 
 
 def test_an_error_event_of_a_stream_leaves_the_server_paths_out(tmp_path: Path):
