@@ -56,15 +56,18 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 Operation = tuple[str, str]
 MODEL_BOUND = {("POST", "/run"), ("POST", "/steer"), ("POST", "/steer/stream"), ("POST", "/attribute"), ("POST", "/graph"),
                ("GET", "/steering/search"), ("POST", "/steering/search")}
-"""Operations whose input only the model can judge: a prompt of too many tokens, a position
-or token match outside it, a target that is not one token. Their documented 400 answers to
-such schema-valid requests are accepted, and must say which of these it was."""
+"""Operations whose input only the model, the graph or the steering tables can judge: a prompt
+of too many tokens, a position or token match outside it, a target that is not one token, a
+node the graph lacks, a prompt set that leaves too few confirmation prompts for the target.
+Their documented 400 answers to such schema-valid requests are accepted (`schemathesis.toml`),
+and must say which of these it was."""
 MODEL_BOUND_400 = re.compile(r"the prompt is \d+ tokens|outside the prompt|no prompt token matches|"
                              r"target .* tokens|outside the vocabulary|outside the \d+ tokens|"
                              r"needs at least two tokens|not in the model's vocabulary|a graph takes at most|"
                              r"not a feature node or supernode|features are active on this prompt|the same token twice|"
                              r"not a token of the model's vocabulary|drew the steering table's prompts|"
-                             r"no token occurs at least twice|the confirmation set")
+                             r"no token occurs at least twice|the confirmation set|user prompt\(s\): half rank|"
+                             r"no ranking prompts for styles")
 GATED = {("POST", "/analyses/circular"), *MODEL_BOUND}
 """Off on a read-only server: the documented 403."""
 
@@ -316,3 +319,15 @@ def test_targets_the_schema_can_judge_are_422(open_server: LiveServer) -> None:
     for bad in ("", {"kind": "logit"}, {"kind": "logit_diff", "token": "cat"}, {"kind": "logit", "token": ""}):
         answer = httpx.post(open_server.url + "/attribute", json={"text": "the cat sat", "target": bad}, timeout=60)
         assert answer.status_code == 422 and "target" in answer.json()["detail"], (bad, answer.text)
+
+
+def test_cross_field_rules_are_in_the_schema(open_server: LiveServer, small_atlas: dict[str, Any]) -> None:
+    """Rules between fields that the service enforces are stated in the schema, so that a
+    schema-valid request never breaks them: a graph over SAEs or a CLT, not both; a ranking
+    confirmed on 0 or at least 2 prompts."""
+    schemas = httpx.get(open_server.url + "/openapi.json").json()["components"]["schemas"]
+    assert schemas["GraphRequest"]["not"]["required"] == ["sae_ids", "clt"]
+    assert schemas["SteeringQuery"]["properties"]["confirm_prompts"]["not"] == {"const": 1}
+    both = {"text": "the cat sat", "sae_ids": small_atlas["sae_ids"][:1], "clt": CLT}
+    answer = httpx.post(open_server.url + "/graph", json=both, timeout=60)
+    assert answer.status_code == 400 and "not both" in answer.json()["detail"], answer.text

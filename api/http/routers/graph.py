@@ -17,14 +17,19 @@ from pydantic import ConfigDict, Field
 from api.bounds import MAX_GRAPH_NODE_EDITS, MAX_GRAPH_TARGETS, MAX_SAES_PER_QUERY
 from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
 from api.http.json_body import json_body
-from api.http.routers.interventions import MODEL_BOUND, _queued, _Request, require_interventions
+from api.http.routers.interventions import _queued, _Request, require_interventions
 from api.http.routers.params import DATA_ERRORS, Run, error_responses
-from api.http.schemas import JsonInt, SafeId, _Strict
+from api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict
 from api.results.graph import GraphView, StoredGraph
 from api.services.graphs import stored_graph, stored_graphs
 from store.layout import check_id
 
-router = APIRouter(tags=["interventions"], responses={**DATA_ERRORS, **error_responses(403, 404, 413), **MODEL_BOUND})
+router = APIRouter(tags=["interventions"], responses=DATA_ERRORS)
+GRAPH_BOUND = {400: {"model": ErrorBody, "description": (
+    "input that only the model, the atlas or the graph can judge: a prompt of more tokens than a graph takes, "
+    "a target that is not one token of the vocabulary or names a token twice, a node edit naming no feature node "
+    "or supernode of this graph, more active features than a graph takes, SAE ids that do not make one graph "
+    "(transcoders beside residual SAEs, two at one hook) or none of the atlas's several CLTs chosen")}}
 
 
 class NodeEditRequest(_Strict):
@@ -66,7 +71,7 @@ class GraphRequest(_Request):
 
 
 @router.post("/graph", summary="Attribution graph of the next token (circuit-tracer graph JSON inside)",
-             response_model=GraphView)
+             response_model=GraphView, responses={**error_responses(403, 404, 413), **GRAPH_BOUND})
 async def post_graph(atlas: AtlasDep, settings: SettingsDep, queue: ModelQueueDep, body: GraphRequest) -> Response:
     require_interventions(settings)
     return await _queued(queue, lambda: atlas.graph(
@@ -83,6 +88,7 @@ def get_graphs(atlas: AtlasDep) -> Response:
     return json_body(stored_graphs(atlas.root))
 
 
-@router.get("/graphs/{run}", summary="One stored attribution graph (files verified)", response_model=GraphView)
+@router.get("/graphs/{run}", summary="One stored attribution graph (files verified)", response_model=GraphView,
+            responses=error_responses(400, 404))
 def get_graph(atlas: AtlasDep, run: str = Run) -> Response:
     return json_body(stored_graph(atlas.root, check_id(run, "graph run name")))

@@ -35,7 +35,7 @@ from saes.intervene.edits import Edit
 
 MODEL_BOUND = {400: {"model": ErrorBody, "description": (
     "input that only the model can judge: a prompt of more tokens than allowed, an edit position or token match "
-    "outside the prompt, a target that is not exactly one token of the vocabulary or lacks its token")}}
+    "outside the prompt, a target that is not exactly one token of the vocabulary")}}
 router = APIRouter(tags=["interventions"],
                    responses={**DATA_ERRORS, **error_responses(403, 404, 413), **MODEL_BOUND})
 

@@ -113,7 +113,9 @@ class SteeringQuery(_Strict):
     seed: JsonInt | None = Field(default=None, ge=0, le=2**31 - 1,
                                  description="of the held-out prompts (default: one past the steering tables')")
     confirm_prompts: JsonInt = Field(default=16, ge=0, le=MAX_HTTP_STEERING_PROMPTS,
-                                     description="held-out neutral prompts the ranking is confirmed on")
+                                     json_schema_extra={"not": {"const": 1}},  # one prompt confirms nothing (400)
+                                     description="held-out neutral prompts the ranking is confirmed on (0, or 2 "
+                                                 "or more)")
     styles: list[PromptStyle] = Field(default=list(PROMPT_STYLES), min_length=1, max_length=len(PROMPT_STYLES),
                                       description="prompt styles ranked and confirmed on")
     prompts: list[Text] = Field(default=[], max_length=MAX_HTTP_USER_PROMPTS,
