@@ -26,6 +26,7 @@ from geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_d
 from geometry.results import write_analysis
 from geometry.trajectories import TrajectorySpace, trajectory_geometry
 from saes.corpus import CorpusSpec
+from saes.depth.families import family_depth, read_families
 from saes.depth.stream import DepthStream, stream_depth
 from saes.distributed import DistContext
 from saes.models import ModelHandle
@@ -126,4 +127,25 @@ def run_depth(
               "ranks": 1 if ctx is None else ctx.world_size}
     js = write_analysis(atlas, KIND, run, parameters=params, summary=summary, tables=tables,
                         extra={"figures": figures})
+    return {"tables": tables, "summary": summary, "params": params, "json_path": js}
+
+
+def run_depth_families(
+    atlas: str | Path, handle: ModelHandle, families_file: str | Path, layers: list[int] | None = None, *,
+    k: int = 10, space: TrajectorySpace = "raw", n_permutations: int = 2000, seed: int = 0,
+    run: str = "depth-families",
+) -> dict[str, Any]:
+    """Depth metrics per prompt family of `families_file` and their pairwise permutation
+    tests (`saes.depth.families`), stored as `analyses/depth/<run>` (main table: the
+    per-family means; `prompts` and `tests` beside it)."""
+    families = read_families(families_file)
+    chosen = list(range(handle.n_layers)) if layers is None else layers
+    tables = family_depth(handle, families, chosen, k=k, space=space, n_permutations=n_permutations, seed=seed)
+    tests = tables["tests"]
+    summary = {"families": {name: len(prompts) for name, prompts in families.items()},
+               "smallest_p": tests.sort("p_value").head(5).to_dicts()}
+    params = {"model": handle.name, "layers": sorted(set(chosen)), "families_file": str(families_file), "k": k,
+              "space": space, "n_permutations": n_permutations, "seed": seed}
+    js = write_analysis(atlas, KIND, run, parameters=params, summary=summary,
+                        tables={"main": tables["families"], "prompts": tables["prompts"], "tests": tests})
     return {"tables": tables, "summary": summary, "params": params, "json_path": js}

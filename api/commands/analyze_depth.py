@@ -54,7 +54,10 @@ def depth_command(
     fit_fraction: float = typer.Option(0.25, help="Share of the batches (the first ones) fitting the tuned lens."),
     space: str = typer.Option("raw", help="Trajectories on raw or unit-normalised states: raw or unit."),
     seed: int = typer.Option(0, help="Seed of the subsample and bootstrap."),
-    run: str = typer.Option("depth", help="Run name."),
+    families: Path = typer.Option(None, help="JSON {\"families\": {name: [prompts]}}: metrics per prompt family "
+                                  "and their permutation tests instead of the corpus stream."),
+    n_permutations: int = typer.Option(2000, min=1, help="With --families: permutations per test."),
+    run: str = typer.Option("", help="Run name (default: depth, or depth-families with --families)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
@@ -72,6 +75,19 @@ def depth_command(
 
     if space not in ("raw", "unit"):
         raise InvalidInputError(f"--space must be raw or unit, got {space!r}")
+    if families is not None:
+        from api.analyses.depth import run_depth_families
+
+        use_by_default(device, model_dtype)
+        out = run_depth_families(atlas, _model(model, atlas), families, parse_layers(layers), k=k, space=space,
+                                 n_permutations=n_permutations, seed=seed, run=run or "depth-families")
+        if as_json:
+            print_json({"summary": out["summary"], "tests": out["tables"]["tests"].to_dicts(),
+                        "json_path": str(out["json_path"])})
+        else:
+            tests = out["tables"]["tests"]
+            print_table(f"families ({out['json_path']})", tests.columns, tests.rows())
+        return
     ctx = init_distributed()
     where = use_by_default(device, model_dtype)
     if ctx is not None:
@@ -80,7 +96,7 @@ def depth_command(
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context, prepend_bos=not no_bos, seed=seed)
     out = run_depth(atlas, handle, spec, parse_layers(layers), n_tokens=n_tokens, batch_blocks=batch_blocks,
                     max_points=max_points, k=k, mle_k=mle_k, fit_fraction=fit_fraction, space=space, seed=seed,
-                    run=run, progress=not as_json, ctx=ctx)
+                    run=run or "depth", progress=not as_json, ctx=ctx)
     if out is None:  # a rank other than 0
         return
     if as_json:

@@ -76,3 +76,21 @@ def test_cli_depth_json_and_input_errors(tmp_path: Path):
     assert few.exit_code == 2 and "k=200 needs more than 200 tokens" in few.output, few.output
     bad = invoke("--atlas", atlas, "--model", TINY, "--layers", "one-three", *SMALL)
     assert bad.exit_code == 2 and "--layers must be" in bad.output
+
+
+def test_cli_depth_families(tmp_path: Path):
+    path = tmp_path / "families.json"
+    path.write_text(json.dumps({"families": {"animals": ["the cat sat on the mat", "a dog ran to the house",
+                                                         "the bird sat in the tree"],
+                                             "numbers": ["one two three four", "five six seven eight",
+                                                         "nine ten eleven twelve"]}}))
+    args = ["--atlas", str(tmp_path / "atlas"), "--model", TINY, "--k", "5", "--n-permutations", "200", "--device", "cpu"]
+    ok = invoke("--families", str(path), "--json", *args)
+    assert ok.exit_code == 0, ok.output
+    out = json.loads(ok.output)
+    assert {(t["family_a"], t["family_b"]) for t in out["tests"]} == {("animals", "numbers")}
+    assert all(0 < t["p_value"] <= 1 for t in out["tests"]) and out["summary"]["families"] == {"animals": 3, "numbers": 3}
+    assert Path(out["json_path"]).name == "depth-families.json"
+    path.write_text(json.dumps({"prompts": ["the cat"]}))
+    empty = invoke("--families", str(path), *args)
+    assert empty.exit_code == 2 and "has no families" in empty.output
