@@ -38,11 +38,16 @@ function axes(plot, sx, sy, box, xLabel, yLabel) {
 }
 
 // --- the listing ------------------------------------------------------------------------------
+// A run that is not "ok" (damaged, or unregistered: GET /compare/<run> refuses both) is listed
+// without a link, with its status and the problem (the file, or the command that repairs it).
 async function compareListView() {
   const [runs, crosscoders] = await Promise.all([api("/compare"), api("/crosscoders")]);
   view.replaceChildren(el("h2", {}, "Comparisons of two SAEs"),
-    runs.length ? table(["run", "sae_a", "sae_b", "atlas_b", "n_tokens", "mcc", "mcc_null", "decoder_mcc"], runs, {
-      run: (r) => el("a", { class: "feat compare-run", href: `#/compare/${enc(r.run)}` }, r.run) })
+    runs.length ? table(["run", "sae_a", "sae_b", "atlas_b", "n_tokens", "mcc", "mcc_null", "decoder_mcc", "status"], runs, {
+      run: (r) => (r.status === "ok" ? el("a", { class: "feat compare-run", href: `#/compare/${enc(r.run)}` }, r.run)
+        : el("span", { class: `compare-run-off ${r.status}`, "data-run": r.run }, r.run)),
+      status: (r) => (r.status === "ok" ? "ok" : el("span", { class: `error compare-problem ${r.status}`, "data-run": r.run,
+        title: r.problem }, `${r.status}: ${r.problem}`)) })
       : el("p", { class: "muted" }, "No comparisons yet (sae-atlas compare A[:SAE] B[:SAE])."),
     el("h2", {}, "Crosscoders"),
     crosscoders.length ? table(["crosscoder", "hook_a", "model_b", "hook_b", "d_sae", "a_only", "shared", "b_only"], crosscoders, {
@@ -79,8 +84,8 @@ function pairScatter(pairs, onPick) {
   pairs.map((p, i) => [p, i]).reverse().forEach(([p, i]) => {  // the best pairs drawn last, on top
     const dot = svg("circle", { class: "pair-point" + (p.mutual ? " mutual" : ""), cx: sx(xs[i]), cy: sy(ys[i]), r: 3.5,
       "data-a": p.a_latent, "data-b": p.b_latent, fill: p.mutual ? "#2166ac" : "none", stroke: "#2166ac" },
-    svg("title", {}, `A ${p.a_latent} ↔ B ${p.b_latent}: corr ${fmt(p.corr)}` + (byCosine ? `, cosine ${fmt(p.decoder_cos)}` : "")
-      + (p.mutual ? " (mutual)" : "")));
+    svg("title", {}, `A ${p.a_latent}${p.a_label ? ` (${p.a_label})` : ""} ↔ B ${p.b_latent}${p.b_label ? ` (${p.b_label})` : ""}`
+      + `: corr ${fmt(p.corr)}` + (byCosine ? `, cosine ${fmt(p.decoder_cos)}` : "") + (p.mutual ? " (mutual)" : "")));
     dot.onclick = () => onPick(p);
     plot.append(dot);
   });
@@ -169,7 +174,8 @@ async function compareView(run) {
 }
 
 function pairTable(pairs, pick) {
-  const shown = table(["a_latent", "b_latent", "corr", "decoder_cos", "mutual"], pairs);
+  const shown = table(["a_latent", "a_label", "b_latent", "b_label", "corr", "decoder_cos", "mutual"], pairs,
+    { a_label: (r) => r.a_label ?? "", b_label: (r) => r.b_label ?? "" });
   shown.id = "pair-table";
   shown.querySelectorAll("tr").forEach((tr, i) => {
     if (i === 0) return;

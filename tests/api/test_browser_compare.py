@@ -5,6 +5,8 @@ other atlas), and the crosscoder's relative-norm histogram, its B-only filter an
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +21,33 @@ from tests.api.test_compare_pages import CC, COPIED, compared  # noqa: F401 (the
 def _bin_heights(page: Any) -> list[tuple[int, float]]:
     return [(int(r.get_attribute("data-count")), float(r.get_attribute("height")))
             for r in page.locator("#cc-hist .bin").all()]
+
+
+def _check_runs_not_ok_are_listed_unlinked(page: Any, url: str, root: Path) -> None:
+    """`copy` dropped from runs.json (unregistered) and a table of `layers` broken (damaged):
+    both stay listed, without a link, with their status and the problem naming the repair."""
+    folder = root / "analyses" / "compare"
+    runs, table = folder / "runs.json", folder / "layers.null.parquet"
+    saved = {path: path.read_bytes() for path in (runs, table)}
+    index = json.loads(saved[runs])
+    del index["runs"]["copy"]
+    try:
+        runs.write_text(json.dumps(index))
+        table.write_bytes(b"broken")
+        page.goto(url + "/#/compare")
+        page.wait_for_selector(".compare-problem.damaged")
+        assert page.locator("a.compare-run").count() == 0  # neither can be read, so neither is a link
+        assert page.locator(".compare-run-off").all_inner_texts() == ["copy", "layers"]
+        unregistered = page.inner_text(".compare-problem.unregistered[data-run='copy']")
+        assert unregistered.startswith("unregistered: analyses/compare/copy.json: ")
+        assert "sae-atlas register --atlas <atlas> --analysis compare/copy" in unregistered
+        damaged = page.inner_text(".compare-problem.damaged[data-run='layers']")
+        assert damaged.startswith("damaged: analyses/compare/layers.null.parquet: ") and "To repair: " in damaged
+        assert str(root) not in page.inner_text("#view")
+        page.screenshot(path=str(ARTIFACTS / "compare-problems.png"), full_page=True)
+    finally:
+        for path, data in saved.items():
+            path.write_bytes(data)
 
 
 def test_compare_page(browser: Any, compared: dict[str, Any]) -> None:  # noqa: F811
@@ -93,5 +122,6 @@ def test_compare_page(browser: Any, compared: dict[str, Any]) -> None:  # noqa: 
         assert "decoder norm, side A" in norms and "decoder norm, side B" in norms and "B only" in norms
         assert f"/ {COPIED['b'][latent - 4]}" in page.locator("#cc-card .nearest-b tr").nth(1).inner_text()
         page.screenshot(path=str(ARTIFACTS / "compare-crosscoder.png"), full_page=True)
+        _check_runs_not_ok_are_listed_unlinked(page, live.url, compared["root"])
         assert not page.errors, page.errors
         assert not page.blocked, page.blocked
