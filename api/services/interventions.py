@@ -41,7 +41,12 @@ ATTRIBUTION_MODES: tuple[AttributionMode, ...] = get_args(AttributionMode)
 
 
 def _validation_message(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in exc.errors()[:5])
+    """Each problem (at most five) as `field: message`, a rule of the whole model as its message."""
+    problems = []
+    for err in exc.errors()[:5]:
+        message = err["msg"].removeprefix("Value error, ")
+        problems.append(f"{'.'.join(str(x) for x in err['loc'])}: {message}" if err["loc"] else message)
+    return "; ".join(problems)
 
 
 def parse_edits(edits: Sequence[Any] | None) -> list[Edit]:

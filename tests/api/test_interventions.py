@@ -244,3 +244,14 @@ def test_explorer_steer_box_and_attribution_view(browser_page: Any, atlas_dir: d
     page.wait_for_selector("#attr-results .error")
     assert "exactly one token" in page.inner_text("#attr-results .error")
     assert page.errors == []
+
+
+def test_a_target_missing_its_token_is_named() -> None:
+    """A target the model cannot resolve is refused with the rule it breaks, in words."""
+    from api.services.interventions import parse_target
+
+    for target, message in (({"kind": "logit", "token": None}, "invalid target: a logit target needs a token$"),
+                            ({"kind": "logit_diff", "token": "cat"}, "invalid target: a logit_diff target needs 'other'"),
+                            ("", "invalid target: token.*at least 1 character")):
+        with pytest.raises(InvalidInputError, match=message):
+            parse_target(target)
