@@ -436,8 +436,8 @@ class Atlas:
         return compare_service.compare_runs(self.root)
 
     def comparison(self, run: str) -> CompareResult:
-        """One stored comparison (files verified)."""
-        return compare_service.compare_result(self.root, run)
+        """One stored comparison (files verified); each matched pair carries both latents' labels."""
+        return compare_service.compare_result(self.ctx, run)
 
     def compared_feature(self, run: str, side: Side, index: int, *, examples: int = 10,
                          neighbours: int = 8) -> Feature:

@@ -41,13 +41,15 @@ class CompareRunRow(TypedDict):
 
 
 class MatchedPair(TypedDict):
-    """One Hungarian pair: A's latent, its B partner, their activation correlation."""
+    """One Hungarian pair: A's latent, its B partner, their activation correlation, both labels."""
 
     a_latent: int
     b_latent: int
     corr: Number
     mutual: Annotated[bool, Field(description="each is the other's most correlated latent")]
     decoder_cos: Annotated[Number, Field(description="cosine of their decoder rows (null: no shared d_model)")]
+    a_label: Annotated[str | None, Field(description="A's latent's offline label")]
+    b_label: Annotated[str | None, Field(description="B's latent's offline label (null once B's atlas is gone)")]
 
 
 class SpaceScoreRow(TypedDict):

@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from api.context import AtlasContext
 from api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
+from api.results.compare import Side as CompareSide
 from api.services.analyses import run_states
+from api.services.labels import with_labels
 from geometry import results
 from saes.atlas_saes import atlas_sae_output_width, hook_of, load_atlas_sae
 from saes.compare.pairs import Side, paired_activations
@@ -162,7 +165,7 @@ def run_compare(
         "world_size": ctx.world_size if ctx else 1,
     }
     results.write_analysis(root_a, KIND, run, parameters=parameters, summary=cmp.summary(), tables=tables)
-    return compare_result(root_a, run)
+    return compare_result(AtlasContext(root_a), run)
 
 
 def correlation_histogram(pairs_corr: np.ndarray, null_corr: np.ndarray, bins: int = 40) -> CorrelationHistogram:
@@ -179,16 +182,49 @@ def correlation_histogram(pairs_corr: np.ndarray, null_corr: np.ndarray, bins: i
     return CorrelationHistogram(edges=edges.round(6).tolist(), pairs=count(pairs_corr), null=count(null_corr))
 
 
-def compare_result(root: str | Path, run: str) -> CompareResult:
-    """A stored comparison, every file verified (NotFoundError lists the stored runs)."""
-    stored = results.read_analysis(root, KIND, check_id(run, "run name"))
+def compare_result(ctx: AtlasContext, run: str) -> CompareResult:
+    """A stored comparison of atlas `ctx`, every file verified (NotFoundError lists the
+    stored runs), its pairs labelled (`labelled_pairs`)."""
+    stored = results.read_analysis(ctx.root, KIND, check_id(run, "run name"))
     empty = pl.DataFrame({"corr": []}, schema={"corr": pl.Float64})
     pairs = stored.tables.get("main", empty)
     histogram = correlation_histogram(pairs["corr"].to_numpy(), stored.tables.get("null", empty)["corr"].to_numpy())
-    summary = stored.meta.get("summary", {})
-    return CompareResult(run, stored.meta.get("parameters", {}), summary, pairs,
+    summary, parameters = stored.meta.get("summary", {}), stored.meta.get("parameters", {})
+    if "a_latent" in pairs.columns:
+        pairs = labelled_pairs(ctx, run, parameters, pairs)
+    return CompareResult(run, parameters, summary, pairs,
                          stored.tables.get("spaces", pl.DataFrame()).to_dicts(),
                          stored.tables.get("groups", pl.DataFrame()).to_dicts(), histogram, p_value_notes(summary))
+
+
+def side_context(ctx: AtlasContext, run: str, parameters: dict[str, Any], side: CompareSide
+                 ) -> tuple[AtlasContext, str]:
+    """The opened atlas and SAE id of one side of comparison `run` (of atlas `ctx`, with its
+    stored `parameters`): side B's atlas, when another, opened once and kept for the life of
+    `ctx` (NotFoundError naming the recorded path when it is gone)."""
+    sae_id = str(parameters.get(f"sae_{side}", ""))
+    where = Path(str(parameters.get("atlas_b", "")))
+    if side == "a" or where.resolve() == ctx.root.resolve():
+        return ctx, sae_id
+    if not AtlasLayout(where).atlas_json.exists():
+        raise NotFoundError(f"B's atlas {where} (recorded by comparison {run!r}) is gone: no atlas.json there")
+    return ctx.cache.get(("compared-atlas", str(where.resolve())), lambda: AtlasContext(where)), sae_id
+
+
+def labelled_pairs(ctx: AtlasContext, run: str, parameters: dict[str, Any], pairs: pl.DataFrame) -> pl.DataFrame:
+    """`pairs` (a_latent, b_latent, ...) with each side's offline label, `a_label` and
+    `b_label`, read from that side's atlas; null where a latent has none, or where its side's
+    atlas or SAE is gone (its feature card names what is missing)."""
+    columns = []
+    for side in ("a", "b"):
+        latents = pairs.select(pl.col(f"{side}_latent").cast(pl.Int64).alias("latent"))
+        try:
+            where, sae_id = side_context(ctx, run, parameters, side)
+            labels = with_labels(where, latents.with_columns(pl.lit(sae_id).alias("sae_id")))["label"]
+        except NotFoundError:
+            labels = pl.Series([None] * pairs.height, dtype=pl.String)
+        columns.append(labels.alias(f"{side}_label"))
+    return pairs.with_columns(columns)
 
 
 def p_value_notes(summary: dict[str, Any], level: float = 0.05) -> list[str]:

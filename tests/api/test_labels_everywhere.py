@@ -1,14 +1,22 @@
 """Labels appear wherever feature numbers do: a feature page's similar and cross-layer
-features (Python, HTTP, the explorer read these) and the CLI's `feature` card."""
+features (Python, HTTP, the explorer read these), the CLI's `feature` card, and a
+comparison's matched pairs (each side's label from its own atlas; Python, HTTP, CLI)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
+import pytest
+from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from api.atlas import Atlas
 from api.cli import app
+from api.http import ServerSettings, create_app
+from api.sae_view import open_sae
+from tests.saes.compare_fixtures import one_thread  # noqa: F401
 
 
 def test_feature_neighbours_carry_their_labels(small_atlas: dict[str, Any]) -> None:
@@ -41,3 +49,43 @@ def test_cli_text_search_prints_labels_and_leaves_bos_out(small_atlas: dict[str,
     shown = CliRunner().invoke(app, ["search", "text", str(small_atlas["root"]), "the cat sat", "--sae-id", sae,
                                      "--include-special", "--json"])
     assert shown.exit_code == 0 and '"<s>"' in shown.output
+
+
+@pytest.fixture(scope="module")
+def compared(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Copies A and B of the small atlas and, stored in A by the CLI, a comparison of A's
+    first SAE with B's second (its table printed at 200 columns)."""
+    base = tmp_path_factory.mktemp("labels-compare")
+    root, other = (Path(shutil.copytree(small_atlas["root"], base / name)) for name in ("a", "b"))
+    a, b = small_atlas["sae_ids"]
+    out = CliRunner().invoke(app, ["compare", f"{root}:{a}", f"{other}:{b}", "--tokens", "1024", "--context", "32",
+                                   "--n-perm", "5", "--sample-tokens", "128", "--min-fires", "0", "--top", "3",
+                                   "--run", "ab"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    return {"root": root, "other": other, "sae_ids": (a, b), "output": out.output}
+
+
+def _labels(root: Path, sae_id: str) -> dict[int, str | None]:
+    return dict(open_sae(Atlas(root).ctx, sae_id).labels_by_latent().select("latent", "label").iter_rows())
+
+
+def test_compare_pairs_carry_each_sides_label(compared: dict[str, Any], tmp_path: Path) -> None:
+    root, other = compared["root"], compared["other"]
+    a, b = compared["sae_ids"]
+    labels_a, labels_b = _labels(root, a), _labels(other, b)
+    assert "a_label" in compared["output"] and "b_label" in compared["output"]  # the CLI's pairs table
+    pairs = Atlas(root).comparison("ab").pairs
+    assert pairs.height == 64 and pairs["a_label"].null_count() < 64
+    for row in pairs.iter_rows(named=True):
+        assert row["a_label"] == labels_a.get(row["a_latent"]) and row["b_label"] == labels_b.get(row["b_latent"])
+    # B's labels are B's latents' own, not A's labels of the same numbers
+    assert any(labels_a.get(r["b_latent"]) != r["b_label"] for r in pairs.iter_rows(named=True))
+    with TestClient(create_app(ServerSettings(root=root))) as http:
+        sent = http.get("/compare/ab", params={"pairs": 5}).json()["pairs"]
+    assert [(p["a_label"], p["b_label"]) for p in sent] == list(pairs.head(5).select("a_label", "b_label").iter_rows())
+    other.rename(tmp_path / "moved")  # B's atlas gone: the pairs still read, B's labels empty
+    try:
+        gone = Atlas(root).comparison("ab").pairs
+        assert gone["b_label"].null_count() == 64 and gone["a_label"].to_list() == pairs["a_label"].to_list()
+    finally:
+        (tmp_path / "moved").rename(other)
