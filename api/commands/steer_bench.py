@@ -15,7 +15,7 @@ import typer
 from api.commands.common import handle_errors, open_atlas, print_json, print_table
 from api.commands.steering_search import command_target
 from saes.intervene.steering_prompts import PROMPT_STYLES, read_user_prompts
-from store.atomic import atomic_write_json
+from store.atomic import atomic_write_json, remove_temporaries
 from store.errors import InvalidInputError
 
 DEFAULT_TARGETS = [" Monday", " Friday", " March", " July", " seven", " three", " red", " dog"]
@@ -68,7 +68,8 @@ def steer_bench_command(
         targets, saes=list(sae) or None, ratio=ratio, kl_bound=kl_bound, n_prompts=prompts, candidates=candidates,
         prompt_prefix=prefix, confirm_prompts=confirm_prompts, styles=tuple(style) or PROMPT_STYLES,  # type: ignore[arg-type]
         prompts=read_user_prompts(prompts_file) if prompts_file is not None else (), combine=combine)
-    if out is not None:
+    if out is not None:  # atomically, first removing what a killed write of it left (as the plot does)
+        remove_temporaries(out)
         atomic_write_json(out, json.loads(json.dumps(result.to_dict())))
     if plot is not None:
         result.plot(plot)

@@ -209,7 +209,9 @@ def bench_verb(scored: Path, tmp_path_factory: pytest.TempPathFactory) -> Verb:
     return Verb(f"{__name__}.steer_bench_job", scored, tmp_path_factory.mktemp("bench-work") / "atlas")
 
 
-@pytest.mark.parametrize("point", [  # the results file is written, the plot half-way
+@pytest.mark.parametrize("point", [  # the results file half-way; the results file written, the plot half-way
+    pytest.param(KillPoint("pathlib.Path.write_bytes", 1, "mid_write", path_arg=0, matching=f"*/.{BENCH_OUT}.*.tmp"),
+                 id="mid-results-write"),
     pytest.param(KillPoint("matplotlib.figure.Figure.savefig", 1, "mid_write"), id="mid-plot-write"),
 ])
 def test_steer_bench_killed_reruns_to_identical_files(bench_verb: Verb, point: KillPoint) -> None:
