@@ -54,7 +54,8 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"n_tokens=65536", "n_tokens=2048"),
     (r"batches\(4096", "batches(256"),
     (r"--layers 3,6,9,12,15", "--layers 0,1"),
-    (r'steering_features\(" Friday"\)', 'steering_features("friday", k=2, n_prompts=4, candidates=4)'),
+    (r'steering_features\(" Friday"\)',  # a small search: few prompts and candidates, one prompt style
+     'steering_features("friday", k=2, n_prompts=4, candidates=4, confirm_prompts=2, combine=0, styles=("neutral",))'),
     (r'" Friday"', '"friday"'),  # the tiny word-level vocabulary: lower case, no leading space
     (r'"match": "Monday"', '"match": "monday"'),
     (r"\b123\b", "12"),  # feature numbers of the demo's 4608-latent SAEs
@@ -62,7 +63,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"2_102_15", "{graph_node}"),  # a feature node of the example prompt's graph
 ]
 
-# Examples that find nothing on the small atlas and why (they find something on the demo).
+# Examples that find nothing on the small atlas, and why.
 EMPTY_ON_SMALL_ATLAS = {
     "atlas.geometry_features(in_circle=True, period=7)": "the tiny random model stores no 7-value circle",
 }
