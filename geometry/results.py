@@ -62,9 +62,16 @@ def run_paths(root: str | Path, kind: str, run: str, table: str = MAIN) -> tuple
     return base / name, base / f"{run}.json"
 
 
+WRITERS = {"compare": "compare A B --run {run}", "circle_transfer": "compare-circle ... --run {run}",
+           "emergence": "emergence ... --run {run}", "crosscoder": "train-crosscoder ... --id {run}",
+           "graph": "graph ... --store {run}", "concept_search": "search concept ... --save {run}"}
+"""The command that writes a run of each kind that `sae-atlas analyze <kind>` does not write."""
+
+
 def run_repair(kind: str, run: str) -> str:
     """What to do about a damaged run."""
-    return (f"re-run the {kind} analysis that wrote run {run!r} (`sae-atlas analyze {kind} ... --run {run}`), "
+    writer = WRITERS.get(kind, f"analyze {kind} ... --run {{run}}").format(run=run)
+    return (f"re-run the {kind} analysis that wrote run {run!r} (`sae-atlas {writer}`), "
             f"or delete analyses/{kind}/{run}.* and its entry in analyses/{kind}/{RUNS_FILE}")
 
 

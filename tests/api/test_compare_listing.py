@@ -72,6 +72,7 @@ def test_a_damaged_run_is_listed_damaged_naming_the_file(atlas: Path):
     row = python["a--b"]
     assert row["status"] == "damaged" and row["mcc"] is None
     assert row["problem"].startswith("analyses/compare/a--b.null.parquet: ") and str(atlas) not in row["problem"]
+    assert "(`sae-atlas compare A B --run a--b`)" in row["problem"]  # the verb that writes comparisons
 
 
 def test_compare_decoder_with_different_d_model_is_refused_before_loading(tmp_path: Path, monkeypatch):
