@@ -5,7 +5,9 @@ Tables: `main` (per layer: TwoNN and MLE dimension with its bootstrap interval, 
 dimension quantiles, trajectory step/curvature/cosine means into the layer, logit- and
 tuned-lens agreement, KL and true-token rank, the tuned lens's fitting loss), `cka` (every
 layer pair), `tokens` (the subsampled tokens' trajectory summaries, for finding extremes)
-and `lid_docs` (mean local dimension per document and layer). The summary names the ID
+and `lid_docs` (mean local dimension per document and layer); with stored SAEs, `features`
+(per feature: the local ID at its layer and the trajectory of the tokens it fires on, each
+beside every token's). The summary names the ID
 peak layer, the first layer where each lens agrees with the final top-1 above 50%, and the
 tokens with extreme trajectories. Figures: the profile (ID and local ID with intervals, lens
 agreement and KL against depth), the CKA heat map, and a few tokens in each layer's top-2 PCs.
@@ -18,19 +20,23 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import torch
 from matplotlib.figure import Figure
 
 from api.analyses.run_files import run_figure
+from geometry.feature_depth import feature_depth_table
 from geometry.figures_depth import cka_figure, depth_profile_figure, trajectory_figure
 from geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
 from geometry.results import write_analysis
 from geometry.trajectories import TrajectorySpace, trajectory_geometry
+from saes.atlas_saes import load_atlas_sae
 from saes.corpus import CorpusSpec
 from saes.depth.families import family_depth, read_families
 from saes.depth.stream import DepthStream, stream_depth
 from saes.distributed import DistContext
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
+from store.hooks import hook_layer
 
 KIND = "depth"
 
@@ -39,20 +45,24 @@ def _first_above(rows: list[dict[str, Any]], column: str, threshold: float = 0.5
     return next((r["layer"] for r in rows if r.get(column) is not None and r[column] > threshold), None)
 
 
-def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: int,
-                 space: TrajectorySpace) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
-    """The run's tables and summary from a streamed pass (see the module docstring)."""
+def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: int, space: TrajectorySpace,
+                 feature_codes: dict[str, tuple[int, np.ndarray]] | None = None,
+                 ) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """The run's tables and summary from a streamed pass (see the module docstring);
+    `feature_codes` (`{sae_id: (layer, codes [M, F] of the subsampled tokens)}`) adds the
+    `features` table: per feature, the local ID and trajectory of the tokens it fires on."""
     M = len(stream.states)
     if M <= k:
         raise InvalidInputError(f"local dimension with k={k} needs more than {k} tokens; the stream kept {M} "
                                 f"(of {stream.n_tokens} seen): give more tokens (--n-tokens) or lower --k")
     traj = trajectory_geometry(stream.states, space=space)
     lens = {(r["lens"], r["layer"]): r for r in stream.lens.table()}
-    rows, lid_docs = [], []
+    rows, lid_docs, lid_by_layer = [], [], {}
     for i, layer in enumerate(stream.layers):
         X = stream.states[:, i]
         two, mle, lid = twonn_dimension(X, seed=seed), mle_dimension(X, k=mle_k, n_boot=n_boot, seed=seed), \
             local_dimension(X, k=k)
+        lid_by_layer[layer] = lid
         row: dict[str, Any] = {
             "layer": layer, "twonn": two.dimension, "mle": mle.dimension, "mle_low": mle.low, "mle_high": mle.high,
             "lid_mean": float(lid.mean()), **{f"lid_q{q}": float(np.quantile(lid, q / 100)) for q in (10, 50, 90)},
@@ -88,7 +98,32 @@ def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: 
                "extreme_tokens": {name: frame.to_dicts() for name, frame in extremes.items()}}
     tables = {"main": pl.DataFrame(rows), "cka": pl.DataFrame(cka_rows), "tokens": tokens,
               "lid_docs": pl.concat(lid_docs).sort(["layer", "doc"])}
+    if feature_codes:
+        curvature = tokens["mean_curvature"].to_numpy()
+        tables["features"] = pl.concat([
+            feature_depth_table(codes, {"lid": lid_by_layer[layer], "convergence_index": traj.convergence_index,
+                                        "curvature": curvature}).select(pl.lit(sae_id).alias("sae_id"), pl.all())
+            for sae_id, (layer, codes) in feature_codes.items()])
     return tables, summary
+
+
+def _load_saes(atlas: str | Path, sae_ids: list[str], layers: list[int]) -> dict[str, tuple[int, Any]]:
+    """`{sae_id: (layer, SAE)}`, each SAE checked to read the residual stream after a streamed layer."""
+    out = {}
+    for sae_id in sae_ids:
+        sae = load_atlas_sae(atlas, sae_id, device="cpu")
+        hook = sae.cfg.hook_name
+        if not hook.endswith("hook_resid_post") or hook_layer(hook) not in layers:
+            raise InvalidInputError(f"SAE {sae_id} reads {hook}; the depth run streams hook_resid_post of layers "
+                                    f"{sorted(set(layers))}")
+        out[sae_id] = (hook_layer(hook), sae)
+    return out
+
+
+def _feature_codes(sae: Any, layer: int, stream: DepthStream) -> np.ndarray:
+    """Codes `[M, F]` of `sae` on the subsampled tokens' states at `layer`."""
+    with torch.inference_mode():
+        return sae.encode(torch.from_numpy(stream.states[:, stream.layers.index(layer)]).float()).float().numpy()
 
 
 def _trajectory_plot(stream: DepthStream, tokens: pl.DataFrame, handle: ModelHandle) -> Figure:
@@ -105,17 +140,22 @@ def run_depth(
     atlas: str | Path, handle: ModelHandle, corpus: CorpusSpec, layers: list[int] | None = None, *,
     n_tokens: int = 16384, batch_blocks: int = 8, max_points: int = 4000, k: int = 20, mle_k: int = 10,
     n_boot: int = 200, fit_fraction: float = 0.25, space: TrajectorySpace = "raw", seed: int = 0,
-    run: str = "depth", progress: bool = True, ctx: DistContext | None = None,
+    run: str = "depth", progress: bool = True, ctx: DistContext | None = None, sae_ids: list[str] | None = None,
 ) -> dict[str, Any] | None:
     """Stream the model once over `n_tokens` of `corpus` at every layer of `layers` (default:
     all), compute the per-layer depth profile and store it as `analyses/depth/<run>`. Under
-    torchrun (`ctx`) the ranks split the batches and rank 0 writes (the others return None)."""
+    torchrun (`ctx`) the ranks split the batches and rank 0 writes (the others return None).
+    `sae_ids`: stored SAEs of the atlas (on a residual stream of the streamed layers) whose
+    features get the local ID and trajectory of the tokens they fire on (table `features`)."""
     chosen = list(range(handle.n_layers)) if layers is None else layers
+    saes = _load_saes(atlas, sae_ids or [], chosen)
     stream = stream_depth(handle, corpus, chosen, n_tokens=n_tokens, batch_blocks=batch_blocks,
                           max_points=max_points, fit_fraction=fit_fraction, seed=seed, progress=progress, ctx=ctx)
     if ctx is not None and not ctx.is_main:
         return None
-    tables, summary = depth_tables(stream, k=k, mle_k=mle_k, n_boot=n_boot, seed=seed, space=space)
+    codes = {sae_id: (layer, _feature_codes(sae, layer, stream)) for sae_id, (layer, sae) in saes.items()}
+    tables, summary = depth_tables(stream, k=k, mle_k=mle_k, n_boot=n_boot, seed=seed, space=space,
+                                   feature_codes=codes)
     figures = [run_figure(depth_profile_figure(tables["main"], f"depth profile of {handle.name}"), atlas, KIND, run,
                           "profile"),
                run_figure(cka_figure(stream.layers, stream.cka.result()), atlas, KIND, run, "cka"),
@@ -124,7 +164,7 @@ def run_depth(
               "context_size": corpus.context_size, "n_tokens": n_tokens, "batch_blocks": batch_blocks,
               "max_points": max_points, "k": k, "mle_k": mle_k, "n_boot": n_boot, "fit_fraction": fit_fraction,
               "space": space, "seed": seed, "tuned_lens": "ridge least squares to the final residual",
-              "ranks": 1 if ctx is None else ctx.world_size}
+              "ranks": 1 if ctx is None else ctx.world_size, "sae_ids": list(sae_ids or [])}
     js = write_analysis(atlas, KIND, run, parameters=params, summary=summary, tables=tables,
                         extra={"figures": figures})
     return {"tables": tables, "summary": summary, "params": params, "json_path": js}

@@ -54,6 +54,8 @@ def depth_command(
     fit_fraction: float = typer.Option(0.25, help="Share of the batches (the first ones) fitting the tuned lens."),
     space: str = typer.Option("raw", help="Trajectories on raw or unit-normalised states: raw or unit."),
     seed: int = typer.Option(0, help="Seed of the subsample and bootstrap."),
+    sae: str = typer.Option("", help="Comma-separated stored SAE ids: per feature, the local ID and trajectory of "
+                                     "the tokens it fires on (table features)."),
     families: Path = typer.Option(None, help="JSON {\"families\": {name: [prompts]}}: metrics per prompt family "
                                   "and their permutation tests instead of the corpus stream."),
     n_permutations: int = typer.Option(2000, min=1, help="With --families: permutations per test."),
@@ -96,7 +98,8 @@ def depth_command(
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context, prepend_bos=not no_bos, seed=seed)
     out = run_depth(atlas, handle, spec, parse_layers(layers), n_tokens=n_tokens, batch_blocks=batch_blocks,
                     max_points=max_points, k=k, mle_k=mle_k, fit_fraction=fit_fraction, space=space, seed=seed,
-                    run=run or "depth", progress=not as_json, ctx=ctx)
+                    run=run or "depth", progress=not as_json, ctx=ctx,
+                    sae_ids=[t.strip() for t in sae.split(",") if t.strip()])
     if out is None:  # a rank other than 0
         return
     if as_json:

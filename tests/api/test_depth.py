@@ -94,3 +94,27 @@ def test_cli_depth_families(tmp_path: Path):
     path.write_text(json.dumps({"prompts": ["the cat"]}))
     empty = invoke("--families", str(path), *args)
     assert empty.exit_code == 2 and "has no families" in empty.output
+
+
+def test_depth_run_joins_stored_sae_features(tmp_path: Path):
+    from saes.cache import cache_activations
+    from saes.models import tiny_model
+    from saes.train.atlas import train_saes
+    from saes.train.config import TrainConfig
+
+    root = tmp_path / "atlas"
+    handle = tiny_model(arch="llama", n_layers=4, seed=3)
+    cache_activations(handle, root, ["blocks.2.hook_resid_post"], corpus=CorpusSpec(context_size=32),
+                      n_tokens=32 * 16, progress=False)
+    trained = train_saes(root, ["blocks.2.hook_resid_post"], architecture="topk", d_sae=64, k=4,
+                         train_cfg=TrainConfig(total_tokens=256 * 4, batch_size=256, progress=False))
+    sae_id = trained["blocks.2.hook_resid_post"]["sae_id"]
+    ok = invoke("--atlas", str(root), "--model", TINY, "--sae", sae_id, "--json", *SMALL)
+    assert ok.exit_code == 0, ok.output
+    meta = Atlas(root).analysis("depth", "depth").meta
+    assert meta["parameters"]["sae_ids"] == [sae_id]
+    features = pl.read_parquet(root / "analyses" / "depth" / meta["tables"]["features"]["file"])
+    assert features.height > 0 and set(features["sae_id"]) == {sae_id}
+    assert (features["n_fires"] >= 5).all() and {"lid_mean", "lid_z", "convergence_index_shift"} <= set(features.columns)
+    upper = invoke("--atlas", str(root), "--model", TINY, "--sae", sae_id, "--layers", "0,1,3", *SMALL)
+    assert upper.exit_code == 2 and "reads blocks.2.hook_resid_post" in upper.output, upper.output
