@@ -151,7 +151,7 @@ def contrast_command(
         print_json(result.to_dict())
         return
     _show(f"contrast: {result.n_significant} features with q <= {alpha}", result.table.select(
-        "rank", "sae_id", "latent", "diff", "auroc", "effect_size", "q_value", "group"), False)
+        "rank", "sae_id", "latent", "label", "diff", "auroc", "effect_size", "q_value", "group"), False)
 
 
 @search_app.command("concept")

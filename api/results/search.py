@@ -69,6 +69,7 @@ class CentredLatent(TypedDict):
     n_examples: int
     max_act: Number
     sae_id: str
+    label: Annotated[str | None, Field(description="the latent's offline label")]
 
 
 class PromotingLatent(TypedDict):
@@ -77,6 +78,7 @@ class PromotingLatent(TypedDict):
     latent: int
     logit: Number
     sae_id: str
+    label: Annotated[str | None, Field(description="the latent's offline label")]
 
 
 @dataclass

@@ -79,7 +79,7 @@ def _direction(values: Any, widths: set[int]) -> np.ndarray:
 
 def search_token(ctx: AtlasContext, token: str | int, views: list[SaeView], k: int) -> TokenFeatures:
     """Features whose top examples centre on `token` and features whose logit effects
-    promote it (a token id, or a string looked up in the model's vocabulary)."""
+    promote it (a token id, or a string looked up in the model's vocabulary), with their labels."""
     k = check_k(k)
     token_id, token_str = _token_id(ctx, token)
     centred, promoting = [], []
@@ -87,10 +87,15 @@ def search_token(ctx: AtlasContext, token: str | int, views: list[SaeView], k: i
         tables = view.tables()
         centred.append(tables.latents_centred_on(token_id, limit=k).with_columns(pl.lit(view.sae_id).alias("sae_id")))
         promoting.append(tables.latents_promoting(token_id, limit=k).with_columns(pl.lit(view.sae_id).alias("sae_id")))
+    by_id = {view.sae_id: view for view in views}
+
+    def labelled(frame: pl.DataFrame) -> pl.DataFrame:
+        return with_labels(ctx, frame.with_columns(pl.col("latent").cast(pl.Int64)), by_id).drop("explanations")
+
     return TokenFeatures(
         token=token_str, token_id=token_id,
-        centred=pl.concat(centred).sort("n_examples", "max_act", descending=True).head(k),
-        promoting=pl.concat(promoting).sort("logit", descending=True).head(k),
+        centred=labelled(pl.concat(centred).sort("n_examples", "max_act", descending=True).head(k)),
+        promoting=labelled(pl.concat(promoting).sort("logit", descending=True).head(k)),
     )
 
 

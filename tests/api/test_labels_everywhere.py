@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
@@ -89,3 +90,28 @@ def test_compare_pairs_carry_each_sides_label(compared: dict[str, Any], tmp_path
         assert gone["b_label"].null_count() == 64 and gone["a_label"].to_list() == pairs["a_label"].to_list()
     finally:
         (tmp_path / "moved").rename(other)
+
+
+def test_token_search_rows_carry_their_labels(small_atlas: dict[str, Any]) -> None:
+    atlas, sae = Atlas(small_atlas["root"]), small_atlas["sae_ids"][0]
+    labels = _labels(small_atlas["root"], sae)
+    examples = open_sae(atlas.ctx, sae).tables().examples
+    centre = examples.filter((pl.col("latent") == 3) & (pl.col("kind") == "top")).sort("act")["token_id"][-1]
+    for token_id, frame in ((centre, "centred"), (atlas.feature(sae, 3).top_logits[0]["token_id"], "promoting")):
+        rows = getattr(atlas.search_token(int(token_id), sae_id=sae, k=100), frame)
+        assert rows.height and 3 in rows["latent"].to_list()
+        assert rows["label"].to_list() == [labels.get(latent) for latent in rows["latent"]]
+
+
+def test_cli_contrast_table_has_the_label_column(small_atlas: dict[str, Any], tmp_path: Path) -> None:
+    words = ["red", "blue", "green", "black"]
+    (tmp_path / "a.txt").write_text("\n".join(f"the cat is {w}" for w in words))
+    (tmp_path / "b.txt").write_text("\n".join(f"the chair is {w}" for w in words))
+    args = ["search", "contrast", str(small_atlas["root"]), str(tmp_path / "a.txt"), str(tmp_path / "b.txt"),
+            "-k", "3", "--permutations", "200"]
+    out = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    result = Atlas(small_atlas["root"]).contrast([f"the cat is {w}" for w in words],
+                                                 [f"the chair is {w}" for w in words], k=3, n_permutations=200)
+    header = next(line for line in out.output.splitlines() if "latent" in line and "auroc" in line)
+    assert "label" in header and result.table["label"].null_count() < result.table.height
