@@ -34,6 +34,7 @@ from saes.corpus import CorpusSpec
 from saes.depth.families import family_depth, read_families
 from saes.depth.stream import DepthStream, stream_depth
 from saes.distributed import DistContext
+from saes.encoding.tokens import piece_text
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
 from store.hooks import hook_layer
@@ -131,7 +132,7 @@ def _trajectory_plot(stream: DepthStream, tokens: pl.DataFrame, handle: ModelHan
     order = np.argsort(tokens["convergence_index"].to_numpy())
     curved = int(np.nanargmax(tokens["mean_curvature"].fill_nan(None).fill_null(-1.0).to_numpy()))
     picked = np.array(list(dict.fromkeys([int(order[0]), int(order[1]), int(order[-1]), int(order[-2]), curved])))
-    labels = [f"{handle.tokenizer.decode([int(stream.token[i])])!r} (block {stream.block[i]}, pos {stream.position[i]})"
+    labels = [f"{piece_text(handle.tokenizer, int(stream.token[i]))!r} (block {stream.block[i]}, pos {stream.position[i]})"
               for i in picked]
     return trajectory_figure(stream.states, stream.layers, picked, labels)
 
