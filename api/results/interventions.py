@@ -14,6 +14,7 @@ from typing_extensions import NotRequired, TypedDict
 from api.results.html import escape, format_value, rows_table, signed_tokens
 from api.results.search import TokenActivation
 from api.results.wire import JsonResult, Number, PythonOnly
+from saes.encoding.tokens import piece_text
 from saes.intervene.attribution import Attribution
 from saes.intervene.generate import Generation, distribution_shift
 from saes.intervene.splice import SpliceRun
@@ -44,7 +45,7 @@ class RunView(JsonResult):
     edits: list[dict[str, Any]]
     next_tokens: list[TokenProb]  # top tokens at the last position: token, p_edited, p_clean
     kl: Number  # KL(clean || edited) at the last position
-    features: dict[str, list[list[TokenActivation]]]  # sae_id -> per token -> [{latent, act}]
+    features: dict[str, list[list[TokenActivation]]]  # sae_id -> per token -> [{latent, act, label}]
     logits_TV: PythonOnly[torch.Tensor | None] = field(repr=False, default=None)
     codes: PythonOnly[dict[str, torch.Tensor]] = field(repr=False, default_factory=dict)
 
@@ -55,7 +56,7 @@ class RunView(JsonResult):
         p = torch.softmax(out.logits_TV[-1].double(), -1)
         q = torch.softmax(clean.logits_TV[-1].double(), -1)
         top = p.topk(k).indices.tolist()
-        nxt = [{"token": tokenizer.decode([i]), "token_id": i, "p_edited": float(p[i]), "p_clean": float(q[i])}
+        nxt = [{"token": piece_text(tokenizer, i), "token_id": i, "p_edited": float(p[i]), "p_clean": float(q[i])}
                for i in top]
         feats = {}
         for sid, f_TF in out.codes.items():

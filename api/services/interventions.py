@@ -27,6 +27,7 @@ from api.bounds import (
 from api.context import AtlasContext
 from api.results.interventions import AttributionView, RunView, SteerView
 from api.sae_view import SaeView, open_sae
+from api.services.labels import labelled_token_features
 from saes.encoding.tokens import decoded_tokens
 from saes.intervene.attribution import AttributionMode, Target, attribute
 from saes.intervene.edits import CirclePlane, Edit
@@ -128,7 +129,7 @@ def _tokenize(handle: ModelHandle, text: str, room: int = 0) -> tuple[torch.Tens
 
 def run(ctx: AtlasContext, views: list[SaeView], text: str, edits: Sequence[Any] | None, *, k: int) -> RunView:
     """Splice `views` (and every SAE an edit names) into the model, apply `edits`, and
-    return the tokens, the next-token predictions and each SAE's feature activations."""
+    return the tokens, the next-token predictions and each SAE's feature activations (labelled)."""
     specs = parse_edits(edits)
     k = check_int(k, "k", 1, MAX_NEXT_TOKENS)
     sources = AtlasEditSources(ctx, views)
@@ -139,7 +140,9 @@ def run(ctx: AtlasContext, views: list[SaeView], text: str, edits: Sequence[Any]
     with ctx.model_lock:
         out = run_spliced(handle, tokens_T, splice)
         clean = run_spliced(handle, tokens_T, build_splice(sources, list(splice.saes), [], toks))
-    return RunView.build(handle.tokenizer, text, toks, tokens_T.tolist(), out, clean, specs, k=k)
+    result = RunView.build(handle.tokenizer, text, toks, tokens_T.tolist(), out, clean, specs, k=k)
+    result.features = labelled_token_features(ctx, result.features, {view.sae_id: view for view in views})
+    return result
 
 
 @dataclass(frozen=True)

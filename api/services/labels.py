@@ -5,6 +5,7 @@ any table of features."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -32,6 +33,18 @@ def with_labels(ctx: AtlasContext, frame: pl.DataFrame, views: dict[str, SaeView
     table = (pl.concat([p.select(list(LABEL_COLUMNS)) for p in parts]) if parts
              else pl.DataFrame(schema=LABEL_COLUMNS))
     return frame.join(table, on=["sae_id", "latent"], how="left", maintain_order="left")
+
+
+def labelled_token_features(ctx: AtlasContext, features: dict[str, list[list[dict[str, Any]]]],
+                            views: dict[str, SaeView]) -> dict[str, list[list[dict[str, Any]]]]:
+    """Per-token feature lists (SAE id -> per token -> `{latent, act}`) with each latent's
+    offline label added."""
+    pairs = pl.DataFrame([(sid, f["latent"]) for sid, per_token in features.items() for feats in per_token
+                          for f in feats], schema={"sae_id": pl.String, "latent": pl.Int64}, orient="row").unique()
+    labels = {(sid, latent): label for sid, latent, label in
+              with_labels(ctx, pairs, views).select("sae_id", "latent", "label").iter_rows()}
+    return {sid: [[{**f, "label": labels.get((sid, f["latent"]))} for f in feats] for feats in per_token]
+            for sid, per_token in features.items()}
 
 
 def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -> pl.DataFrame:

@@ -15,7 +15,7 @@ from api.context import AtlasContext
 from api.results.search import TextSearch, TokenFeatures
 from api.sae_view import SaeView, open_sae
 from api.services import saes
-from api.services.labels import with_labels
+from api.services.labels import labelled_token_features, with_labels
 from saes.encoding.tokens import token_features
 from store.errors import IntegrityError, InvalidInputError, NotFoundError
 from store.search import Filters, Match, matches_frame
@@ -157,15 +157,5 @@ def search_text(ctx: AtlasContext, text: str, views: list[SaeView], k: int, *,
     return TextSearch(text=text, token_ids=[found.token_ids[pos] for pos in keep],
                       tokens=[found.tokens[pos] for pos in keep], positions=keep,
                       special=[found.special[pos] for pos in keep],
-                      features=_labelled(ctx, features, {view.sae_id: view for view in views}))
+                      features=labelled_token_features(ctx, features, {view.sae_id: view for view in views}))
 
-
-def _labelled(ctx: AtlasContext, features: dict[str, list[list[dict[str, Any]]]],
-              views: dict[str, SaeView]) -> dict[str, list[list[dict[str, Any]]]]:
-    """Per-token feature lists with each latent's offline label added."""
-    pairs = pl.DataFrame([(sid, f["latent"]) for sid, per_token in features.items() for feats in per_token
-                          for f in feats], schema={"sae_id": pl.String, "latent": pl.Int64}, orient="row").unique()
-    labels = {(sid, latent): label for sid, latent, label in
-              with_labels(ctx, pairs, views).select("sae_id", "latent", "label").iter_rows()}
-    return {sid: [[{**f, "label": labels.get((sid, f["latent"]))} for f in feats] for feats in per_token]
-            for sid, per_token in features.items()}

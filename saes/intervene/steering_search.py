@@ -52,6 +52,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from saes.encoding.texts import tokenize_texts
+from saes.encoding.tokens import piece_text
 from saes.forward import run_hooks
 from saes.intervene.concepts import load_concept
 from saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
@@ -174,7 +175,7 @@ def vocabulary_token(tokenizer: Any, token: str | int, d_vocab: int) -> int:
     spelled = tokenizer.convert_tokens_to_ids(token)
     if isinstance(spelled, int) and 0 <= spelled < d_vocab and spelled != tokenizer.unk_token_id:
         return spelled
-    pieces = [tokenizer.decode([i]) for i in ids]
+    pieces = [piece_text(tokenizer, i) for i in ids]
     if unknown:
         raise InvalidInputError(f"{token!r} is not in the model's vocabulary (the tokenizer reads it as unknown)")
     raise InvalidInputError(f"{token!r} is not a token of the model's vocabulary (it encodes as {len(ids)} tokens "
@@ -212,17 +213,17 @@ def resolve_target(tokenizer: Any, target: Any, d_vocab: int) -> ResolvedTarget:
     target = parse_target(target)
     if isinstance(target, TokenTarget):
         ids = list(dict.fromkeys(vocabulary_token(tokenizer, t, d_vocab) for t in target.tokens))
-        desc = ", ".join(repr(tokenizer.decode([i])) for i in ids)
-        return ResolvedTarget("tokens", desc, ids, [tokenizer.decode([i]) for i in ids])
+        texts = [piece_text(tokenizer, i) for i in ids]
+        return ResolvedTarget("tokens", ", ".join(map(repr, texts)), ids, texts)
     if isinstance(target, ConceptTarget):
         concept = load_concept(target.concept, categories=True)
         ids = list(dict.fromkeys(int(tokenizer(" " + v, add_special_tokens=False)["input_ids"][0])
                                  for v in concept.values))
-        return ResolvedTarget("concept", f"concept {concept.name}", ids, [tokenizer.decode([i]) for i in ids])
+        return ResolvedTarget("concept", f"concept {concept.name}", ids, [piece_text(tokenizer, i) for i in ids])
     a, b = _check_texts(target.texts_a, "texts_a"), _check_texts(target.texts_b, "texts_b")
     ids = contrast_tokens(tokenizer, a, b)
     return ResolvedTarget("contrast", f"contrast of {len(a)} vs {len(b)} texts", ids,
-                          [tokenizer.decode([i]) for i in ids], a, b)
+                          [piece_text(tokenizer, i) for i in ids], a, b)
 
 
 @torch.inference_mode()
@@ -567,7 +568,7 @@ def rank_features(handle: ModelHandle, sources: Sequence[SteeringSource], target
               for name, ps in (("rank", rank_set), ("confirm", confirm_set))}
     return SearchResult(resolved, params, seed, norms, baseline, ranked, spec.confirm_seed,
                         cls.category.name if cls.category else None,
-                        [handle.tokenizer.decode([t]) for t in siblings], counts, combination, best, left_out,
+                        [piece_text(handle.tokenizer, t) for t in siblings], counts, combination, best, left_out,
                         list(siblings), (rank_set, confirm_set))
 
 

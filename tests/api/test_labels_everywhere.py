@@ -115,3 +115,15 @@ def test_cli_contrast_table_has_the_label_column(small_atlas: dict[str, Any], tm
                                                  [f"the chair is {w}" for w in words], k=3, n_permutations=200)
     header = next(line for line in out.output.splitlines() if "latent" in line and "auroc" in line)
     assert "label" in header and result.table["label"].null_count() < result.table.height
+
+
+def test_a_spliced_runs_features_carry_their_labels(small_atlas: dict[str, Any]) -> None:
+    atlas, (a, b) = Atlas(small_atlas["root"]), small_atlas["sae_ids"]
+    labels = {sid: _labels(small_atlas["root"], sid) for sid in (a, b)}
+    out = atlas.run("the cat sat on the mat", [{"kind": "clamp", "sae": b, "feature": 3, "value": 2.0}], sae_ids=[a])
+    assert set(out.features) == {a, b}  # the edited SAE is spliced too
+    rows = [(sid, f) for sid, per_token in out.features.items() for feats in per_token for f in feats]
+    assert rows and all(f["label"] == labels[sid].get(f["latent"]) for sid, f in rows)
+    assert any(f["label"] for _, f in rows)
+    sent = out.to_dict()["features"][a][1]
+    assert [f["label"] for f in sent] == [f["label"] for f in out.features[a][1]]

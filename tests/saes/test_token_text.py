@@ -97,3 +97,15 @@ def test_only_the_runs_of_split_pieces_are_read_again(tokenizer: Any) -> None:
     assert merged["tokens"][0].to_list() == ["x"] * len(plain)  # no split piece: left as it was
     assert merged["tokens"][1].to_list() == decoded_tokens(tokenizer, mixed)
     assert whole_characters(examples.head(1), tokenizer, split).equals(examples.head(1))
+
+
+def test_steering_targets_show_partial_pieces_as_bytes(tokenizer: Any) -> None:
+    from saes.intervene.steering_search import resolve_target
+    from store.errors import InvalidInputError
+
+    pieces = _ids(tokenizer, "你")
+    target = resolve_target(tokenizer, pieces[:2], len(tokenizer))
+    assert target.tokens == ["\\xe4", "\\xbd"] and REPLACEMENT not in target.description
+    with pytest.raises(InvalidInputError, match="encodes as 3 tokens") as refused:
+        resolve_target(tokenizer, "你", len(tokenizer))
+    assert REPLACEMENT not in str(refused.value) and "\\\\xe4" in str(refused.value)
