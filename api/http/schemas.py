@@ -120,6 +120,7 @@ class FeatureRow(BaseModel):
     mean_act: Number
     mean_active_act: Number
     max_act: Number
+    label: str | None = Field(description="the latent's offline label")
 
 
 class FeaturePage(BaseModel):

@@ -55,6 +55,16 @@ def feature_page(view: SaeView, latent: int, *, examples: int, neighbours: int) 
     )
 
 
+def table_page(view: SaeView, *, offset: int, limit: int, sort: str) -> tuple[int, pl.DataFrame]:
+    """The number of latents and rows `offset` to `offset + limit` of the SAE's per-latent
+    table sorted by `sort` (largest first, except `latent`), each row with its label."""
+    frame = view.tables().features.select("latent", "n_active", "density", "mean_act", "mean_active_act", "max_act")
+    if sort != "latent":
+        frame = frame.sort(sort, descending=True)
+    page = frame.slice(offset, limit).with_columns(pl.col("latent").cast(pl.Int64), pl.lit(view.sae_id).alias("sae_id"))
+    return frame.height, with_labels(view.ctx, page, {view.sae_id: view}).drop("sae_id", "explanations")
+
+
 def _labelled_rows(view: SaeView, matches: list[Match]) -> list[dict[str, Any]]:
     """Matches as rows with each latent's label and imported explanations."""
     return with_labels(view.ctx, matches_frame(matches), {view.sae_id: view}).to_dicts()

@@ -184,8 +184,8 @@ async function featureListView(sae) {
   const page = await api(`/saes/${enc(sae)}/features?sort=density&limit=200`);
   view.replaceChildren(el("h2", {}, sae),
     el("p", {}, el("a", { href: `#/map/${enc(sae)}` }, "map of this SAE"), ` · ${page.total} latents, most frequent first`),
-    table(["latent", "density", "mean_active_act", "max_act"], page.rows,
-      { latent: (r) => featLink(sae, r.latent, `feature ${r.latent}`) }));
+    table(["latent", "label", "density", "mean_active_act", "max_act"], page.rows,
+      { latent: (r) => featLink(sae, r.latent, `feature ${r.latent}`), label: (r) => r.label || "" }));
 }
 
 // --- feature page ---------------------------------------------------------------------------

@@ -127,3 +127,14 @@ def test_a_spliced_runs_features_carry_their_labels(small_atlas: dict[str, Any])
     assert any(f["label"] for _, f in rows)
     sent = out.to_dict()["features"][a][1]
     assert [f["label"] for f in sent] == [f["label"] for f in out.features[a][1]]
+
+
+def test_the_per_latent_table_page_carries_labels(small_atlas: dict[str, Any]) -> None:
+    sae = small_atlas["sae_ids"][1]
+    labels = _labels(small_atlas["root"], sae)
+    with TestClient(create_app(ServerSettings(root=small_atlas["root"]))) as http:
+        page = http.get(f"/saes/{sae}/features", params={"sort": "density", "offset": 3, "limit": 20}).json()
+    assert len(page["rows"]) == 20 and any(r["label"] for r in page["rows"])
+    assert all(r["label"] == labels.get(r["latent"]) for r in page["rows"])
+    density = [r["density"] for r in page["rows"]]
+    assert density == sorted(density, reverse=True)

@@ -13,6 +13,7 @@ from api.http.json_body import json_body
 from api.http.routers.params import DATA_ERRORS, Index, SaeId, error_responses
 from api.http.schemas import FeaturePage, StoredExample
 from api.results.feature import Feature
+from api.services.features import table_page
 
 router = APIRouter(tags=["features"], responses={**DATA_ERRORS, **error_responses(400, 404)})
 SortKey = Literal["latent", "density", "max_act", "mean_active_act"]
@@ -31,11 +32,8 @@ async def list_features(
     limit: int = Query(100, ge=1, le=MAX_LIST),
     sort: SortKey = Query("latent", description="largest first, except `latent`"),
 ) -> Response:
-    frame = atlas.features(sae_id).select(
-        "latent", "n_active", "density", "mean_act", "mean_active_act", "max_act")
-    if sort != "latent":
-        frame = frame.sort(sort, descending=True)
-    return json_body({"total": frame.height, "offset": offset, "rows": frame.slice(offset, limit).to_dicts()})
+    total, rows = table_page(atlas.sae(sae_id), offset=offset, limit=limit, sort=sort)
+    return json_body({"total": total, "offset": offset, "rows": rows.to_dicts()})
 
 
 @router.get("/saes/{sae_id}/features/{index}", response_model=Feature,
