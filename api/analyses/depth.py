@@ -55,7 +55,7 @@ def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: 
     M = len(stream.states)
     if M <= k:
         raise InvalidInputError(f"local dimension with k={k} needs more than {k} tokens; the stream kept {M} "
-                                f"(of {stream.n_tokens} seen): give more tokens (--n-tokens) or lower --k")
+                                f"(of {stream.n_tokens} seen): give more tokens (--tokens) or lower --k")
     traj = trajectory_geometry(stream.states, space=space)
     lens = {(r["lens"], r["layer"]): r for r in stream.lens.table()}
     rows, lid_docs, lid_by_layer = [], [], {}

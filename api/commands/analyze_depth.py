@@ -46,7 +46,7 @@ def depth_command(
     text_field: str = text_field_option(),
     context: int = context_option(),
     no_bos: bool = no_bos_option(),
-    n_tokens: int = typer.Option(16384, "--n-tokens", min=1, help="Corpus tokens to stream."),
+    n_tokens: int = typer.Option(16384, "--tokens", min=1, help="Corpus tokens to stream."),
     batch_blocks: int = batch_blocks_option(),
     max_points: int = typer.Option(4000, min=10, help="Seeded token subsample for ID, local ID and trajectories."),
     k: int = typer.Option(20, min=3, help="Neighbours of the local intrinsic dimension."),

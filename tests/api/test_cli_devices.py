@@ -40,6 +40,7 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("emergence",): lambda root: [f"{root}:s0", f"{root}:s0"],
     ("compare-circle",): lambda root: [f"{root}:s0", "--circle", "circular/none"],
     ("latent-scaling",): lambda root: ["--atlas", str(root), "--id", "cc"],
+    ("analyze", "depth"): lambda root: ["--atlas", str(root), "--model", '{"kind": "tiny"}'],
 }
 
 

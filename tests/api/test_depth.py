@@ -18,7 +18,7 @@ from saes.corpus import CorpusSpec
 from store.layout import AtlasLayout
 
 TINY = '{"kind": "tiny", "arch": "llama", "n_layers": 4, "seed": 3}'
-SMALL = ["--context", "32", "--n-tokens", "256", "--batch-blocks", "2", "--max-points", "150", "--k", "10",
+SMALL = ["--context", "32", "--tokens", "256", "--batch-blocks", "2", "--max-points", "150", "--k", "10",
          "--device", "cpu"]
 
 
