@@ -35,9 +35,9 @@ class FitParams:
     """How a combination is fitted."""
 
     n_features: int = 3
-    steps: int = 60
-    refit_steps: int = 40
-    lr: float = 0.05
+    steps: int = 40
+    refit_steps: int = 20
+    lr: float = 0.08
     l1: float = 0.01
     kl_weight: float = 1.0
     init: float = 0.05
