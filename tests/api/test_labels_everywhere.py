@@ -1,6 +1,8 @@
 """Labels appear wherever feature numbers do: a feature page's similar and cross-layer
 features (Python, HTTP, the explorer read these), the CLI's `feature` card, and a
-comparison's matched pairs (each side's label from its own atlas; Python, HTTP, CLI)."""
+comparison's matched pairs (each side's label from its own atlas; Python, HTTP, CLI, the
+Compare page), token search, the CLI contrast table, a spliced run's features and the SAE
+page's per-latent table (HTTP, explorer)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from api.atlas import Atlas
 from api.cli import app
 from api.http import ServerSettings, create_app
 from api.sae_view import open_sae
+from tests.api.conftest import LiveServer
+from tests.api.test_browser import _page, browser  # noqa: F401 (the browser fixture)
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 
 
@@ -138,3 +142,20 @@ def test_the_per_latent_table_page_carries_labels(small_atlas: dict[str, Any]) -
     assert all(r["label"] == labels.get(r["latent"]) for r in page["rows"])
     density = [r["density"] for r in page["rows"]]
     assert density == sorted(density, reverse=True)
+
+
+def test_the_explorer_shows_labels_beside_pairs_and_latents(compared: dict[str, Any], browser: Any) -> None:  # noqa: F811
+    root, (a, _) = compared["root"], compared["sae_ids"]
+    pair = Atlas(root).comparison("ab").pairs.row(0, named=True)
+    first = open_sae(Atlas(root).ctx, a).tables().features.sort("density", descending=True)["latent"][0]
+    with LiveServer(root) as live:
+        page = _page(browser, live.url)
+        page.goto(live.url + "/#/compare/ab")
+        page.wait_for_selector("#pair-table tr.pair-row")
+        cells = page.locator("#pair-table tr.pair-row").first.locator("td").all_inner_texts()
+        assert cells[:4] == [str(pair["a_latent"]), pair["a_label"] or "", str(pair["b_latent"]), pair["b_label"] or ""]
+        page.goto(live.url + f"/#/saes/{a}")
+        page.wait_for_selector("th:text-is('label')")
+        label = _labels(root, a).get(first)
+        row = page.locator("tr", has=page.locator(f"a:text-is('feature {first}')")).first.inner_text()
+        assert label and label in row and not page.errors
