@@ -34,10 +34,11 @@ def attribute_command(
     print_table("top features", ["sae_id", "feature", "attribution", "max_act", "token"],
                 [[f["sae_id"], f["feature"], f["attribution"], f["max_act"], repr(result.tokens[f["top_position"]])]
                  for f in result.features])
-    print_table("completeness (parts sum to the target)", ["sae_id", "features", "error", "sae_bias", "model_bias",
-                                                          "sum", "total", "ok"],
-                [[p["sae_id"], p["features"], p["error"], p["sae_bias"], p["model_bias"], p["sum"], p["total"],
-                  p["ok"]] for p in result.parts])
+    # the verdict comes first so that a narrow table, which leaves out right-most columns, keeps it
+    print_table("completeness (parts sum to the target)", ["sae_id", "ok", "sum", "total", "features", "error",
+                                                          "sae_bias", "model_bias"],
+                [[p["sae_id"], p["ok"], p["sum"], p["total"], p["features"], p["error"], p["sae_bias"],
+                  p["model_bias"]] for p in result.parts])
     if result.verification:
         print_table("attribution vs true ablation effect", ["sae_id", "feature", "attribution", "ablation_effect"],
                     [[v["sae_id"], v["feature"], v["attribution"], v["ablation_effect"]] for v in result.verification])
