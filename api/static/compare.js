@@ -163,7 +163,7 @@ async function compareView(run) {
       el("a", { href: "#/compare" }, "all comparisons")),
     el("h3", {}, "Scores beside their nulls"),
     el("div", { id: "compare-scores" }, table(["score", "value", "null_mean", "null_std", "p_value", "against"], scoreRows(result))),
-    (result.notes || []).map((n) => el("p", { class: "muted p-note" }, n)),
+    ...(result.notes || []).map((n) => el("p", { class: "muted p-note" }, n)),
     el("div", { class: "grid" },
       el("div", {}, el("h3", {}, `Matched pairs (${result.pairs.length} best; filled: mutual)`), scatter),
       el("div", {}, el("h3", {}, "Pair correlations vs rotation null"), correlationHistogram(result.correlations),

@@ -96,6 +96,7 @@ def _check(page: Any, name: str, text: str) -> None:
     """The walk's verdict on one page."""
     assert len(text.strip()) > 40, f"{name}: (nearly) empty page: {text!r}"
     assert "\ufffd" not in page.inner_text("body"), f"{name}: replacement character on the page"
+    assert "[object " not in text, f"{name}: an element printed as text"
     errors = page.locator("#view .error").all_inner_texts()
     assert not errors, f"{name}: {errors}"
     notices = page.locator("#view .notice").all_inner_texts()
