@@ -27,7 +27,7 @@ def main() -> None:
     started = time.perf_counter()
     handle = load_model(layout.read_meta()["model"])
     print(f"model load: {time.perf_counter() - started:.1f} s", flush=True)
-    sae_ids = layout.sae_ids()
+    sae_ids = sorted(layout.sae_ids(), key=lambda sae_id: int(sae_id.split(".")[1]))  # by layer, as the demo has them
     steps = [("core eval (suite)", lambda: demo.core_evals(handle, args.atlas, sae_ids)),
              ("steering screen", lambda: demo._steering_tables(handle, args.atlas, sae_ids)),
              ("stored graph", lambda: demo._stored_graph(args.atlas, demo.DEMO_GRAPH_TEXT, demo.DEMO_GRAPH_TARGET)),

@@ -93,7 +93,7 @@ def main() -> None:
             _save(page, args.out / "text.png")
             for name, hash_, ready in pages:
                 page.goto(url + "/" + hash_)
-                page.wait_for_selector(ready)
+                page.wait_for_selector(f"{ready}, #view .error, #view .notice")  # a page that names what it lacks
                 page.wait_for_function("document.getElementById('status').textContent === ''")
                 _save(page, args.out / f"{name}.png")
             page.goto(url + "/#/attribute")
