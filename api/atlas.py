@@ -387,8 +387,10 @@ class Atlas:
     def map(self, sae_id: str, basis: Basis = "decoder") -> pl.DataFrame:
         """The SAE's 2-D feature map in one basis ("decoder": UMAP of the decoder rows;
         "cooccurrence": UMAP of the activation co-occurrence graph): latent, x, y, knn_overlap,
-        and label columns such as cluster when present."""
-        return self.sae(sae_id).map(basis)
+        group columns such as cluster when present, and each feature's offline `label`."""
+        view = self.sae(sae_id)
+        frame = view.map(basis).with_columns(pl.lit(view.sae_id).alias("sae_id"))
+        return labels.with_labels(self.ctx, frame, {view.sae_id: view}).drop("sae_id", "explanations")
 
     def map_scores(self, sae_id: str) -> MapScores:
         """Per built map basis: mean kNN overlap on its own neighbours, the chance level, and

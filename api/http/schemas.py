@@ -157,7 +157,7 @@ class MapScore(BaseModel):
 
 
 class MapColumns(BaseModel):
-    """A 2-D map in one basis as columns of equal length (label columns such as `cluster`
+    """A 2-D map in one basis as columns of equal length (group columns such as `cluster`
     when present), with the kNN-overlap scores of every basis built for the SAE."""
 
     model_config = ConfigDict(extra="allow")
@@ -168,3 +168,4 @@ class MapColumns(BaseModel):
     x: list[Number]
     y: list[Number]
     knn_overlap: list[Number]
+    label: list[str | None] = Field(description="each feature's offline label (null where none is stored)")

@@ -369,7 +369,7 @@ async function mapView(sae, highlight, basis = "decoder") {
     return;
   }
   const n = data.latent.length;
-  const labelColumns = Object.keys(data).filter((c) => !["latent", "x", "y", "knn_overlap"].includes(c));
+  const labelColumns = Object.keys(data).filter((c) => !["basis", "scores", "latent", "x", "y", "knn_overlap", "label"].includes(c));
   const circle = new Set((await api(`/search/geometry?sae_id=${enc(sae)}&in_circle=true`)).map((r) => r.latent));
   for (const c of [...labelColumns, "in a circle"]) colourBy.appendChild(el("option", { value: c }, c));
   for (const [b, s] of Object.entries(data.scores)) {  // each basis with how faithful its map is
@@ -441,7 +441,7 @@ async function mapView(sae, highlight, basis = "decoder") {
     tip.style.display = "block";
     tip.style.left = event.clientX + 12 + "px";
     tip.style.top = event.clientY + 12 + "px";
-    tip.textContent = `latent ${data.latent[i]}` + labelColumns.map((c) => ` · ${c} ${data[c][i]}`).join("")
+    tip.textContent = `latent ${data.latent[i]}` + (data.label?.[i] ? ` · ${data.label[i]}` : "") + labelColumns.map((c) => ` · ${c} ${data[c][i]}`).join("")
       + (circle.has(data.latent[i]) ? " · in a circle" : "");
   };
   canvas.onmouseleave = () => { tip.style.display = "none"; };

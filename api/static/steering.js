@@ -91,7 +91,7 @@ async function steeringView() {
 
   const choose = (row) => {
     edit.value = JSON.stringify(row.edit);
-    out.replaceChildren(el("span", { class: "muted" }, `${row.sae_id} / ${row.latent}: measured ×${fmt(row.ratio)} ` +
+    out.replaceChildren(el("span", { class: "muted" }, `${row.sae_id} / ${row.latent}${row.label ? ` (${row.label})` : ""}: measured ×${fmt(row.ratio)} ` +
       `at strength ${strength(row.strength)}; press Generate`));
   };
   const search = async () => {

@@ -50,6 +50,8 @@ def test_steer_toward_a_token(browser: Any, steering_server: LiveServer,  # noqa
     page.locator(".steer-use").nth(1).click()
     edit = json.loads(page.input_value("#steering-edit"))
     assert edit == ranked[1]["edit"] and edit["feature"] == ranked[1]["latent"]
+    assert ranked[1]["label"] and page.text_content("#steering-generation").startswith(  # the latent's label with it
+        f"{sae} / {ranked[1]['latent']} ({ranked[1]['label']}): measured")
 
     shown = threading.Event()  # the page shows streamed text while step 3 is held back
     GatedSteps(monkeypatch, at=3, release=shown.is_set)

@@ -1,8 +1,9 @@
 """Labels appear wherever feature numbers do: a feature page's similar and cross-layer
 features (Python, HTTP, the explorer read these), the CLI's `feature` card, and a
 comparison's matched pairs (each side's label from its own atlas; Python, HTTP, CLI, the
-Compare page), token search, the CLI contrast table, a spliced run's features and the SAE
-page's per-latent table (HTTP, explorer)."""
+Compare page), token search, the CLI contrast table, a spliced run's features, the SAE
+page's per-latent table (HTTP, explorer) and the feature map (Python, HTTP, the Map page's
+hover text). The Steer page's chosen feature is checked in test_browser_steering."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import httpx
 import polars as pl
 import pytest
 from starlette.testclient import TestClient
@@ -159,3 +161,30 @@ def test_the_explorer_shows_labels_beside_pairs_and_latents(compared: dict[str, 
         label = _labels(root, a).get(first)
         row = page.locator("tr", has=page.locator(f"a:text-is('feature {first}')")).first.inner_text()
         assert label and label in row and not page.errors
+
+
+def test_the_map_names_each_points_label(small_atlas: dict[str, Any], browser: Any) -> None:  # noqa: F811
+    sae = small_atlas["sae_ids"][0]
+    labels = _labels(small_atlas["root"], sae)
+    frame = Atlas(small_atlas["root"]).map(sae)
+    assert frame["label"].to_list() == [labels.get(latent) for latent in frame["latent"]]
+    assert frame["label"].null_count() < frame.height
+    with LiveServer(small_atlas["root"]) as live:
+        assert httpx.get(live.url + f"/saes/{sae}/map").json()["label"] == frame["label"].to_list()
+        page = _page(browser, live.url)
+        page.goto(live.url + f"/#/map/{sae}")
+        canvas = page.wait_for_selector("#map-canvas[data-points]")
+        choices = page.eval_on_selector_all("#map-colour option", "os => os.map((o) => o.value)")
+        assert "in a circle" in choices and not {"label", "basis", "scores", "latent"} & set(choices)
+        box = canvas.bounding_box()
+        hit = page.evaluate("""() => {  // the first drawn pixel
+            const c = document.getElementById('map-canvas'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            for (let i = 3; i < d.length; i += 4) if (d[i] > 200) return [((i - 3) / 4) % c.width, Math.floor((i - 3) / 4 / c.width)];
+            return null; }""")
+        assert hit is not None, "no points drawn on the map"
+        page.mouse.move(box["x"] + hit[0], box["y"] + hit[1])
+        tip = page.text_content("#map-tip")
+        latent = int(tip.split(" · ")[0].removeprefix("latent "))
+        label = labels.get(latent)
+        shown = f"latent {latent}" + (f" · {label}" if label else "")
+        assert (tip == shown or tip.startswith(shown + " · ")) and not page.errors
