@@ -406,8 +406,9 @@ class Atlas:
         return pl.DataFrame(analyses.analysis_runs(self.root), schema=schema)
 
     def analysis(self, kind: str, run: str) -> AnalysisResult:
-        """One geometry result: its parameters/summary (json), table and figure paths."""
-        return analyses.analysis(self.root, kind, run)
+        """One geometry result: its parameters/summary (json), table (with each latent's
+        `label` where its rows name latents of this atlas's SAEs) and figure paths."""
+        return analyses.with_run_labels(self.ctx, analyses.analysis(self.root, kind, run))
 
     def figure_path(self, kind: str, name: str) -> Path:
         """Path of a stored analysis figure (PNG), checked against its run."""

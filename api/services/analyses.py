@@ -11,9 +11,11 @@ from typing import Any
 import polars as pl
 
 from api.analyses.circular import discover_for_sae
+from api.context import AtlasContext
 from api.results.analysis import AnalysisResult, AnalysisRunFiles
 from api.results.sae import Status
 from api.sae_view import SaeView
+from api.services.labels import with_labels
 from geometry import results
 from store.errors import IntegrityError, NotFoundError
 from store.layout import AtlasLayout, check_id
@@ -116,6 +118,30 @@ def analysis(root: Path, kind: str, run: str) -> AnalysisResult:
     folder = AtlasLayout(root).analysis_dir(kind)
     return AnalysisResult(kind=kind, run=run, meta=meta, table=table,
                           figures=[folder / name for name in files["figures"]])
+
+
+def with_run_labels(ctx: AtlasContext, result: AnalysisResult) -> AnalysisResult:
+    """`result` with a `label` column after `latent` when its table's rows name latents of
+    this atlas's SAEs (an `sae_id` column, or the run's `sae_id` parameter); labels of SAEs
+    not registered here, or whose files cannot be read, stay null."""
+    table = result.table
+    if table is None or "latent" not in table.columns or "label" in table.columns:
+        return result
+    sae_id = result.meta.get("parameters", {}).get("sae_id")
+    if "sae_id" not in table.columns and not isinstance(sae_id, str):
+        return result
+    ids = table["sae_id"] if "sae_id" in table.columns else pl.Series("sae_id", [sae_id] * table.height)
+    keys = (pl.DataFrame({"sae_id": ids.cast(pl.String), "latent": table["latent"].cast(pl.Int64)})
+            .filter(pl.col("sae_id").is_in(ctx.sae_ids())).unique())
+    try:
+        found = with_labels(ctx, keys)["label"]
+    except (IntegrityError, NotFoundError):  # a damaged SAE: the run still reads, unlabelled
+        found = pl.Series("label", [None] * keys.height, pl.String)
+    labels = dict(zip(keys.iter_rows(), found, strict=True))
+    column = pl.Series("label", [labels.get(key) for key in zip(ids, table["latent"], strict=True)], pl.String)
+    at = table.columns.index("latent") + 1
+    result.table = table.insert_column(at, column)
+    return result
 
 
 def run_circular(view: SaeView, max_tokens: int) -> AnalysisResult:

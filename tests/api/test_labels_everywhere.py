@@ -3,7 +3,8 @@ features (Python, HTTP, the explorer read these), the CLI's `feature` card, and 
 comparison's matched pairs (each side's label from its own atlas; Python, HTTP, CLI, the
 Compare page), token search, the CLI contrast table, a spliced run's features, the SAE
 page's per-latent table (HTTP, explorer) and the feature map (Python, HTTP, the Map page's
-hover text). The Steer page's chosen feature is checked in test_browser_steering."""
+hover text), and the stored geometry runs whose rows name latents (Python, HTTP). The Steer
+page's chosen feature is checked in test_browser_steering."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from api.atlas import Atlas
 from api.cli import app
 from api.http import ServerSettings, create_app
 from api.sae_view import open_sae
+from geometry.results import write_analysis
 from tests.api.conftest import LiveServer
 from tests.api.test_browser import _page, browser  # noqa: F401 (the browser fixture)
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
@@ -188,3 +190,25 @@ def test_the_map_names_each_points_label(small_atlas: dict[str, Any], browser: A
         label = labels.get(latent)
         shown = f"latent {latent}" + (f" · {label}" if label else "")
         assert (tip == shown or tip.startswith(shown + " · ")) and not page.errors
+
+
+def test_geometry_runs_naming_latents_carry_their_labels(small_atlas: dict[str, Any], tmp_path: Path) -> None:
+    root = Path(shutil.copytree(small_atlas["root"], tmp_path / "atlas"))
+    a, b = small_atlas["sae_ids"]
+    labels = {sid: _labels(root, sid) for sid in (a, b)}
+    rows = pl.DataFrame({"sae_id": [b, a, "elsewhere", b], "latent": [3, 3, 3, 5], "score": [0.1, 0.2, 0.3, 0.4]},
+                        schema_overrides={"latent": pl.Int32})
+    write_analysis(root, "depth", "both", parameters={}, tables={"main": rows})
+    write_analysis(root, "lobes", "one", parameters={"sae_id": a},
+                   tables={"main": pl.DataFrame({"latent": [4, 2], "lobe": [0, 1]})})
+    write_analysis(root, "lobes", "none", parameters={}, tables={"main": pl.DataFrame({"latent": [4], "lobe": [0]})})
+    atlas = Atlas(root)
+    both = atlas.analysis("depth", "both").table
+    assert both.columns == ["sae_id", "latent", "label", "score"]  # beside the latent, each from its own SAE
+    assert both["label"].to_list() == [labels[b][3], labels[a][3], None, labels[b][5]]
+    assert labels[a][3] != labels[b][3] and both["label"].null_count() == 1
+    assert atlas.analysis("lobes", "one").table["label"].to_list() == [labels[a][4], labels[a][2]]
+    assert "label" not in atlas.analysis("lobes", "none").table.columns  # no SAE named: nothing to label
+    with TestClient(create_app(ServerSettings(root=root))) as http:
+        sent = http.get("/analyses/depth/both").json()
+    assert sent["columns"][2] == "label" and [r["label"] for r in sent["rows"]] == both["label"].to_list()
