@@ -131,14 +131,13 @@ def with_run_labels(ctx: AtlasContext, result: AnalysisResult) -> AnalysisResult
     if "sae_id" not in table.columns and not isinstance(sae_id, str):
         return result
     ids = table["sae_id"] if "sae_id" in table.columns else pl.Series("sae_id", [sae_id] * table.height)
-    keys = (pl.DataFrame({"sae_id": ids.cast(pl.String), "latent": table["latent"].cast(pl.Int64)})
-            .filter(pl.col("sae_id").is_in(ctx.sae_ids())).unique())
+    keys = pl.DataFrame({"sae_id": ids.cast(pl.String), "latent": table["latent"].cast(pl.Int64)})
+    known = keys.filter(pl.col("sae_id").is_in(ctx.sae_ids())).unique()
     try:
-        found = with_labels(ctx, keys)["label"]
+        labelled = with_labels(ctx, known).select("sae_id", "latent", pl.col("label").cast(pl.String))
     except (IntegrityError, NotFoundError):  # a damaged SAE: the run still reads, unlabelled
-        found = pl.Series("label", [None] * keys.height, pl.String)
-    labels = dict(zip(keys.iter_rows(), found, strict=True))
-    column = pl.Series("label", [labels.get(key) for key in zip(ids, table["latent"], strict=True)], pl.String)
+        labelled = known.with_columns(pl.lit(None, pl.String).alias("label"))
+    column = keys.join(labelled, on=["sae_id", "latent"], how="left", maintain_order="left")["label"]
     at = table.columns.index("latent") + 1
     result.table = table.insert_column(at, column)
     return result
