@@ -70,7 +70,7 @@ def depth_command(
     Under `torchrun --nproc_per_node=R -m api analyze depth ...` the ranks split the batches:
     the subsample and CKA merge exactly; the tuned lens fits on each rank's first batches."""
     from api.analyses.depth import run_depth
-    from api.commands.analyze_geometry import _model
+    from api.commands.common import model_of_atlas
     from saes.corpus import CorpusSpec
     from saes.devices import use_by_default
     from saes.distributed import init_distributed
@@ -81,7 +81,7 @@ def depth_command(
         from api.analyses.depth import run_depth_families
 
         use_by_default(device, model_dtype)
-        out = run_depth_families(atlas, _model(model, atlas), families, parse_layers(layers), k=k, space=space,
+        out = run_depth_families(atlas, model_of_atlas(model, atlas), families, parse_layers(layers), k=k, space=space,
                                  n_permutations=n_permutations, seed=seed, run=run or "depth-families")
         if as_json:
             print_json({"summary": out["summary"], "tests": out["tables"]["tests"].to_dicts(),
@@ -94,7 +94,7 @@ def depth_command(
     where = use_by_default(device, model_dtype)
     if ctx is not None:
         use_by_default(ctx.device(str(where)), model_dtype)  # each rank on its own GPU
-    handle = _model(model, atlas)
+    handle = model_of_atlas(model, atlas)
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context, prepend_bos=not no_bos, seed=seed)
     out = run_depth(atlas, handle, spec, parse_layers(layers), n_tokens=n_tokens, batch_blocks=batch_blocks,
                     max_points=max_points, k=k, mle_k=mle_k, fit_fraction=fit_fraction, space=space, seed=seed,

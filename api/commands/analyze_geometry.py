@@ -4,23 +4,12 @@ structure and feature maps (results under `analyses/<kind>/`, maps in `saes/<id>
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
-from saes.models import DEFAULT_MODEL
+from api.commands.common import handle_errors, model_of_atlas, print_json, print_table
 from store.errors import InvalidInputError
 from store.layout import AtlasLayout
-
-
-def _model(model: str, atlas: Path | None) -> Any:
-    """The model named on the command line, else the atlas' model, else the default."""
-    from saes.models import load_model
-
-    if not model and atlas is not None and AtlasLayout(atlas).atlas_json.exists():
-        model = AtlasLayout(atlas).read_meta().get("model") or ""
-    return load_model(model or DEFAULT_MODEL)
 
 
 def _csv(text: str) -> list[str]:
@@ -44,7 +33,7 @@ def hierarchy_command(
     """Parent-child orthogonality of concept vectors (Park et al. 2024), with controls."""
     from api.analyses.hierarchy import run_feature_hierarchy, run_hierarchy
 
-    handle = _model(model, atlas)
+    handle = model_of_atlas(model, atlas)
     if sae:
         if atlas is None:
             raise InvalidInputError("--sae needs --atlas")
@@ -87,7 +76,7 @@ def probe_command(
 
     token_ids = None
     if target != "position":
-        handle = _model(model, atlas)
+        handle = model_of_atlas(model, atlas)
         tokenized = tokenize_tree(load_tree("curated"), encoder_of(handle.tokenizer), min_tokens=1)
         if target not in tokenized.token_ids:
             raise InvalidInputError(f"unknown concept {target!r}; valid: position, {', '.join(tokenized.token_ids)}")
@@ -114,7 +103,7 @@ def crystals_command(
     """Word-pair relation crystals: held-out LDA silhouette vs a random-label null."""
     from api.analyses.crystals import run_crystals
 
-    result, params = run_crystals(_model(model, atlas), hook=hook or None, n_null=n_null, seed=seed,
+    result, params = run_crystals(model_of_atlas(model, atlas), hook=hook or None, n_null=n_null, seed=seed,
                                   atlas=atlas, run=run or None)
     if as_json:
         print_json({"params": params, "summary": result.summary()})

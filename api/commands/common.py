@@ -25,6 +25,15 @@ console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def model_of_atlas(model: str, atlas: Path | None) -> Any:
+    """The model named on the command line, else the atlas' model, else the default."""
+    from saes.models import DEFAULT_MODEL, load_model
+
+    if not model and atlas is not None and AtlasLayout(atlas).atlas_json.exists():
+        model = AtlasLayout(atlas).read_meta().get("model") or ""
+    return load_model(model or DEFAULT_MODEL)
+
+
 def handle_errors(fn: F) -> F:
     """Print an AtlasError as one red line and exit with status 2 instead of a traceback."""
 

@@ -25,7 +25,7 @@ from store.errors import InvalidInputError
 PAD_ID = 0  # any valid token id: padding is masked out of attention and never edited
 
 
-def _cache_arguments(model: Any, cache: Any) -> dict[str, Any]:
+def cache_arguments(model: Any, cache: Any) -> dict[str, Any]:
     """Forward keywords that hand `cache` to the Hugging Face `model` and to the bridge's
     attention layers. transformers >= 5.25 names it `cache` (before: `past_key_values`) and
     passes it to attention layers under that name, while the bridge's attention reads
@@ -56,7 +56,7 @@ class CachedDecoder:
         self.attention_mask_BT = (torch.arange(self.width) >= self.pad_B[:, None]).long() if padded else None
         model = handle.bridge.original_model
         self.cache = DynamicCache(config=model.config)
-        self.cache_kwargs = _cache_arguments(model, self.cache)
+        self.cache_kwargs = cache_arguments(model, self.cache)
 
     def prefill(self) -> torch.Tensor:
         """Next-token logits `[B, V]` after each whole prompt; fills the cache."""

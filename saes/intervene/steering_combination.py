@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from saes.hook_fns import in_residual
-from saes.intervene.decode import _cache_arguments
+from saes.intervene.decode import cache_arguments
 from saes.intervene.steering_prompts import PromptSet
 from saes.models import ModelHandle
 from store.errors import InvalidInputError
@@ -69,7 +69,7 @@ class _CachedPrompts:
             rows = torch.stack([prompts.tokens[i] for i in idx]).to(handle.device)
             cache = DynamicCache(config=model.config)
             with torch.no_grad():
-                handle.bridge.forward(rows[:, :-1], **_cache_arguments(model, cache))
+                handle.bridge.forward(rows[:, :-1], **cache_arguments(model, cache))
             self.groups.append((idx, rows[:, -1:], cache))
         self.order = torch.as_tensor(np.argsort(np.concatenate([idx for idx, _, _ in self.groups]), kind="stable"))
 
@@ -82,7 +82,7 @@ class _CachedPrompts:
         parts = []
         with self.handle.bridge.hooks(fwd_hooks=in_residual(self.handle.bridge, hooks)):
             for _, last_B1, cache in self.groups:
-                out = self.handle.bridge.forward(last_B1, **_cache_arguments(model, copy.deepcopy(cache)))
+                out = self.handle.bridge.forward(last_B1, **cache_arguments(model, copy.deepcopy(cache)))
                 parts.append(out[:, -1].float())
         return torch.cat(parts)[self.order.to(parts[0].device)]
 
