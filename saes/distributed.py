@@ -9,6 +9,7 @@ no group and every helper acts as the single process it is.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -46,7 +47,16 @@ def init_distributed(backend: str | None = None) -> DistContext | None:
         if chosen == "nccl":
             torch.cuda.set_device(local_rank)  # object collectives use the current device
         dist.init_process_group(backend=chosen)
+        atexit.register(_leave_group)
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank)
+
+
+def _leave_group() -> None:
+    """Tear the process group down before the interpreter does: a gloo group left to
+    static destruction at exit can abort the process ("terminate called without an
+    active exception") after its work has finished."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def rank_and_world(ctx: DistContext | None) -> tuple[int, int]:
