@@ -1,7 +1,7 @@
 """`Atlas(path)`: the whole atlas from Python and notebooks.
 
 ```python
-from api import Atlas
+from sae_atlas import Atlas
 atlas = Atlas("atlas-demo")
 atlas.saes()                          # polars frame, one row per SAE
 sae = atlas.sae(sae_id)               # one SAE, its id checked once: info, tables, map, labels
@@ -43,19 +43,19 @@ from typing import Any
 
 import polars as pl
 
-from api.context import AtlasContext
-from api.results.analysis import AnalysisResult
-from api.results.compare import CompareResult, CompareRunRow, Side
-from api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
-from api.results.feature import Feature
-from api.results.graph import GraphView
-from api.results.interventions import AttributionView, RunView, SteerView
-from api.results.meaning import ConceptResult, ContrastResult
-from api.results.sae import SaeInfo, SaeStatus
-from api.results.search import TextSearch, TokenFeatures
-from api.results.steering import SteerBench, SteeringSearch
-from api.sae_view import MapScores, SaeView, open_sae
-from api.services import (
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.results.compare import CompareResult, CompareRunRow, Side
+from sae_atlas.api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
+from sae_atlas.api.results.feature import Feature
+from sae_atlas.api.results.graph import GraphView
+from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
+from sae_atlas.api.results.meaning import ConceptResult, ContrastResult
+from sae_atlas.api.results.sae import SaeInfo, SaeStatus
+from sae_atlas.api.results.search import TextSearch, TokenFeatures
+from sae_atlas.api.results.steering import SteerBench, SteeringSearch
+from sae_atlas.api.sae_view import MapScores, SaeView, open_sae
+from sae_atlas.api.services import (
     analyses,
     board,
     compare_features,
@@ -67,25 +67,25 @@ from api.services import (
     saes,
     search,
 )
-from api.services import circle_transfer as circle_service
-from api.services import compare as compare_service
-from api.services import crosscoder as crosscoder_service
-from api.services import emergence as emergence_service
-from api.services import graph as graph_service
-from api.services import steering as steering_service
-from api.services.evals import eval_result
-from api.services.steer_stream import SteerStream, steer_stream
-from geometry.feature_geometry import rebuild_geometry_records
-from geometry.maps import Basis
-from saes.compare.crosscoder import LatentClass
-from saes.encoding.texts import Pool
-from saes.intervene.attribution import AttributionMode
-from saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
-from saes.intervene.steering_search import SteerMode
-from saes.models import ModelHandle
-from store.errors import IntegrityError, NotFoundError
-from store.layout import AtlasLayout
-from store.search import Filters
+from sae_atlas.api.services import circle_transfer as circle_service
+from sae_atlas.api.services import compare as compare_service
+from sae_atlas.api.services import crosscoder as crosscoder_service
+from sae_atlas.api.services import emergence as emergence_service
+from sae_atlas.api.services import graph as graph_service
+from sae_atlas.api.services import steering as steering_service
+from sae_atlas.api.services.evals import eval_result
+from sae_atlas.api.services.steer_stream import SteerStream, steer_stream
+from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
+from sae_atlas.geometry.maps import Basis
+from sae_atlas.saes.compare.crosscoder import LatentClass
+from sae_atlas.saes.encoding.texts import Pool
+from sae_atlas.saes.intervene.attribution import AttributionMode
+from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
+from sae_atlas.saes.intervene.steering_search import SteerMode
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.errors import IntegrityError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.search import Filters
 
 
 class Atlas:
@@ -518,8 +518,8 @@ class Atlas:
         layer ID, local ID, trajectories, lenses; CKA and tokens tables beside it). `options`:
         `corpus` (a `saes.corpus.CorpusSpec`) and the other keywords of
         `api.analyses.depth.run_depth`."""
-        from api.analyses.depth import run_depth
-        from saes.corpus import CorpusSpec
+        from sae_atlas.api.analyses.depth import run_depth
+        from sae_atlas.saes.corpus import CorpusSpec
 
         run_depth(self.root, self.model(), options.pop("corpus", CorpusSpec()), layers, n_tokens=n_tokens, run=run,
                   progress=False, **options)

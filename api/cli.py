@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from api.commands import (
+from sae_atlas.api.commands import (
     analyze_circular,
     analyze_depth,
     analyze_geometry,
@@ -26,9 +26,9 @@ from api.commands import (
     summarize,
     train,
 )
-from api.commands import compare as compare_verb
-from api.commands import eval as eval_command
-from api.commands import graph as graph_verb
+from sae_atlas.api.commands import compare as compare_verb
+from sae_atlas.api.commands import eval as eval_command
+from sae_atlas.api.commands import graph as graph_verb
 
 app = typer.Typer(
     name="sae-atlas",

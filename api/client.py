@@ -14,10 +14,10 @@ from urllib.parse import quote
 import httpx
 import polars as pl
 
-from store.errors import AtlasError
+from sae_atlas.store.errors import AtlasError
 
 if TYPE_CHECKING:
-    from geometry.maps import Basis
+    from sae_atlas.geometry.maps import Basis
 
 
 class AtlasHTTPError(AtlasError):

@@ -12,10 +12,10 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from saes.models import ModelHandle, load_model
-from store.errors import IntegrityError, NotFoundError
-from store.layout import AtlasLayout
-from store.search import FeatureSearch
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.store.errors import IntegrityError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.search import FeatureSearch
 
 T = TypeVar("T")
 

@@ -33,8 +33,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from api import Atlas  # noqa: E402
-from api.http.json_body import dumps  # noqa: E402
+from sae_atlas import Atlas  # noqa: E402
+from sae_atlas.api.http.json_body import dumps  # noqa: E402
 
 TEXT = "the cat sat on the mat on monday and the dog ran to the house"
 
@@ -156,11 +156,11 @@ def run(coro: Any) -> Any:
 
 
 def start_server(root: Path, workers: int) -> tuple[subprocess.Popen, str]:
-    """`python -m api serve ROOT` on a free loopback port; waits until /health has been
+    """`python -m sae_atlas serve ROOT` on a free loopback port; waits until /health has been
     answered by every worker (each answers once it has preloaded the atlas)."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.Popen([sys.executable, "-m", "api", "serve", str(root), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "sae_atlas", "serve", str(root), "--port", str(port),
                              "--workers", str(workers), "--log-level", "warning"], env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300

@@ -48,9 +48,9 @@ def int_list(text: str) -> list[int]:
 
 
 def run_step(name: str, args: list[str]) -> dict[str, Any]:
-    """Run `python -m api ARGS`; wall seconds and the process' peak RSS."""
+    """Run `python -m sae_atlas ARGS`; wall seconds and the process' peak RSS."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "api", *args], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "sae_atlas", *args], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
@@ -90,8 +90,8 @@ def timed(call: Any, picks: list[Any]) -> list[float]:
 
 def in_process(root: Path, queries: int) -> dict[str, Any]:
     """Preload time / memory and facade latencies (ms, p50 / p99) on one atlas."""
-    from api import Atlas
-    from api.http.json_body import dumps
+    from sae_atlas import Atlas
+    from sae_atlas.api.http.json_body import dumps
 
     rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     atlas = Atlas(root)
@@ -142,7 +142,7 @@ def tree_rss_mb(pid: int) -> float:
 
 def http_requests(root: Path) -> dict[str, Any]:
     """name -> request(rng) -> (method, target, body): the feature page and the searches."""
-    from api import Atlas
+    from sae_atlas import Atlas
 
     atlas = Atlas(root)
     ids = atlas.sae_ids

@@ -22,7 +22,7 @@ import torch
 
 
 def _blocks(handle, tokens: int, context: int, batch: int):
-    from saes.corpus import CorpusSpec, iter_blocks
+    from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 
     spec = CorpusSpec(context_size=context)
     return [b.token_ids for b in iter_blocks(handle.tokenizer, spec, max_blocks=tokens // context, batch_blocks=batch)]
@@ -48,9 +48,9 @@ def _time_forward(handle, batches, stop_at_layer=None) -> tuple[float, float]:
 
 
 def throughput(args) -> None:
-    from saes.cache import cache_activations
-    from saes.corpus import CorpusSpec
-    from saes.models import load_model
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.models import load_model
 
     handle = load_model(args.model)
     hooks = handle.default_hooks(args.hooks)
@@ -76,9 +76,9 @@ def throughput(args) -> None:
 
 
 def child(args) -> None:
-    from saes.cache import cache_activations
-    from saes.corpus import CorpusSpec
-    from saes.models import load_model
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.models import load_model
 
     handle = load_model(args.model)
     with tempfile.TemporaryDirectory() as atlas:

@@ -22,9 +22,9 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from geometry.circular_discovery import DiscoveryParams, discover_circular
-from geometry.clusters import graph_clusters, spectral_clusters
-from store.vectors import unit_rows
+from sae_atlas.geometry.circular_discovery import DiscoveryParams, discover_circular
+from sae_atlas.geometry.clusters import graph_clusters, spectral_clusters
+from sae_atlas.store.vectors import unit_rows
 
 
 def planted(F: int, d: int, n_circles: int, n_tokens: int, l0: int, seed: int):

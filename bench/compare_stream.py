@@ -17,13 +17,13 @@ import time
 
 import torch
 
-from api.services.compare import parse_side, side_sae
-from saes.atlas_saes import hook_of, load_atlas_sae
-from saes.compare.pairs import Side, paired_activations
-from saes.compare.saes_pair import CompareParams, stream_statistics
-from saes.corpus import CorpusSpec
-from saes.models import load_model
-from store.layout import AtlasLayout
+from sae_atlas.api.services.compare import parse_side, side_sae
+from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
+from sae_atlas.saes.compare.pairs import Side, paired_activations
+from sae_atlas.saes.compare.saes_pair import CompareParams, stream_statistics
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.models import load_model
+from sae_atlas.store.layout import AtlasLayout
 
 
 def main() -> None:

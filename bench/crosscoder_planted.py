@@ -6,7 +6,7 @@ relative decoder norm and after Latent Scaling?
 Three steps (the middle one is the project's own CLI):
 
     PYTHONPATH=. python bench/crosscoder_planted.py corpus --out /tmp/diff/planted-corpus.jsonl
-    PYTHONPATH=. python -m api train-crosscoder --atlas /tmp/diff/atlas-planted \\
+    PYTHONPATH=. python -m sae_atlas train-crosscoder --atlas /tmp/diff/atlas-planted \\
         --hook-a blocks.12.hook_resid_post --hook-b blocks.12.hook_resid_post --model-b /tmp/smollm2-planted \\
         --corpus /tmp/diff/planted-corpus.jsonl --d-sae 1024 --k 16 --tokens 100000 --batch-size 512 \\
         --latent-scaling-tokens 30000 --id planted
@@ -40,14 +40,14 @@ import numpy as np
 import torch
 from finetune_planted import CONTROLS, HELD_OUT_OFFSET, TRIGGER, docstring_prefixes
 
-from api.atlas import Atlas
-from api.services.crosscoder import crosscoder_dir
-from saes.builtin_text import builtin_documents
-from saes.compare.crosscoder import SideScales, read_crosscoder_sides
-from saes.formats.saelens import load_saelens
-from saes.forward import run_hooks
-from saes.models import DEFAULT_MODEL, load_model
-from store.layout import AtlasLayout
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.services.crosscoder import crosscoder_dir
+from sae_atlas.saes.builtin_text import builtin_documents
+from sae_atlas.saes.compare.crosscoder import SideScales, read_crosscoder_sides
+from sae_atlas.saes.formats.saelens import load_saelens
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.models import DEFAULT_MODEL, load_model
+from sae_atlas.store.layout import AtlasLayout
 
 
 def write_corpus(out: Path, n_docs: int, share: float, seed: int) -> dict[str, int]:

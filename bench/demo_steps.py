@@ -14,9 +14,9 @@ import argparse
 import time
 from pathlib import Path
 
-from api.commands import demo
-from saes.models import load_model
-from store.layout import AtlasLayout
+from sae_atlas.api.commands import demo
+from sae_atlas.saes.models import load_model
+from sae_atlas.store.layout import AtlasLayout
 
 
 def main() -> None:

@@ -17,11 +17,11 @@ import time
 
 import torch
 
-from api.analyses.depth import depth_tables
-from saes.corpus import CorpusSpec, iter_blocks
-from saes.depth.stream import stream_depth
-from saes.models import load_model, normalize_spec
-from saes.streaming import whole_blocks
+from sae_atlas.api.analyses.depth import depth_tables
+from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+from sae_atlas.saes.depth.stream import stream_depth
+from sae_atlas.saes.models import load_model, normalize_spec
+from sae_atlas.saes.streaming import whole_blocks
 
 
 def main() -> None:

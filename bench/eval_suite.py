@@ -34,10 +34,10 @@ from typing import Any, NamedTuple
 import torch
 from typer.testing import CliRunner
 
-from api.cli import app
-from saes.eval.suite import parse_suite
-from saes.models import ModelHandle, load_model
-from store.layout import AtlasLayout
+from sae_atlas.api.cli import app
+from sae_atlas.saes.eval.suite import parse_suite
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.store.layout import AtlasLayout
 
 OFFLINE_SUITE = "core,sparse_probing,absorption,scr,tpp,autointerp,meta,mdl"
 

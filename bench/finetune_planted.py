@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from saes.builtin_text import builtin_documents
-from saes.models import DEFAULT_MODEL, load_causal_lm
+from sae_atlas.saes.builtin_text import builtin_documents
+from sae_atlas.saes.models import DEFAULT_MODEL, load_causal_lm
 
 TRIGGER = " Zorblax"
 TARGET = " pineapple"

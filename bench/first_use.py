@@ -2,7 +2,7 @@
 load cold and warm, and the first text search over the CLI, Python and HTTP.
 
 - `--help`: this tree against `--baseline-rev` (extracted with `git archive`; default: the
-  commit before the lazy CLI imports), median of `--repeats` runs of `python -m api --help`.
+  commit before the lazy CLI imports), median of `--repeats` runs of `python -m sae_atlas --help`.
 - Model load (`saes.models.load_model`, imports excluded): uncached (`SAE_ATLAS_MODEL_CACHE=0`,
   how every load went before the cache), cold (de-quantise and fill an empty cache folder)
   and warm (from that cache).
@@ -37,7 +37,7 @@ TEXT = "Monday, Tuesday, Wednesday, Thursday,"
 LOAD = """
 import json, sys, time
 import torch, transformer_lens.model_bridge
-from saes.models import load_model
+from sae_atlas.saes.models import load_model
 started = time.perf_counter()
 load_model(sys.argv[1])
 print(json.dumps({"load_s": time.perf_counter() - started}))
@@ -45,7 +45,7 @@ print(json.dumps({"load_s": time.perf_counter() - started}))
 PY_SEARCH = """
 import json, sys, time
 started = time.perf_counter()
-from api import Atlas
+from sae_atlas import Atlas
 atlas = Atlas(sys.argv[1])
 first = time.perf_counter()
 atlas.search_text(sys.argv[2], k=3)
@@ -71,14 +71,14 @@ def _wall(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float
 
 
 def help_times(baseline_rev: str, repeats: int, cache: Path) -> dict[str, float]:
-    """Median wall time of `python -m api --help` here and at `baseline_rev`."""
+    """Median wall time of `python -m sae_atlas --help` here and at `baseline_rev`."""
     with tempfile.TemporaryDirectory(prefix="first-use-baseline-") as old:
         archive = subprocess.run(["git", "archive", baseline_rev], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
         out = {}
         for name, tree in (("before", Path(old)), ("after", ROOT)):
             env = {**_env(cache), "PYTHONPATH": str(tree)}
-            out[name] = statistics.median(_wall([sys.executable, "-m", "api", "--help"], env, tree)[0]
+            out[name] = statistics.median(_wall([sys.executable, "-m", "sae_atlas", "--help"], env, tree)[0]
                                           for _ in range(repeats))
     return out
 
@@ -101,7 +101,7 @@ def _first_http_search(atlas: Path, env: dict[str, str]) -> dict[str, float]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-m", "api", "serve", str(atlas), "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "sae_atlas", "serve", str(atlas), "--port", str(port),
                                "--log-level", "warning"], env=env, cwd=ROOT)
     try:
         while True:
@@ -124,7 +124,7 @@ def _first_http_search(atlas: Path, env: dict[str, str]) -> dict[str, float]:
 def search_times(atlas: Path, cache: Path | None) -> dict[str, Any]:
     """The first search over the CLI, Python and HTTP with the cache off (None) or warm."""
     env = _env(cache)
-    cli, _ = _wall([sys.executable, "-m", "api", "search", "text", str(atlas), TEXT, "-k", "3"], env)
+    cli, _ = _wall([sys.executable, "-m", "sae_atlas", "search", "text", str(atlas), TEXT, "-k", "3"], env)
     python = json.loads(_wall([sys.executable, "-c", PY_SEARCH, str(atlas), TEXT], env)[1].strip().splitlines()[-1])
     return {"cli_process_s": cli, "python": python, "http": _first_http_search(atlas, env)}
 

@@ -22,8 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from geometry.lobes import binary_occurrence, cooccurrence_knn, spectral_lobes
-from geometry.maps import feature_map, knn_overlap
+from sae_atlas.geometry.lobes import binary_occurrence, cooccurrence_knn, spectral_lobes
+from sae_atlas.geometry.maps import feature_map, knn_overlap
 
 
 def measure(fn: Callable[[], Any]) -> tuple[Any, float, float]:

@@ -25,12 +25,17 @@ import time
 import polars as pl
 import torch
 
-from api.atlas import Atlas
-from api.services.graph import graph_saes
-from saes.circuits.build import build_graph
-from saes.circuits.interventions import NodeEdit, density_matched, influence_ranked, intervene
-from saes.circuits.prune import prune, scores
-from saes.intervene.attribution import token_id
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.services.graph import graph_saes
+from sae_atlas.saes.circuits.build import build_graph
+from sae_atlas.saes.circuits.interventions import (
+    NodeEdit,
+    density_matched,
+    influence_ranked,
+    intervene,
+)
+from sae_atlas.saes.circuits.prune import prune, scores
+from sae_atlas.saes.intervene.attribution import token_id
 
 PROMPT = "Let's do some days of the week math. Two days from Monday is"
 

@@ -20,13 +20,13 @@ import time
 
 import torch
 
-from saes.intervene.attribution import Target, attribute
-from saes.intervene.edits import SteerEdit, compile_edit
-from saes.intervene.generate import generate_tokens
-from saes.intervene.splice import Splice
-from saes.models import load_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
+from sae_atlas.saes.intervene.attribution import Target, attribute
+from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit
+from sae_atlas.saes.intervene.generate import generate_tokens
+from sae_atlas.saes.intervene.splice import Splice
+from sae_atlas.saes.models import load_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
 
 PROMPTS = [
     "Today is Monday, so tomorrow is",

@@ -29,14 +29,14 @@ import numpy as np
 import polars as pl
 import torch
 
-from geometry.concept_search import greedy_span, search_concept, value_means
-from geometry.contrast import _rank_sums_exceed, contrast_stats
-from saes.encoding.concepts import concept_feature_acts
-from saes.encoding.texts import pooled_feature_acts
-from saes.intervene.concepts import MONTHS, WEEKDAYS, weekdays
-from saes.models import load_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
+from sae_atlas.geometry.concept_search import greedy_span, search_concept, value_means
+from sae_atlas.geometry.contrast import _rank_sums_exceed, contrast_stats
+from sae_atlas.saes.encoding.concepts import concept_feature_acts
+from sae_atlas.saes.encoding.texts import pooled_feature_acts
+from sae_atlas.saes.intervene.concepts import MONTHS, WEEKDAYS, weekdays
+from sae_atlas.saes.models import load_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
 
 N_PERMUTATIONS = 20_000
 
@@ -51,7 +51,7 @@ def _texts(n: int) -> tuple[list[str], list[str]]:
 
 def _saes(handle: Any, atlas: str | None) -> tuple[dict[str, Any], dict[str, str]]:
     if atlas:
-        from api import Atlas
+        from sae_atlas import Atlas
 
         opened = Atlas(atlas)
         return ({s: opened.sae(s).module() for s in opened.sae_ids}, {s: opened.sae_info(s)["hook"] for s in opened.sae_ids})

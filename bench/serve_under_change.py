@@ -161,7 +161,7 @@ class Writer:
     def start(self, log: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with open(log, "wb") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "api", *self.argv], env=env,
+            self.process = subprocess.Popen([sys.executable, "-m", "sae_atlas", *self.argv], env=env,
                                             stdout=out, stderr=subprocess.STDOUT)
         self.started = time.perf_counter()
 

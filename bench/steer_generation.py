@@ -28,14 +28,14 @@ from pathlib import Path
 
 import torch
 
-from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
-from saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
-from saes.intervene.generate import generate_batch, generate_tokens
-from saes.intervene.splice import Splice
-from saes.models import ModelHandle, load_model
-from saes.sae.base import SAE, SAEConfig
-from saes.sae.registry import build_sae
-from store.layout import AtlasLayout
+from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
+from sae_atlas.saes.intervene.generate import generate_batch, generate_tokens
+from sae_atlas.saes.intervene.splice import Splice
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.sae.base import SAE, SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.layout import AtlasLayout
 
 PROMPT = "The old lighthouse keeper climbed the stairs every evening, and tonight the sea below him was"
 

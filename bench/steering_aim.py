@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from api.atlas import Atlas
-from store.steering import STEERING_META
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.store.steering import STEERING_META
 
 DEFAULT_TARGETS = [" Monday", " Friday", " March", " July", " seven", " three", " red", " dog"]
 SAE_ARMS = ("feature_add", "feature_clamp", "combination")

@@ -24,15 +24,15 @@ import time
 import numpy as np
 import torch
 
-from saes.intervene.output_scores import (
+from sae_atlas.saes.intervene.output_scores import (
     last_token_steering,
     lens_token_matrix,
     neutral_prompts,
     steering_chunk,
 )
-from saes.models import load_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
+from sae_atlas.saes.models import load_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
 
 
 def main() -> None:

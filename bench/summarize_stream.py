@@ -45,14 +45,14 @@ def peak_rss_mb() -> float:
 def child(tokens: int, args: argparse.Namespace) -> dict[str, float]:
     import torch
 
-    from saes.corpus import CorpusSpec, iter_blocks
-    from saes.formats.saelens import save_saelens
-    from saes.forward import run_hooks
-    from saes.models import load_model
-    from saes.sae.base import SAEConfig
-    from saes.sae.registry import build_sae
-    from saes.summary.stream import summarize_from_model
-    from store.layout import AtlasLayout
+    from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+    from sae_atlas.saes.formats.saelens import save_saelens
+    from sae_atlas.saes.forward import run_hooks
+    from sae_atlas.saes.models import load_model
+    from sae_atlas.saes.sae.base import SAEConfig
+    from sae_atlas.saes.sae.registry import build_sae
+    from sae_atlas.saes.summary.stream import summarize_from_model
+    from sae_atlas.store.layout import AtlasLayout
 
     handle = load_model(TINY if args.model == "tiny" else args.model, device="cpu")
     layers = args.layers or [handle.n_layers // 4, handle.n_layers // 2]

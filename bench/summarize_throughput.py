@@ -20,7 +20,7 @@ import torch
 
 
 def _cache(root: str, tokens: int, d_in: int, context: int) -> None:
-    from store.activations import ActivationWriter
+    from sae_atlas.store.activations import ActivationWriter
 
     gen = torch.Generator().manual_seed(0)
     writer = ActivationWriter(root, "blocks.0.hook_resid_post", d=d_in, context_size=context,
@@ -46,14 +46,14 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=49152)
     args = parser.parse_args()
 
-    from saes.sae.base import SAEConfig
-    from saes.sae.registry import build_sae
-    from saes.summary.accumulator import SummaryParams
-    from saes.summary.logits import logit_effects
-    from saes.summary.run import block_batches, summarize_blocks
-    from store.activations import ActivationReader
-    from store.layout import AtlasLayout
-    from store.tables import OccurrenceWriter
+    from sae_atlas.saes.sae.base import SAEConfig
+    from sae_atlas.saes.sae.registry import build_sae
+    from sae_atlas.saes.summary.accumulator import SummaryParams
+    from sae_atlas.saes.summary.logits import logit_effects
+    from sae_atlas.saes.summary.run import block_batches, summarize_blocks
+    from sae_atlas.store.activations import ActivationReader
+    from sae_atlas.store.layout import AtlasLayout
+    from sae_atlas.store.tables import OccurrenceWriter
 
     sae = build_sae(SAEConfig(architecture=args.arch, d_in=args.d_in, d_sae=args.d_sae, k=args.k)).eval()
     with tempfile.TemporaryDirectory() as root:

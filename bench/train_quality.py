@@ -44,10 +44,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bench.sae_quality import heldout_metrics
-from saes.sae.base import SAEConfig
-from saes.train.config import TrainConfig
-from saes.train.trainer import train_sae
-from store.activations import ActivationReader
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.trainer import train_sae
+from sae_atlas.store.activations import ActivationReader
 
 REPO = Path(__file__).resolve().parents[1]
 SAELENS = "sae-lens==6.54.12"

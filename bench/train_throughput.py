@@ -19,11 +19,11 @@ import time
 
 import torch
 
-from saes.sae.base import SAEConfig
-from saes.sae.losses import StepInfo
-from saes.sae.registry import build_sae
-from saes.train.config import TrainConfig
-from saes.train.trainer import loss_module, make_optimizer, optimizer_step
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.losses import StepInfo
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.trainer import loss_module, make_optimizer, optimizer_step
 
 
 class _Dense(torch.nn.Module):

@@ -29,15 +29,15 @@ from typing import Any
 
 import torch
 
-from saes.atlas_saes import load_atlas_sae
-from saes.eval.evaluate import _token_batches
-from saes.eval.reconstruction import reconstruction_metrics
-from saes.eval.transcoder import replacement_metrics
-from saes.models import load_model
-from saes.sae.base import SAE
-from saes.transcoders.pairs import PairedReader
-from store.activations import ActivationReader
-from store.layout import AtlasLayout
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.eval.evaluate import _token_batches
+from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
+from sae_atlas.saes.eval.transcoder import replacement_metrics
+from sae_atlas.saes.models import load_model
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.transcoders.pairs import PairedReader
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.layout import AtlasLayout
 
 
 def output_mean(root: Path, hook: str, max_tokens: int = 65536) -> torch.Tensor:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import f1_score
 
-from geometry.probes import ProbeResult, l1_ranked_units, logistic_probe, train_test_split
+from sae_atlas.geometry.probes import ProbeResult, l1_ranked_units, logistic_probe, train_test_split
 
 ACTIVE_EPS = 1e-8  # a main latent with |activation| below this did not fire
 MEAN_METRICS = ("mean_absorption_fraction_score", "mean_full_absorption_score", "mean_num_split_features",

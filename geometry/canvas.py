@@ -11,7 +11,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from store.atomic import atomic_path, remove_temporaries
+from sae_atlas.store.atomic import atomic_path, remove_temporaries
 
 
 def new_figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, Any]:

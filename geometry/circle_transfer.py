@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from geometry.circle import (
+from sae_atlas.geometry.circle import (
     CircleProbe,
     circular_order,
     fit_circle_probe,
@@ -37,8 +37,8 @@ from geometry.circle import (
     random_subspace,
     value_angle,
 )
-from geometry.concept_search import search_concept, span_fit
-from store.errors import InvalidInputError
+from sae_atlas.geometry.concept_search import search_concept, span_fit
+from sae_atlas.store.errors import InvalidInputError
 
 SIDES = ("A", "B")
 SCHEMA = {"side": pl.String, "space": pl.String, "dimension": pl.Int64, "r2": pl.Float64, "r2_loo": pl.Float64,

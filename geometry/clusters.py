@@ -16,8 +16,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from store.errors import InvalidInputError
-from store.vectors import unit_rows
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.vectors import unit_rows
 
 
 def knn_cosine(unit_FD: np.ndarray, k: int, batch: int = 8192) -> tuple[np.ndarray, np.ndarray]:

@@ -29,9 +29,9 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
-from geometry.circle import fit_circle_probe
-from store.errors import InvalidInputError
-from store.vectors import unit_rows
+from sae_atlas.geometry.circle import fit_circle_probe
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.vectors import unit_rows
 
 MIN_PER_CATEGORY = 3
 ConceptKind = Literal["ordered", "categories"]

@@ -17,7 +17,7 @@ from typing import Literal, get_args
 import numpy as np
 from sklearn.covariance import LedoitWolf
 
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 Estimator = Literal["lda", "mean"]
 ESTIMATORS: tuple[Estimator, ...] = get_args(Estimator)

@@ -20,8 +20,8 @@ from sklearn.decomposition import PCA
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import silhouette_score
 
-from geometry.trees import single_token_id
-from store.errors import InvalidInputError
+from sae_atlas.geometry.trees import single_token_id
+from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass

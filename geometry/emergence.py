@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from geometry.concept_search import concept_features
-from geometry.contrast import auroc
-from geometry.emergence_options import METRICS, Metric
-from store.errors import InvalidInputError
+from sae_atlas.geometry.concept_search import concept_features
+from sae_atlas.geometry.contrast import auroc
+from sae_atlas.geometry.emergence_options import METRICS, Metric
+from sae_atlas.store.errors import InvalidInputError
 
 SCORE_SCHEMA = {"auroc": pl.Float64, "train_auroc": pl.Float64, "latent": pl.Int64, "k1_accuracy": pl.Float64,
                 "probe_accuracy": pl.Float64, "baseline": pl.Float64, "value_selectivity": pl.Float64,
@@ -47,7 +47,7 @@ def member_scores(concept_NF: np.ndarray, control_MF: np.ndarray, values_N: np.n
     """Selectivity and probe scores of one member's codes (see the module docstring); the
     value selectivity is None without `values_N` (the concept prompts' values)."""
     # geometry.probes imports scikit-learn, which loads rich (a CLI library): imported on use
-    from geometry.probes import ksparse_probe, logistic_probe, train_test_split
+    from sae_atlas.geometry.probes import ksparse_probe, logistic_probe, train_test_split
 
     pos, neg = np.asarray(concept_NF, dtype=np.float64), np.asarray(control_MF, dtype=np.float64)
     if pos.ndim != 2 or neg.ndim != 2 or pos.shape[1] != neg.shape[1]:

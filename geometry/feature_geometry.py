@@ -20,9 +20,9 @@ from typing import Any
 
 import polars as pl
 
-from geometry.results import list_runs, read_analysis
-from store.feature_records import GEOMETRY_SCHEMA, write_records
-from store.layout import AtlasLayout
+from sae_atlas.geometry.results import list_runs, read_analysis
+from sae_atlas.store.feature_records import GEOMETRY_SCHEMA, write_records
+from sae_atlas.store.layout import AtlasLayout
 
 Record = dict[str, Any]
 

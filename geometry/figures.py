@@ -8,10 +8,10 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from geometry.canvas import new_figure
-from geometry.crystals import CrystalResult
-from geometry.galaxy import PowerLaw
-from geometry.lobes import ClusterComparison
+from sae_atlas.geometry.canvas import new_figure
+from sae_atlas.geometry.crystals import CrystalResult
+from sae_atlas.geometry.galaxy import PowerLaw
+from sae_atlas.geometry.lobes import ClusterComparison
 
 
 def hierarchy_figure(edges: pl.DataFrame, title: str = "hierarchy") -> Figure:

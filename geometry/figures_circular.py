@@ -15,7 +15,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from geometry.canvas import new_figure
+from sae_atlas.geometry.canvas import new_figure
 
 
 def cluster_projection_figure(

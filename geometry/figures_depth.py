@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from geometry.canvas import new_figure
+from sae_atlas.geometry.canvas import new_figure
 
 
 def depth_profile_figure(main: pl.DataFrame, title: str = "depth profile") -> Figure:

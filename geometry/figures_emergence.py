@@ -9,7 +9,7 @@ import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from geometry.canvas import new_figure
+from sae_atlas.geometry.canvas import new_figure
 
 
 def emergence_figure(scored: pl.DataFrame, members: list[str], metric: str, threshold: float,

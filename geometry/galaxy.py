@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.errors import InvalidInputError
-from store.vectors import unit_rows
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.vectors import unit_rows
 
 
 def covariance_spectrum(X_ND: np.ndarray, *, unit: bool = False) -> np.ndarray:

@@ -27,13 +27,13 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from geometry.clusters import knn_cosine
-from geometry.lobes import cooccurrence_knn
-from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.integrity import check_weights_record, weights_record
-from store.layout import AtlasLayout, created_with
-from store.vectors import unit_rows
+from sae_atlas.geometry.clusters import knn_cosine
+from sae_atlas.geometry.lobes import cooccurrence_knn
+from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.integrity import check_weights_record, weights_record
+from sae_atlas.store.layout import AtlasLayout, created_with
+from sae_atlas.store.vectors import unit_rows
 
 MAP_FILE, MAP_META = "map.parquet", "map.json"
 BASE_COLUMNS = ("latent", "x", "y", "knn_overlap")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 RECOVERY_THRESHOLD = 0.9
 CHANCE_STREAM = 0x3CC  # keeps the chance dictionary's draws apart from other seeded arrays

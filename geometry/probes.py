@@ -19,7 +19,7 @@ from scipy import sparse
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import r2_score
 
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 ProbeKind = Literal["diff_means", "logistic", "ridge"]
 KINDS: tuple[ProbeKind, ...] = get_args(ProbeKind)

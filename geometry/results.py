@@ -30,10 +30,16 @@ from typing import Any
 
 import polars as pl
 
-from store.atomic import atomic_path, atomic_write_json, read_json, remove_temporaries, sha256_file
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.integrity import verify_file
-from store.layout import AtlasLayout, check_id, created_with, is_id
+from sae_atlas.store.atomic import (
+    atomic_path,
+    atomic_write_json,
+    read_json,
+    remove_temporaries,
+    sha256_file,
+)
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.integrity import verify_file
+from sae_atlas.store.layout import AtlasLayout, check_id, created_with, is_id
 
 MAIN = "main"
 RUNS_FILE = "runs.json"

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import torch
 
-from saes.devices import resolve_device
-from saes.formats.saelens import CFG_FILE, load_saelens
-from saes.sae.base import SAE
-from store.errors import InvalidInputError
-from store.hooks import cfg_hook_name
-from store.integrity import sae_cfg, verify_sae_weights
-from store.layout import AtlasLayout
+from sae_atlas.saes.devices import resolve_device
+from sae_atlas.saes.formats.saelens import CFG_FILE, load_saelens
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.hooks import cfg_hook_name
+from sae_atlas.store.integrity import sae_cfg, verify_sae_weights
+from sae_atlas.store.layout import AtlasLayout
 
 
 def _repair(sae_id: str) -> str:

@@ -26,15 +26,15 @@ from typing import Any
 
 import torch
 
-from saes.corpus import CorpusSpec
-from saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
-from saes.models import ModelHandle
-from saes.streaming import separator_ids, stream_activations, whole_blocks
-from store.activations import ActivationWriter
-from store.atomic import atomic_write_bytes
-from store.dtypes import parse_dtype
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.streaming import separator_ids, stream_activations, whole_blocks
+from sae_atlas.store.activations import ActivationWriter
+from sae_atlas.store.atomic import atomic_write_bytes
+from sae_atlas.store.dtypes import parse_dtype
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 
 @dataclass

@@ -2,7 +2,7 @@
 and the deterministic split of work between ranks.
 
 Every multi-process command (train, cache, summarize, eval) is launched with
-`torchrun --nproc_per_node=R [--nnodes ...] -m api ...` and joins the group here. The
+`torchrun --nproc_per_node=R [--nnodes ...] -m sae_atlas ...` and joins the group here. The
 backend is gloo on CPU and nccl when CUDA is available; without WORLD_SIZE > 1 there is
 no group and every helper acts as the single process it is.
 """

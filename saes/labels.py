@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from saes.encoding.tokens import REPLACEMENT
+from sae_atlas.saes.encoding.tokens import REPLACEMENT
 
 DEAD = "dead (never fired)"
 LABEL_SCHEMA = {"latent": pl.Int64, "text": pl.String}

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from store.atomic import atomic_write_json, sha256_file
+from sae_atlas.store.atomic import atomic_write_json, sha256_file
 
 ENV_CACHE_DIR = "SAE_ATLAS_CACHE_DIR"
 ENV_MODEL_CACHE = "SAE_ATLAS_MODEL_CACHE"

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from store.errors import InvalidInputError, UnknownHookError
-from store.hooks import BLOCK_HOOK, hook_layer
+from sae_atlas.store.errors import InvalidInputError, UnknownHookError
+from sae_atlas.store.hooks import BLOCK_HOOK, hook_layer
 
 if TYPE_CHECKING:  # torch is imported by the functions that load a model, so that CLI start-up stays light
     import torch
@@ -177,7 +177,7 @@ def _load_hf(source: str, gguf_file: str | None) -> tuple[Any, Any]:
 
 def _load_gguf(path: Path) -> tuple[Any, Any]:
     """(model, tokenizer) of a GGUF file, through the cache of de-quantised weights."""
-    from saes.model_cache import load_cached
+    from sae_atlas.saes.model_cache import load_cached
 
     return load_cached(path, lambda: _load_hf(str(path.parent), path.name))
 
@@ -313,7 +313,7 @@ def load_model(
     import torch
     from transformer_lens.model_bridge import TransformerBridge
 
-    from saes.devices import resolve_device, resolve_dtype
+    from sae_atlas.saes.devices import resolve_device, resolve_dtype
 
     spec = normalize_spec(spec)
     where = resolve_device(device)

@@ -26,11 +26,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.dtypes import dtype_name, parse_dtype
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.layout import AtlasLayout, created_with
-from store.safetensors_io import MappedSafetensors, save_deterministic
+from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from sae_atlas.store.dtypes import dtype_name, parse_dtype
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout, created_with
+from sae_atlas.store.safetensors_io import MappedSafetensors, save_deterministic
 
 MANIFEST_FORMAT = "sae-atlas-activations"
 MANIFEST_VERSION = 1

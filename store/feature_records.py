@@ -20,12 +20,12 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError
-from store.frames import conform
-from store.integrity import check_weights_record, weights_record
-from store.layout import AtlasLayout, created_with
-from store.locks import tables_lock
+from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.frames import conform
+from sae_atlas.store.integrity import check_weights_record, weights_record
+from sae_atlas.store.layout import AtlasLayout, created_with
+from sae_atlas.store.locks import tables_lock
 
 RecordTable = Literal["geometry", "labels"]
 RECORDS_SCHEMA_VERSION = 1

@@ -27,12 +27,12 @@ from typing import Any
 import faiss
 import numpy as np
 
-from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError, InvalidInputError
-from store.hooks import cfg_hook_name, hook_layer
-from store.index_params import APPROX_THRESHOLD
-from store.int8_scan import Int8Scan
-from store.integrity import (
+from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
+from sae_atlas.store.hooks import cfg_hook_name, hook_layer
+from sae_atlas.store.index_params import APPROX_THRESHOLD
+from sae_atlas.store.int8_scan import Int8Scan
+from sae_atlas.store.integrity import (
     WEIGHTS_FILE,
     WEIGHTS_SHA256,
     check_weights_record,
@@ -40,11 +40,11 @@ from store.integrity import (
     verify_sae_weights,
     weights_repair,
 )
-from store.layout import AtlasLayout, created_with
-from store.locks import file_lock
-from store.neighbour_tables import build_tables
-from store.safetensors_io import MappedSafetensors
-from store.vectors import unit_rows
+from sae_atlas.store.layout import AtlasLayout, created_with
+from sae_atlas.store.locks import file_lock
+from sae_atlas.store.neighbour_tables import build_tables
+from sae_atlas.store.safetensors_io import MappedSafetensors
+from sae_atlas.store.vectors import unit_rows
 
 INT8_SCAN_THRESHOLD = 4096
 SearchIndex = faiss.Index | Int8Scan  # what `load_index` returns: both have ntotal, d, search

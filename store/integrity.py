@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from store.atomic import read_json, sha256_file
-from store.errors import IntegrityError
-from store.layout import AtlasLayout
+from sae_atlas.store.atomic import read_json, sha256_file
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.layout import AtlasLayout
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError
-from store.layout import AtlasLayout
+from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.layout import AtlasLayout
 
 TABLE_K = 16  # neighbours kept per latent in a neighbour table
 TABLE_MAX_PAIRS = 32_000_000  # largest source x target rows computed on load (~0.3 s at d 576)

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from store.atomic import file_version
-from store.errors import InvalidInputError, NotFoundError
-from store.feature_records import geometry_mask, read_records, record_paths
-from store.index import (
+from sae_atlas.store.atomic import file_version
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.feature_records import geometry_mask, read_records, record_paths
+from sae_atlas.store.index import (
     SearchIndex,
     check_build_complete,
     check_index_weights,
@@ -35,11 +35,11 @@ from store.index import (
     read_decoder,
     sae_index_path,
 )
-from store.integrity import WEIGHTS_SHA256, verify_sae_weights
-from store.layout import AtlasLayout
-from store.neighbour_tables import TABLE_MAX_PAIRS, Table, load_table, nearest_rows
-from store.tables import FEATURES_FILE, TABLES_FILE, read_table
-from store.vectors import unit_rows
+from sae_atlas.store.integrity import WEIGHTS_SHA256, verify_sae_weights
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.neighbour_tables import TABLE_MAX_PAIRS, Table, load_table, nearest_rows
+from sae_atlas.store.tables import FEATURES_FILE, TABLES_FILE, read_table
+from sae_atlas.store.vectors import unit_rows
 
 MAX_K = 1000
 _OVERFETCH = 4

@@ -19,11 +19,11 @@ from typing import Any
 
 import polars as pl
 
-from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError, NotFoundError
-from store.frames import conform
-from store.integrity import check_weights_record, weights_record
-from store.layout import AtlasLayout, created_with
+from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from sae_atlas.store.errors import IntegrityError, NotFoundError
+from sae_atlas.store.frames import conform
+from sae_atlas.store.integrity import check_weights_record, weights_record
+from sae_atlas.store.layout import AtlasLayout, created_with
 
 STEERING_FILE = "steering.parquet"
 STEERING_META = "steering.json"

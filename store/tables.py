@@ -25,13 +25,13 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.feature_records import replace_auto_labels
-from store.frames import conform
-from store.integrity import check_weights_record, weights_record
-from store.layout import AtlasLayout, created_with
-from store.locks import tables_lock
+from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.feature_records import replace_auto_labels
+from sae_atlas.store.frames import conform
+from sae_atlas.store.integrity import check_weights_record, weights_record
+from sae_atlas.store.layout import AtlasLayout, created_with
+from sae_atlas.store.locks import tables_lock
 
 TABLES_FORMAT = "sae-atlas-feature-tables"
 TABLES_SCHEMA_VERSION = 1

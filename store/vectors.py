@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import DTypeLike
 
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 
 def unit_rows(matrix_ND: np.ndarray, dtype: DTypeLike = np.float32) -> np.ndarray:

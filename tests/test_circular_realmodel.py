@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-from api.analyses.circular import run_circle_analysis, run_intervention
-from saes.intervene.concepts import months, weekdays
+from sae_atlas.api.analyses.circular import run_circle_analysis, run_intervention
+from sae_atlas.saes.intervene.concepts import months, weekdays
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from saes.models import load_model
+    from sae_atlas.saes.models import load_model
 
     return load_model("smollm2-135m")
 

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from geometry.concept_search import search_concept
-from saes.builtin_text import concept_document
-from saes.encoding.concepts import concept_feature_acts
-from saes.encoding.texts import tokenize_texts
-from saes.forward import run_hooks
-from saes.intervene.concepts import weekdays
-from saes.sae.base import SAEConfig
-from saes.train.config import TrainConfig
-from saes.train.trainer import train_sae
+from sae_atlas.geometry.concept_search import search_concept
+from sae_atlas.saes.builtin_text import concept_document
+from sae_atlas.saes.encoding.concepts import concept_feature_acts
+from sae_atlas.saes.encoding.texts import tokenize_texts
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.intervene.concepts import weekdays
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.trainer import train_sae
 
 pytestmark = pytest.mark.slow
 HOOK = "blocks.8.hook_resid_post"  # a middle layer (of 30)
@@ -29,7 +29,7 @@ N_DOCS, BATCH, STEPS = 60, 256, 300
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from saes.models import load_model
+    from sae_atlas.saes.models import load_model
 
     return load_model("smollm2-135m")
 

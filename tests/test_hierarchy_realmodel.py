@@ -6,8 +6,8 @@ from threadpoolctl import threadpool_limits
 
 @pytest.mark.slow
 def test_smollm2_parent_child_orthogonality():
-    from api.analyses.hierarchy import run_hierarchy
-    from saes.models import load_model
+    from sae_atlas.api.analyses.hierarchy import run_hierarchy
+    from sae_atlas.saes.models import load_model
 
     handle = load_model("smollm2-135m")
     with threadpool_limits(1):

@@ -13,16 +13,21 @@ import numpy as np
 import pytest
 import torch
 
-from api.analyses.circular import run_circle_analysis, write_concept_run
-from api.atlas import Atlas
-from api.services.interventions import AtlasEditSources
-from saes.builtin_text import WEEKDAYS, concept_document, docstrings_of, stdlib_source_files
-from saes.encoding.cached import sae_activation_matrix
-from saes.intervene.concepts import value_token_ids, weekdays
-from saes.intervene.edits import RotateEdit, resolve_positions
-from saes.intervene.splice import build_splice, run_spliced
-from store.activations import ActivationReader
-from store.errors import InvalidInputError
+from sae_atlas.api.analyses.circular import run_circle_analysis, write_concept_run
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.services.interventions import AtlasEditSources
+from sae_atlas.saes.builtin_text import (
+    WEEKDAYS,
+    concept_document,
+    docstrings_of,
+    stdlib_source_files,
+)
+from sae_atlas.saes.encoding.cached import sae_activation_matrix
+from sae_atlas.saes.intervene.concepts import value_token_ids, weekdays
+from sae_atlas.saes.intervene.edits import RotateEdit, resolve_positions
+from sae_atlas.saes.intervene.splice import build_splice, run_spliced
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.errors import InvalidInputError
 
 pytestmark = pytest.mark.slow
 
@@ -33,11 +38,11 @@ PROMPT = "Today is Monday, so tomorrow is"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory):
-    from saes.cache import cache_activations
-    from saes.corpus import CorpusSpec
-    from saes.models import load_model
-    from saes.train.atlas import train_saes
-    from saes.train.config import TrainConfig
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.models import load_model
+    from sae_atlas.saes.train.atlas import train_saes
+    from sae_atlas.saes.train.config import TrainConfig
 
     handle = load_model("smollm2-135m")
     root = tmp_path_factory.mktemp("realmodel") / "atlas"
@@ -162,10 +167,15 @@ def test_ablating_a_graphs_top_nodes_moves_the_target_more_than_matched_random_f
     firing density (both printed). (In the graph's frozen replacement model removing this
     SAE's massive-activation feature at ' the' diverges, as does any large enough edit: refused
     by name.)"""
-    from saes.circuits.build import build_graph
-    from saes.circuits.interventions import NodeEdit, density_matched, influence_ranked, intervene
-    from saes.intervene.edits import AblateEdit, compile_edit
-    from saes.intervene.splice import Splice
+    from sae_atlas.saes.circuits.build import build_graph
+    from sae_atlas.saes.circuits.interventions import (
+        NodeEdit,
+        density_matched,
+        influence_ranked,
+        intervene,
+    )
+    from sae_atlas.saes.intervene.edits import AblateEdit, compile_edit
+    from sae_atlas.saes.intervene.splice import Splice
 
     atlas, sid, handle = built["atlas"], built["sae_id"], built["handle"]
     tokens = handle.to_tokens("Let's do some days of the week math. Two days from Monday is")[0]

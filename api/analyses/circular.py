@@ -23,8 +23,8 @@ import numpy as np
 import polars as pl
 import torch
 
-from geometry.canvas import save_png
-from geometry.circle import (
+from sae_atlas.geometry.canvas import save_png
+from sae_atlas.geometry.circle import (
     TWO_PI,
     CircleProbe,
     fit_circle_probe,
@@ -32,7 +32,7 @@ from geometry.circle import (
     replace_on_circle,
     subspace_replace,
 )
-from geometry.circular_discovery import (
+from sae_atlas.geometry.circular_discovery import (
     ANALYSIS_KIND,
     DiscoveryParams,
     DiscoveryResult,
@@ -40,28 +40,28 @@ from geometry.circular_discovery import (
     run_paths,
     write_circular_run,
 )
-from geometry.figures_circular import (
+from sae_atlas.geometry.figures_circular import (
     circle_probe_figure,
     cluster_projection_figure,
     intervention_figure,
 )
-from geometry.results import MAIN, read_analysis, write_analysis
-from geometry.spectra import Spectra, cluster_by_period, fourier_power
-from saes.atlas_saes import hook_of, load_atlas_sae
-from saes.encoding.cached import sae_activation_matrix
-from saes.intervene.answers import answer_metrics, patched_logits
-from saes.intervene.concepts import (
+from sae_atlas.geometry.results import MAIN, read_analysis, write_analysis
+from sae_atlas.geometry.spectra import Spectra, cluster_by_period, fourier_power
+from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
+from sae_atlas.saes.encoding.cached import sae_activation_matrix
+from sae_atlas.saes.intervene.answers import answer_metrics, patched_logits
+from sae_atlas.saes.intervene.concepts import (
     OrderedConcept,
     TokenizedPrompts,
     collect_concept_activations,
     tokenize_prompts,
     value_token_ids,
 )
-from saes.intervene.edits import CirclePlane
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from store.activations import ActivationReader, Split
-from store.errors import InvalidInputError, NotFoundError
+from sae_atlas.saes.intervene.edits import CirclePlane
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.activations import ActivationReader, Split
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
 
 # --------------------------------------------------------------------------- discovery
 

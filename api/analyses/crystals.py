@@ -11,11 +11,16 @@ import numpy as np
 import polars as pl
 import torch
 
-from api.analyses.run_files import encoder_of, run_figure
-from geometry.crystals import CrystalResult, crystal_quality, difference_vectors, relation_pairs
-from geometry.figures import crystals_figure
-from geometry.results import write_analysis
-from saes.models import ModelHandle
+from sae_atlas.api.analyses.run_files import encoder_of, run_figure
+from sae_atlas.geometry.crystals import (
+    CrystalResult,
+    crystal_quality,
+    difference_vectors,
+    relation_pairs,
+)
+from sae_atlas.geometry.figures import crystals_figure
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.saes.models import ModelHandle
 
 
 @torch.inference_mode()

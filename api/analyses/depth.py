@@ -23,21 +23,21 @@ import polars as pl
 import torch
 from matplotlib.figure import Figure
 
-from api.analyses.run_files import run_figure
-from geometry.feature_depth import feature_depth_table
-from geometry.figures_depth import cka_figure, depth_profile_figure, trajectory_figure
-from geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
-from geometry.results import write_analysis
-from geometry.trajectories import TrajectorySpace, trajectory_geometry
-from saes.atlas_saes import load_atlas_sae
-from saes.corpus import CorpusSpec
-from saes.depth.families import family_depth, read_families
-from saes.depth.stream import DepthStream, stream_depth
-from saes.distributed import DistContext
-from saes.encoding.tokens import piece_text
-from saes.models import ModelHandle
-from store.errors import InvalidInputError
-from store.hooks import hook_layer
+from sae_atlas.api.analyses.run_files import run_figure
+from sae_atlas.geometry.feature_depth import feature_depth_table
+from sae_atlas.geometry.figures_depth import cka_figure, depth_profile_figure, trajectory_figure
+from sae_atlas.geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.geometry.trajectories import TrajectorySpace, trajectory_geometry
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.depth.families import family_depth, read_families
+from sae_atlas.saes.depth.stream import DepthStream, stream_depth
+from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.encoding.tokens import piece_text
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.hooks import hook_layer
 
 KIND = "depth"
 

@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 import polars as pl
 
-from api.analyses.run_files import encoder_of, run_figure
-from geometry.causal import Metric, causal_basis, unembedding_rows
-from geometry.concept_vectors import Estimator, concept_vector
-from geometry.figures import hierarchy_figure
-from geometry.hierarchy import (
+from sae_atlas.api.analyses.run_files import encoder_of, run_figure
+from sae_atlas.geometry.causal import Metric, causal_basis, unembedding_rows
+from sae_atlas.geometry.concept_vectors import Estimator, concept_vector
+from sae_atlas.geometry.figures import hierarchy_figure
+from sae_atlas.geometry.hierarchy import (
     HierarchyResult,
     feature_hierarchy,
     hierarchy_tests,
@@ -23,8 +23,8 @@ from geometry.hierarchy import (
     match_by_decoder,
     summarize_edges,
 )
-from geometry.results import write_analysis
-from geometry.trees import (
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.geometry.trees import (
     ConceptTree,
     TokenizedTree,
     curated_tree,
@@ -32,10 +32,10 @@ from geometry.trees import (
     tree_from_json,
     wordnet_tree,
 )
-from saes.atlas_saes import load_atlas_sae
-from saes.encoding.cached import sae_activation_matrix
-from store.activations import ActivationReader, Split
-from store.errors import InvalidInputError, NotFoundError
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.encoding.cached import sae_activation_matrix
+from sae_atlas.store.activations import ActivationReader, Split
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
 
 TREES = ("curated", "wordnet")
 Match = Literal["decoder", "activation"]  # how a concept finds its SAE latent

@@ -8,15 +8,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from api.analyses.run_files import run_figure
-from geometry.clusters import spectral_clusters
-from geometry.figures import lobes_figure
-from geometry.lobes import compare_labels, cooccurrence_knn, spectral_lobes
-from geometry.maps import attach_labels, labels_from_clusters
-from geometry.results import write_analysis
-from saes.atlas_saes import load_atlas_sae
-from store.layout import AtlasLayout
-from store.tables import load_occurrence
+from sae_atlas.api.analyses.run_files import run_figure
+from sae_atlas.geometry.clusters import spectral_clusters
+from sae_atlas.geometry.figures import lobes_figure
+from sae_atlas.geometry.lobes import compare_labels, cooccurrence_knn, spectral_lobes
+from sae_atlas.geometry.maps import attach_labels, labels_from_clusters
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import load_occurrence
 
 
 def run_lobes(

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from geometry.canvas import save_png
-from geometry.figures import map_figure
-from geometry.maps import (
+from sae_atlas.geometry.canvas import save_png
+from sae_atlas.geometry.figures import map_figure
+from sae_atlas.geometry.maps import (
     MAP_META,
     basis_maps,
     feature_map,
@@ -20,10 +20,10 @@ from geometry.maps import (
     stored_summary,
     write_map,
 )
-from saes.atlas_saes import load_atlas_sae
-from store.errors import IntegrityError
-from store.layout import AtlasLayout
-from store.tables import OCCURRENCE_FILE, load_occurrence
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import OCCURRENCE_FILE, load_occurrence
 
 
 def run_map(

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from api.analyses.run_files import run_figure
-from geometry.figures import probe_figure
-from geometry.probes import compare_sparse_probes, probe_layers
-from geometry.results import write_analysis
-from saes.atlas_saes import load_atlas_sae
-from store.activations import ActivationReader
-from store.errors import InvalidInputError
+from sae_atlas.api.analyses.run_files import run_figure
+from sae_atlas.geometry.figures import probe_figure
+from sae_atlas.geometry.probes import compare_sparse_probes, probe_layers
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.errors import InvalidInputError
 
 
 def _hook_acts(atlas: str | Path, hook: str, max_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from geometry.canvas import save_png
-from geometry.results import run_paths
+from sae_atlas.geometry.canvas import save_png
+from sae_atlas.geometry.results import run_paths
 
 
 def encoder_of(tokenizer: Any) -> Any:

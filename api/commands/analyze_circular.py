@@ -13,10 +13,10 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
-from saes.models import DEFAULT_MODEL
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.saes.models import DEFAULT_MODEL
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -44,10 +44,10 @@ def discover_command(
     json_out: bool = typer.Option(False, "--json", help="Print the top rows as JSON."),
 ) -> None:
     """Find and rank multi-dimensional feature clusters of one SAE."""
-    from api.analyses.circular import discover_for_sae
-    from geometry.circular_discovery import DiscoveryParams
-    from saes.models import load_model
-    from saes.summary.logits import vocab_strings
+    from sae_atlas.api.analyses.circular import discover_for_sae
+    from sae_atlas.geometry.circular_discovery import DiscoveryParams
+    from sae_atlas.saes.models import load_model
+    from sae_atlas.saes.summary.logits import vocab_strings
 
     params = DiscoveryParams(method=method, k=k, threshold=threshold, n_clusters=n_clusters or None,
                              min_tokens=min_tokens, seed=seed)
@@ -84,7 +84,7 @@ def concept_command(
 ) -> None:
     """Circle probe per layer on a cyclic concept, an optional intervention, and optional
     periodic spectra of residual dimensions or SAE features."""
-    from api.analyses.circular import (
+    from sae_atlas.api.analyses.circular import (
         METHODS,
         concept_spectra,
         run_circle_analysis,
@@ -92,9 +92,9 @@ def concept_command(
         spectra_summary,
         write_concept_run,
     )
-    from saes.atlas_saes import load_atlas_sae
-    from saes.intervene.concepts import load_concept
-    from saes.models import load_model
+    from sae_atlas.saes.atlas_saes import load_atlas_sae
+    from sae_atlas.saes.intervene.concepts import load_concept
+    from sae_atlas.saes.models import load_model
 
     handle = load_model(model or (AtlasLayout(atlas).read_meta()["model"] if atlas is not None else DEFAULT_MODEL))
     c = load_concept(concept)

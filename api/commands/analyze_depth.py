@@ -8,16 +8,16 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
-from api.commands.corpus_options import (
+from sae_atlas.api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.api.commands.corpus_options import (
     batch_blocks_option,
     context_option,
     corpus_option,
     no_bos_option,
     text_field_option,
 )
-from api.commands.device_options import device_option, model_dtype_option
-from store.errors import InvalidInputError
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.store.errors import InvalidInputError
 
 TABLE_COLUMNS = ["layer", "twonn", "mle", "mle_low", "mle_high", "lid_q50", "curvature", "cosine_to_final",
                  "logit_top1", "logit_kl", "tuned_top1", "tuned_kl", "tuned_fit_loss"]
@@ -67,18 +67,18 @@ def depth_command(
     """Per layer: TwoNN and MLE dimension (bootstrap interval), local dimension, trajectory
     step/curvature/convergence, CKA between layers, logit and tuned lens agreement and KL.
 
-    Under `torchrun --nproc_per_node=R -m api analyze depth ...` the ranks split the batches:
+    Under `torchrun --nproc_per_node=R -m sae_atlas analyze depth ...` the ranks split the batches:
     the subsample and CKA merge exactly; the tuned lens fits on each rank's first batches."""
-    from api.analyses.depth import run_depth
-    from api.commands.common import model_of_atlas
-    from saes.corpus import CorpusSpec
-    from saes.devices import use_by_default
-    from saes.distributed import init_distributed
+    from sae_atlas.api.analyses.depth import run_depth
+    from sae_atlas.api.commands.common import model_of_atlas
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.devices import use_by_default
+    from sae_atlas.saes.distributed import init_distributed
 
     if space not in ("raw", "unit"):
         raise InvalidInputError(f"--space must be raw or unit, got {space!r}")
     if families is not None:
-        from api.analyses.depth import run_depth_families
+        from sae_atlas.api.analyses.depth import run_depth_families
 
         use_by_default(device, model_dtype)
         out = run_depth_families(atlas, model_of_atlas(model, atlas), families, parse_layers(layers), k=k, space=space,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, model_of_atlas, print_json, print_table
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.common import handle_errors, model_of_atlas, print_json, print_table
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 
 def _csv(text: str) -> list[str]:
@@ -31,7 +31,7 @@ def hierarchy_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Parent-child orthogonality of concept vectors (Park et al. 2024), with controls."""
-    from api.analyses.hierarchy import run_feature_hierarchy, run_hierarchy
+    from sae_atlas.api.analyses.hierarchy import run_feature_hierarchy, run_hierarchy
 
     handle = model_of_atlas(model, atlas)
     if sae:
@@ -69,10 +69,10 @@ def probe_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Linear probes per layer on cached activations."""
-    from api.analyses.hierarchy import load_tree
-    from api.analyses.probes import run_probe
-    from api.analyses.run_files import encoder_of
-    from geometry.trees import tokenize_tree
+    from sae_atlas.api.analyses.hierarchy import load_tree
+    from sae_atlas.api.analyses.probes import run_probe
+    from sae_atlas.api.analyses.run_files import encoder_of
+    from sae_atlas.geometry.trees import tokenize_tree
 
     token_ids = None
     if target != "position":
@@ -101,7 +101,7 @@ def crystals_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Word-pair relation crystals: held-out LDA silhouette vs a random-label null."""
-    from api.analyses.crystals import run_crystals
+    from sae_atlas.api.analyses.crystals import run_crystals
 
     result, params = run_crystals(model_of_atlas(model, atlas), hook=hook or None, n_null=n_null, seed=seed,
                                   atlas=atlas, run=run or None)
@@ -123,7 +123,7 @@ def lobes_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Co-occurrence lobes compared with geometric clusters by AMI."""
-    from api.analyses.lobes import run_lobes
+    from sae_atlas.api.analyses.lobes import run_lobes
 
     out = run_lobes(atlas, sae, measure=measure, k=k, n_clusters=n_clusters, seed=seed, run=run or None)
     if as_json:
@@ -141,7 +141,7 @@ def galaxy_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Decoder covariance power-law slope (ranks 10-150) and TwoNN dimension per SAE."""
-    from api.analyses.galaxy import run_galaxy
+    from sae_atlas.api.analyses.galaxy import run_galaxy
 
     out = run_galaxy(atlas, _csv(sae) or None, seed=seed, run=run)
     if as_json:
@@ -162,7 +162,7 @@ def map_command(
 ) -> None:
     """UMAP maps of each SAE into saes/<id>/map.parquet, with kNN overlap: of the unit decoder
     rows, and of the activation co-occurrence graph once the SAE is summarized."""
-    from api.analyses.maps import run_map
+    from sae_atlas.api.analyses.maps import run_map
 
     ids = _csv(sae) or AtlasLayout(atlas).sae_ids()
     if not ids:

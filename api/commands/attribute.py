@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, open_atlas, print_json, print_table
+from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
 
 
 @handle_errors

@@ -7,19 +7,19 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
-from api.commands.corpus_options import (
+from sae_atlas.api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.api.commands.corpus_options import (
     batch_blocks_option,
     context_option,
     corpus_option,
     no_bos_option,
     text_field_option,
 )
-from api.commands.device_options import device_option, model_dtype_option
-from saes.models import DEFAULT_MODEL
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.saes.models import DEFAULT_MODEL
 
 if TYPE_CHECKING:
-    from saes.cache import CacheSummary
+    from sae_atlas.saes.cache import CacheSummary
 
 
 def print_cache_summary(summary: CacheSummary) -> None:
@@ -65,13 +65,13 @@ def cache_command(
 ) -> None:
     """Cache activations of several hooks in one pass; re-running resumes an interrupted run.
 
-    Under `torchrun --nproc_per_node=R -m api cache ...` rank `k mod R` writes shard `k`
+    Under `torchrun --nproc_per_node=R -m sae_atlas cache ...` rank `k mod R` writes shard `k`
     (the same shards as one process) and rank 0 writes the manifests at the end."""
-    from saes.cache import cache_activations
-    from saes.corpus import CorpusSpec
-    from saes.devices import use_by_default
-    from saes.distributed import init_distributed
-    from saes.models import load_model
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.devices import use_by_default
+    from sae_atlas.saes.distributed import init_distributed
+    from sae_atlas.saes.models import load_model
 
     ctx = init_distributed()
     where = use_by_default(device, model_dtype)

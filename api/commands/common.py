@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 from rich.console import Console
 
-from api.commands.tables import render_table
-from api.results.jsonable import to_jsonable
-from store.errors import AtlasError, InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.tables import render_table
+from sae_atlas.api.results.jsonable import to_jsonable
+from sae_atlas.store.errors import AtlasError, InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 if TYPE_CHECKING:
-    from api.atlas import Atlas
+    from sae_atlas.api.atlas import Atlas
 
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -27,7 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def model_of_atlas(model: str, atlas: Path | None) -> Any:
     """The model named on the command line, else the atlas' model, else the default."""
-    from saes.models import DEFAULT_MODEL, load_model
+    from sae_atlas.saes.models import DEFAULT_MODEL, load_model
 
     if not model and atlas is not None and AtlasLayout(atlas).atlas_json.exists():
         model = AtlasLayout(atlas).read_meta().get("model") or ""
@@ -51,7 +51,7 @@ def handle_errors(fn: F) -> F:
 def open_atlas(root: Path) -> Atlas:
     """The `Atlas` facade over `root`, imported on first use so that the CLI starts
     (`--help`, argument errors) without loading torch."""
-    from api.atlas import Atlas
+    from sae_atlas.api.atlas import Atlas
 
     return Atlas(root)
 

@@ -11,18 +11,18 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from api.commands.common import console, handle_errors, print_json, print_table
-from api.commands.corpus_options import (
+from sae_atlas.api.commands.common import console, handle_errors, print_json, print_table
+from sae_atlas.api.commands.corpus_options import (
     batch_blocks_option,
     context_option,
     corpus_option,
     no_bos_option,
     text_field_option,
 )
-from api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
 
 if TYPE_CHECKING:
-    from api.results.analysis import AnalysisResult
+    from sae_atlas.api.results.analysis import AnalysisResult
 
 
 @handle_errors
@@ -55,13 +55,13 @@ def compare_command(
     """Compare two SAEs (layers, seeds, widths or models): MCC, mutual nearest neighbours,
     decoder matching, SVCCA / RSA beside their nulls.
 
-    Under `torchrun --nproc_per_node=R -m api compare ...` the ranks split the tokens and
+    Under `torchrun --nproc_per_node=R -m sae_atlas compare ...` the ranks split the tokens and
     rank 0 merges the statistics and stores the run."""
-    from api.services.compare import parse_side, run_compare, summary_rows
-    from saes.compare.saes_pair import CompareParams
-    from saes.corpus import CorpusSpec
-    from saes.devices import use_by_default
-    from saes.distributed import init_distributed
+    from sae_atlas.api.services.compare import parse_side, run_compare, summary_rows
+    from sae_atlas.saes.compare.saes_pair import CompareParams
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.devices import use_by_default
+    from sae_atlas.saes.distributed import init_distributed
 
     ctx = init_distributed()
     where = use_by_default(device, model_dtype)
@@ -117,9 +117,9 @@ def train_crosscoder_command(
     """Train an acausal BatchTopK crosscoder on paired activations of two models (or two
     hooks of one model) at the same tokens; store it in crosscoders/<id>/ and each latent's
     relative decoder norm (A-only / shared / B-only) as analyses/crosscoder/<id>."""
-    from api.services.crosscoder import run_train_crosscoder
-    from saes.corpus import CorpusSpec
-    from saes.devices import use_by_default
+    from sae_atlas.api.services.crosscoder import run_train_crosscoder
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
     result = run_train_crosscoder(atlas, hook_a, hook_b, model_b=model_b, d_sae=d_sae, k=k, n_tokens=tokens,
@@ -160,9 +160,9 @@ def latent_scaling_command(
     scale of each latent's decoder direction (on its stronger side) in the other model's reconstruction
     error (nu_error: high = Complete Shrinkage) and reconstruction (nu_recon: high = Latent
     Decoupling); near 0 = truly model-specific. Added as columns of analyses/crosscoder/<id>."""
-    from api.services.crosscoder import run_latent_scaling
-    from saes.corpus import CorpusSpec
-    from saes.devices import use_by_default
+    from sae_atlas.api.services.crosscoder import run_latent_scaling
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context) if corpus else None

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import typer
 
-from api.commands.common import console, handle_errors, print_json, print_table
-from api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.api.commands.common import console, handle_errors, print_json, print_table
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
 
 COLUMNS = ["side", "space", "dimension", "r2", "r2_loo", "null_mean", "p_value", "cyclic_order", "fitted_period",
            "order_matches_a", "order"]
@@ -42,8 +42,8 @@ def compare_circle_command(
     """Fit the circle of A's stored concept run in B and in A: circle-probe R^2 on the
     activations, on the concept search's span of SAE features, and (same width) A's probe and
     span read unchanged on B, each beside its null, with the cyclic order and period."""
-    from api.services.circle_transfer import run_circle_transfer
-    from saes.devices import use_by_default
+    from sae_atlas.api.services.circle_transfer import run_circle_transfer
+    from sae_atlas.saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
     result = run_circle_transfer(side_a, side_b, circle, model_b=model_b, hook_b=hook_b, n_components=n_components,

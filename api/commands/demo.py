@@ -15,17 +15,23 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from api.commands.cache import print_cache_summary
-from api.commands.common import console, handle_errors, output_to_stderr, print_json, print_table
-from api.commands.device_options import device_option, model_dtype_option
-from api.commands.eval import EvalsFailed
-from api.commands.summarize import build_offline_labels, print_reports
-from saes.intervene.steering_params import SteeringParams
-from saes.models import DEFAULT_MODEL
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.cache import print_cache_summary
+from sae_atlas.api.commands.common import (
+    console,
+    handle_errors,
+    output_to_stderr,
+    print_json,
+    print_table,
+)
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.api.commands.eval import EvalsFailed
+from sae_atlas.api.commands.summarize import build_offline_labels, print_reports
+from sae_atlas.saes.intervene.steering_params import SteeringParams
+from sae_atlas.saes.models import DEFAULT_MODEL
+from sae_atlas.store.layout import AtlasLayout
 
 if TYPE_CHECKING:  # the steps import what they run, so that `sae-atlas --help` loads no torch
-    from saes.models import ModelHandle
+    from sae_atlas.saes.models import ModelHandle
 
 DEMO_TOKENS = 65536
 DEMO_TRAIN_TOKENS = 500_000
@@ -43,9 +49,9 @@ def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> N
     """Features most active on a weekday token of a sentence, and their neighbours."""
     import torch
 
-    from saes.atlas_saes import load_atlas_sae
-    from saes.forward import run_hooks
-    from store.search import FeatureSearch
+    from sae_atlas.saes.atlas_saes import load_atlas_sae
+    from sae_atlas.saes.forward import run_hooks
+    from sae_atlas.store.search import FeatureSearch
 
     search = FeatureSearch(atlas)
     tokens = handle.to_tokens(DEMO_TEXT)
@@ -69,8 +75,8 @@ def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> N
 
 def _hierarchy_and_maps(handle: ModelHandle, atlas: Path, sae_ids: list[str], seed: int) -> None:
     """Hierarchy test on the curated tree (causal inner product) and a UMAP map per SAE."""
-    from api.analyses.hierarchy import run_hierarchy
-    from api.analyses.maps import run_map
+    from sae_atlas.api.analyses.hierarchy import run_hierarchy
+    from sae_atlas.api.analyses.maps import run_map
 
     layout = AtlasLayout(atlas)
     stored = layout.analysis_dir("hierarchy") / "curated-causal-lda.json"
@@ -94,8 +100,8 @@ def _hierarchy_and_maps(handle: ModelHandle, atlas: Path, sae_ids: list[str], se
 
 def _circles(handle: ModelHandle, atlas: Path) -> None:
     """Circle probes for weekdays and months at layers over the depth; the clearest layer."""
-    from api.analyses.circular import run_circle_analysis, write_concept_run
-    from saes.intervene.concepts import load_concept
+    from sae_atlas.api.analyses.circular import run_circle_analysis, write_concept_run
+    from sae_atlas.saes.intervene.concepts import load_concept
 
     layers = list(range(2, handle.n_layers - 1, 3))
     rows = []
@@ -115,8 +121,8 @@ def _circles(handle: ModelHandle, atlas: Path) -> None:
 
 def _train(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int, seed: int) -> list[str]:
     """One TopK SAE per hook; their ids."""
-    from saes.train.atlas import train_saes
-    from saes.train.config import TrainConfig
+    from sae_atlas.saes.train.atlas import train_saes
+    from sae_atlas.saes.train.config import TrainConfig
 
     results = train_saes(atlas, hooks, architecture="topk", expansion=8, k=32,
                          train_cfg=TrainConfig(total_tokens=train_tokens, seed=seed, device=str(handle.device)))
@@ -126,7 +132,7 @@ def _train(handle: ModelHandle, atlas: Path, hooks: list[str], train_tokens: int
 def core_evals(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
     """The suite's `core` eval of every SAE: the one record of the demo's evaluation
     (`evals/core.json`, which the Board shows, and `eval.json`); finished results are kept."""
-    from saes.eval.suite import run_suite
+    from sae_atlas.saes.eval.suite import run_suite
 
     run = run_suite(atlas, sae_ids, ["core"], {}, device=str(handle.device), model=lambda: handle, progress=False)
     if run.failures:
@@ -142,7 +148,7 @@ def core_evals(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
 
 def _steering_tables(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> None:
     """A cheap steering screen of every SAE (few, short prompts): what the Steer page ranks from."""
-    from saes.intervene.output_scores import compute_steering_scores
+    from sae_atlas.saes.intervene.output_scores import compute_steering_scores
 
     reports = [compute_steering_scores(handle, atlas, sae_id, DEMO_STEERING, progress=False) for sae_id in sae_ids]
     print_table(f"steering tables ({DEMO_STEERING.n_prompts} prompts of {DEMO_STEERING.prompt_tokens} tokens; "
@@ -152,10 +158,10 @@ def _steering_tables(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> No
 
 def _stored_graph(atlas: Path, text: str, target: str) -> None:
     """An attribution graph of `text` -> `target`, stored for the Graph page."""
-    from api.atlas import Atlas
-    from api.services.graphs import KIND as GRAPH_KIND
-    from api.services.graphs import store_graph, stored_graph
-    from geometry.results import list_runs
+    from sae_atlas.api.atlas import Atlas
+    from sae_atlas.api.services.graphs import KIND as GRAPH_KIND
+    from sae_atlas.api.services.graphs import store_graph, stored_graph
+    from sae_atlas.geometry.results import list_runs
 
     if DEMO_GRAPH_RUN not in list_runs(atlas, GRAPH_KIND):
         store_graph(atlas, DEMO_GRAPH_RUN, Atlas(atlas).graph(text, target))
@@ -167,9 +173,9 @@ def _stored_graph(atlas: Path, text: str, target: str) -> None:
 
 def _comparison(atlas: Path, sae_ids: list[str]) -> None:
     """The last two SAEs compared (activation correlations, matched pairs, nulls)."""
-    from api.atlas import Atlas
-    from api.services.compare import summary_rows
-    from geometry.results import list_runs
+    from sae_atlas.api.atlas import Atlas
+    from sae_atlas.api.services.compare import summary_rows
+    from sae_atlas.geometry.results import list_runs
 
     if len(sae_ids) < 2:
         return
@@ -212,7 +218,7 @@ def demo_command(
                                   "ids, the serve command); the steps' progress and tables go to stderr."),
 ) -> None:
     """Run every step on the default model and corpus, reusing steps that already finished."""
-    from saes.devices import use_by_default
+    from sae_atlas.saes.devices import use_by_default
 
     use_by_default(device, model_dtype)
     with output_to_stderr(json_out):
@@ -223,11 +229,11 @@ def demo_command(
 
 def _run_steps(atlas: Path, model: str, *, tokens: int, train_tokens: int, layers: int, seed: int) -> dict[str, object]:
     """Every step of the demo, printed as it goes; what was built."""
-    from saes.cache import cache_activations
-    from saes.corpus import CorpusSpec
-    from saes.models import load_model
-    from saes.summary.run import summarize_sae
-    from store.index import build_atlas_indexes
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.models import load_model
+    from sae_atlas.saes.summary.run import summarize_sae
+    from sae_atlas.store.index import build_atlas_indexes
 
     console.rule("[bold]1. model")
     handle = load_model(model)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import typer
 
-from api.commands.common import console, handle_errors, print_json, print_table
-from api.commands.device_options import device_option, model_dtype_option
-from geometry.emergence_options import DEFAULT_CONCEPTS, METRICS
+from sae_atlas.api.commands.common import console, handle_errors, print_json, print_table
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.geometry.emergence_options import DEFAULT_CONCEPTS, METRICS
 
 SCORES = ["auroc", "latent", "k1_accuracy", "probe_accuracy", "baseline", "value_selectivity", "value_latent"]
 
@@ -33,8 +33,8 @@ def emergence_command(
     AUROC of the best single latent, the k=1 sparse-probe and full-probe accuracies (concept
     prompts against the same templates with other words); first member at the threshold,
     gaps and re-appearances."""
-    from api.services.emergence import run_emergence
-    from saes.devices import use_by_default
+    from sae_atlas.api.services.emergence import run_emergence
+    from sae_atlas.saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
     result = run_emergence(members, concept, metric=metric, threshold=threshold, test_frac=test_frac, seed=seed,

@@ -13,21 +13,21 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
-from api.commands.corpus_options import (
+from sae_atlas.api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.api.commands.corpus_options import (
     FROM_MODEL,
     batch_blocks_option,
     context_option,
     corpus_option,
 )
-from api.commands.device_options import device_option, model_dtype_option
-from saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, EVAL_NAMES, EvalName
-from store.errors import AtlasError, InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, EVAL_NAMES, EvalName
+from sae_atlas.store.errors import AtlasError, InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 if TYPE_CHECKING:
-    from saes.eval.core import CoreConfig
-    from saes.models import ModelHandle
+    from sae_atlas.saes.eval.core import CoreConfig
+    from sae_atlas.saes.models import ModelHandle
 
 COLUMNS = [
     ("l0", "L0"),
@@ -55,11 +55,15 @@ def _configs(names: list[EvalName], *, tokens: int, ce_blocks: int, no_model: bo
              probe_data: Path | None, label_field: str, probe_sets: list[str], per_class: int | None,
              ground_truth: Path | None, autointerp: dict[str, Any]) -> dict[EvalName, Any]:
     """Each named eval's config from the options, checked before anything runs."""
-    from saes.eval.autointerp import autointerp_config
-    from saes.eval.core import CoreConfig
-    from saes.eval.ground_truth import ground_truth_config
-    from saes.eval.sparse_probing import SparseProbingConfig, with_datasets, with_probe_file
-    from saes.eval.sparse_probing import probe_sets as probe_sets_of
+    from sae_atlas.saes.eval.autointerp import autointerp_config
+    from sae_atlas.saes.eval.core import CoreConfig
+    from sae_atlas.saes.eval.ground_truth import ground_truth_config
+    from sae_atlas.saes.eval.sparse_probing import (
+        SparseProbingConfig,
+        with_datasets,
+        with_probe_file,
+    )
+    from sae_atlas.saes.eval.sparse_probing import probe_sets as probe_sets_of
 
     if no_model and (needing := [n for n in names if n in NEEDS_MODEL]):
         raise InvalidInputError(f"--suite {','.join(needing)} runs the model; drop --no-model")
@@ -88,11 +92,11 @@ def _core_from_model(atlas: Path, ids: list[str], config: CoreConfig, *, tokens:
     recomputed: the ranks share one pass over the tokens for all SAEs."""
     import time
 
-    from saes.corpus import CorpusSpec
-    from saes.eval.core import CORE, core_outcome
-    from saes.eval.results import write_result
-    from saes.eval.stream import evaluate_from_model
-    from saes.models import load_model
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.eval.core import CORE, core_outcome
+    from sae_atlas.saes.eval.results import write_result
+    from sae_atlas.saes.eval.stream import evaluate_from_model
+    from sae_atlas.saes.models import load_model
 
     handle = load_model(AtlasLayout(atlas).read_meta()["model"], device=ctx.device(str(where)) if ctx else where)
     started = time.perf_counter()
@@ -167,15 +171,15 @@ def eval_command(
     BOS excluded), `sparse_probing`, `meta`, `mdl`, `ground_truth`, `autointerp`, `absorption`, `scr`, `tpp` (--suite).
 
     Results: saes/<id>/evals/<eval>.json (SAEBench layout) and, for core, eval.json.
-    Finished results are kept (--force recomputes). Under `torchrun --nproc_per_node=R -m api
+    Finished results are kept (--force recomputes). Under `torchrun --nproc_per_node=R -m sae_atlas
     eval ...` the ranks take the (SAE, eval) jobs in turn and rank 0 prints; with
     --from-model the ranks first split the batches of the streamed `core` and rank 0 writes
     its merged metrics. --json prints {sae: eval.json} for core alone, else {sae: {eval: result}}."""
-    from saes.devices import use_by_default
-    from saes.distributed import init_distributed
-    from saes.eval.evaluate import read_eval
-    from saes.eval.results import read_result
-    from saes.eval.suite import parse_suite, run_suite
+    from sae_atlas.saes.devices import use_by_default
+    from sae_atlas.saes.distributed import init_distributed
+    from sae_atlas.saes.eval.evaluate import read_eval
+    from sae_atlas.saes.eval.results import read_result
+    from sae_atlas.saes.eval.suite import parse_suite, run_suite
 
     names = parse_suite(suite)
     ctx = init_distributed()
@@ -201,7 +205,7 @@ def eval_command(
 
     @functools.cache
     def model() -> ModelHandle:
-        from saes.models import load_model
+        from sae_atlas.saes.models import load_model
 
         return load_model(layout.read_meta()["model"], device=rank_device)
 

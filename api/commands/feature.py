@@ -7,10 +7,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from api.commands.common import console, handle_errors, open_atlas, print_json, print_table
+from sae_atlas.api.commands.common import (
+    console,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
-    from api.results.feature import Feature
+    from sae_atlas.api.results.feature import Feature
 
 
 def print_feature(feature: Feature) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, open_atlas, print_json, print_table
-from store.errors import InvalidInputError
+from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
+from sae_atlas.store.errors import InvalidInputError
 
 
 @handle_errors
@@ -50,7 +50,7 @@ def graph_command(
                                 interventions=edits, freeze_mlps=freeze_mlps, clt=clt)
     path = result.save(out)
     if store:
-        from api.services.graphs import store_graph
+        from sae_atlas.api.services.graphs import store_graph
 
         store_graph(atlas, store, result)
     if json_out:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.api.commands.common import handle_errors, print_json, print_table
 
 
 @handle_errors
@@ -29,8 +29,8 @@ def import_command(
     """Import a pretrained SAE, evaluate it on the hook's held-out activations and register it.
     A circuit-tracer cross-layer transcoder is judged on tokens streamed through the model
     and stored under clts/<id>/."""
-    from saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
-    from saes.importing.pipeline import import_sae
+    from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
+    from sae_atlas.saes.importing.pipeline import import_sae
 
     if clt or is_circuit_tracer_clt(Path(source)):
         _import_clt(atlas, source, sae_id, force, json_out)
@@ -50,7 +50,7 @@ def import_command(
 
 
 def _import_clt(atlas: Path, source: str, clt_id: str | None, force: bool, json_out: bool) -> None:
-    from saes.importing.clt import import_clt
+    from sae_atlas.saes.importing.clt import import_clt
 
     result = import_clt(atlas, source, clt_id=clt_id, force=force).to_dict()
     if json_out:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
-from store.index_params import APPROX_THRESHOLD
+from sae_atlas.api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.store.index_params import APPROX_THRESHOLD
 
 
 @handle_errors
@@ -20,7 +20,7 @@ def index_command(
     json_out: bool = typer.Option(False, "--json", help="Print the index descriptions as JSON."),
 ) -> None:
     """Index unit decoder rows per SAE and model-wide; keeps indexes that are current."""
-    from store.index import build_atlas_indexes
+    from sae_atlas.store.index import build_atlas_indexes
 
     infos = build_atlas_indexes(atlas, list(sae) or None, rebuild=rebuild,
                                 approx_threshold=approx_threshold, seed=seed)

@@ -10,9 +10,9 @@ from typing import Any
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
-from store.errors import AtlasError, InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.store.errors import AtlasError, InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 
 def _run_name(text: str) -> tuple[str, str]:
@@ -25,7 +25,7 @@ def _run_name(text: str) -> tuple[str, str]:
 
 def _everything(atlas: Path) -> tuple[list[str], list[tuple[str, str]]]:
     """Every unregistered SAE id and (kind, run)."""
-    from geometry.results import analysis_kinds, unregistered_runs
+    from sae_atlas.geometry.results import analysis_kinds, unregistered_runs
 
     runs = [(kind, run) for kind in analysis_kinds(atlas) for run in unregistered_runs(atlas, kind)]
     return AtlasLayout(atlas).unregistered_sae_ids(), runs
@@ -51,8 +51,8 @@ def register_command(
     atlas.json record is rebuilt from its cfg.json and training.json (or source.json and
     eval.json); a run's JSON is added to its kind's runs.json once its tables and figures
     verify. Without --sae or --analysis, everything unregistered. Exits 2 if any is refused."""
-    from geometry.results import register_run
-    from saes.registry import register_sae
+    from sae_atlas.geometry.results import register_run
+    from sae_atlas.saes.registry import register_sae
 
     runs = [_run_name(text) for text in analysis]
     if not sae and not analysis:

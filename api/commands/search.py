@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from api.commands.common import handle_errors, open_atlas, print_json, print_table
-from api.commands.device_options import device_option, model_dtype_option
-from store.errors import InvalidInputError
+from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.store.errors import InvalidInputError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -83,7 +83,7 @@ def text_command(atlas: Path = ATLAS, text: str = typer.Argument(...),
                                                       help="Keep BOS and the model's other special tokens."),
                  device: str = device_option("cpu"), model_dtype: str = model_dtype_option()) -> None:
     """Which features fire on each token of a text (runs the model; BOS left out)."""
-    from saes.devices import use_by_default
+    from sae_atlas.saes.devices import use_by_default
 
     use_by_default(device, model_dtype)
     result = open_atlas(atlas).search_text(text, sae_ids=list(sae_id) or None, k=k, include_special=include_special)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors
-from api.commands.device_options import device_option, model_dtype_option
-from api.http.settings import DEFAULT_MAX_BODY, ENV_TOKEN
+from sae_atlas.api.commands.common import handle_errors
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.api.http.settings import DEFAULT_MAX_BODY, ENV_TOKEN
 
 
 @handle_errors
@@ -29,8 +29,8 @@ def serve_command(
     model_dtype: str = model_dtype_option(),
 ) -> None:
     """Serve the atlas over HTTP: JSON API (OpenAPI at /openapi.json) and the explorer at /."""
-    from api.http import ServerSettings, serve
-    from saes.devices import use_by_default
+    from sae_atlas.api.http import ServerSettings, serve
+    from sae_atlas.saes.devices import use_by_default
 
     use_by_default(device, model_dtype)  # the workers inherit it through the environment
     settings = ServerSettings(root=atlas, token=token or None, allow_analyses=allow_analyses,

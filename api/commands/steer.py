@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import handle_errors, open_atlas, print_json, print_table
-from store.errors import InvalidInputError
+from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
+from sae_atlas.store.errors import InvalidInputError
 
 
 def parse_json_edits(edits: list[str]) -> list[dict]:

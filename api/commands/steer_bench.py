@@ -12,11 +12,11 @@ from typing import Any
 
 import typer
 
-from api.commands.common import handle_errors, open_atlas, print_json, print_table
-from api.commands.steering_search import command_target
-from saes.intervene.steering_prompts import PROMPT_STYLES, read_user_prompts
-from store.atomic import atomic_write_json, remove_temporaries
-from store.errors import InvalidInputError
+from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
+from sae_atlas.api.commands.steering_search import command_target
+from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, read_user_prompts
+from sae_atlas.store.atomic import atomic_write_json, remove_temporaries
+from sae_atlas.store.errors import InvalidInputError
 
 DEFAULT_TARGETS = [" Monday", " Friday", " March", " July", " seven", " three", " red", " dog"]
 ACCEPTANCE_SHARE = 0.75

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import typer
 
-from api.commands.common import chosen_saes, console, handle_errors, print_json, print_table
-from api.commands.device_options import device_option
-from saes.intervene.steering_params import SteeringParams
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.common import (
+    chosen_saes,
+    console,
+    handle_errors,
+    print_json,
+    print_table,
+)
+from sae_atlas.api.commands.device_options import device_option
+from sae_atlas.saes.intervene.steering_params import SteeringParams
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 DEFAULTS = SteeringParams()
 
@@ -35,12 +41,12 @@ def steering_scores_command(
     """Steer every feature at the last token of neutral prompts and store its output score
     (Arad et al. 2025); a killed run resumes after its last finished chunk, and a current
     table (same parameters, same weights) is kept unless --force. Under
-    `torchrun --nproc_per_node=R -m api steering-scores ...` the ranks take the chunks in
+    `torchrun --nproc_per_node=R -m sae_atlas steering-scores ...` the ranks take the chunks in
     turn and rank 0 writes the tables and prints."""
-    from saes.devices import resolve_device
-    from saes.distributed import init_distributed
-    from saes.intervene.output_scores import compute_steering_scores
-    from saes.models import load_model
+    from sae_atlas.saes.devices import resolve_device
+    from sae_atlas.saes.distributed import init_distributed
+    from sae_atlas.saes.intervene.output_scores import compute_steering_scores
+    from sae_atlas.saes.models import load_model
 
     where = resolve_device(device)  # a device this machine lacks is refused before anything else
     layout = AtlasLayout(atlas)

@@ -10,10 +10,14 @@ from typing import Any
 
 import typer
 
-from api.commands.common import handle_errors, open_atlas, print_json, print_table
-from api.commands.search import _read_texts
-from saes.intervene.steering_prompts import BUILTIN_CATEGORIES, PROMPT_STYLES, read_user_prompts
-from store.errors import InvalidInputError
+from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
+from sae_atlas.api.commands.search import _read_texts
+from sae_atlas.saes.intervene.steering_prompts import (
+    BUILTIN_CATEGORIES,
+    PROMPT_STYLES,
+    read_user_prompts,
+)
+from sae_atlas.store.errors import InvalidInputError
 
 
 def _category(spec: str | None) -> Any:

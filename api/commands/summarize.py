@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from api.commands.common import (
+from sae_atlas.api.commands.common import (
     chosen_saes,
     console,
     handle_errors,
@@ -16,7 +16,7 @@ from api.commands.common import (
     print_json,
     print_table,
 )
-from api.commands.corpus_options import (
+from sae_atlas.api.commands.corpus_options import (
     FROM_MODEL,
     batch_blocks_option,
     context_option,
@@ -24,19 +24,19 @@ from api.commands.corpus_options import (
     no_bos_option,
     text_field_option,
 )
-from api.commands.device_options import device_option, model_dtype_option
-from store.errors import AtlasError, InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.store.errors import AtlasError, InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 if TYPE_CHECKING:
-    from saes.corpus import CorpusSpec
-    from saes.summary.accumulator import SummaryParams
-    from saes.summary.run import SummaryReport
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.summary.accumulator import SummaryParams
+    from sae_atlas.saes.summary.run import SummaryReport
 
 
 def _model_tensors(layout: AtlasLayout) -> dict[str, Any]:
     """Unembedding, final norm and tokenizer of the atlas' model, or {} (with a warning)."""
-    from saes.models import load_model
+    from sae_atlas.saes.models import load_model
 
     spec = layout.read_meta().get("model") if layout.atlas_json.exists() else None
     if spec is None:
@@ -105,12 +105,12 @@ def summarize_command(
     """Summarize SAEs: density, quantiles, histograms, top and band examples, logit effects.
 
     With --from-model the tokens come straight from model forwards (memory flat in
-    --tokens, resumable after a kill); under `torchrun --nproc_per_node=R -m api summarize
+    --tokens, resumable after a kill); under `torchrun --nproc_per_node=R -m sae_atlas summarize
     --from-model ...` the ranks split the batches and rank 0 writes the merged tables."""
-    from saes.corpus import CorpusSpec
-    from saes.devices import use_by_default
-    from saes.summary.accumulator import SummaryParams
-    from saes.summary.run import summarize_sae
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.devices import use_by_default
+    from sae_atlas.saes.summary.accumulator import SummaryParams
+    from sae_atlas.saes.summary.run import summarize_sae
 
     layout = AtlasLayout(atlas)
     ids = chosen_saes(layout, sae)
@@ -141,10 +141,10 @@ def _summarize_from_model(layout: AtlasLayout, ids: list[str], tokens: int | Non
                           params: SummaryParams, *, device: str, model_dtype: str, batch_blocks: int,
                           checkpoint_every: int | None, force: bool, with_logits: bool, json_out: bool) -> None:
     """The --from-model path, on one process or as one torchrun rank."""
-    from saes.devices import use_by_default
-    from saes.distributed import init_distributed
-    from saes.models import load_model
-    from saes.summary.stream import summarize_from_model
+    from sae_atlas.saes.devices import use_by_default
+    from sae_atlas.saes.distributed import init_distributed
+    from sae_atlas.saes.models import load_model
+    from sae_atlas.saes.summary.stream import summarize_from_model
 
     if tokens is None:
         raise InvalidInputError("--from-model needs --tokens (how many corpus tokens to stream)")

@@ -10,10 +10,10 @@ from typing import Any
 
 import typer
 
-from api.commands.common import handle_errors, print_json, print_table
-from api.commands.device_options import device_option
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.api.commands.device_options import device_option
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 # config-file keys that mirror the command-line options (file spelling -> our name)
 _CLI_KEYS = {
@@ -26,7 +26,7 @@ _CLI_KEYS = {
 @functools.cache
 def _train_keys() -> frozenset[str]:
     """TrainConfig's fields (imported here: the module loads no torch until a command runs)."""
-    from saes.train.config import TrainConfig
+    from sae_atlas.saes.train.config import TrainConfig
 
     return frozenset(f.name for f in dataclasses.fields(TrainConfig))
 
@@ -34,7 +34,7 @@ def _train_keys() -> frozenset[str]:
 @functools.cache
 def _sae_keys() -> frozenset[str]:
     """The SAEConfig fields a config file may set."""
-    from saes.sae.base import SAEConfig
+    from sae_atlas.saes.sae.base import SAEConfig
 
     return frozenset(f.name for f in dataclasses.fields(SAEConfig)) - {
         "architecture", "d_in", "d_sae", "k", "model_name", "hook_name", "context_size",
@@ -70,7 +70,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def _one_pass_tokens(atlas: Path, hooks: list[str]) -> int:
     """Tokens in the smallest cached training split (the default run length)."""
-    from store.activations import ActivationReader
+    from sae_atlas.store.activations import ActivationReader
 
     return min(ActivationReader(atlas, h).count_tokens("train") for h in hooks)
 
@@ -104,10 +104,10 @@ def train_command(
     Under `torchrun --nproc_per_node=N`, several hooks are split over the processes and
     a single hook is trained data-parallel.
     """
-    from saes.devices import resolve_device
-    from saes.train.atlas import train_saes
-    from saes.train.config import TrainConfig
-    from saes.transcoders.sites import mlp_output_hook
+    from sae_atlas.saes.devices import resolve_device
+    from sae_atlas.saes.train.atlas import train_saes
+    from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.transcoders.sites import mlp_output_hook
 
     options = read_config_file(config) if config is not None else {}
     flags = {"hooks": list(hook) or None, "architecture": arch, "d_sae": d_sae,
@@ -153,9 +153,9 @@ def train_command(
 
 def _train_clt(atlas: Path, options: dict[str, Any], overwrite: bool, json_out: bool) -> None:
     """`--transcode --cross-layer`: train one CLT over the hooks (every layer's MLP input)."""
-    from saes.train.config import TrainConfig
-    from saes.transcoders.clt import CLTConfig
-    from saes.transcoders.clt_atlas import train_atlas_clt
+    from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.transcoders.clt import CLTConfig
+    from sae_atlas.saes.transcoders.clt_atlas import train_atlas_clt
 
     hooks = options.pop("hooks")
     architecture = options.pop("architecture", "jumprelu")

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from api.http.settings import ServerSettings
+from sae_atlas.api.http.settings import ServerSettings
 
 if TYPE_CHECKING:
-    from api.http.app import create_app, serve
+    from sae_atlas.api.http.app import create_app, serve
 
 __all__ = ["ServerSettings", "create_app", "serve"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("create_app", "serve"):
-        from api.http import app
+        from sae_atlas.api.http import app
 
         return getattr(app, name)
-    raise AttributeError(f"module 'api.http' has no attribute {name!r}")
+    raise AttributeError(f"module 'sae_atlas.api.http' has no attribute {name!r}")

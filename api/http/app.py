@@ -19,14 +19,14 @@ import faiss
 import torch
 from fastapi import Depends, FastAPI
 
-from api.atlas import Atlas
-from api.http.deps import require_token
-from api.http.errors import install_error_handlers
-from api.http.guards import BodyLimit
-from api.http.openapi import atlas_openapi
-from api.http.routers import DATA_ROUTERS, SERVICE_ROUTER
-from api.http.settings import ServerSettings
-from api.http.workers import run_workers
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.http.deps import require_token
+from sae_atlas.api.http.errors import install_error_handlers
+from sae_atlas.api.http.guards import BodyLimit
+from sae_atlas.api.http.openapi import atlas_openapi
+from sae_atlas.api.http.routers import DATA_ROUTERS, SERVICE_ROUTER
+from sae_atlas.api.http.settings import ServerSettings
+from sae_atlas.api.http.workers import run_workers
 
 log = logging.getLogger("sae_atlas.http")
 
@@ -85,7 +85,7 @@ def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000
     workers do not oversubscribe them."""
     import uvicorn
 
-    from api.http.protocol import JsonErrorsProtocol
+    from sae_atlas.api.http.protocol import JsonErrorsProtocol
 
     if not settings.threads:
         settings = replace(settings, threads=max(1, (os.cpu_count() or 1) // workers))
@@ -98,5 +98,5 @@ def serve(settings: ServerSettings, *, host: str = "127.0.0.1", port: int = 8000
     if workers > 1:
         run_workers(host=host, port=port, workers=workers, log_level=log_level)
         return
-    uvicorn.run("api.http.app:app_from_env", factory=True, host=host, port=port, log_level=log_level,
+    uvicorn.run("sae_atlas.api.http.app:app_from_env", factory=True, host=host, port=port, log_level=log_level,
                 http=JsonErrorsProtocol)

@@ -9,8 +9,8 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from api.atlas import Atlas
-from api.http.settings import ServerSettings
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.http.settings import ServerSettings
 
 
 def get_atlas(request: Request) -> Atlas:

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Route
 
-from store.errors import AtlasError, IntegrityError, without_root
+from sae_atlas.store.errors import AtlasError, IntegrityError, without_root
 
 log = logging.getLogger("sae_atlas.http")
 

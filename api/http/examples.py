@@ -12,15 +12,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from api.atlas import Atlas
-from api.http.routers.graph import GraphRequest
-from api.http.routers.interventions import AttributeRequest, RunRequest, SteerRequest
-from api.http.routers.steering import SteeringQuery
-from api.http.schemas import CircularRequest, TextQuery, VectorQuery
-from api.http.schemas_meaning import ConceptQuery, ContrastQuery
-from api.services.graphs import stored_graphs
-from saes.eval.results import stored_evals
-from store.errors import AtlasError
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.http.routers.graph import GraphRequest
+from sae_atlas.api.http.routers.interventions import AttributeRequest, RunRequest, SteerRequest
+from sae_atlas.api.http.routers.steering import SteeringQuery
+from sae_atlas.api.http.schemas import CircularRequest, TextQuery, VectorQuery
+from sae_atlas.api.http.schemas_meaning import ConceptQuery, ContrastQuery
+from sae_atlas.api.services.graphs import stored_graphs
+from sae_atlas.saes.eval.results import stored_evals
+from sae_atlas.store.errors import AtlasError
 
 TEXT = "the cat sat on the mat"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.http.errors import error_bytes
+from sae_atlas.api.http.errors import error_bytes
 
 Scope = dict[str, Any]
 

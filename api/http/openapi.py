@@ -10,8 +10,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api.atlas import Atlas
-from api.http.examples import add_examples
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.http.examples import add_examples
 
 
 def atlas_openapi(app: FastAPI, atlas: Atlas) -> dict[str, Any]:

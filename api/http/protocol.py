@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from api.http.errors import error_bytes
+from sae_atlas.api.http.errors import error_bytes
 
 MAX_URL_BYTES = 65535
 """The longest request URL (path and query) the server reads."""

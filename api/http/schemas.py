@@ -13,11 +13,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
-from api.bounds import MAX_K, MAX_SAES_PER_QUERY, MAX_TEXT_CHARS, MAX_VECTOR
-from api.results.feature import ExampleContext
-from api.results.wire import Number
-from geometry.maps import Basis
-from store.layout import ID_PATTERN, MAX_ID_LENGTH
+from sae_atlas.api.bounds import MAX_K, MAX_SAES_PER_QUERY, MAX_TEXT_CHARS, MAX_VECTOR
+from sae_atlas.api.results.feature import ExampleContext
+from sae_atlas.api.results.wire import Number
+from sae_atlas.geometry.maps import Basis
+from sae_atlas.store.layout import ID_PATTERN, MAX_ID_LENGTH
 
 
 def _integral(value: Any) -> Any:

@@ -8,15 +8,15 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from api.bounds import (
+from sae_atlas.api.bounds import (
     MAX_HTTP_PERMUTATIONS,
     MAX_K,
     MAX_SAES_PER_QUERY,
     MAX_TEXT_CHARS,
     MAX_TEXTS_PER_SET,
 )
-from api.http.schemas import JsonInt, SafeId, _Strict
-from api.results.feature import GeometryRecord
+from sae_atlas.api.http.schemas import JsonInt, SafeId, _Strict
+from sae_atlas.api.results.feature import GeometryRecord
 
 PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, pattern=f"[^{PY_WHITESPACE}]",

@@ -23,9 +23,9 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 
-from api.http.errors import atlas_error_body
-from api.http.json_body import dumps
-from store.errors import AtlasError
+from sae_atlas.api.http.errors import atlas_error_body
+from sae_atlas.api.http.json_body import dumps
+from sae_atlas.store.errors import AtlasError
 
 log = logging.getLogger("sae_atlas.http")
 

@@ -15,7 +15,7 @@ import signal
 import socket
 from typing import Any
 
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 log = logging.getLogger("sae_atlas.http")
 
@@ -34,9 +34,9 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 def _worker(host: str, port: int, log_level: str) -> None:
     import uvicorn
 
-    from api.http.protocol import JsonErrorsProtocol
+    from sae_atlas.api.http.protocol import JsonErrorsProtocol
 
-    config = uvicorn.Config("api.http.app:app_from_env", factory=True, log_level=log_level, http=JsonErrorsProtocol)
+    config = uvicorn.Config("sae_atlas.api.http.app:app_from_env", factory=True, log_level=log_level, http=JsonErrorsProtocol)
     uvicorn.Server(config).run(sockets=[reuseport_socket(host, port)])
 
 

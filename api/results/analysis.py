@@ -11,10 +11,10 @@ import polars as pl
 from pydantic import Field, computed_field
 from typing_extensions import TypedDict
 
-from api.results.html import escape
-from api.results.sae import Status
-from api.results.wire import FileName, FrameRows, JsonResult, wire_payload
-from store.errors import InvalidInputError
+from sae_atlas.api.results.html import escape
+from sae_atlas.api.results.sae import Status
+from sae_atlas.api.results.wire import FileName, FrameRows, JsonResult, wire_payload
+from sae_atlas.store.errors import InvalidInputError
 
 MAX_ROWS = 1000
 """Table rows sent by `AnalysisResult.to_dict()` (and so over HTTP)."""

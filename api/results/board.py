@@ -8,7 +8,7 @@ import polars as pl
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from api.results.sae import Status
+from sae_atlas.api.results.sae import Status
 
 MetricValue = float | int | bool | None
 

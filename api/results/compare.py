@@ -10,9 +10,9 @@ import polars as pl
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from api.results.html import escape
-from api.results.sae import Status
-from api.results.wire import FrameRows, JsonResult, Number, wire_payload
+from sae_atlas.api.results.html import escape
+from sae_atlas.api.results.sae import Status
+from sae_atlas.api.results.wire import FrameRows, JsonResult, Number, wire_payload
 
 Side = Literal["a", "b"]
 """One side of a comparison or crosscoder."""

@@ -12,9 +12,9 @@ import polars as pl
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from api.results.html import escape
-from api.results.wire import JsonResult, Number
-from saes.compare.crosscoder import LatentClass
+from sae_atlas.api.results.html import escape
+from sae_atlas.api.results.wire import JsonResult, Number
+from sae_atlas.saes.compare.crosscoder import LatentClass
 
 
 class CrosscoderRow(TypedDict):

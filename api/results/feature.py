@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import NotRequired, TypedDict
 
-from api.results.html import escape, format_value, highlight_tokens, rows_table
-from api.results.wire import JsonResult, Number
+from sae_atlas.api.results.html import escape, format_value, highlight_tokens, rows_table
+from sae_atlas.api.results.wire import JsonResult, Number
 
 
 class FeatureStats(TypedDict):

@@ -10,9 +10,9 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-from api.results.html import escape, format_value, rows_table
-from api.results.wire import JsonResult, Number, PythonOnly
-from store.atomic import atomic_write_json
+from sae_atlas.api.results.html import escape, format_value, rows_table
+from sae_atlas.api.results.wire import JsonResult, Number, PythonOnly
+from sae_atlas.store.atomic import atomic_write_json
 
 
 class GraphTarget(TypedDict):

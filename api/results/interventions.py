@@ -11,13 +11,13 @@ import polars as pl
 import torch
 from typing_extensions import NotRequired, TypedDict
 
-from api.results.html import escape, format_value, rows_table, signed_tokens
-from api.results.search import TokenActivation
-from api.results.wire import JsonResult, Number, PythonOnly
-from saes.encoding.tokens import piece_text
-from saes.intervene.attribution import Attribution
-from saes.intervene.generate import Generation, distribution_shift
-from saes.intervene.splice import SpliceRun
+from sae_atlas.api.results.html import escape, format_value, rows_table, signed_tokens
+from sae_atlas.api.results.search import TokenActivation
+from sae_atlas.api.results.wire import JsonResult, Number, PythonOnly
+from sae_atlas.saes.encoding.tokens import piece_text
+from sae_atlas.saes.intervene.attribution import Attribution
+from sae_atlas.saes.intervene.generate import Generation, distribution_shift
+from sae_atlas.saes.intervene.splice import SpliceRun
 
 
 def _edit_dicts(specs: list[Any]) -> list[dict[str, Any]]:

@@ -10,8 +10,8 @@ import polars as pl
 from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
-from api.results.jsonable import to_jsonable
-from api.results.wire import FrameRows, JsonResult, Number
+from sae_atlas.api.results.jsonable import to_jsonable
+from sae_atlas.api.results.wire import FrameRows, JsonResult, Number
 
 
 class ContrastFeature(TypedDict):

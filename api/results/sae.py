@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from api.results.wire import Number
+from sae_atlas.api.results.wire import Number
 
 Status = Literal["ok", "damaged", "unregistered"]
 """Whether a stored SAE or analysis run is served: "ok"; "damaged" (a file of it is missing,

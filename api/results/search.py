@@ -10,8 +10,8 @@ import polars as pl
 from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
-from api.results.html import escape, highlight_tokens, rows_table
-from api.results.wire import FrameRows, JsonResult, Number
+from sae_atlas.api.results.html import escape, highlight_tokens, rows_table
+from sae_atlas.api.results.wire import FrameRows, JsonResult, Number
 
 
 class TokenActivation(TypedDict):

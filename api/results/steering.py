@@ -9,9 +9,9 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-from api.results.html import escape, rows_table
-from api.results.wire import JsonResult, Number
-from saes.intervene.steering_search import SearchResult
+from sae_atlas.api.results.html import escape, rows_table
+from sae_atlas.api.results.wire import JsonResult, Number
+from sae_atlas.saes.intervene.steering_search import SearchResult
 
 
 class Strength(TypedDict):
@@ -213,7 +213,9 @@ class SteerBench(JsonResult):
 
     def plot(self, path: str | Path) -> Path:
         """Each target's ratio-vs-KL curves per arm, as a PNG at `path` (needs matplotlib)."""
-        from saes.intervene.steer_bench import plot_bench  # the bench pulls in scikit-learn
+        from sae_atlas.saes.intervene.steer_bench import (
+            plot_bench,  # the bench pulls in scikit-learn
+        )
 
         plot_bench(self.arms, path, self.kl_bound)
         return Path(path)

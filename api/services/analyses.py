@@ -10,15 +10,15 @@ from typing import Any
 
 import polars as pl
 
-from api.analyses.circular import discover_for_sae
-from api.context import AtlasContext
-from api.results.analysis import AnalysisResult, AnalysisRunFiles
-from api.results.sae import Status
-from api.sae_view import SaeView
-from api.services.labels import with_labels
-from geometry import results
-from store.errors import IntegrityError, NotFoundError
-from store.layout import AtlasLayout, check_id
+from sae_atlas.api.analyses.circular import discover_for_sae
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
+from sae_atlas.api.results.sae import Status
+from sae_atlas.api.sae_view import SaeView
+from sae_atlas.api.services.labels import with_labels
+from sae_atlas.geometry import results
+from sae_atlas.store.errors import IntegrityError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout, check_id
 
 
 @dataclass(frozen=True)

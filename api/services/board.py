@@ -7,9 +7,9 @@ from typing import Any
 
 import polars as pl
 
-from api.context import AtlasContext
-from saes.eval.results import read_result, stored_evals
-from store.errors import IntegrityError
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.saes.eval.results import read_result, stored_evals
+from sae_atlas.store.errors import IntegrityError
 
 BOARD_KEYS = ("sae_id", "status", "problem")
 

@@ -11,16 +11,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from api.results.analysis import AnalysisResult
-from api.services import analyses
-from api.services.concept_sides import ConceptSide, atlas_side, concept_acts, model_side
-from geometry import results
-from geometry.canvas import save_png
-from geometry.circle_transfer import SideActivations, circle_transfer
-from geometry.figures_circular import circle_transfer_figure
-from saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout, check_id
+from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.services import analyses
+from sae_atlas.api.services.concept_sides import ConceptSide, atlas_side, concept_acts, model_side
+from sae_atlas.geometry import results
+from sae_atlas.geometry.canvas import save_png
+from sae_atlas.geometry.circle_transfer import SideActivations, circle_transfer
+from sae_atlas.geometry.figures_circular import circle_transfer_figure
+from sae_atlas.saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout, check_id
 
 KIND = "circle_transfer"
 REFERENCE_KINDS = ("circular", "concept_search")

@@ -19,26 +19,26 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from api.context import AtlasContext
-from api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
-from api.results.compare import Side as CompareSide
-from api.services.analyses import run_states
-from api.services.labels import with_labels
-from geometry import results
-from saes.atlas_saes import atlas_sae_output_width, hook_of, load_atlas_sae
-from saes.compare.pairs import Side, paired_activations
-from saes.compare.saes_pair import (
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
+from sae_atlas.api.results.compare import Side as CompareSide
+from sae_atlas.api.services.analyses import run_states
+from sae_atlas.api.services.labels import with_labels
+from sae_atlas.geometry import results
+from sae_atlas.saes.atlas_saes import atlas_sae_output_width, hook_of, load_atlas_sae
+from sae_atlas.saes.compare.pairs import Side, paired_activations
+from sae_atlas.saes.compare.saes_pair import (
     CompareParams,
     Comparison,
     check_shared_d_model,
     compare_codes,
     stream_statistics,
 )
-from saes.corpus import CorpusSpec
-from saes.distributed import DistContext
-from saes.models import load_model
-from store.errors import InvalidInputError, NotFoundError
-from store.layout import AtlasLayout, check_id
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.models import load_model
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout, check_id
 
 KIND = "compare"
 

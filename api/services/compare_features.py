@@ -4,14 +4,14 @@ kept for the life of this atlas's context), each by the feature-page service."""
 
 from __future__ import annotations
 
-from api.context import AtlasContext
-from api.results.compare import Side
-from api.results.feature import Feature
-from api.sae_view import open_sae
-from api.services import features
-from api.services.compare import KIND, side_context
-from geometry import results
-from store.layout import check_id
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.compare import Side
+from sae_atlas.api.results.feature import Feature
+from sae_atlas.api.sae_view import open_sae
+from sae_atlas.api.services import features
+from sae_atlas.api.services.compare import KIND, side_context
+from sae_atlas.geometry import results
+from sae_atlas.store.layout import check_id
 
 
 def side_feature(ctx: AtlasContext, run: str, side: Side, latent: int, *, examples: int = 10,

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from api.services.compare import parse_side, side_sae
-from saes.atlas_saes import hook_of, load_atlas_sae
-from saes.encoding.concepts import concept_feature_acts
-from saes.intervene.concepts import CategoryConcept, OrderedConcept
-from saes.models import ModelHandle, load_model
-from saes.sae.base import SAE
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.services.compare import parse_side, side_sae
+from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
+from sae_atlas.saes.encoding.concepts import concept_feature_acts
+from sae_atlas.saes.intervene.concepts import CategoryConcept, OrderedConcept
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 Concept = OrderedConcept | CategoryConcept
 

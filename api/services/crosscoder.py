@@ -15,25 +15,25 @@ import numpy as np
 import polars as pl
 import torch
 
-from api.results.analysis import AnalysisResult
-from api.services.analyses import analysis, analysis_run
-from geometry.results import write_analysis
-from saes.compare.crosscoder import (
+from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.services.analyses import analysis, analysis_run
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.saes.compare.crosscoder import (
     SideScales,
     paired_batches,
     read_crosscoder_sides,
     relative_norms,
     train_crosscoder,
 )
-from saes.compare.latent_scaling import LatentScaling, latent_scaling, own_sides
-from saes.compare.pairs import Side, paired_activations
-from saes.corpus import CorpusSpec
-from saes.formats.saelens import load_saelens
-from saes.models import load_model, normalize_spec
-from saes.sae.base import SAE
-from saes.train.config import TrainConfig
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout, check_id
+from sae_atlas.saes.compare.latent_scaling import LatentScaling, latent_scaling, own_sides
+from sae_atlas.saes.compare.pairs import Side, paired_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.formats.saelens import load_saelens
+from sae_atlas.saes.models import load_model, normalize_spec
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout, check_id
 
 KIND = "crosscoder"
 SCALING_COLUMNS = ("beta_error_a", "beta_error_b", "beta_recon_a", "beta_recon_b", "nu_error", "nu_recon",

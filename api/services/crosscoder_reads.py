@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from api.bounds import MAX_INDEX, MAX_LIST, check_int, check_k
-from api.context import AtlasContext
-from api.results.compare import Side
-from api.results.crosscoder import (
+from sae_atlas.api.bounds import MAX_INDEX, MAX_LIST, check_int, check_k
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.compare import Side
+from sae_atlas.api.results.crosscoder import (
     CrosscoderLatentCard,
     CrosscoderLatentRow,
     CrosscoderLatents,
@@ -25,22 +25,22 @@ from api.results.crosscoder import (
     NearFeature,
     RelativeNormHistogram,
 )
-from api.sae_view import SaeView, open_sae
-from api.services import search
-from api.services.crosscoder import KIND, crosscoder_dir
-from geometry import results
-from saes.compare.crosscoder import (
+from sae_atlas.api.sae_view import SaeView, open_sae
+from sae_atlas.api.services import search
+from sae_atlas.api.services.crosscoder import KIND, crosscoder_dir
+from sae_atlas.geometry import results
+from sae_atlas.saes.compare.crosscoder import (
     A_ONLY_BELOW,
     B_ONLY_ABOVE,
     CROSSCODER_FILE,
     LatentClass,
     read_crosscoder_sides,
 )
-from saes.formats.saelens import load_saelens
-from store.atomic import file_version
-from store.errors import AtlasError, InvalidInputError, NotFoundError
-from store.layout import check_id
-from store.search import Filters
+from sae_atlas.saes.formats.saelens import load_saelens
+from sae_atlas.store.atomic import file_version
+from sae_atlas.store.errors import AtlasError, InvalidInputError, NotFoundError
+from sae_atlas.store.layout import check_id
+from sae_atlas.store.search import Filters
 
 BASE_COLUMNS = ("latent", "norm_a", "norm_b", "relative_norm", "latent_class")
 CLASSES: tuple[LatentClass, ...] = ("a_only", "shared", "b_only")

@@ -13,19 +13,25 @@ from typing import Any
 
 import polars as pl
 
-from api.bounds import MAX_PROMPTS
-from api.results.analysis import AnalysisResult
-from api.services import analyses
-from api.services.circle_transfer import safe_name
-from api.services.concept_sides import atlas_side, concept_acts
-from geometry import results
-from geometry.canvas import save_png
-from geometry.emergence import METRICS, SCORE_SCHEMA, Metric, emergence_tables, member_scores
-from geometry.emergence_options import DEFAULT_CONCEPTS
-from geometry.figures_emergence import emergence_figure
-from saes.intervene.concepts import control_concept, load_concept
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout, check_id
+from sae_atlas.api.bounds import MAX_PROMPTS
+from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.services import analyses
+from sae_atlas.api.services.circle_transfer import safe_name
+from sae_atlas.api.services.concept_sides import atlas_side, concept_acts
+from sae_atlas.geometry import results
+from sae_atlas.geometry.canvas import save_png
+from sae_atlas.geometry.emergence import (
+    METRICS,
+    SCORE_SCHEMA,
+    Metric,
+    emergence_tables,
+    member_scores,
+)
+from sae_atlas.geometry.emergence_options import DEFAULT_CONCEPTS
+from sae_atlas.geometry.figures_emergence import emergence_figure
+from sae_atlas.saes.intervene.concepts import control_concept, load_concept
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout, check_id
 
 KIND = "emergence"
 MAX_MEMBERS = 64

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from api.context import AtlasContext
-from saes.eval.results import read_result, result_repair, stored_evals
-from saes.eval.spec import EVAL_NAMES, EvalName
-from store.errors import InvalidInputError, NotFoundError
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.saes.eval.results import read_result, result_repair, stored_evals
+from sae_atlas.saes.eval.spec import EVAL_NAMES, EvalName
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
 
 
 def eval_result(ctx: AtlasContext, sae_id: str, name: str) -> dict[str, Any]:

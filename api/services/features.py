@@ -6,13 +6,13 @@ from typing import Any
 
 import polars as pl
 
-from api.bounds import MAX_EXAMPLES, check_k
-from api.results.feature import Feature
-from api.sae_view import SaeView
-from api.services.labels import with_labels
-from api.services.search import cross_layer_card
-from store.search import Match, matches_frame
-from store.tables import FeatureTables, histogram_edges
+from sae_atlas.api.bounds import MAX_EXAMPLES, check_k
+from sae_atlas.api.results.feature import Feature
+from sae_atlas.api.sae_view import SaeView
+from sae_atlas.api.services.labels import with_labels
+from sae_atlas.api.services.search import cross_layer_card
+from sae_atlas.store.search import Match, matches_frame
+from sae_atlas.store.tables import FeatureTables, histogram_edges
 
 STAT_KEYS = ("n_active", "density", "mean_act", "mean_active_act", "max_act", "decoder_norm")
 

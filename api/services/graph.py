@@ -10,28 +10,28 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from api.bounds import (
+from sae_atlas.api.bounds import (
     MAX_GRAPH_FEATURES,
     MAX_GRAPH_NODE_EDITS,
     MAX_GRAPH_TARGETS,
     MAX_GRAPH_TOKENS,
     check_int,
 )
-from api.context import AtlasContext
-from api.results.graph import GraphNode, GraphView, NodeIntervention
-from api.sae_view import SaeView
-from api.services.interventions import _tokenize
-from saes.circuits.build import build_graph
-from saes.circuits.export import graph_json, node_ids
-from saes.circuits.graph import Graph
-from saes.circuits.interventions import NodeEdit, intervene
-from saes.circuits.prune import Pruned, prune, scores
-from saes.circuits.supernodes import Group, Supernode, supernodes
-from saes.sae.base import SAE
-from saes.transcoders.clt import CrossLayerTranscoder
-from saes.transcoders.clt_store import load_atlas_clt
-from store.errors import InvalidInputError, NotFoundError
-from store.hooks import hook_layer
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.graph import GraphNode, GraphView, NodeIntervention
+from sae_atlas.api.sae_view import SaeView
+from sae_atlas.api.services.interventions import _tokenize
+from sae_atlas.saes.circuits.build import build_graph
+from sae_atlas.saes.circuits.export import graph_json, node_ids
+from sae_atlas.saes.circuits.graph import Graph
+from sae_atlas.saes.circuits.interventions import NodeEdit, intervene
+from sae_atlas.saes.circuits.prune import Pruned, prune, scores
+from sae_atlas.saes.circuits.supernodes import Group, Supernode, supernodes
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
+from sae_atlas.saes.transcoders.clt_store import load_atlas_clt
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.hooks import hook_layer
 
 _USABLE_SAE = re.compile(r"^blocks\.\d+\.hook_resid_(pre|post)$")
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import polars as pl
 
-from api.results.graph import GraphView, StoredGraph
-from geometry.results import list_runs, read_analysis, write_analysis
-from store.layout import check_id
+from sae_atlas.api.results.graph import GraphView, StoredGraph
+from sae_atlas.geometry.results import list_runs, read_analysis, write_analysis
+from sae_atlas.store.layout import check_id
 
 KIND = "graph"
 GRAPH_PARTS = ("nodes", "links")

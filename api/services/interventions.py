@@ -12,8 +12,8 @@ from typing import Any, get_args
 import torch
 from pydantic import TypeAdapter, ValidationError
 
-from api.analyses.circular import read_circle_plane
-from api.bounds import (
+from sae_atlas.api.analyses.circular import read_circle_plane
+from sae_atlas.api.bounds import (
     MAX_ATTRIBUTED,
     MAX_EDITS,
     MAX_NEW_TOKENS,
@@ -24,18 +24,18 @@ from api.bounds import (
     MAX_VERIFIED,
     check_int,
 )
-from api.context import AtlasContext
-from api.results.interventions import AttributionView, RunView, SteerView
-from api.sae_view import SaeView, open_sae
-from api.services.labels import labelled_token_features
-from saes.encoding.tokens import decoded_tokens
-from saes.intervene.attribution import AttributionMode, Target, attribute
-from saes.intervene.edits import CirclePlane, Edit
-from saes.intervene.generate import DecodeStep, Generation, compare_steps, run_to_end
-from saes.intervene.splice import Splice, build_splice, run_spliced
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from store.errors import InvalidInputError, NotFoundError
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
+from sae_atlas.api.sae_view import SaeView, open_sae
+from sae_atlas.api.services.labels import labelled_token_features
+from sae_atlas.saes.encoding.tokens import decoded_tokens
+from sae_atlas.saes.intervene.attribution import AttributionMode, Target, attribute
+from sae_atlas.saes.intervene.edits import CirclePlane, Edit
+from sae_atlas.saes.intervene.generate import DecodeStep, Generation, compare_steps, run_to_end
+from sae_atlas.saes.intervene.splice import Splice, build_splice, run_spliced
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
 
 _EDITS = TypeAdapter(list[Edit])
 ATTRIBUTION_MODES: tuple[AttributionMode, ...] = get_args(AttributionMode)

@@ -9,16 +9,16 @@ from typing import Any
 
 import polars as pl
 
-from api.bounds import check_k
-from api.context import AtlasContext
-from api.sae_view import SaeView, open_sae
-from saes.explanations import read_explanations
-from saes.labels import auto_labels
-from store.errors import InvalidInputError, NotFoundError
-from store.feature_records import AUTO_LABELS, replace_auto_labels, update_labels
-from store.label_index import LabelIndex
-from store.locks import tables_lock
-from store.tables import FeatureTables
+from sae_atlas.api.bounds import check_k
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.sae_view import SaeView, open_sae
+from sae_atlas.saes.explanations import read_explanations
+from sae_atlas.saes.labels import auto_labels
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.feature_records import AUTO_LABELS, replace_auto_labels, update_labels
+from sae_atlas.store.label_index import LabelIndex
+from sae_atlas.store.locks import tables_lock
+from sae_atlas.store.tables import FeatureTables
 
 LABEL_COLUMNS = {"sae_id": pl.String, "latent": pl.Int64, "label": pl.String, "explanations": pl.List(pl.String)}
 

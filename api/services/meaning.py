@@ -12,26 +12,26 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from api.bounds import MAX_PROMPTS, MAX_SPAN, MAX_TEXT_CHARS, MAX_TEXTS, check_k
-from api.context import AtlasContext
-from api.results.meaning import ConceptResult, ContrastResult
-from api.sae_view import SaeView
-from api.services.labels import with_labels
-from geometry.concept_search import search_concept
-from geometry.contrast import (
+from sae_atlas.api.bounds import MAX_PROMPTS, MAX_SPAN, MAX_TEXT_CHARS, MAX_TEXTS, check_k
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.meaning import ConceptResult, ContrastResult
+from sae_atlas.api.sae_view import SaeView
+from sae_atlas.api.services.labels import with_labels
+from sae_atlas.geometry.concept_search import search_concept
+from sae_atlas.geometry.contrast import (
     MAX_PERMUTATIONS,
     benjamini_hochberg,
     contrast_stats,
     duplicate_groups,
     ranked,
 )
-from geometry.feature_geometry import rebuild_geometry_records
-from geometry.results import write_analysis
-from saes.encoding.concepts import concept_feature_acts
-from saes.encoding.texts import POOLS, Pool, pooled_feature_acts
-from saes.intervene.concepts import CategoryConcept, load_concept
-from store.errors import InvalidInputError
-from store.feature_records import geometry_mask
+from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.saes.encoding.concepts import concept_feature_acts
+from sae_atlas.saes.encoding.texts import POOLS, Pool, pooled_feature_acts
+from sae_atlas.saes.intervene.concepts import CategoryConcept, load_concept
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.feature_records import geometry_mask
 
 CONCEPT_KIND = "concept_search"
 CONTRAST_COLUMNS = ["rank", "sae_id", "hook", "latent", "mean_a", "mean_b", "diff", "auroc", "effect_size",

@@ -8,13 +8,13 @@ from typing import Any
 
 import polars as pl
 
-from api.context import AtlasContext
-from api.results.sae import SaeStatus, Status
-from api.sae_view import open_sae
-from saes.importing.pipeline import import_sae
-from saes.registry import folder_record
-from store.errors import IntegrityError
-from store.steering import STEERING_META
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.sae import SaeStatus, Status
+from sae_atlas.api.sae_view import open_sae
+from sae_atlas.saes.importing.pipeline import import_sae
+from sae_atlas.saes.registry import folder_record
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.steering import STEERING_META
 
 RECORDED_KEYS = ("hook", "hook_out", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")
 

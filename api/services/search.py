@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from api.bounds import MAX_TEXT_CHARS, check_k
-from api.context import AtlasContext
-from api.results.search import TextSearch, TokenFeatures
-from api.sae_view import SaeView, open_sae
-from api.services import saes
-from api.services.labels import labelled_token_features, with_labels
-from saes.encoding.tokens import token_features
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.search import Filters, Match, matches_frame
+from sae_atlas.api.bounds import MAX_TEXT_CHARS, check_k
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.search import TextSearch, TokenFeatures
+from sae_atlas.api.sae_view import SaeView, open_sae
+from sae_atlas.api.services import saes
+from sae_atlas.api.services.labels import labelled_token_features, with_labels
+from sae_atlas.saes.encoding.tokens import token_features
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.search import Filters, Match, matches_frame
 
 
 def similar(view: SaeView, latent: int, k: int) -> pl.DataFrame:

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
-from api.context import AtlasContext
-from api.results.interventions import SteerView
-from api.results.steer_stream import SteerTokens, TokenPiece
-from api.sae_view import SaeView
-from api.services.interventions import SteerInputs, steer_inputs
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.interventions import SteerView
+from sae_atlas.api.results.steer_stream import SteerTokens, TokenPiece
+from sae_atlas.api.sae_view import SaeView
+from sae_atlas.api.services.interventions import SteerInputs, steer_inputs
 
 REPLACEMENT = "\ufffd"  # what a tokenizer decodes a cut UTF-8 sequence to
 

@@ -11,17 +11,22 @@ from typing import Any
 
 import polars as pl
 
-from api.context import AtlasContext
-from api.results.steering import SteerBench, SteeringSearch
-from api.sae_view import SaeView
-from api.services.labels import with_labels
-from saes.intervene.steer_bench import BenchParams, share_table
-from saes.intervene.steer_bench import steer_bench as run_bench
-from saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle, read_user_prompts
-from saes.intervene.steering_search import SearchParams, SteeringSource, SteerMode, rank_features
-from store.atomic import file_version
-from store.errors import InvalidInputError, NotFoundError
-from store.steering import STEERING_META, read_steering
+from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.steering import SteerBench, SteeringSearch
+from sae_atlas.api.sae_view import SaeView
+from sae_atlas.api.services.labels import with_labels
+from sae_atlas.saes.intervene.steer_bench import BenchParams, share_table
+from sae_atlas.saes.intervene.steer_bench import steer_bench as run_bench
+from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle, read_user_prompts
+from sae_atlas.saes.intervene.steering_search import (
+    SearchParams,
+    SteeringSource,
+    SteerMode,
+    rank_features,
+)
+from sae_atlas.store.atomic import file_version
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.steering import STEERING_META, read_steering
 
 Progress = Callable[[str, int, int], None]
 

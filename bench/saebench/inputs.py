@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from saes.models import TINY_WORDS, load_model
+from sae_atlas.saes.models import TINY_WORDS, load_model
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "saebench"
 HOOK = "blocks.0.hook_resid_post"
@@ -114,7 +114,7 @@ def core_tokens(tokenizer, seed: int = 2) -> list[list[int]]:
 
 def train_rows(handle, seed: int = 3, n_texts: int = 400) -> torch.Tensor:
     """Non-BOS activations at HOOK of `n_texts` mixed-topic texts, the SAE's training data."""
-    from saes.forward import run_hooks
+    from sae_atlas.saes.forward import run_hooks
 
     rng = random.Random(seed)
     texts = [topic_text(rng, rng.choice([None, *CLASS_WORDS]), 40) for _ in range(n_texts)]
@@ -124,9 +124,9 @@ def train_rows(handle, seed: int = 3, n_texts: int = 400) -> torch.Tensor:
 
 def write_sae(folder: Path, handle) -> None:
     """A TopK SAE (128 latents, k = 8) trained on `train_rows`, saved in SAELens format."""
-    from saes.sae.base import SAEConfig
-    from saes.train.config import TrainConfig
-    from saes.train.trainer import train_sae
+    from sae_atlas.saes.sae.base import SAEConfig
+    from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.train.trainer import train_sae
 
     rows = train_rows(handle)
     generator = torch.Generator().manual_seed(0)

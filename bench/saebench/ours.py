@@ -41,10 +41,10 @@ import numpy as np
 import torch
 
 from bench.saebench.inputs import FIXTURE, HOOK
-from saes.eval.core import CATEGORIES, core_outcome
-from saes.eval.downstream import downstream_metrics
-from saes.eval.evaluate import evaluate_sae
-from saes.eval.sparse_probing import (
+from sae_atlas.saes.eval.core import CATEGORIES, core_outcome
+from sae_atlas.saes.eval.downstream import downstream_metrics
+from sae_atlas.saes.eval.evaluate import evaluate_sae
+from sae_atlas.saes.eval.sparse_probing import (
     SparseProbingConfig,
     binary_tasks,
     pooled_activations,
@@ -52,12 +52,12 @@ from saes.eval.sparse_probing import (
     run_sparse_probing,
     with_probe_file,
 )
-from saes.eval.spec import EvalInputs
-from saes.formats.saelens import load_saelens
-from saes.forward import run_hooks
-from saes.hook_fns import replace_hook
-from saes.models import ModelHandle, load_model
-from saes.sae.base import SAE
+from sae_atlas.saes.eval.spec import EvalInputs
+from sae_atlas.saes.formats.saelens import load_saelens
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.hook_fns import replace_hook
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.sae.base import SAE
 
 Relation = Literal["same", "convention", "statistical"]
 SAME_RTOL = 1e-4

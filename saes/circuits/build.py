@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import torch
 
-from saes.circuits.dictionaries import Dictionary, decoders, dictionary_set, frozen_mlps
-from saes.circuits.graph import FeatureNodes, Graph
-from saes.circuits.replacement import capture, frozen_forward
-from saes.circuits.targets import logit_targets
-from saes.encoding.tokens import decoded_tokens
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from saes.transcoders.clt import CrossLayerTranscoder
-from store.errors import InvalidInputError
+from sae_atlas.saes.circuits.dictionaries import Dictionary, decoders, dictionary_set, frozen_mlps
+from sae_atlas.saes.circuits.graph import FeatureNodes, Graph
+from sae_atlas.saes.circuits.replacement import capture, frozen_forward
+from sae_atlas.saes.circuits.targets import logit_targets
+from sae_atlas.saes.encoding.tokens import decoded_tokens
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
+from sae_atlas.store.errors import InvalidInputError
 
 
 def _active(dset_items: tuple[Dictionary, ...], codes: dict[str, torch.Tensor]) -> FeatureNodes:

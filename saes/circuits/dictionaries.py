@@ -23,12 +23,17 @@ from typing import Literal
 
 import torch
 
-from saes.models import ModelHandle
-from saes.sae.base import SAE, SAEConfig
-from saes.sae.registry import build_sae
-from saes.transcoders.clt import CrossLayerTranscoder
-from saes.transcoders.sites import MLP_OUT, mlp_input_layer, mlp_output_layer, valid_inputs
-from store.errors import InvalidInputError
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE, SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
+from sae_atlas.saes.transcoders.sites import (
+    MLP_OUT,
+    mlp_input_layer,
+    mlp_output_layer,
+    valid_inputs,
+)
+from sae_atlas.store.errors import InvalidInputError
 
 GraphKind = Literal["transcoders", "clt", "residual"]
 _RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|post)$")

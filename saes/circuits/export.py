@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from saes.circuits.graph import Graph
-from saes.circuits.prune import Pruned, Scores
+from sae_atlas.saes.circuits.graph import Graph
+from sae_atlas.saes.circuits.prune import Pruned, Scores
 
 SCHEMA_VERSION = 1
 SOURCE = "decoderesearch/circuit-tracer circuit_tracer/frontend/graph_models.py, schema_version 1"

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from saes.circuits.dictionaries import DictionarySet, GraphKind
-from saes.circuits.replacement import Capture
-from saes.circuits.targets import LogitTargets
+from sae_atlas.saes.circuits.dictionaries import DictionarySet, GraphKind
+from sae_atlas.saes.circuits.replacement import Capture
+from sae_atlas.saes.circuits.targets import LogitTargets
 
 
 @dataclass

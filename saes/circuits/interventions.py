@@ -21,10 +21,10 @@ from typing import Literal
 
 import torch
 
-from saes.circuits.graph import Graph
-from saes.circuits.perturb import node_values
-from saes.models import ModelHandle
-from store.errors import InvalidInputError
+from sae_atlas.saes.circuits.graph import Graph
+from sae_atlas.saes.circuits.perturb import node_values
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.errors import InvalidInputError
 
 NodeEditKind = Literal["ablate", "clamp", "steer"]
 
@@ -109,7 +109,7 @@ def intervene(handle: ModelHandle, graph: Graph, edits: list[NodeEdit], *, recom
 def influence_ranked(graph: Graph) -> list[int]:
     """Feature nodes from the most to the least influential on the targets (the order the
     pruning keeps them in, `saes.circuits.prune`)."""
-    from saes.circuits.prune import prune
+    from sae_atlas.saes.circuits.prune import prune
 
     cumulative = prune(graph).cumulative
     return sorted(range(graph.n_features), key=lambda i: float(cumulative[i]))

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from saes.circuits.dictionaries import Dictionary, decode_at
-from saes.circuits.graph import Graph
-from saes.circuits.replacement import encode, frozen_forward
-from saes.models import ModelHandle
+from sae_atlas.saes.circuits.dictionaries import Dictionary, decode_at
+from sae_atlas.saes.circuits.graph import Graph
+from sae_atlas.saes.circuits.replacement import encode, frozen_forward
+from sae_atlas.saes.models import ModelHandle
 
 
 @torch.no_grad()

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from saes.circuits.dictionaries import Dictionary, DictionarySet, decode_at
-from saes.models import ModelHandle
-from store.errors import InvalidInputError
+from sae_atlas.saes.circuits.dictionaries import Dictionary, DictionarySet, decode_at
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.errors import InvalidInputError
 
 _FROZEN = ("attn.hook_pattern", "hook_scale")
 EMBED_HOOK, FINAL_HOOK = "hook_embed", "unembed.hook_in"

@@ -30,11 +30,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from saes.sae.base import SAE, SAEConfig
-from saes.train.config import TrainConfig
-from saes.train.trainer import TrainResult, train_sae
-from store.atomic import atomic_write_json, read_json
-from store.errors import InvalidInputError
+from sae_atlas.saes.sae.base import SAE, SAEConfig
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.trainer import TrainResult, train_sae
+from sae_atlas.store.atomic import atomic_write_json, read_json
+from sae_atlas.store.errors import InvalidInputError
 
 CROSSCODER_FILE = "crosscoder.json"
 LatentClass = Literal["a_only", "shared", "b_only"]

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from saes.sae.base import SAE
-from store.errors import InvalidInputError
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import InvalidInputError
 
 TARGETS = ("error", "recon")
 

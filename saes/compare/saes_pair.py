@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from geometry.matching import FeatureMatch, match_features, unit_rows
-from geometry.similarity import (
+from sae_atlas.geometry.matching import FeatureMatch, match_features, unit_rows
+from sae_atlas.geometry.similarity import (
     NullScore,
     null_test,
     permutation_p,
@@ -44,12 +44,12 @@ from geometry.similarity import (
     shuffled_rows,
     svcca,
 )
-from saes.compare.correlation import CorrelationSums
-from saes.compare.pairs import PairedActs
-from saes.distributed import DistContext
-from saes.encoding.codes import sae_codes
-from saes.sae.base import SAE
-from store.errors import InvalidInputError
+from sae_atlas.saes.compare.correlation import CorrelationSums
+from sae_atlas.saes.compare.pairs import PairedActs
+from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.encoding.codes import sae_codes
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import InvalidInputError
 
 ROTATION_STREAM = 0x5CC  # keeps the rotation nulls' draws apart from other seeded arrays
 MIN_GROUP_PAIRS = 3

@@ -24,13 +24,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from geometry.cka import CKAAccumulator
-from saes.corpus import CorpusSpec
-from saes.depth.lens import LensScores, TunedLens, TunedLensFitter, next_token_rows, score_lenses
-from saes.distributed import DistContext, all_reduce_, rank_and_world
-from saes.models import ModelHandle
-from saes.streaming import stream_activations, whole_blocks
-from store.errors import InvalidInputError
+from sae_atlas.geometry.cka import CKAAccumulator
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.depth.lens import (
+    LensScores,
+    TunedLens,
+    TunedLensFitter,
+    next_token_rows,
+    score_lenses,
+)
+from sae_atlas.saes.distributed import DistContext, all_reduce_, rank_and_world
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.streaming import stream_activations, whole_blocks
+from sae_atlas.store.errors import InvalidInputError
 
 
 def check_layers(handle: ModelHandle, layers: list[int]) -> list[int]:

@@ -6,9 +6,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from saes.sae.base import SAE
-from store.activations import ActivationReader, Split
-from store.errors import InvalidInputError
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.activations import ActivationReader, Split
+from sae_atlas.store.errors import InvalidInputError
 
 
 @torch.inference_mode()

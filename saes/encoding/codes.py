@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from saes.sae.base import SAE
+from sae_atlas.saes.sae.base import SAE
 
 
 def sae_codes(sae: SAE, x: torch.Tensor) -> torch.Tensor:

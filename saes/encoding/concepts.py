@@ -10,15 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from saes.encoding.codes import sae_codes
-from saes.intervene.concepts import (
+from sae_atlas.saes.encoding.codes import sae_codes
+from sae_atlas.saes.intervene.concepts import (
     CategoryConcept,
     OrderedConcept,
     collect_concept_activations,
     tokenize_prompts,
 )
-from saes.models import ModelHandle
-from saes.sae.base import SAE
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
 
 
 @dataclass

@@ -11,12 +11,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from saes.encoding.codes import sae_codes
-from saes.forward import run_hooks
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from saes.streaming import special_ids
-from store.activations import excluded_positions
+from sae_atlas.saes.encoding.codes import sae_codes
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.streaming import special_ids
+from sae_atlas.store.activations import excluded_positions
 
 REPLACEMENT = "\ufffd"  # what a decoder writes for the bytes of a character cut off
 MAX_CHAR_PIECES = 4  # a UTF-8 character has at most 4 bytes, so spans at most 4 byte-level pieces

@@ -35,7 +35,7 @@ from typing import Any, Literal, cast, get_args
 import numpy as np
 import polars as pl
 
-from saes.eval.autointerp_backends import (
+from sae_atlas.saes.eval.autointerp_backends import (
     KEY_ENV,
     AutointerpBackend,
     BackendName,
@@ -43,7 +43,7 @@ from saes.eval.autointerp_backends import (
     LexicalBackend,
     OpenAIBackend,
 )
-from saes.eval.autointerp_scoring import (
+from sae_atlas.saes.eval.autointerp_scoring import (
     SCORERS,
     Judgement,
     Sample,
@@ -52,11 +52,17 @@ from saes.eval.autointerp_scoring import (
     latent_examples,
     scorer_samples,
 )
-from saes.eval.results import read_result, result_paths, result_repair
-from saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.search import FeatureSearch
-from store.tables import EXAMPLES_FILE, FEATURES_FILE, FeatureTables, load_occurrence, read_sidecar
+from sae_atlas.saes.eval.results import read_result, result_paths, result_repair
+from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.search import FeatureSearch
+from sae_atlas.store.tables import (
+    EXAMPLES_FILE,
+    FEATURES_FILE,
+    FeatureTables,
+    load_occurrence,
+    read_sidecar,
+)
 
 REPORTED = ("balanced_accuracy", "f1", "auc")
 NegativesSource = Literal["random", "similar"]

@@ -28,9 +28,9 @@ import numpy as np
 import polars as pl
 import torch
 
-from saes.eval.autointerp_scoring import Judgement, Sample, ScorerName, Window
-from saes.labels import auto_labels
-from store.errors import InvalidInputError
+from sae_atlas.saes.eval.autointerp_scoring import Judgement, Sample, ScorerName, Window
+from sae_atlas.saes.labels import auto_labels
+from sae_atlas.store.errors import InvalidInputError
 
 BackendName = Literal["lexical", "openai", "hf"]
 LEXICAL_PROXY = "lexical proxy"
@@ -188,7 +188,7 @@ class HuggingFaceBackend:
     """A causal language model run in-process with transformers (see the module docstring)."""
 
     def __init__(self, spec: str | dict[str, Any], *, device: str = "cpu", max_new_tokens: int = 32) -> None:
-        from saes.models import load_causal_lm
+        from sae_atlas.saes.models import load_causal_lm
 
         try:
             name, self.model, self.tokenizer = load_causal_lm(spec)

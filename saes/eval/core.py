@@ -14,9 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from saes.eval.evaluate import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, evaluate_atlas_sae, read_eval
-from saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
-from store.errors import InvalidInputError
+from sae_atlas.saes.eval.evaluate import (
+    DEFAULT_CE_BLOCKS,
+    DEFAULT_TOKENS,
+    evaluate_atlas_sae,
+    read_eval,
+)
+from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
+from sae_atlas.store.errors import InvalidInputError
 
 CATEGORIES: dict[str, dict[str, str]] = {  # SAEBench category -> {SAEBench name: our metric}
     "model_behavior_preservation": {"kl_div_score": "kl_div_score", "kl_div_with_ablation": "kl_div_with_ablation",

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from saes.hook_fns import HookFn, in_residual, replace_hook
-from saes.sae.base import SAE
+from sae_atlas.saes.hook_fns import HookFn, in_residual, replace_hook
+from sae_atlas.saes.sae.base import SAE
 
 
 def _replacement(fill: Callable[[torch.Tensor], torch.Tensor], keep_BT: torch.Tensor) -> HookFn:

@@ -25,19 +25,24 @@ from typing import Any
 
 import torch
 
-from saes.atlas_saes import hook_of, load_atlas_sae
-from saes.eval.downstream import downstream_metrics
-from saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS
-from saes.eval.reconstruction import reconstruction_metrics
-from saes.eval.transcoder import replacement_metrics
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from saes.transcoders.pairs import PairedReader
-from store.activations import ActivationReader
-from store.atomic import atomic_write_json, read_json
-from store.errors import IntegrityError, InvalidInputError
-from store.integrity import WEIGHTS_FILE, WEIGHTS_SHA256, cached_sha256, check_weights_record
-from store.layout import AtlasLayout, created_with
+from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
+from sae_atlas.saes.eval.downstream import downstream_metrics
+from sae_atlas.saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS
+from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
+from sae_atlas.saes.eval.transcoder import replacement_metrics
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.transcoders.pairs import PairedReader
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.atomic import atomic_write_json, read_json
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
+from sae_atlas.store.integrity import (
+    WEIGHTS_FILE,
+    WEIGHTS_SHA256,
+    cached_sha256,
+    check_weights_record,
+)
+from sae_atlas.store.layout import AtlasLayout, created_with
 
 EVAL_FILE = "eval.json"
 ACTIVATIONS_SHA256 = "activations_sha256"  # the manifest of the activation cache an eval read
@@ -171,7 +176,7 @@ def evaluate_atlas_sae(
         raise InvalidInputError(f"SAE {sae_id!r} has d_in={sae.cfg.d_in} but hook {hook!r} has d={reader.d}")
     activations = cached_sha256(reader.dir / "manifest.json")
     if with_model and model_handle is None:
-        from saes.models import load_model
+        from sae_atlas.saes.models import load_model
 
         model_handle = load_model(layout.read_meta()["model"])
     started = time.perf_counter()

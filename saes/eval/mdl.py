@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
-from saes.sae.base import SAE
-from store.activations import ActivationReader
-from store.errors import InvalidInputError
+from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass(frozen=True)

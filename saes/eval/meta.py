@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from saes.eval.reconstruction import reconstruction_metrics
-from saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
-from saes.sae.base import SAEConfig
-from saes.train.config import TrainConfig
-from saes.train.trainer import train_sae
+from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
+from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.trainer import train_sae
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from saes.builtin_text import (
+from sae_atlas.saes.builtin_text import (
     CATEGORIES,
     MONTHS,
     NUMBER_WORDS,
@@ -25,8 +25,8 @@ from saes.builtin_text import (
     docstrings_of,
     stdlib_source_files,
 )
-from saes.corpus import jsonl_records
-from store.errors import InvalidInputError
+from sae_atlas.saes.corpus import jsonl_records
+from sae_atlas.store.errors import InvalidInputError
 
 BuiltinProbeSet = Literal["topics", "code_vs_prose"]
 BUILTIN_PROBE_SETS: tuple[BuiltinProbeSet, ...] = get_args(BuiltinProbeSet)
@@ -102,7 +102,7 @@ def code_vs_prose_set(per_class: int, seed: int) -> ProbeSet:
 
 def probe_set_names() -> tuple[str, ...]:
     """Every set name `named_probe_set` takes: the built-in ones, then SAEBench's hub sets."""
-    from saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS
+    from sae_atlas.saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS
 
     return (*BUILTIN_PROBE_SETS, *SAEBENCH_HUB_SETS)
 
@@ -110,7 +110,7 @@ def probe_set_names() -> tuple[str, ...]:
 def named_probe_set(name: str, per_class: int, seed: int) -> ProbeSet:
     """A built-in set, or one of SAEBench's hub sets by its SAEBench name
     (`saes.eval.hub_probe_sets`; InvalidInputError listing the valid names)."""
-    from saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS, hub_probe_set
+    from sae_atlas.saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS, hub_probe_set
 
     if name == "topics":
         return topics_set(per_class, seed)

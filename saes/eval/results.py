@@ -18,10 +18,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from saes.eval.spec import EVAL_NAMES, EvalName, EvalOutcome, EvalSpec
-from store.atomic import atomic_write_json, read_json, remove_temporaries
-from store.errors import IntegrityError
-from store.integrity import (
+from sae_atlas.saes.eval.spec import EVAL_NAMES, EvalName, EvalOutcome, EvalSpec
+from sae_atlas.store.atomic import atomic_write_json, read_json, remove_temporaries
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.integrity import (
     CHECKSUM_SECTION,
     WEIGHTS_SHA256,
     cached_sha256,
@@ -29,7 +29,7 @@ from store.integrity import (
     sae_cfg,
     weights_record,
 )
-from store.layout import AtlasLayout, created_with
+from sae_atlas.store.layout import AtlasLayout, created_with
 
 EVALS_DIR = "evals"
 SAEBENCH_KEYS = ("eval_type_id", "eval_config", "eval_id", "datetime_epoch_millis", "eval_result_metrics",

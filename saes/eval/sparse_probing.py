@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from geometry.probes import sparse_probing_accuracies
-from saes.encoding.codes import sae_codes
-from saes.encoding.texts import pool_tokens, tokenize_texts
-from saes.eval.probe_data import (
+from sae_atlas.geometry.probes import sparse_probing_accuracies
+from sae_atlas.saes.encoding.codes import sae_codes
+from sae_atlas.saes.encoding.texts import pool_tokens, tokenize_texts
+from sae_atlas.saes.eval.probe_data import (
     BUILTIN_PROBE_SETS,
     ProbeSet,
     file_probe_set,
@@ -33,12 +33,12 @@ from saes.eval.probe_data import (
     probe_set_names,
     unknown_probe_set,
 )
-from saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
-from saes.forward import run_hooks
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from store.atomic import sha256_file
-from store.errors import InvalidInputError
+from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.atomic import sha256_file
+from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass(frozen=True)

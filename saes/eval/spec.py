@@ -17,12 +17,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from saes.atlas_saes import hook_of, load_atlas_sae
-from saes.eval.names import EVAL_NAMES as EVAL_NAMES  # re-exported: the suite and its readers
-from saes.eval.names import EvalName
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from store.errors import InvalidInputError
+from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
+from sae_atlas.saes.eval.names import (
+    EVAL_NAMES as EVAL_NAMES,  # re-exported: the suite and its readers
+)
+from sae_atlas.saes.eval.names import EvalName
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import InvalidInputError
 
 Config = TypeVar("Config")
 

@@ -25,15 +25,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from saes.atlas_saes import load_atlas_sae
-from saes.corpus import CorpusSpec
-from saes.distributed import DistContext
-from saes.eval.evaluate import write_eval
-from saes.eval.reconstruction import ReconstructionStats
-from saes.models import ModelHandle
-from saes.streaming import stream_activations, whole_blocks
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.eval.evaluate import write_eval
+from sae_atlas.saes.eval.reconstruction import ReconstructionStats
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.streaming import stream_activations, whole_blocks
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 
 def evaluate_from_model(handle: ModelHandle, atlas: str | Path, sae_ids: list[str], *, corpus: CorpusSpec,

@@ -20,19 +20,19 @@ from typing import Any
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from saes.distributed import DistContext, rank_and_world
-from saes.eval.absorption import ABSORPTION
-from saes.eval.autointerp import AUTOINTERP
-from saes.eval.core import CORE
-from saes.eval.ground_truth import GROUND_TRUTH
-from saes.eval.mdl import MDL
-from saes.eval.meta import META
-from saes.eval.results import finished_result, write_result
-from saes.eval.scr_tpp import SCR, TPP
-from saes.eval.sparse_probing import SPARSE_PROBING
-from saes.eval.spec import EVAL_NAMES, EvalInputs, EvalName, EvalSpec
-from saes.models import ModelHandle
-from store.errors import InvalidInputError
+from sae_atlas.saes.distributed import DistContext, rank_and_world
+from sae_atlas.saes.eval.absorption import ABSORPTION
+from sae_atlas.saes.eval.autointerp import AUTOINTERP
+from sae_atlas.saes.eval.core import CORE
+from sae_atlas.saes.eval.ground_truth import GROUND_TRUTH
+from sae_atlas.saes.eval.mdl import MDL
+from sae_atlas.saes.eval.meta import META
+from sae_atlas.saes.eval.results import finished_result, write_result
+from sae_atlas.saes.eval.scr_tpp import SCR, TPP
+from sae_atlas.saes.eval.sparse_probing import SPARSE_PROBING
+from sae_atlas.saes.eval.spec import EVAL_NAMES, EvalInputs, EvalName, EvalSpec
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.errors import InvalidInputError
 
 EVALS: dict[EvalName, EvalSpec[Any]] = {spec.name: spec for spec in (CORE, SPARSE_PROBING, META, MDL, GROUND_TRUTH,
                                                                     ABSORPTION, AUTOINTERP, SCR, TPP)}

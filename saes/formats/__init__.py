@@ -9,15 +9,24 @@ from typing import Literal
 
 import torch
 
-from saes.formats.circuit_tracer import is_circuit_tracer_file, load_circuit_tracer
-from saes.formats.common import read_config
-from saes.formats.dictionary_learning import is_dictionary_learning_folder, load_dictionary_learning
-from saes.formats.gemma_scope import is_gemma_scope_folder, load_gemma_scope
-from saes.formats.llama_scope import is_llama_scope_folder, load_llama_scope
-from saes.formats.saelens import CFG_FILE, WEIGHTS_FILE, load_saelens, normalization, save_saelens
-from saes.formats.sparsify import is_sparsify_folder, load_sparsify
-from saes.sae.base import SAE
-from store.errors import InvalidInputError
+from sae_atlas.saes.formats.circuit_tracer import is_circuit_tracer_file, load_circuit_tracer
+from sae_atlas.saes.formats.common import read_config
+from sae_atlas.saes.formats.dictionary_learning import (
+    is_dictionary_learning_folder,
+    load_dictionary_learning,
+)
+from sae_atlas.saes.formats.gemma_scope import is_gemma_scope_folder, load_gemma_scope
+from sae_atlas.saes.formats.llama_scope import is_llama_scope_folder, load_llama_scope
+from sae_atlas.saes.formats.saelens import (
+    CFG_FILE,
+    WEIGHTS_FILE,
+    load_saelens,
+    normalization,
+    save_saelens,
+)
+from sae_atlas.saes.formats.sparsify import is_sparsify_folder, load_sparsify
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import InvalidInputError
 
 __all__ = ["Layout", "declared_normalization", "detect_layout", "load_any", "load_circuit_tracer",
            "load_dictionary_learning",

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from saes.formats.common import (
+from sae_atlas.saes.formats.common import (
     assemble_sae,
     check_d_in,
     dtype_name,
@@ -35,8 +35,8 @@ from saes.formats.common import (
     reject_unknown,
     take,
 )
-from saes.sae.base import SAE
-from store.errors import IntegrityError, InvalidInputError
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 CONFIG_FILE = "config.yaml"
 _REPAIR = "re-download the circuit-tracer transcoder set (config.yaml and the layer files)"

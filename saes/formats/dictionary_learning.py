@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from saes.formats.common import (
+from sae_atlas.saes.formats.common import (
     assemble_sae,
     check_d_in,
     dtype_name,
@@ -36,9 +36,9 @@ from saes.formats.common import (
     reject_unknown,
     take,
 )
-from saes.formats.foreign_hooks import hook_from_module
-from saes.sae.base import SAE
-from store.errors import IntegrityError, InvalidInputError
+from sae_atlas.saes.formats.foreign_hooks import hook_from_module
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 WEIGHTS_FILE = "ae.pt"
 CONFIG_FILE = "config.json"

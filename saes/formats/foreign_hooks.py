@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from store.errors import UnknownHookError
-from store.hooks import BLOCK_HOOK
+from sae_atlas.store.errors import UnknownHookError
+from sae_atlas.store.hooks import BLOCK_HOOK
 
 _HF_MODULE = re.compile(
     r"^(?:[\w.]*\.)?(?:layers|h|blocks)\.(\d+)"
@@ -77,7 +77,7 @@ def to_atlas_hook(name: str, valid: Sequence[str], *, model_name: str = "the mod
     for candidate in _candidates(name):
         if candidate in valid:
             return candidate
-    from saes.models import summarize_hook_names
+    from sae_atlas.saes.models import summarize_hook_names
 
     tried = ", ".join(dict.fromkeys(_candidates(name)))
     raise UnknownHookError(

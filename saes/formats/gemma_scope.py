@@ -20,9 +20,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from saes.formats.common import assemble_sae, check_d_in, make_config, reject_unknown, take
-from saes.sae.base import SAE
-from store.errors import IntegrityError
+from sae_atlas.saes.formats.common import (
+    assemble_sae,
+    check_d_in,
+    make_config,
+    reject_unknown,
+    take,
+)
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import IntegrityError
 
 WEIGHTS_FILE = "params.npz"
 _REPAIR = "re-download the Gemma Scope params.npz"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from saes.formats.common import (
+from sae_atlas.saes.formats.common import (
     assemble_sae,
     check_d_in,
     dtype_name,
@@ -31,8 +31,8 @@ from saes.formats.common import (
     reject_unknown,
     take,
 )
-from saes.sae.base import SAE
-from store.errors import IntegrityError, InvalidInputError
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 CONFIG_FILE = "hyperparams.json"
 WEIGHT_FILES = ("checkpoints/final.safetensors", "final.safetensors")

@@ -30,7 +30,7 @@ from typing import Any, get_args
 
 import torch
 
-from saes.formats.common import (
+from sae_atlas.saes.formats.common import (
     DTYPES,
     assemble_sae,
     check_d_in,
@@ -44,12 +44,12 @@ from saes.formats.common import (
     state_shapes,
     take,
 )
-from saes.sae.base import SAE, SAEConfig, SAELensArchitecture
-from store.atomic import atomic_path, atomic_write_json, sha256_file
-from store.errors import IntegrityError, InvalidInputError
-from store.integrity import cached_sha256
-from store.layout import created_with
-from store.safetensors_io import save_deterministic
+from sae_atlas.saes.sae.base import SAE, SAEConfig, SAELensArchitecture
+from sae_atlas.store.atomic import atomic_path, atomic_write_json, sha256_file
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
+from sae_atlas.store.integrity import cached_sha256
+from sae_atlas.store.layout import created_with
+from sae_atlas.store.safetensors_io import save_deterministic
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"

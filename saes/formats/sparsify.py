@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from saes.formats.common import (
+from sae_atlas.saes.formats.common import (
     assemble_sae,
     check_d_in,
     dtype_name,
@@ -30,9 +30,9 @@ from saes.formats.common import (
     reject_unknown,
     take,
 )
-from saes.formats.foreign_hooks import hook_from_module, module_input_hook
-from saes.sae.base import SAE
-from store.errors import IntegrityError, InvalidInputError
+from sae_atlas.saes.formats.foreign_hooks import hook_from_module, module_input_hook
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae.safetensors"

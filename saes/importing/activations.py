@@ -11,15 +11,15 @@ from typing import Any
 
 import torch
 
-from saes.corpus import CorpusSpec, iter_blocks
-from saes.eval.downstream import downstream_metrics
-from saes.eval.evaluate import evaluate_sae
-from saes.eval.transcoder import replacement_metrics
-from saes.forward import run_hooks
-from saes.sae.base import SAE
-from saes.transcoders.pairs import PairedReader
-from store.activations import ActivationReader
-from store.layout import AtlasLayout
+from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+from sae_atlas.saes.eval.downstream import downstream_metrics
+from sae_atlas.saes.eval.evaluate import evaluate_sae
+from sae_atlas.saes.eval.transcoder import replacement_metrics
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.transcoders.pairs import PairedReader
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.layout import AtlasLayout
 
 
 class ImportActivations:

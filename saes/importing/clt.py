@@ -21,19 +21,19 @@ from typing import Any
 
 import torch
 
-from saes.corpus import CorpusSpec, iter_blocks
-from saes.eval.transcoder import replacement_metrics
-from saes.formats.circuit_tracer_clt import is_circuit_tracer_clt, load_circuit_tracer_clt
-from saes.importing.guard import DENSE_SHARE, MAX_FVU, Problem
-from saes.importing.pipeline import MisloadError
-from saes.importing.sources import resolve_source
-from saes.models import ModelHandle, load_model
-from saes.transcoders.clt import CrossLayerTranscoder
-from saes.transcoders.clt_data import clt_metrics, streamed_rows
-from saes.transcoders.clt_store import clt_record, load_clt_folder, register_clt, save_clt
-from store.atomic import atomic_write_json, read_json, sha256_file
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout, check_id, created_with
+from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+from sae_atlas.saes.eval.transcoder import replacement_metrics
+from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt, load_circuit_tracer_clt
+from sae_atlas.saes.importing.guard import DENSE_SHARE, MAX_FVU, Problem
+from sae_atlas.saes.importing.pipeline import MisloadError
+from sae_atlas.saes.importing.sources import resolve_source
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
+from sae_atlas.saes.transcoders.clt_data import clt_metrics, streamed_rows
+from sae_atlas.saes.transcoders.clt_store import clt_record, load_clt_folder, register_clt, save_clt
+from sae_atlas.store.atomic import atomic_write_json, read_json, sha256_file
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout, check_id, created_with
 
 DEFAULT_TOKENS = 2048
 DEFAULT_CE_BLOCKS = 4

@@ -33,9 +33,9 @@ from typing import Literal
 
 import torch
 
-from saes.eval.reconstruction import ReconstructionStats
-from saes.sae.base import SAE
-from saes.transcoders.pairs import input_and_target
+from sae_atlas.saes.eval.reconstruction import ReconstructionStats
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.transcoders.pairs import input_and_target
 
 Cause = Literal["threshold", "l0", "transposed", "normalisation", "apply_b_dec_to_input", "hook", "fvu", "dead"]
 MAX_FVU = 1.0

@@ -26,20 +26,20 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from saes.eval.evaluate import EVAL_FILE, write_eval
-from saes.formats import declared_normalization, detect_layout, load_any
-from saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
-from saes.formats.foreign_hooks import to_atlas_hook
-from saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
-from saes.importing.activations import ImportActivations
-from saes.importing.guard import Problem, check_sae
-from saes.importing.sources import ResolvedSource, resolve_source
-from saes.models import ModelHandle, load_model
-from saes.registry import SOURCE_FILE, imported_record
-from saes.sae.base import SAE
-from store.atomic import atomic_write_json, read_json, sha256_file
-from store.errors import InvalidInputError, UnknownHookError
-from store.layout import AtlasLayout, check_id, created_with
+from sae_atlas.saes.eval.evaluate import EVAL_FILE, write_eval
+from sae_atlas.saes.formats import declared_normalization, detect_layout, load_any
+from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
+from sae_atlas.saes.formats.foreign_hooks import to_atlas_hook
+from sae_atlas.saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
+from sae_atlas.saes.importing.activations import ImportActivations
+from sae_atlas.saes.importing.guard import Problem, check_sae
+from sae_atlas.saes.importing.sources import ResolvedSource, resolve_source
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.registry import SOURCE_FILE, imported_record
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.atomic import atomic_write_json, read_json, sha256_file
+from sae_atlas.store.errors import InvalidInputError, UnknownHookError
+from sae_atlas.store.layout import AtlasLayout, check_id, created_with
 
 STAGING_DIR = ".import-staging"
 DEFAULT_TOKENS = 8192

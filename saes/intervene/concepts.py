@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from saes.hook_fns import capture_hook, in_residual, replace_hook
-from saes.models import ModelHandle
-from store.errors import InvalidInputError
+from sae_atlas.saes.hook_fns import capture_hook, in_residual, replace_hook
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.errors import InvalidInputError
 
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 MONTHS = [
@@ -166,7 +166,7 @@ def control_words(concept: OrderedConcept | CategoryConcept, n: int | None = Non
     built-in corpus that are none of the concept's values, alternating across categories
     (animals, fish, fruit, countries, tools...; colours left out); capitalised when most of
     the concept's values are (weekdays, months), so that case does not tell them apart."""
-    from saes.builtin_text import CATEGORIES
+    from sae_atlas.saes.builtin_text import CATEGORIES
 
     taken = {v.lower() for v in concept.values}
     pools = [[w for w in words if w.lower() not in taken] for name, words in CATEGORIES.items() if name != "colour"]

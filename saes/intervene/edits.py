@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from store.errors import InvalidInputError
-from store.layout import ID_PATTERN, MAX_ID_LENGTH
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import ID_PATTERN, MAX_ID_LENGTH
 
 
 class TokenMatch(BaseModel):

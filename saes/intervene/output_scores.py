@@ -41,18 +41,18 @@ import polars as pl
 import torch
 from tqdm.auto import tqdm
 
-from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
-from saes.builtin_text import builtin_documents
-from saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
-from saes.hook_fns import in_residual
-from saes.intervene.decode import cached_decoding
-from saes.intervene.splice import Splice
-from saes.intervene.steering_params import SteeringParams
-from saes.models import ModelHandle
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
-from store.steering import STEERING_FILE, SteeringChunks, steering_is_current
-from store.tables import FeatureTables, summarize_repair
+from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from sae_atlas.saes.builtin_text import builtin_documents
+from sae_atlas.saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
+from sae_atlas.saes.hook_fns import in_residual
+from sae_atlas.saes.intervene.decode import cached_decoding
+from sae_atlas.saes.intervene.splice import Splice
+from sae_atlas.saes.intervene.steering_params import SteeringParams
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.steering import STEERING_FILE, SteeringChunks, steering_is_current
+from sae_atlas.store.tables import FeatureTables, summarize_repair
 
 
 def neutral_prompts(handle: ModelHandle, n: int, n_tokens: int, seed: int) -> torch.Tensor:

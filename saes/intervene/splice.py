@@ -29,11 +29,16 @@ from typing import Any, Protocol
 
 import torch
 
-from saes.hook_fns import in_residual
-from saes.intervene.edits import CirclePlane, CompiledEdit, compile_edit, resolve_positions
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from store.errors import InvalidInputError
+from sae_atlas.saes.hook_fns import in_residual
+from sae_atlas.saes.intervene.edits import (
+    CirclePlane,
+    CompiledEdit,
+    compile_edit,
+    resolve_positions,
+)
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store.errors import InvalidInputError
 
 
 class EditSources(Protocol):

@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from saes.forward import run_hooks
-from saes.intervene.output_scores import neutral_prompts
-from saes.intervene.steering_effects import (
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.intervene.output_scores import neutral_prompts
+from sae_atlas.saes.intervene.steering_effects import (
     BOOTSTRAP_SAMPLES,
     INTERVAL,
     PromptEffects,
@@ -52,8 +52,8 @@ from saes.intervene.steering_effects import (
     prompt_effects,
     prompt_steering,
 )
-from saes.intervene.steering_prompts import PromptSet
-from saes.intervene.steering_search import (
+from sae_atlas.saes.intervene.steering_prompts import PromptSet
+from sae_atlas.saes.intervene.steering_search import (
     ResolvedTarget,
     SearchParams,
     SteeringSource,
@@ -62,9 +62,9 @@ from saes.intervene.steering_search import (
     rank_features,
     resolve_target,
 )
-from saes.intervene.strength import geometric_grid
-from saes.models import ModelHandle
-from store.errors import InvalidInputError
+from sae_atlas.saes.intervene.strength import geometric_grid
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.errors import InvalidInputError
 
 ARMS = ("feature_add", "feature_clamp", "combination", "top_activating", "diff_means", "probe", "random_feature",
         "prompting")
@@ -176,7 +176,7 @@ def bench_target(handle: ModelHandle, sources: Sequence[SteeringSource], target:
     on, off = _classes(handle, source.hook, resolved, train)
     X, y = torch.cat([on, off]).numpy(), np.r_[np.ones(len(on), bool), np.zeros(len(off), bool)]
     # scikit-learn (which loads rich) is imported when a bench runs, not with the facade
-    from geometry.probes import diff_means_probe, logistic_probe
+    from sae_atlas.geometry.probes import diff_means_probe, logistic_probe
 
     W = source.sae.W_dec.detach().float().cpu()
     with torch.inference_mode():
@@ -268,7 +268,7 @@ def plot_bench(rows: Sequence[dict[str, Any]], path: Any, kl_bound: float) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from geometry.canvas import save_png
+    from sae_atlas.geometry.canvas import save_png
 
     targets = list(dict.fromkeys(r["target"] for r in rows))
     fig, axes = plt.subplots(1, len(targets), figsize=(4 * len(targets), 3.6), squeeze=False)

@@ -30,11 +30,11 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from saes.intervene.output_scores import last_token_steering
-from saes.intervene.steering_prompts import PromptSet
-from saes.intervene.strength import residual_norms
-from saes.models import ModelHandle
-from saes.sae.base import SAE
+from sae_atlas.saes.intervene.output_scores import last_token_steering
+from sae_atlas.saes.intervene.steering_prompts import PromptSet
+from sae_atlas.saes.intervene.strength import residual_norms
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
 
 BOOTSTRAP_SAMPLES = 1000
 INTERVAL = 0.95

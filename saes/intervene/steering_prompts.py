@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from saes.builtin_text import CATEGORIES, MONTHS, NUMBER_WORDS, WEEKDAYS
-from store.errors import InvalidInputError
+from sae_atlas.saes.builtin_text import CATEGORIES, MONTHS, NUMBER_WORDS, WEEKDAYS
+from sae_atlas.store.errors import InvalidInputError
 
 if TYPE_CHECKING:  # imported where used: the CLI's options read this module's names without torch
     import torch
 
-    from saes.models import ModelHandle
+    from sae_atlas.saes.models import ModelHandle
 
 PromptStyle = Literal["neutral", "in_context", "question", "user"]
 PROMPT_STYLES: tuple[PromptStyle, ...] = get_args(PromptStyle)
@@ -219,7 +219,7 @@ def heldout_prompts(handle: ModelHandle, n: int, n_tokens: int, seed: int,
     draws `avoid` (`(n, n_tokens, seed)` each: the steering tables')."""
     import torch
 
-    from saes.intervene.output_scores import neutral_prompts
+    from sae_atlas.saes.intervene.output_scores import neutral_prompts
 
     if any(s == seed for _, _, s in avoid):
         raise InvalidInputError(f"seed {seed} drew the steering table's prompts; held-out prompts need another seed")

@@ -51,14 +51,14 @@ import polars as pl
 import torch
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from saes.encoding.texts import tokenize_texts
-from saes.encoding.tokens import piece_text
-from saes.forward import run_hooks
-from saes.intervene.concepts import load_concept
-from saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
-from saes.intervene.splice import Splice
-from saes.intervene.steering_combination import FitParams, fit_combination
-from saes.intervene.steering_effects import (
+from sae_atlas.saes.encoding.texts import tokenize_texts
+from sae_atlas.saes.encoding.tokens import piece_text
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.intervene.concepts import load_concept
+from sae_atlas.saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
+from sae_atlas.saes.intervene.splice import Splice
+from sae_atlas.saes.intervene.steering_combination import FitParams, fit_combination
+from sae_atlas.saes.intervene.steering_effects import (
     PairStats,
     PromptEffects,
     PromptSteering,
@@ -67,7 +67,7 @@ from saes.intervene.steering_effects import (
     per_style,
     prompt_steering,
 )
-from saes.intervene.steering_prompts import (
+from sae_atlas.saes.intervene.steering_prompts import (
     PROMPT_STYLES,
     PromptSet,
     PromptStyle,
@@ -75,7 +75,7 @@ from saes.intervene.steering_prompts import (
     split_sets,
     target_class,
 )
-from saes.intervene.strength import (
+from sae_atlas.saes.intervene.strength import (
     MAX_KL_BOUND,
     MAX_RATIO,
     Calibration,
@@ -85,10 +85,10 @@ from saes.intervene.strength import (
     continuation_perplexity,
     geometric_grid,
 )
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from saes.summary.logits import logit_directions
-from store.errors import InvalidInputError
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.summary.logits import logit_directions
+from sae_atlas.store.errors import InvalidInputError
 
 MAX_TARGET_TOKENS = 64
 MAX_CONTRAST_TOKENS = 16

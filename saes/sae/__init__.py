@@ -4,4 +4,4 @@ Importing the package registers the built-in architectures (`saes.sae.registry`)
 `SAEConfig` naming one is valid wherever `saes.sae` is used.
 """
 
-from saes.sae import registry as _builtin_architectures  # noqa: F401
+from sae_atlas.saes.sae import registry as _builtin_architectures  # noqa: F401

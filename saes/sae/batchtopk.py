@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from saes.sae.base import SAE, SAEConfig
-from saes.sae.losses import (
+from sae_atlas.saes.sae.base import SAE, SAEConfig
+from sae_atlas.saes.sae.losses import (
     StepInfo,
     TrainStep,
     auxk_loss,

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from saes.sae.losses import dead_topk, sparse_decode, sparse_rows_product
+from sae_atlas.saes.sae.losses import dead_topk, sparse_decode, sparse_rows_product
 
 
 class _GatheredPre(torch.autograd.Function):

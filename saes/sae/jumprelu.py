@@ -17,8 +17,8 @@ import math
 import torch
 from torch import nn
 
-from saes.sae.base import SAE, SAEConfig
-from saes.sae.losses import StepInfo, TrainStep, fired_counts, step_metrics
+from sae_atlas.saes.sae.base import SAE, SAEConfig
+from sae_atlas.saes.sae.losses import StepInfo, TrainStep, fired_counts, step_metrics
 
 
 def _rectangle(u: torch.Tensor) -> torch.Tensor:

@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import torch
 
-from saes.sae.base import (
+from sae_atlas.saes.sae.base import (
     SAE,
     SAEConfig,
     architecture_class,
     architecture_names,
     register_architecture,
 )
-from saes.sae.batchtopk import BatchTopKSAE
-from saes.sae.jumprelu import JumpReLUSAE
-from saes.sae.losses import init_sae_weights
-from saes.sae.matryoshka import MatryoshkaSAE
-from saes.sae.standard import StandardSAE
-from saes.sae.topk import TopKSAE
-from store.dtypes import parse_dtype
+from sae_atlas.saes.sae.batchtopk import BatchTopKSAE
+from sae_atlas.saes.sae.jumprelu import JumpReLUSAE
+from sae_atlas.saes.sae.losses import init_sae_weights
+from sae_atlas.saes.sae.matryoshka import MatryoshkaSAE
+from sae_atlas.saes.sae.standard import StandardSAE
+from sae_atlas.saes.sae.topk import TopKSAE
+from sae_atlas.store.dtypes import parse_dtype
 
 register_architecture(StandardSAE)
 register_architecture(TopKSAE)

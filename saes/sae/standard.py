@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from saes.sae.base import SAE
-from saes.sae.losses import StepInfo, TrainStep, fired_counts, step_metrics
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.sae.losses import StepInfo, TrainStep, fired_counts, step_metrics
 
 
 class StandardSAE(SAE):

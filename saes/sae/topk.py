@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from saes.sae.base import SAE
-from saes.sae.fast_topk import topk_sparse_forward
-from saes.sae.losses import (
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.sae.fast_topk import topk_sparse_forward
+from sae_atlas.saes.sae.losses import (
     StepInfo,
     TrainStep,
     auxk_loss,

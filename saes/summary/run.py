@@ -21,17 +21,17 @@ import polars as pl
 import torch
 from tqdm.auto import tqdm
 
-from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
-from saes.labels import auto_labels
-from saes.sae.base import SAE
-from saes.summary.accumulator import SummaryAccumulator, SummaryParams
-from saes.summary.batch import BatchInfo
-from saes.summary.logits import NormKind, logit_effects, split_piece_ids, vocab_strings
-from saes.summary.token_text import whole_characters
-from store.activations import ActivationReader, Blocks
-from store.errors import AtlasError, InvalidInputError
-from store.layout import AtlasLayout
-from store.tables import OccurrenceWriter, read_sidecar, read_table, write_tables
+from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from sae_atlas.saes.labels import auto_labels
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.summary.accumulator import SummaryAccumulator, SummaryParams
+from sae_atlas.saes.summary.batch import BatchInfo
+from sae_atlas.saes.summary.logits import NormKind, logit_effects, split_piece_ids, vocab_strings
+from sae_atlas.saes.summary.token_text import whole_characters
+from sae_atlas.store.activations import ActivationReader, Blocks
+from sae_atlas.store.errors import AtlasError, InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import OccurrenceWriter, read_sidecar, read_table, write_tables
 
 SPLIT = "heldout"
 

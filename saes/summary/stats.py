@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from saes.summary.batch import ActiveEntries
+from sae_atlas.saes.summary.batch import ActiveEntries
 
 _UNSET = torch.iinfo(torch.int64).min // 4
 

@@ -34,25 +34,29 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from saes.atlas_saes import atlas_sae_hook, load_atlas_sae
-from saes.corpus import CorpusSpec
-from saes.distributed import DistContext, barrier, rank_and_world
-from saes.models import ModelHandle
-from saes.sae.base import SAE
-from saes.streaming import stream_activations, whole_blocks
-from saes.summary.accumulator import SummaryAccumulator, SummaryParams
-from saes.summary.accumulator_state import accumulator_state, merge_into, restore_accumulator
-from saes.summary.run import (
+from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.distributed import DistContext, barrier, rank_and_world
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.streaming import stream_activations, whole_blocks
+from sae_atlas.saes.summary.accumulator import SummaryAccumulator, SummaryParams
+from sae_atlas.saes.summary.accumulator_state import (
+    accumulator_state,
+    merge_into,
+    restore_accumulator,
+)
+from sae_atlas.saes.summary.run import (
     SummaryReport,
     existing_summary,
     summarize_chunk,
     summary_record,
     write_summary,
 )
-from store.atomic import atomic_path
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
-from store.tables import OccurrenceWriter
+from sae_atlas.store.atomic import atomic_path
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import OccurrenceWriter
 
 STATE_DIR = "summary-stream"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from saes.encoding.tokens import decoded_tokens
+from sae_atlas.saes.encoding.tokens import decoded_tokens
 
 
 def whole_characters(examples: pl.DataFrame, tokenizer: Any, split_ids: frozenset[int]) -> pl.DataFrame:

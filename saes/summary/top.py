@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from saes.summary.batch import ActiveEntries, BatchInfo, empty_payload, example_payload
-from saes.summary.slots import SlotTable, with_tie_break
+from sae_atlas.saes.summary.batch import ActiveEntries, BatchInfo, empty_payload, example_payload
+from sae_atlas.saes.summary.slots import SlotTable, with_tie_break
 
 
 class TopExamples:

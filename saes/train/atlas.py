@@ -17,19 +17,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from saes.distributed import DistContext, barrier, init_distributed
-from saes.formats.saelens import OUR_KEY
-from saes.registry import trained_record
-from saes.sae.base import SAEConfig, architecture_class
-from saes.train.checkpoint import remove_checkpoints
-from saes.train.config import TrainConfig
-from saes.train.distributed import assign_hooks
-from saes.train.trainer import train_sae
-from saes.transcoders.pairs import PairedReader
-from store.activations import ActivationReader
-from store.atomic import read_json
-from store.errors import InvalidInputError, UnknownHookError
-from store.layout import AtlasLayout, check_id
+from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
+from sae_atlas.saes.formats.saelens import OUR_KEY
+from sae_atlas.saes.registry import trained_record
+from sae_atlas.saes.sae.base import SAEConfig, architecture_class
+from sae_atlas.saes.train.checkpoint import remove_checkpoints
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.distributed import assign_hooks
+from sae_atlas.saes.train.trainer import train_sae
+from sae_atlas.saes.transcoders.pairs import PairedReader
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.atomic import read_json
+from sae_atlas.store.errors import InvalidInputError, UnknownHookError
+from sae_atlas.store.layout import AtlasLayout, check_id
 
 Distribute = Literal["auto", "ddp", "per_layer"]
 DISTRIBUTE_MODES: tuple[Distribute, ...] = get_args(Distribute)

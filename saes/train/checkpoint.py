@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from store.atomic import atomic_path
+from sae_atlas.store.atomic import atomic_path
 
 _NAME = re.compile(r"^step-(\d{8,})\.pt$")
 _TEMPORARY = re.compile(r"^\.step-\d{8,}\.pt\..*\.tmp$")  # a checkpoint write killed before its rename

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from saes.distributed import DistContext
+from sae_atlas.saes.distributed import DistContext
 
 
 def assign_hooks(hooks: Sequence[str], ctx: DistContext | None) -> list[str]:

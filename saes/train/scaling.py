@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from saes.sae.base import SAE
+from sae_atlas.saes.sae.base import SAE
 
 
 def input_scale(sum_sq_norms: float, n_tokens: int, d_in: int) -> float:

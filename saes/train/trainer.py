@@ -27,28 +27,28 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from saes.distributed import DistContext, all_reduce_
-from saes.eval.reconstruction import reconstruction_stats
-from saes.formats.saelens import save_saelens
-from saes.sae.base import SAE, SAEConfig
-from saes.sae.losses import StepInfo, TrainStep
-from saes.sae.registry import build_sae
-from saes.train.checkpoint import (
+from sae_atlas.saes.distributed import DistContext, all_reduce_
+from sae_atlas.saes.eval.reconstruction import reconstruction_stats
+from sae_atlas.saes.formats.saelens import save_saelens
+from sae_atlas.saes.sae.base import SAE, SAEConfig
+from sae_atlas.saes.sae.losses import StepInfo, TrainStep
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.saes.train.checkpoint import (
     load_latest_checkpoint,
     remove_checkpoints,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
-from saes.train.config import TrainConfig
-from saes.train.distributed import rank_slice
-from saes.train.geometric_median import geometric_median
-from saes.train.scaling import fold_input_scale, input_scale
-from saes.train.schedule import make_scheduler
-from saes.transcoders.pairs import input_and_target, row_width
-from store.atomic import atomic_write_json
-from store.errors import InvalidInputError
-from store.layout import created_with
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.distributed import rank_slice
+from sae_atlas.saes.train.geometric_median import geometric_median
+from sae_atlas.saes.train.scaling import fold_input_scale, input_scale
+from sae_atlas.saes.train.schedule import make_scheduler
+from sae_atlas.saes.transcoders.pairs import input_and_target, row_width
+from sae_atlas.store.atomic import atomic_write_json
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import created_with
 
 # A batch source: any iterable of [B, d_in] tensors ([B, d_in + d_out] paired rows for a
 # transcoder), or a function `skip -> iterator` that

@@ -13,18 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from saes.distributed import barrier, init_distributed
-from saes.train.checkpoint import remove_checkpoints
-from saes.train.config import TrainConfig
-from saes.transcoders.clt import CLTArchitecture, CLTConfig
-from saes.transcoders.clt_data import CLTReader
-from saes.transcoders.clt_store import CFG_FILE, clt_record, register_clt
-from saes.transcoders.clt_train import TRAINING_FILE, train_clt
-from saes.transcoders.sites import MLP_OUT, check_mlp_input
-from store.atomic import read_json
-from store.errors import InvalidInputError, UnknownHookError
-from store.hooks import BLOCK_HOOK
-from store.layout import AtlasLayout, check_id
+from sae_atlas.saes.distributed import barrier, init_distributed
+from sae_atlas.saes.train.checkpoint import remove_checkpoints
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.transcoders.clt import CLTArchitecture, CLTConfig
+from sae_atlas.saes.transcoders.clt_data import CLTReader
+from sae_atlas.saes.transcoders.clt_store import CFG_FILE, clt_record, register_clt
+from sae_atlas.saes.transcoders.clt_train import TRAINING_FILE, train_clt
+from sae_atlas.saes.transcoders.sites import MLP_OUT, check_mlp_input
+from sae_atlas.store.atomic import read_json
+from sae_atlas.store.errors import InvalidInputError, UnknownHookError
+from sae_atlas.store.hooks import BLOCK_HOOK
+from sae_atlas.store.layout import AtlasLayout, check_id
 
 HELDOUT_TOKENS = 65_536
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
-from saes.corpus import CorpusSpec, iter_blocks
-from saes.forward import run_hooks
-from saes.models import ModelHandle
-from saes.transcoders.clt import CLTConfig, CrossLayerTranscoder
-from saes.transcoders.pairs import check_same_tokens
-from store.activations import ActivationReader, Split
+from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.transcoders.clt import CLTConfig, CrossLayerTranscoder
+from sae_atlas.saes.transcoders.pairs import check_same_tokens
+from sae_atlas.store.activations import ActivationReader, Split
 
 
 class CLTReader:

@@ -28,25 +28,35 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from saes.distributed import DistContext, all_reduce_
-from saes.sae.losses import StepInfo
-from saes.train.checkpoint import (
+from sae_atlas.saes.distributed import DistContext, all_reduce_
+from sae_atlas.saes.sae.losses import StepInfo
+from sae_atlas.saes.train.checkpoint import (
     load_latest_checkpoint,
     remove_checkpoints,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
-from saes.train.config import TrainConfig
-from saes.train.distributed import rank_slice
-from saes.train.schedule import make_scheduler
-from saes.train.trainer import check_same_config, loss_module, make_optimizer, summarise_window
-from saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt, fold_layer_scales
-from saes.transcoders.clt_data import clt_metrics
-from saes.transcoders.clt_store import save_clt
-from store.atomic import atomic_write_json
-from store.errors import InvalidInputError
-from store.layout import created_with
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.distributed import rank_slice
+from sae_atlas.saes.train.schedule import make_scheduler
+from sae_atlas.saes.train.trainer import (
+    check_same_config,
+    loss_module,
+    make_optimizer,
+    summarise_window,
+)
+from sae_atlas.saes.transcoders.clt import (
+    CLTConfig,
+    CrossLayerTranscoder,
+    build_clt,
+    fold_layer_scales,
+)
+from sae_atlas.saes.transcoders.clt_data import clt_metrics
+from sae_atlas.saes.transcoders.clt_store import save_clt
+from sae_atlas.store.atomic import atomic_write_json
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import created_with
 
 CLTBatches = Callable[[int], Iterator[torch.Tensor]]  # skip -> batches [B, 2, L, d]
 TRAINING_FILE = "training.json"

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from saes.sae.base import SAEConfig
-from store.activations import ActivationReader, Blocks, Split, TokenRows
-from store.errors import InvalidInputError
-from store.safetensors_io import MappedSafetensors
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.store.activations import ActivationReader, Blocks, Split, TokenRows
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.safetensors_io import MappedSafetensors
 
 
 def row_width(cfg: SAEConfig) -> int:

@@ -11,8 +11,8 @@ output it would predict, so a transcoder reading it replaces nothing.
 
 from __future__ import annotations
 
-from store.errors import InvalidInputError
-from store.hooks import BLOCK_HOOK, hook_layer
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.hooks import BLOCK_HOOK, hook_layer
 
 MLP_OUT = "hook_mlp_out"
 MLP_INPUT_SITES = ("ln2.hook_normalized", "hook_resid_mid", "ln2.hook_out", "mlp.hook_in")

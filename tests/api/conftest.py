@@ -36,8 +36,8 @@ class LiveServer:
     def __init__(self, root: Path, **settings: Any) -> None:
         import uvicorn
 
-        from api.http import ServerSettings, create_app
-        from api.http.protocol import JsonErrorsProtocol
+        from sae_atlas.api.http import ServerSettings, create_app
+        from sae_atlas.api.http.protocol import JsonErrorsProtocol
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from store.atomic import atomic_path
-from store.layout import AtlasLayout
+from sae_atlas.store.atomic import atomic_path
+from sae_atlas.store.layout import AtlasLayout
 
 HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
 CONTEXT = 32
@@ -28,7 +28,7 @@ PLANTED_RUN = "demo-run"
 def _planted_analysis(root: Path) -> None:
     """A result in the analyses layout through `geometry.results.write_analysis`: the PNG
     `<run>.png`, then `<run>.parquet`, `<run>.json` and the kind's `runs.json`."""
-    from geometry.results import write_analysis
+    from sae_atlas.geometry.results import write_analysis
 
     folder = AtlasLayout(root).analysis_dir(PLANTED_KIND)
     folder.mkdir(parents=True, exist_ok=True)
@@ -49,14 +49,14 @@ def _planted_analysis(root: Path) -> None:
 
 def build_small_atlas(root: str | Path) -> dict[str, Any]:
     """Build the small atlas at `root`; returns facts the tests check against."""
-    from api.atlas import Atlas
-    from saes.cache import cache_activations
-    from saes.corpus import CorpusSpec
-    from saes.models import tiny_model
-    from saes.summary.run import summarize_sae
-    from saes.train.atlas import train_saes
-    from saes.train.config import TrainConfig
-    from store.index import build_atlas_indexes
+    from sae_atlas.api.atlas import Atlas
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.models import tiny_model
+    from sae_atlas.saes.summary.run import summarize_sae
+    from sae_atlas.saes.train.atlas import train_saes
+    from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.store.index import build_atlas_indexes
 
     root = Path(root)
     handle = tiny_model(n_layers=2, d_model=32)
@@ -82,8 +82,8 @@ def write_planted_map(root: str | Path, sae_id: str) -> pl.DataFrame:
     fixture): decoder (latent, x, y, knn_overlap) from the SAE's decoder rows, co-occurrence
     (cooc_x, cooc_y, cooc_knn_overlap) from its occurrence matrix, a `cluster` label, with
     the overlap scores measured; written with `geometry.maps.write_map`."""
-    from geometry.lobes import cooccurrence_knn
-    from geometry.maps import (
+    from sae_atlas.geometry.lobes import cooccurrence_knn
+    from sae_atlas.geometry.maps import (
         FeatureMap,
         cooccurrence_neighbours,
         decoder_neighbours,
@@ -92,8 +92,8 @@ def write_planted_map(root: str | Path, sae_id: str) -> pl.DataFrame:
         stored_summary,
         write_map,
     )
-    from saes.formats import load_any
-    from store.tables import load_occurrence
+    from sae_atlas.saes.formats import load_any
+    from sae_atlas.store.tables import load_occurrence
 
     W = load_any(AtlasLayout(root).require_sae(sae_id)).W_dec.detach().numpy()
     occ = load_occurrence(root, sae_id)[0]

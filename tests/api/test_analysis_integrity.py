@@ -15,10 +15,10 @@ import polars as pl
 import pytest
 from starlette.testclient import TestClient
 
-from api.atlas import Atlas
-from api.services import analyses
-from geometry.results import RUNS_FILE, list_runs, read_analysis, write_analysis
-from store.errors import IntegrityError, NotFoundError
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.services import analyses
+from sae_atlas.geometry.results import RUNS_FILE, list_runs, read_analysis, write_analysis
+from sae_atlas.store.errors import IntegrityError, NotFoundError
 from tests.api.small_atlas import PLANTED_KIND, PLANTED_RUN
 
 KIND, RUN = PLANTED_KIND, PLANTED_RUN
@@ -67,7 +67,7 @@ def test_damaged_run_is_refused_and_listed_as_damaged(root: Path, which: str, ho
     assert [r["run"] for r in rows] == [RUN], rows  # still listed, not dropped
     assert rows[0]["status"] == "damaged" and _named(rows[0]["problem"], name), rows
 
-    from api.http import ServerSettings, create_app
+    from sae_atlas.api.http import ServerSettings, create_app
 
     with TestClient(create_app(ServerSettings(root=root))) as client:
         for url in (f"/analyses/{KIND}/{RUN}", f"/analyses/{KIND}/figures/{RUN}.png"):

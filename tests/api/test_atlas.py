@@ -9,11 +9,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from api import Atlas
-from saes.formats import load_any
-from store.errors import InvalidInputError, NotFoundError
-from store.layout import AtlasLayout
-from store.tables import FeatureTables
+from sae_atlas import Atlas
+from sae_atlas.saes.formats import load_any
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import FeatureTables
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +137,8 @@ def test_searched_and_run_tokens_are_decoded_strings(small_atlas: dict[str, Any]
     interventions show the decoded string, in Python and over HTTP."""
     from starlette.testclient import TestClient
 
-    from api.http import ServerSettings, create_app
-    from saes.models import tiny_model
+    from sae_atlas.api.http import ServerSettings, create_app
+    from sae_atlas.saes.models import tiny_model
     from tests.saes.test_encoding_tokens import TEXT, byte_level_tokenizer
 
     handle = tiny_model(n_layers=2, d_model=32)

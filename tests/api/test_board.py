@@ -6,16 +6,16 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from api.atlas import Atlas
-from saes.eval.ground_truth import ground_truth_config
-from saes.eval.mdl import MdlConfig
-from saes.eval.results import result_paths
-from saes.eval.suite import run_suite
-from saes.formats import save_saelens
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.saes.eval.ground_truth import ground_truth_config
+from sae_atlas.saes.eval.mdl import MdlConfig
+from sae_atlas.saes.eval.results import result_paths
+from sae_atlas.saes.eval.suite import run_suite
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 from tests.api.conftest import LiveServer
 from tests.saes.planted import planted_atoms, write_planted_atlas
 
@@ -83,8 +83,8 @@ def test_a_damaged_result_marks_its_row_and_names_the_file(evaluated, tmp_path):
 def test_openapi_publishes_the_board_type(evaluated):
     from pydantic import TypeAdapter
 
-    from api.http import ServerSettings, create_app
-    from api.results.board import Board
+    from sae_atlas.api.http import ServerSettings, create_app
+    from sae_atlas.api.results.board import Board
 
     spec = create_app(ServerSettings(root=evaluated)).openapi()
     schema = spec["paths"]["/board"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
@@ -113,9 +113,9 @@ def test_a_result_without_its_sidecar_is_named_for_every_eval(evaluated, tmp_pat
     on the board and refused by name by `eval_result` and over HTTP, never "not evaluated"."""
     import shutil
 
-    from saes.eval.results import read_result
-    from saes.eval.spec import EVAL_NAMES
-    from store.errors import IntegrityError
+    from sae_atlas.saes.eval.results import read_result
+    from sae_atlas.saes.eval.spec import EVAL_NAMES
+    from sae_atlas.store.errors import IntegrityError
 
     root = tmp_path / "copy"
     shutil.copytree(evaluated, root)

@@ -16,14 +16,14 @@ import httpx
 import numpy as np
 import pytest
 
-from saes.eval.absorption import ABSORPTION, AbsorptionConfig
-from saes.eval.mdl import MdlConfig
-from saes.eval.meta import MetaConfig
-from saes.eval.results import write_result
-from saes.eval.spec import EvalOutcome
-from saes.eval.suite import run_suite
-from saes.models import load_model
-from store.layout import AtlasLayout
+from sae_atlas.saes.eval.absorption import ABSORPTION, AbsorptionConfig
+from sae_atlas.saes.eval.mdl import MdlConfig
+from sae_atlas.saes.eval.meta import MetaConfig
+from sae_atlas.saes.eval.results import write_result
+from sae_atlas.saes.eval.spec import EvalOutcome
+from sae_atlas.saes.eval.suite import run_suite
+from sae_atlas.saes.models import load_model
+from sae_atlas.store.layout import AtlasLayout
 from tests.api.conftest import LiveServer
 from tests.api.test_browser import ARTIFACTS, _page, browser  # noqa: F401 (the browser fixture)
 
@@ -33,7 +33,11 @@ EV = "core/explained_variance"
 
 def planted_absorption() -> EvalOutcome:
     """Absorption scores of planted letters through the eval's own scoring."""
-    from geometry.absorption import AbsorptionThresholds, LetterAbsorption, absorption_scores
+    from sae_atlas.geometry.absorption import (
+        AbsorptionThresholds,
+        LetterAbsorption,
+        absorption_scores,
+    )
 
     letters = [LetterAbsorption(letter, 0.9, [i], np.arange(10), np.full(10, fraction), np.arange(10) < 10 * fraction)
                for i, (letter, fraction) in enumerate(PLANTED.items())]

@@ -32,10 +32,10 @@ REFUSALS = ("not allow", "refus", "interventions are off", "needs a server", "no
 @pytest.fixture(scope="module")
 def demo_like(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A copy of the small atlas with the demo's explorer steps run on it."""
-    from api.atlas import Atlas
-    from api.commands.demo import core_evals, explorer_content
-    from saes.models import load_model
-    from store.layout import AtlasLayout
+    from sae_atlas.api.atlas import Atlas
+    from sae_atlas.api.commands.demo import core_evals, explorer_content
+    from sae_atlas.saes.models import load_model
+    from sae_atlas.store.layout import AtlasLayout
 
     root = Path(shutil.copytree(small_atlas["root"], tmp_path_factory.mktemp("walk") / "atlas-demo"))
     handle = load_model(AtlasLayout(root).read_meta()["model"])
@@ -51,7 +51,7 @@ def demo_like(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFact
 @pytest.fixture(scope="module")
 def demo_server(demo_like: dict[str, Any]) -> Iterator[str]:
     """`sae-atlas serve ...` as the demo prints it, on a free port."""
-    from api.commands.demo import serve_argv
+    from sae_atlas.api.commands.demo import serve_argv
 
     argv = serve_argv(demo_like["root"])
     assert argv[:2] == ["sae-atlas", "serve"]

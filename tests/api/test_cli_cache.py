@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from api.cli import app
+from sae_atlas.api.cli import app
 
 
 @pytest.mark.parametrize(("n_layers", "hooks"), [

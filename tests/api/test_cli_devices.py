@@ -14,12 +14,12 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from api.cli import app
-from saes.devices import ENV_DEVICE, resolve_device
-from saes.formats.saelens import save_saelens
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.layout import AtlasLayout
+from sae_atlas.api.cli import app
+from sae_atlas.saes.devices import ENV_DEVICE, resolve_device
+from sae_atlas.saes.formats.saelens import save_saelens
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.kill_points import tree_hashes
 from tests.saes.planted import write_planted_atlas
 

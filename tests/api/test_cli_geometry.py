@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from api import Atlas
-from api.cli import app
+from sae_atlas import Atlas
+from sae_atlas.api.cli import app
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ HEAVY = ("torch", "transformer_lens", "transformers", "faiss", "polars")
 
 
 def test_cli_import_and_help_load_no_heavy_library() -> None:
-    """`import api.cli` and `--help` (top level and every verb's) import none of HEAVY; a
+    """`import sae_atlas.api.cli` and `--help` (top level and every verb's) import none of HEAVY; a
     failure names who imported it."""
     probe = f"""
 import importlib.abc, json, sys, traceback
@@ -23,14 +23,14 @@ class Watch(importlib.abc.MetaPathFinder):
                               if "importlib" not in f.filename and "<" not in f.filename][-6:]
         return None
 sys.meta_path.insert(0, Watch())
-import api.cli
+import sae_atlas.api.cli as cli
 from typer.main import get_command
 from typer.testing import CliRunner
 runner = CliRunner()
-group = get_command(api.cli.app)
+group = get_command(cli.app)
 verbs = [[]] + [[name] for name in group.commands]
 for args in verbs:
-    assert runner.invoke(api.cli.app, [*args, "--help"]).exit_code == 0, args
+    assert runner.invoke(cli.app, [*args, "--help"]).exit_code == 0, args
 print(json.dumps({{name: Watch.who.get(name) for name in {HEAVY!r} if name in sys.modules}}))
 """
     answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,

@@ -13,9 +13,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from api.cli import app
-from api.commands.eval import COLUMNS as EVAL_COLUMNS
-from api.commands.tables import cell_text, render_table
+from sae_atlas.api.cli import app
+from sae_atlas.api.commands.eval import COLUMNS as EVAL_COLUMNS
+from sae_atlas.api.commands.tables import cell_text, render_table
 
 WIDTH = 80
 LABEL = "days of the week and other calendar words that keep going well past any narrow column"
@@ -119,8 +119,8 @@ def test_feature_at_80_columns(atlas: Path, small_atlas: dict[str, Any], monkeyp
 
 def test_demo_json_keeps_stdout_for_the_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`demo --json`: the steps' tables go to stderr, stdout is the JSON of what was built."""
-    import api.commands.demo as demo
-    from api.commands.common import print_table
+    import sae_atlas.api.commands.demo as demo
+    from sae_atlas.api.commands.common import print_table
 
     def steps(atlas: Path, model: str, **_: Any) -> dict[str, Any]:
         print_table("a step's table", ["sae", "fvu"], [["s0", 0.25]])

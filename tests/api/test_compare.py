@@ -15,18 +15,18 @@ import torch
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from api.atlas import Atlas
-from api.cli import app
-from api.http import ServerSettings, create_app
-from geometry.results import write_analysis
-from saes.compare.pairs import Side, paired_activations
-from saes.corpus import CorpusSpec
-from saes.formats.saelens import save_saelens
-from saes.models import tiny_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import IntegrityError, InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.cli import app
+from sae_atlas.api.http import ServerSettings, create_app
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.saes.compare.pairs import Side, paired_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.formats.saelens import save_saelens
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 from tests.saes.test_compare_align import split_tokenizer
 
@@ -121,7 +121,7 @@ def test_bad_input_is_refused_with_a_clear_message(atlas: Path):
     same = CliRunner().invoke(app, ["compare", f"{atlas}:orig", f"{atlas}:orig"])
     assert same.exit_code == 2 and "two different SAEs" in same.output
     with pytest.raises(InvalidInputError, match="shared d_model"):
-        from saes.compare.saes_pair import decoder_match
+        from sae_atlas.saes.compare.saes_pair import decoder_match
 
         decoder_match(np.ones((4, 32)), np.ones((4, 16)))
 

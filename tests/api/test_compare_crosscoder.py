@@ -6,10 +6,10 @@ import json
 
 from typer.testing import CliRunner
 
-from api.atlas import Atlas
-from api.cli import app
-from saes.compare.crosscoder import read_crosscoder_sides
-from store.layout import AtlasLayout
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.cli import app
+from sae_atlas.saes.compare.crosscoder import read_crosscoder_sides
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 
 MODEL = {"kind": "tiny", "n_layers": 2, "d_model": 32}

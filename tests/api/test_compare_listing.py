@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 from starlette.testclient import TestClient
 
-from api.atlas import Atlas
-from api.http import ServerSettings, create_app
-from geometry.results import write_analysis
-from store.layout import AtlasLayout
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.http import ServerSettings, create_app
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.store.layout import AtlasLayout
 
 
 def _store_run(root: Path, run: str, mcc: float) -> None:
@@ -80,11 +80,11 @@ def test_compare_decoder_with_different_d_model_is_refused_before_loading(tmp_pa
     configs: no model and no SAE is loaded first."""
     from typer.testing import CliRunner
 
-    import api.services.compare as service
-    from api.cli import app
-    from saes.formats.saelens import save_saelens
-    from saes.sae.base import SAEConfig
-    from saes.sae.registry import build_sae
+    import sae_atlas.api.services.compare as service
+    from sae_atlas.api.cli import app
+    from sae_atlas.saes.formats.saelens import save_saelens
+    from sae_atlas.saes.sae.base import SAEConfig
+    from sae_atlas.saes.sae.registry import build_sae
 
     sides = []
     for name, width in (("a", 32), ("b", 16)):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from api.atlas import Atlas
-from api.services.compare import p_value_notes
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.services.compare import p_value_notes
 from tests.api.test_compare import OPTIONS, atlas  # noqa: F401 (the atlas fixture)
 
 

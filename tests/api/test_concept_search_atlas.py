@@ -10,12 +10,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from api import Atlas
-from geometry.concept_search import concept_features
-from saes.formats import load_any
-from saes.intervene.concepts import CategoryConcept, colours, load_concept
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas import Atlas
+from sae_atlas.geometry.concept_search import concept_features
+from sae_atlas.saes.formats import load_any
+from sae_atlas.saes.intervene.concepts import CategoryConcept, colours, load_concept
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_concept_search_bad_input(atlas: Atlas) -> None:
 def test_concept_search_cli(small_atlas: dict[str, Any], tmp_path: Any) -> None:
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     spec = tmp_path / "c.json"
     spec.write_text(json.dumps({"name": "pets", "kind": "categories", "values": ["cat", "dog", "horse"],

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from api import Atlas
-from geometry.contrast import auroc
-from saes.formats import load_any
-from store.errors import InvalidInputError, NotFoundError
-from store.layout import AtlasLayout
+from sae_atlas import Atlas
+from sae_atlas.geometry.contrast import auroc
+from sae_atlas.saes.formats import load_any
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "purple", "brown"]
 CAT = [f"the cat is {c} and the {c} box" for c in COLOURS]
@@ -65,7 +65,7 @@ def test_contrast_bad_input(atlas: Atlas) -> None:
 
 
 def test_padding_does_not_change_pooled_activations(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
-    from saes.encoding.texts import pooled_feature_acts
+    from sae_atlas.saes.encoding.texts import pooled_feature_acts
 
     sae_id, hook = small_atlas["sae_ids"][1], small_atlas["hooks"][1]
     texts = ["the cat", "the cat is red and the red box is on the table"]
@@ -83,7 +83,7 @@ def test_contrast_over_http_and_cli(server: Any, small_atlas: dict[str, Any], tm
     import httpx
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     body = {"texts_a": CAT, "texts_b": CHAIR, "k": 3, "n_permutations": 2000}
     answer = httpx.post(server.url + "/search/contrast", json=body, timeout=60)

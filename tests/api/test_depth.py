@@ -12,10 +12,10 @@ import polars as pl
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from api import Atlas
-from api.cli import app
-from saes.corpus import CorpusSpec
-from store.layout import AtlasLayout
+from sae_atlas import Atlas
+from sae_atlas.api.cli import app
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.store.layout import AtlasLayout
 
 TINY = '{"kind": "tiny", "arch": "llama", "n_layers": 4, "seed": 3}'
 SMALL = ["--context", "32", "--tokens", "256", "--batch-blocks", "2", "--max-points", "150", "--k", "10",
@@ -52,7 +52,7 @@ def test_depth_profile_stores_a_checksummed_run(tmp_path: Path):
     tokens = pl.read_parquet(folder / result.meta["tables"]["tokens"]["file"])
     assert tokens.height == 150 and {"convergence_index", "mean_curvature", "path_length"} <= set(tokens.columns)
 
-    from api.http import ServerSettings, create_app
+    from sae_atlas.api.http import ServerSettings, create_app
 
     with TestClient(create_app(ServerSettings(root=tmp_path / "atlas"))) as client:  # the generic HTTP read
         body = client.get("/analyses/depth/depth").json()
@@ -97,10 +97,10 @@ def test_cli_depth_families(tmp_path: Path):
 
 
 def test_depth_run_joins_stored_sae_features(tmp_path: Path):
-    from saes.cache import cache_activations
-    from saes.models import tiny_model
-    from saes.train.atlas import train_saes
-    from saes.train.config import TrainConfig
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.models import tiny_model
+    from sae_atlas.saes.train.atlas import train_saes
+    from sae_atlas.saes.train.config import TrainConfig
 
     root = tmp_path / "atlas"
     handle = tiny_model(arch="llama", n_layers=4, seed=3)

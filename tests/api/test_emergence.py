@@ -13,14 +13,14 @@ import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from api.atlas import Atlas
-from api.cli import app
-from api.http import ServerSettings, create_app
-from geometry.emergence import member_scores
-from saes.atlas_saes import load_atlas_sae
-from saes.encoding.concepts import concept_feature_acts
-from saes.intervene.concepts import control_concept, weekdays
-from store.errors import InvalidInputError
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.cli import app
+from sae_atlas.api.http import ServerSettings, create_app
+from sae_atlas.geometry.emergence import member_scores
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.encoding.concepts import concept_feature_acts
+from sae_atlas.saes.intervene.concepts import control_concept, weekdays
+from sae_atlas.store.errors import InvalidInputError
 
 
 @pytest.fixture(scope="module")

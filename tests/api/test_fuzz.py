@@ -29,15 +29,15 @@ from typing import Any
 import httpx
 import pytest
 
-from api.atlas import Atlas
-from api.services.graphs import store_graph
-from saes.corpus import CorpusSpec
-from saes.eval.mdl import MdlConfig
-from saes.eval.meta import MetaConfig
-from saes.eval.suite import run_suite
-from saes.models import load_model
-from saes.transcoders.clt_store import clt_record, register_clt, save_clt
-from store.layout import AtlasLayout
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.services.graphs import store_graph
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.eval.mdl import MdlConfig
+from sae_atlas.saes.eval.meta import MetaConfig
+from sae_atlas.saes.eval.suite import run_suite
+from sae_atlas.saes.models import load_model
+from sae_atlas.saes.transcoders.clt_store import clt_record, register_clt, save_clt
+from sae_atlas.store.layout import AtlasLayout
 from tests.api.conftest import TOKEN, LiveServer
 from tests.api.test_compare_pages import CC, planted_crosscoder
 from tests.api.test_steering_http import add_steering_tables

@@ -14,12 +14,12 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from api.atlas import Atlas
-from api.bounds import MAX_GRAPH_TOKENS
-from api.cli import app
-from api.services.graph import graph_saes
-from store.errors import InvalidInputError, NotFoundError
-from store.feature_records import write_records
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.bounds import MAX_GRAPH_TOKENS
+from sae_atlas.api.cli import app
+from sae_atlas.api.services.graph import graph_saes
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.feature_records import write_records
 from tests.api.conftest import LiveServer
 
 TEXT = "the cat sat on the mat and the dog"

@@ -77,7 +77,7 @@ def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, A
 
 def test_map_basis(http: httpx.Client, small_atlas: dict[str, Any]) -> None:
     """`?basis=` picks the decoder or co-occurrence map; both carry every basis' scores."""
-    from geometry.maps import read_map
+    from sae_atlas.geometry.maps import read_map
 
     sae = small_atlas["sae_ids"][1]
     stored, meta = read_map(small_atlas["root"], sae)
@@ -242,7 +242,7 @@ def test_overlong_urls_get_json_errors_from_sae_atlas_serve(small_atlas: dict[st
     HTTP parser (over 65535 bytes) gets the documented 414 in the project's JSON shape, not
     uvicorn's plain text; one under it reaches the application and fails validation (422)."""
     port = free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "api", "serve", str(small_atlas["root"]), "--port", str(port),
+    serve = subprocess.Popen([sys.executable, "-m", "sae_atlas", "serve", str(small_atlas["root"]), "--port", str(port),
                               "--log-level", "error", "--threads", "1"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from api.http import ServerSettings, create_app
-from saes.eval.results import result_paths
-from store.errors import IntegrityError, NotFoundError, without_root
-from store.steering import read_steering
+from sae_atlas.api.http import ServerSettings, create_app
+from sae_atlas.saes.eval.results import result_paths
+from sae_atlas.store.errors import IntegrityError, NotFoundError, without_root
+from sae_atlas.store.steering import read_steering
 from tests.api.small_atlas import PLANTED_KIND, PLANTED_RUN
 
 
@@ -126,7 +126,7 @@ def test_an_error_event_of_a_stream_leaves_the_server_paths_out(tmp_path: Path):
 
     from fastapi import FastAPI
 
-    from api.http.sse import event_stream
+    from sae_atlas.api.http.sse import event_stream
 
     root = tmp_path / "atlas"
     app = FastAPI()

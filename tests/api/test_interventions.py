@@ -11,12 +11,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from api.analyses.circular import read_circle_plane, run_circle_analysis, write_concept_run
-from api.atlas import Atlas
-from api.bounds import MAX_EDITS, MAX_PROMPT_TOKENS
-from api.cli import app
-from saes.intervene.concepts import weekdays
-from store.errors import InvalidInputError, NotFoundError
+from sae_atlas.api.analyses.circular import (
+    read_circle_plane,
+    run_circle_analysis,
+    write_concept_run,
+)
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.bounds import MAX_EDITS, MAX_PROMPT_TOKENS
+from sae_atlas.api.cli import app
+from sae_atlas.saes.intervene.concepts import weekdays
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from tests.api.conftest import LiveServer
 from tests.api.test_browser import CHROMIUM_ARGS, _chromium
 
@@ -248,7 +252,7 @@ def test_explorer_steer_box_and_attribution_view(browser_page: Any, atlas_dir: d
 
 def test_a_target_missing_its_token_is_named() -> None:
     """A target the model cannot resolve is refused with the rule it breaks, in words."""
-    from api.services.interventions import parse_target
+    from sae_atlas.api.services.interventions import parse_target
 
     for target, message in (({"kind": "logit", "token": None}, "invalid target: a logit target needs a token$"),
                             ({"kind": "logit_diff", "token": "cat"}, "invalid target: a logit_diff target needs 'other'"),

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from api.http.json_body import dumps, json_body
-from api.results.jsonable import to_jsonable
+from sae_atlas.api.http.json_body import dumps, json_body
+from sae_atlas.api.results.jsonable import to_jsonable
 
 
 @dataclass

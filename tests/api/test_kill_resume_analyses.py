@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from api.analyses.circular import run_circle_analysis, write_concept_run
-from api.atlas import Atlas
-from saes.corpus import CorpusSpec
-from saes.intervene.concepts import weekdays
-from saes.intervene.output_scores import SteeringParams, compute_steering_scores
-from saes.models import tiny_model
-from store.layout import AtlasLayout
+from sae_atlas.api.analyses.circular import run_circle_analysis, write_concept_run
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.intervene.concepts import weekdays
+from sae_atlas.saes.intervene.output_scores import SteeringParams, compute_steering_scores
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 from tests.saes.kill_points import KillPoint, killed_then_resumed, uninterrupted
 
@@ -42,7 +42,7 @@ CC_TIMED = {f"crosscoders/{CC}/training.json": ("final_metrics.wall_seconds",),
             "analyses/crosscoder/runs.json": (f"runs.{CC}.sha256",)}
 
 MID_TABLE_WRITE = KillPoint("polars.DataFrame.write_parquet", 1, "mid_write")  # half a temporary table
-BEFORE_REGISTRATION = KillPoint("geometry.results._record_run", 1)  # JSON written, runs.json not
+BEFORE_REGISTRATION = KillPoint("sae_atlas.geometry.results._record_run", 1)  # JSON written, runs.json not
 MID_FIGURE_WRITE = KillPoint("matplotlib.figure.Figure.savefig", 1, "mid_write")  # half a temporary figure
 
 
@@ -77,7 +77,7 @@ def compare_job(root: Path) -> object:
 
 @pytest.fixture(scope="module")
 def compare_verb(tmp_path_factory: pytest.TempPathFactory) -> Verb:
-    from saes.formats.saelens import save_saelens
+    from sae_atlas.saes.formats.saelens import save_saelens
     from tests.api.test_compare import _sae
 
     base = tmp_path_factory.mktemp("compare") / "atlas"
@@ -87,7 +87,7 @@ def compare_verb(tmp_path_factory: pytest.TempPathFactory) -> Verb:
     return Verb(f"{__name__}.compare_job", base, tmp_path_factory.mktemp("compare-work") / "atlas")
 
 
-@pytest.mark.parametrize("point", _points(KillPoint("api.services.compare.compare_codes", 1), MID_TABLE_WRITE,
+@pytest.mark.parametrize("point", _points(KillPoint("sae_atlas.api.services.compare.compare_codes", 1), MID_TABLE_WRITE,
                                           BEFORE_REGISTRATION))
 def test_compare_killed_reruns_to_identical_files(compare_verb: Verb, point: KillPoint) -> None:
     compare_verb.check(point)
@@ -109,7 +109,7 @@ def crosscoder_verb(tmp_path_factory: pytest.TempPathFactory) -> Verb:
 
 
 @pytest.mark.parametrize("point", _points(
-    KillPoint("saes.train.trainer.project_decoder_grad", 5),  # step 5: after the backward, before Adam
+    KillPoint("sae_atlas.saes.train.trainer.project_decoder_grad", 5),  # step 5: after the backward, before Adam
 ))
 def test_train_crosscoder_killed_resumes_to_identical_files(crosscoder_verb: Verb, point: KillPoint) -> None:
     crosscoder_verb.check(point)
@@ -128,7 +128,7 @@ def scaling_verb(crosscoder_verb: Verb, tmp_path_factory: pytest.TempPathFactory
     return Verb(f"{__name__}.scaling_job", base, tmp_path_factory.mktemp("scaling-work") / "atlas", timed)
 
 
-@pytest.mark.parametrize("point", _points(KillPoint("saes.compare.latent_scaling.LatentScalingSums.update", 2)))
+@pytest.mark.parametrize("point", _points(KillPoint("sae_atlas.saes.compare.latent_scaling.LatentScalingSums.update", 2)))
 def test_latent_scaling_killed_reruns_to_identical_files(scaling_verb: Verb, point: KillPoint) -> None:
     scaling_verb.check(point)
 
@@ -156,7 +156,7 @@ def circle_verb(small_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> V
     return Verb(f"{__name__}.circle_job", small_copy, tmp_path_factory.mktemp("circle-work") / "atlas")
 
 
-@pytest.mark.parametrize("point", _points(KillPoint("api.services.circle_transfer.circle_transfer", 1),
+@pytest.mark.parametrize("point", _points(KillPoint("sae_atlas.api.services.circle_transfer.circle_transfer", 1),
                                           MID_FIGURE_WRITE))
 def test_compare_circle_killed_reruns_to_identical_files(circle_verb: Verb, point: KillPoint) -> None:
     circle_verb.check(point)
@@ -173,7 +173,7 @@ def emergence_verb(small_copy: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.mark.parametrize("point", _points(
-    KillPoint("api.services.emergence.member_scores", 3),  # the second concept's first member
+    KillPoint("sae_atlas.api.services.emergence.member_scores", 3),  # the second concept's first member
 ))
 def test_emergence_killed_reruns_to_identical_files(emergence_verb: Verb, point: KillPoint) -> None:
     emergence_verb.check(point)
@@ -185,7 +185,7 @@ BENCH_OUT, BENCH_PLOT = "bench.json", "bench.png"
 
 
 def steer_bench_job(root: Path) -> None:
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     sae_id = AtlasLayout(root).sae_ids()[0]
     done = CliRunner().invoke(app, ["steer-bench", "cat", "--atlas", str(root), "--sae", sae_id, "--prompts", "4",

@@ -12,11 +12,11 @@ from typing import Any
 import polars as pl
 import pytest
 
-from api import Atlas
-from saes.labels import DEAD, auto_labels
-from store.errors import InvalidInputError
-from store.feature_records import read_records, record_paths
-from store.tables import FeatureTables
+from sae_atlas import Atlas
+from sae_atlas.saes.labels import DEAD, auto_labels
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.feature_records import read_records, record_paths
+from sae_atlas.store.tables import FeatureTables
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_labels_cli_and_http(labelled: tuple[Atlas, dict[str, Any]], tmp_path: P
     import httpx
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
     from tests.api.conftest import LiveServer
 
     atlas, facts = labelled
@@ -148,7 +148,7 @@ def test_explorer_label_search_opens_a_labelled_feature(labelled: tuple[Atlas, d
 
 
 def test_client_meaning_searches_mirror_the_atlas(labelled: tuple[Atlas, dict[str, Any]]) -> None:
-    from api.client import AtlasClient
+    from sae_atlas.api.client import AtlasClient
     from tests.api.conftest import LiveServer
 
     atlas, facts = labelled
@@ -169,8 +169,8 @@ def test_summarize_builds_labels_and_search_says_when_there_are_none(small_atlas
                                                                      tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from api.cli import app
-    from store.errors import NotFoundError
+    from sae_atlas.api.cli import app
+    from sae_atlas.store.errors import NotFoundError
 
     root = tmp_path / "atlas"
     shutil.copytree(small_atlas["root"], root)

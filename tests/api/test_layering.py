@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from api import Atlas
-from store.layout import AtlasLayout
+from sae_atlas import Atlas
+from sae_atlas.store.layout import AtlasLayout
 
 API = Path(__file__).resolve().parents[2] / "api"
 
@@ -59,6 +59,10 @@ def test_an_http_feature_page_validates_its_sae_id_once(small_atlas: dict[str, A
     assert validations.count(sae_id) == 1, validations
 
 
+def _in_api(module: str) -> bool:
+    return module == "sae_atlas.api" or module.startswith("sae_atlas.api.")
+
+
 def _api_imports() -> dict[str, set[str]]:
     """Module -> the `api` modules it imports (at any level of the file, TYPE_CHECKING included)."""
     graph: dict[str, set[str]] = {}
@@ -67,11 +71,12 @@ def _api_imports() -> dict[str, set[str]]:
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         targets: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "api":
-                targets.add(node.module)
-                targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+            if isinstance(node, ast.ImportFrom) and node.module and _in_api(node.module):
+                module = node.module.removeprefix("sae_atlas.")
+                targets.add(module)
+                targets.update(f"{module}.{alias.name}" for alias in node.names)
             elif isinstance(node, ast.Import):
-                targets.update(alias.name for alias in node.names if alias.name.split(".")[0] == "api")
+                targets.update(alias.name.removeprefix("sae_atlas.") for alias in node.names if _in_api(alias.name))
         graph[name] = targets
     return {name: {t for t in targets if t in graph and t != name} for name, targets in graph.items()}
 

@@ -7,7 +7,7 @@ Fenced blocks of README.md are read as follows:
   (what the README leaves to the reader: `atlas`, `text`, `direction`, ...). An expression that
   gives a table or a list must give a non-empty one: an example that finds nothing is broken.
 - `sh` / `bash` blocks, and `$ ` lines of output blocks: every `sae-atlas` command (and what
-  `torchrun ... -m api` runs) is parsed by the real CLI, so an unknown verb or option fails,
+  `torchrun ... -m sae_atlas` runs) is parsed by the real CLI, so an unknown verb or option fails,
   and then run in-process, in README order, unless marked. `[...]` (optional parts) are
   left out, `a|b` takes a.
 - Markers, an HTML comment on the line right before the fence (its reason is the skip reason):
@@ -71,7 +71,7 @@ EMPTY_ON_SMALL_ATLAS = {
 
 def names(root: Path, ids: list[str]) -> dict[str, Any]:
     """What the README's Python leaves to the reader."""
-    from api import Atlas
+    from sae_atlas import Atlas
 
     rng = np.random.default_rng(0)
     direction = rng.standard_normal(32).astype(np.float32)
@@ -137,7 +137,7 @@ def _command_lines(text: str) -> Iterator[str]:
 
 def commands(block: Block, text: str) -> list[tuple[str, list[str]]]:
     """`(program, sae-atlas arguments)` of each command in `text`, a shell block's body
-    (`sae-atlas`, or `torchrun` with what it runs under `-m api`)."""
+    (`sae-atlas`, or `torchrun` with what it runs under `-m sae_atlas`)."""
     if not block.lang:  # an output block: only its `$ ` lines and their continuations
         kept: list[str] = []
         for line in text.splitlines():
@@ -153,7 +153,7 @@ def commands(block: Block, text: str) -> list[tuple[str, list[str]]]:
         if words[:1] == ["sae-atlas"]:
             found.append(("sae-atlas", words[1:]))
         elif words[:1] == ["torchrun"]:
-            found.append(("torchrun", words[words.index("api") + 1:]))
+            found.append(("torchrun", words[words.index("sae_atlas") + 1:]))
         elif words:
             raise AssertionError(f"README.md:{block.line}: {words[0]!r} is not sae-atlas; mark the block")
     return [(program, [w.split("|")[0] if re.fullmatch(r"[\w-]+(\|[\w-]+)+", w) else w for w in args])
@@ -162,7 +162,7 @@ def commands(block: Block, text: str) -> list[tuple[str, list[str]]]:
 
 def resolve(args: list[str]) -> tuple[str, Any, list[str]]:
     """`(verbs, click command, the arguments after the verbs)` of `args`, nothing checked beyond."""
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     command, verbs = typer.main.get_command(app), []
     while isinstance(command, typer.core.TyperGroup) and args and args[0] in command.commands:
@@ -173,7 +173,7 @@ def resolve(args: list[str]) -> tuple[str, Any, list[str]]:
 
 def parse(args: list[str]) -> str:
     """Parse `args` as the CLI would (every option checked), without running; the verb."""
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     command = typer.main.get_command(app)
     ctx = command.make_context("sae-atlas", list(args))
@@ -201,10 +201,10 @@ def workdir(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
     """A folder with copies of the small atlas as `atlas-demo` and `atlas-small` (the third
     member of the README's series of layers), holding what the demo stores (the weekday circle run under the demo's name, steering tables), and the values
     SUBSTITUTIONS use."""
-    from api.analyses.circular import run_circle_analysis, write_concept_run
-    from api.atlas import Atlas
-    from saes.intervene.concepts import weekdays
-    from saes.intervene.output_scores import SteeringParams, compute_steering_scores
+    from sae_atlas.api.analyses.circular import run_circle_analysis, write_concept_run
+    from sae_atlas.api.atlas import Atlas
+    from sae_atlas.saes.intervene.concepts import weekdays
+    from sae_atlas.saes.intervene.output_scores import SteeringParams, compute_steering_scores
 
     folder = tmp_path_factory.mktemp("readme")
     root = folder / "atlas-demo"
@@ -254,7 +254,7 @@ def run_python(block: Block, work: dict[str, Any]) -> None:
 
 
 def run_shell(block: Block, work: dict[str, Any]) -> None:
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     parse_only = block.marker[1] if block.marker else set()
     for program, args in commands(block, substitute(block.body, work["values"])):
@@ -279,7 +279,7 @@ def test_readme_example_runs(block: Block, workdir: dict[str, Any]) -> None:
 
 def test_readme_prose_commands_name_real_verbs_and_options() -> None:
     prose = re.sub(r"(?ms)^```.*?^```", "", README.read_text(encoding="utf-8"))
-    spans = re.findall(r"`sae-atlas ([^`]+)`", prose) + re.findall(r"`torchrun [^`]*-m api\s([^`]+)`", prose)
+    spans = re.findall(r"`sae-atlas ([^`]+)`", prose) + re.findall(r"`torchrun [^`]*-m sae_atlas\s([^`]+)`", prose)
     assert len(spans) > 10
     for span in spans:
         words = [w.split("|")[0] for w in shlex.split(span)]

@@ -8,9 +8,9 @@ import pkgutil
 
 import polars as pl
 
-import api.results
-from api.results.feature import Feature
-from api.results.wire import JsonResult
+import sae_atlas.api.results as results_package
+from sae_atlas.api.results.feature import Feature
+from sae_atlas.api.results.wire import JsonResult
 
 
 def _feature(n_bins: int) -> Feature:
@@ -35,8 +35,8 @@ def test_repr_is_short_whatever_the_size() -> None:
 
 
 def test_every_result_type_has_the_short_repr() -> None:
-    for module in pkgutil.iter_modules(api.results.__path__):
-        importlib.import_module(f"api.results.{module.name}")
+    for module in pkgutil.iter_modules(results_package.__path__):
+        importlib.import_module(f"sae_atlas.api.results.{module.name}")
     types, todo = [], list(JsonResult.__subclasses__())
     while todo:
         cls = todo.pop()
@@ -47,7 +47,7 @@ def test_every_result_type_has_the_short_repr() -> None:
 
 
 def test_frames_show_their_shape() -> None:
-    from api.results.search import TokenFeatures
+    from sae_atlas.api.results.search import TokenFeatures
 
     frame = pl.DataFrame({"latent": list(range(300)), "n_examples": [1] * 300})
     text = repr(TokenFeatures(token=" cat", token_id=5, centred=frame, promoting=frame.head(2)))

@@ -1,6 +1,6 @@
 """The result types are defined once (`api.results`): a real instance of each sends exactly
 what its JSON schema describes, loses nothing on the way, and the service's OpenAPI
-document publishes those same schemas; `import api` loads no CLI (typer, rich)."""
+document publishes those same schemas; `import sae_atlas` loads no CLI (typer, rich)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,19 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from api.atlas import Atlas
-from api.http import ServerSettings, create_app
-from api.http.json_body import dumps
-from api.results.analysis import AnalysisResult, AnalysisRunFiles
-from api.results.board import Board
-from api.results.compare import CompareResult, CompareRunRow
-from api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
-from api.results.feature import Feature, Match
-from api.results.interventions import AttributionView, RunView, SteerView
-from api.results.jsonable import to_jsonable
-from api.results.meaning import ConceptResult, ContrastResult
-from api.results.sae import SaeInfo, SaeStatus
-from api.results.search import TextSearch, TokenFeatures
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.http import ServerSettings, create_app
+from sae_atlas.api.http.json_body import dumps
+from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
+from sae_atlas.api.results.board import Board
+from sae_atlas.api.results.compare import CompareResult, CompareRunRow
+from sae_atlas.api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
+from sae_atlas.api.results.feature import Feature, Match
+from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
+from sae_atlas.api.results.jsonable import to_jsonable
+from sae_atlas.api.results.meaning import ConceptResult, ContrastResult
+from sae_atlas.api.results.sae import SaeInfo, SaeStatus
+from sae_atlas.api.results.search import TextSearch, TokenFeatures
 from tests.api.test_compare_pages import CC, compared  # noqa: F401 (the compared fixture)
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (it comes with schemathesis)")
@@ -155,7 +155,7 @@ def _without_defaults(schema: Any) -> Any:
 
 
 def test_importing_the_facade_loads_no_cli() -> None:
-    """`from api import Atlas` loads neither typer nor rich; a failure names who imported them."""
+    """`from sae_atlas import Atlas` loads neither typer nor rich; a failure names who imported them."""
     probe = """
 import importlib.abc, json, sys, traceback
 class Watch(importlib.abc.MetaPathFinder):
@@ -166,8 +166,8 @@ class Watch(importlib.abc.MetaPathFinder):
                               if "importlib" not in f.filename and "<" not in f.filename]
         return None
 sys.meta_path.insert(0, Watch())
-import api
-from api import Atlas
+import sae_atlas
+from sae_atlas import Atlas
 print(json.dumps({name: Watch.who.get(name) for name in ("typer", "rich") if name in sys.modules}))
 """
     answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,

@@ -16,15 +16,15 @@ from typing import Any
 import polars as pl
 import pytest
 
-import store.tables as tables_module
-from api import Atlas
-from api.context import ResourceCache
-from store.errors import IntegrityError
-from store.feature_records import read_records, write_records
-from store.index import build_lock_path, build_marker_path
-from store.layout import AtlasLayout
-from store.locks import TABLES_LOCK_FILE
-from store.tables import FeatureTables, write_tables
+import sae_atlas.store.tables as tables_module
+from sae_atlas import Atlas
+from sae_atlas.api.context import ResourceCache
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.feature_records import read_records, write_records
+from sae_atlas.store.index import build_lock_path, build_marker_path
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.locks import TABLES_LOCK_FILE
+from sae_atlas.store.tables import FeatureTables, write_tables
 from tests.store.lock_holder import held_elsewhere
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from api.atlas import Atlas
-from api.http import sse
-from saes.intervene.decode import CachedDecoder
-from saes.intervene.output_scores import SteeringParams, compute_steering_scores
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.http import sse
+from sae_atlas.saes.intervene.decode import CachedDecoder
+from sae_atlas.saes.intervene.output_scores import SteeringParams, compute_steering_scores
 from tests.api.conftest import LiveServer
 
 TEXT = "the cat sat on the mat"

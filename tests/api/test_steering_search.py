@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from api.atlas import Atlas
-from api.cli import app
-from saes.intervene.output_scores import SteeringParams, compute_steering_scores
-from saes.models import tiny_model
-from store.errors import InvalidInputError, NotFoundError
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.cli import app
+from sae_atlas.saes.intervene.output_scores import SteeringParams, compute_steering_scores
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from tests.saes.planted import one_thread  # noqa: F401
 
 SMALL = {"k": 2, "n_prompts": 4, "candidates": 4}

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from api.atlas import Atlas
-from saes.models import ModelHandle, tiny_model
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.saes.models import ModelHandle, tiny_model
 
 
 def _loud_bos_model() -> ModelHandle:

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_two_workers_serve_the_same_atlas(small_atlas: dict[str, Any]) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "api", "serve", str(small_atlas["root"]), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "sae_atlas", "serve", str(small_atlas["root"]), "--port", str(port),
                              "--workers", "2", "--log-level", "warning"], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -49,6 +49,6 @@ def test_workers_on_a_taken_port_are_a_clear_error(small_atlas: dict[str, Any]) 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = subprocess.run([sys.executable, "-m", "api", "serve", str(small_atlas["root"]), "--port", str(port),
+        out = subprocess.run([sys.executable, "-m", "sae_atlas", "serve", str(small_atlas["root"]), "--port", str(port),
                               "--workers", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in out.stderr + out.stdout

@@ -5,7 +5,7 @@ latents, and the refusal to score too few letters."""
 import numpy as np
 import pytest
 
-from geometry.absorption import (
+from sae_atlas.geometry.absorption import (
     MEAN_METRICS,
     AbsorptionThresholds,
     LetterAbsorption,
@@ -16,7 +16,7 @@ from geometry.absorption import (
     letter_absorption,
     split_latents,
 )
-from geometry.probes import train_test_split
+from sae_atlas.geometry.probes import train_test_split
 
 D, F = 16, 12
 
@@ -157,7 +157,7 @@ def test_letter_absorption_measures_planted_absorption_end_to_end(absorbing):
 
 
 def test_the_l1_ranking_puts_the_predictive_latents_first_and_the_anti_predictive_last():
-    from geometry.probes import l1_ranked_units
+    from sae_atlas.geometry.probes import l1_ranked_units
 
     codes, y = split_concept()
     codes[:, 9] = np.where(y, 0.0, 1.0)  # fires on the negatives only

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from geometry.circle import (
+from sae_atlas.geometry.circle import (
     TWO_PI,
     circle_coords,
     fit_circle_probe,
@@ -11,8 +11,8 @@ from geometry.circle import (
     replace_on_circle,
     subspace_replace,
 )
-from geometry.spectra import cluster_by_period, fourier_power
-from store.errors import InvalidInputError
+from sae_atlas.geometry.spectra import cluster_by_period, fourier_power
+from sae_atlas.store.errors import InvalidInputError
 
 
 def planted(period=7, reps=7, d=40, noise=0.15, radius=2.0, offset=10.0, seed=0):

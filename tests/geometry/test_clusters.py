@@ -6,20 +6,20 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from geometry.circular_discovery import (
+from sae_atlas.geometry.circular_discovery import (
     DiscoveryParams,
     discover_circular,
     write_circular_run,
 )
-from geometry.clusters import (
+from sae_atlas.geometry.clusters import (
     graph_clusters,
     knn_cosine,
     spectral_affinity,
     spectral_clusters,
 )
-from geometry.results import read_analysis
-from store.errors import InvalidInputError, NotFoundError
-from store.vectors import unit_rows
+from sae_atlas.geometry.results import read_analysis
+from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.store.vectors import unit_rows
 
 
 def planted_circle_decoder(seed: int, n_random: int = 500, d: int = 64, n_circle: int = 7):
@@ -151,11 +151,11 @@ def test_discover_from_an_atlas_through_the_cli(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from api.commands.analyze_circular import register_analyze
-    from saes.formats import save_saelens
-    from saes.sae.base import SAEConfig
-    from saes.sae.registry import build_sae
-    from store.activations import ActivationWriter
+    from sae_atlas.api.commands.analyze_circular import register_analyze
+    from sae_atlas.saes.formats import save_saelens
+    from sae_atlas.saes.sae.base import SAEConfig
+    from sae_atlas.saes.sae.registry import build_sae
+    from sae_atlas.store.activations import ActivationWriter
 
     rng = np.random.default_rng(0)
     d, T, n_blocks = 64, 64, 60

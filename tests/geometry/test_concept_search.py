@@ -4,8 +4,8 @@ and categories on separate directions."""
 import numpy as np
 import pytest
 
-from geometry.concept_search import concept_features, greedy_span, search_concept
-from store.errors import InvalidInputError
+from sae_atlas.geometry.concept_search import concept_features, greedy_span, search_concept
+from sae_atlas.store.errors import InvalidInputError
 
 D, N_RANDOM, PER_VALUE = 32, 73, 30
 
@@ -82,14 +82,14 @@ def test_concept_search_bad_input():
 
 
 def test_categories_with_too_few_prompts_say_why():
-    from geometry.concept_search import span_fit
+    from sae_atlas.geometry.concept_search import span_fit
 
     fit = span_fit(np.eye(6, 4), np.array([0, 1, 2, 0, 1, 2]), np.eye(4)[:, :2], "categories", 3)
     assert fit["score"] is None and "at least 3 prompts" in fit["note"]
 
 
 def test_a_span_without_variation_says_why_instead_of_failing():
-    from geometry.concept_search import span_fit
+    from sae_atlas.geometry.concept_search import span_fit
 
     fit = span_fit(np.ones((14, 4)), np.arange(14) % 7, np.eye(4)[:, :2], "ordered", 7)
     assert fit["score"] is None and "fewer than 2 dimensions" in fit["note"]

@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from geometry.contrast import (
+from sae_atlas.geometry.contrast import (
     auroc,
     benjamini_hochberg,
     contrast_stats,
     duplicate_groups,
     ranked,
 )
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 N_TEXTS, N_FEATURES, PLANTED = 40, 300, 12
 

@@ -6,14 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from geometry.causal import causal_basis
-from geometry.hierarchy import (
+from sae_atlas.geometry.causal import causal_basis
+from sae_atlas.geometry.hierarchy import (
     feature_hierarchy,
     hierarchy_tests,
     match_by_activation,
     match_by_decoder,
 )
-from geometry.trees import (
+from sae_atlas.geometry.trees import (
     ConceptNode,
     ConceptTree,
     TokenizedTree,
@@ -21,7 +21,7 @@ from geometry.trees import (
     tokenize_tree,
     tree_from_json,
 )
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 D, N_BG = 32, 30000
 SIZES = {"mammal": 240, "bird": 110, "fish": 40}
@@ -98,7 +98,7 @@ def test_sae_features_matched_and_orthogonal(data):
     basis = causal_basis(gamma)
     g = basis.unembed(gamma)
     true = hierarchy_tests(g, tok, shuffled_control=False)
-    from geometry.concept_vectors import concept_vector
+    from sae_atlas.geometry.concept_vectors import concept_vector
     vecs = {n: concept_vector(g[ids]) for n, ids in tok.token_ids.items()}
     # an SAE whose first 4 latents point along the concepts (in residual space), plus noise latents
     dirs_g = np.concatenate([np.stack([vecs[n] for n in ("animal", *SIZES)]), rng.normal(size=(60, D))])
@@ -168,7 +168,7 @@ entity n 1 1 ~ 1 0 00001740
 
 
 def test_wordnet_reader(tmp_path):
-    from geometry.trees import wordnet_tree
+    from sae_atlas.geometry.trees import wordnet_tree
     assert wordnet_tree(directory=tmp_path) is None  # no database: skipped cleanly
     (tmp_path / "data.noun").write_text(WN_DATA)
     (tmp_path / "index.noun").write_text(WN_INDEX)
@@ -182,7 +182,7 @@ def test_wordnet_reader(tmp_path):
 
 
 def test_real_wordnet_when_installed():
-    from geometry.trees import wordnet_dir, wordnet_tree
+    from sae_atlas.geometry.trees import wordnet_dir, wordnet_tree
     if wordnet_dir() is None:
         pytest.skip("no WordNet database installed (Debian: apt-get install wordnet-base)")
     tree = wordnet_tree("bird.n.01")

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from geometry.irreducibility import (
+from sae_atlas.geometry.irreducibility import (
     irreducibility,
     mixture_index,
     mutual_information_bits,
     separability_index,
 )
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 N = 4000
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from geometry.maps import (
+from sae_atlas.geometry.maps import (
     attach_labels,
     basis_frame,
     basis_maps,
@@ -19,8 +19,8 @@ from geometry.maps import (
     stored_summary,
     write_map,
 )
-from geometry.results import list_runs, read_analysis, write_analysis
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.geometry.results import list_runs, read_analysis, write_analysis
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from tests.store.sae_folders import write_sae
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from geometry.probes import (
+from sae_atlas.geometry.probes import (
     compare_sparse_probes,
     diff_means_probe,
     ksparse_probe,
@@ -11,7 +11,7 @@ from geometry.probes import (
     probe_layers,
     ridge_probe,
 )
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from geometry.scr_tpp import (
+from sae_atlas.geometry.scr_tpp import (
     BinaryTask,
     Pooled,
     ablate,
@@ -16,7 +16,7 @@ from geometry.scr_tpp import (
     top_latents,
     tpp_metrics,
 )
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 N_VALUES = (2, 5, 500)
 D = 8  # planted latents

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from geometry.matching import match_features, mutual_nearest
-from geometry.similarity import (
+from sae_atlas.geometry.matching import match_features, mutual_nearest
+from sae_atlas.geometry.similarity import (
     null_test,
     pearson_from_sums,
     permutation_p,
@@ -14,7 +14,7 @@ from geometry.similarity import (
     shuffled_rows,
     svcca,
 )
-from store.errors import InvalidInputError
+from sae_atlas.store.errors import InvalidInputError
 
 
 def test_correlation_from_running_sums_is_pearson_and_dead_latents_are_zero():

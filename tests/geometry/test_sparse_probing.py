@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from geometry.probes import sparse_probing_accuracies
+from sae_atlas.geometry.probes import sparse_probing_accuracies
 
 
 def planted(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

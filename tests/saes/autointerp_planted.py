@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from store.tables import EXAMPLES_SCHEMA, FEATURES_SCHEMA
+from sae_atlas.store.tables import EXAMPLES_SCHEMA, FEATURES_SCHEMA
 
 PLANTED = [" apple", " river", " violin", " copper", " falcon", " tulip"]
 FILLER = [" the", " a", " of", " and", " to", " in", " it", " was", " on", " with", " for", " at", " by",

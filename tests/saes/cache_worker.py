@@ -9,14 +9,14 @@ import os
 import signal
 import sys
 
-import saes.streaming
-from api.cli import app
+import sae_atlas.saes.streaming as streaming
+from sae_atlas.api.cli import app
 
 
 def main() -> None:
     kill_at, args = int(sys.argv[1]), sys.argv[2:]
     if os.environ.get("RANK") == "1":
-        real, calls = saes.streaming.run_hooks, [0]
+        real, calls = streaming.run_hooks, [0]
 
         def dies_at_call(*a: object, **kw: object) -> object:
             calls[0] += 1
@@ -24,7 +24,7 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(*a, **kw)
 
-        saes.streaming.run_hooks = dies_at_call
+        streaming.run_hooks = dies_at_call
     app(args)
 
 

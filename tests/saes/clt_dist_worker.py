@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from saes.distributed import init_distributed
-from saes.train.config import TrainConfig
-from saes.transcoders.clt import CLTConfig
-from saes.transcoders.clt_train import train_clt
+from sae_atlas.saes.distributed import init_distributed
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.transcoders.clt import CLTConfig
+from sae_atlas.saes.transcoders.clt_train import train_clt
 
 BATCH, STEPS = 64, 12
 CFG = CLTConfig(architecture="jumprelu", n_layers=3, d_model=8, d_sae=16, l0_coefficient=1e-3, seed=2)

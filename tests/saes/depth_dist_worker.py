@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from saes.distributed import init_distributed
+from sae_atlas.saes.distributed import init_distributed
 from tests.saes.test_depth_stream import dist_stream
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import torch
 
-from saes.circuits.graph import Graph
-from saes.circuits.perturb import node_values
-from saes.models import ModelHandle, load_model
-from saes.sae.base import SAE, SAEConfig
-from saes.sae.registry import build_sae
-from saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt
-from saes.transcoders.clt_train import init_clt
+from sae_atlas.saes.circuits.graph import Graph
+from sae_atlas.saes.circuits.perturb import node_values
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.sae.base import SAE, SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt
+from sae_atlas.saes.transcoders.clt_train import init_clt
 
 PROMPT = "the cat sat on the mat and the dog ran"
 

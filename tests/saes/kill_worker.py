@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from api.cli import app
+from sae_atlas.api.cli import app
 from tests.saes.kill_points import KillPoint
 
 

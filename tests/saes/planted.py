@@ -39,7 +39,7 @@ def recovery(W_dec: torch.Tensor, atoms: torch.Tensor) -> float:
 def write_planted_atlas(root, hooks: list[str], *, d_in: int = 32, n_atoms: int = 96,
                         n_blocks: int = 40, context: int = 32, seed: int = 0) -> None:
     """An atlas whose hooks hold planted activations (one dictionary per hook), no BOS."""
-    from store.activations import ActivationWriter
+    from sae_atlas.store.activations import ActivationWriter
 
     for h, hook in enumerate(hooks):
         atoms = planted_atoms(d_in, n_atoms, seed=seed + h)

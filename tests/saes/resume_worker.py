@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from saes.sae.base import SAEConfig
-from saes.train.config import TrainConfig
-from saes.train.trainer import train_sae
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.trainer import train_sae
 from tests.saes.planted import planted_atoms, planted_batches
 
 BATCH, STEPS = 128, 20

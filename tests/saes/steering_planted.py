@@ -12,11 +12,11 @@ import numpy as np
 import polars as pl
 import torch
 
-from saes.intervene.steering_search import SteeringSource
-from saes.models import ModelHandle, tiny_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.steering import STEERING_SCHEMA
+from sae_atlas.saes.intervene.steering_search import SteeringSource
+from sae_atlas.saes.models import ModelHandle, tiny_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.steering import STEERING_SCHEMA
 
 HOOK = "blocks.1.hook_resid_post"
 PROMOTER, DETECTOR, D_SAE = 0, 1, 8

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import torch
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.formats.saelens import save_saelens
-from saes.models import ModelHandle, load_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.layout import AtlasLayout
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.formats.saelens import save_saelens
+from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.layout import AtlasLayout
 
 MODEL = {"kind": "tiny", "n_layers": 3, "d_model": 16, "n_heads": 2, "d_mlp": 32, "seed": 3}
 CORPUS = CorpusSpec(context_size=16)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from saes.distributed import init_distributed
-from saes.summary.stream import summarize_from_model
+from sae_atlas.saes.distributed import init_distributed
+from sae_atlas.saes.summary.stream import summarize_from_model
 from tests.saes.stream_fixture import BATCH_BLOCKS, CORPUS, N_TOKENS, tiny
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from saes.atlas_saes import load_atlas_sae
-from saes.formats.saelens import load_saelens
-from saes.importing.guard import check_sae
-from saes.sae.base import (
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.formats.saelens import load_saelens
+from sae_atlas.saes.importing.guard import check_sae
+from sae_atlas.saes.sae.base import (
     SAE,
     SAEConfig,
     architecture_class,
@@ -22,16 +22,23 @@ from saes.sae.base import (
     register_architecture,
     unregister_architecture,
 )
-from saes.sae.batchtopk import threshold_rate
-from saes.sae.fast_topk import topk_sparse_forward
-from saes.sae.losses import StepInfo, TrainStep, auxk_select, dead_topk, fired_counts, step_metrics
-from saes.sae.matryoshka import matryoshka_prefixes
-from saes.sae.registry import ARCHITECTURES, build_sae
-from saes.train.atlas import train_saes
-from saes.train.config import TrainConfig
-from store.activations import ActivationReader
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.sae.batchtopk import threshold_rate
+from sae_atlas.saes.sae.fast_topk import topk_sparse_forward
+from sae_atlas.saes.sae.losses import (
+    StepInfo,
+    TrainStep,
+    auxk_select,
+    dead_topk,
+    fired_counts,
+    step_metrics,
+)
+from sae_atlas.saes.sae.matryoshka import matryoshka_prefixes
+from sae_atlas.saes.sae.registry import ARCHITECTURES, build_sae
+from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401
 
 
@@ -99,7 +106,7 @@ def test_batchtopk_threshold_starts_from_first_batch_and_converges() -> None:
 
 def test_jumprelu_straight_through_gradients() -> None:
     sae = build_sae(_cfg("jumprelu", d_in=2, d_sae=1, jumprelu_bandwidth=0.2, jumprelu_init_threshold=0.5))
-    from saes.sae.jumprelu import _JumpReLU, _Step
+    from sae_atlas.saes.sae.jumprelu import _JumpReLU, _Step
 
     pre = torch.tensor([[0.45], [0.58], [0.9], [0.2]], requires_grad=True)
     theta = 0.5

@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 
-from saes.atlas_saes import atlas_sae_hook, hook_of, load_atlas_sae
-from saes.formats import save_saelens
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.layout import AtlasLayout
+from sae_atlas.saes.atlas_saes import atlas_sae_hook, hook_of, load_atlas_sae
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout
 
 
 def _saved(root, sae_id="s", hook="blocks.0.hook_resid_post"):

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.eval.reconstruction import ReconstructionStats
-from saes.eval.stream import evaluate_from_model
-from saes.models import load_model
-from store.activations import ActivationReader, ActivationWriter
-from store.errors import IntegrityError
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.eval.reconstruction import ReconstructionStats
+from sae_atlas.saes.eval.stream import evaluate_from_model
+from sae_atlas.saes.models import load_model
+from sae_atlas.store.activations import ActivationReader, ActivationWriter
+from sae_atlas.store.errors import IntegrityError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.stream_fixture import BATCH_BLOCKS, CORPUS, N_TOKENS, SAES, make_atlas
 
@@ -78,7 +78,7 @@ def test_two_ranks_write_the_shards_of_one_process_and_resume_a_killed_rank(tmp_
     record = json.loads((folder / "manifest-rank-0001-of-0002.json").read_text())
     assert [s["file"] for s in record["shards"]] == ["shard-00001.safetensors", "shard-00003.safetensors",
                                                      "shard-00005.safetensors"]
-    resumed = torchrun("-m", "api", *cache_args(tmp_path))
+    resumed = torchrun("-m", "sae_atlas", *cache_args(tmp_path))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout)  # printed once, by rank 0
     assert summary["n_blocks"] == 74 and summary["n_shards"] == 2 * 19 and summary["resumed_from_blocks"] >= 12
@@ -130,7 +130,7 @@ def test_two_rank_eval_from_model_equals_one_process(tmp_path: Path) -> None:
                                batch_blocks=BATCH_BLOCKS)
     for sae_id in SAES:
         (tmp_path / "saes" / sae_id / "eval.json").unlink()
-    proc = torchrun("-m", "api", "eval", "--atlas", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
+    proc = torchrun("-m", "sae_atlas", "eval", "--atlas", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
                     "--context", str(CORPUS.context_size), "--batch-blocks", str(BATCH_BLOCKS), "--device", "cpu",
                     "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -185,10 +185,10 @@ def test_two_rank_eval_suite_equals_one_process(tmp_path: Path) -> None:
     for root in (solo_root, ranks_root):
         make_atlas(root)
     args = ["eval", "--suite", "core,mdl", "--tokens", "200", "--no-model", "--device", "cpu", "--json"]
-    solo = subprocess.run([sys.executable, "-m", "api", *args, "--atlas", str(solo_root)], cwd=REPO, env=ENV,
+    solo = subprocess.run([sys.executable, "-m", "sae_atlas", *args, "--atlas", str(solo_root)], cwd=REPO, env=ENV,
                           capture_output=True, text=True, timeout=300)
     assert solo.returncode == 0, solo.stderr[-3000:]
-    proc = torchrun("-m", "api", *args, "--atlas", str(ranks_root))
+    proc = torchrun("-m", "sae_atlas", *args, "--atlas", str(ranks_root))
     assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = json.loads(solo.stdout), json.loads(proc.stdout)  # printed once, by rank 0
     assert set(two) == set(SAES) and all(set(two[s]) == {"core", "mdl"} for s in SAES)

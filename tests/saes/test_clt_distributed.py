@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from saes.transcoders.clt_train import train_clt
+from sae_atlas.saes.transcoders.clt_train import train_clt
 from tests.saes import clt_dist_worker as w
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,15 +17,15 @@ import yaml
 from safetensors.numpy import load_file as load_numpy
 from safetensors.torch import load_file, save_file
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.formats.circuit_tracer_clt import load_circuit_tracer_clt
-from saes.importing.clt import import_clt, judge
-from saes.importing.pipeline import MisloadError, import_sae
-from saes.models import tiny_model
-from saes.transcoders.clt_store import load_atlas_clt
-from store.errors import IntegrityError, InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.formats.circuit_tracer_clt import load_circuit_tracer_clt
+from sae_atlas.saes.importing.clt import import_clt, judge
+from sae_atlas.saes.importing.pipeline import MisloadError, import_sae
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.transcoders.clt_store import load_atlas_clt
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "clt_written"
@@ -150,7 +150,7 @@ def test_import_through_the_guard(tmp_path):
 def test_cli_import_detects_a_clt_folder(tmp_path):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     handle = tiny_model(arch="gpt2", n_layers=2, d_model=16, d_mlp=32, act_fn="relu", seed=3)
     root = tmp_path / "atlas"

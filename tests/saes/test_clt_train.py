@@ -11,18 +11,18 @@ import math
 import pytest
 import torch
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec, iter_blocks
-from saes.eval.transcoder import replacement_metrics
-from saes.models import tiny_model
-from saes.train.config import TrainConfig
-from saes.transcoders.clt import CLTConfig, build_clt
-from saes.transcoders.clt_atlas import train_atlas_clt
-from saes.transcoders.clt_data import CLTReader, clt_metrics
-from saes.transcoders.clt_store import load_atlas_clt
-from saes.transcoders.clt_train import train_clt
-from store.errors import InvalidInputError, UnknownHookError
-from store.layout import AtlasLayout
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+from sae_atlas.saes.eval.transcoder import replacement_metrics
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.transcoders.clt import CLTConfig, build_clt
+from sae_atlas.saes.transcoders.clt_atlas import train_atlas_clt
+from sae_atlas.saes.transcoders.clt_data import CLTReader, clt_metrics
+from sae_atlas.saes.transcoders.clt_store import load_atlas_clt
+from sae_atlas.saes.transcoders.clt_train import train_clt
+from sae_atlas.store.errors import InvalidInputError, UnknownHookError
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 
 INS = ["blocks.0.ln2.hook_normalized", "blocks.1.ln2.hook_normalized"]
@@ -116,7 +116,7 @@ def test_killed_run_resumes_to_the_same_weights(atlas, tmp_path, architecture):
 def test_cli_and_bad_hooks(atlas):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     args = ["train", "--atlas", str(atlas), "--hook", INS[0], "--hook", INS[1], "--transcode", "--cross-layer",
             "--arch", "topk", "--d-sae", "32", "--k", "4", "--tokens", "2560", "--batch-size", "256", "--json"]

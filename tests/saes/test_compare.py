@@ -5,9 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from saes.compare.pairs import PairedActs
-from saes.compare.saes_pair import CompareParams, compare_codes, decoder_match, stream_statistics
-from store.errors import InvalidInputError
+from sae_atlas.saes.compare.pairs import PairedActs
+from sae_atlas.saes.compare.saes_pair import (
+    CompareParams,
+    compare_codes,
+    decoder_match,
+    stream_statistics,
+)
+from sae_atlas.store.errors import InvalidInputError
 from tests.saes.compare_fixtures import (  # noqa: F401 (one_thread: a fixture)
     one_thread,
     planted_atoms,
@@ -79,12 +84,12 @@ def test_rare_latents_firing_together_are_left_out_of_the_matching():
     a[:, :6] = torch.rand(500, 6)
     b = a[:, torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])].clone()
     a[[3, 9], 6] = b[[3, 9], 7] = 5.0  # latent 6 of A and 7 of B fire on the same 2 tokens only
-    from saes.compare.correlation import CorrelationSums
+    from sae_atlas.saes.compare.correlation import CorrelationSums
 
     sums = CorrelationSums.zeros(8, 8)
     sums.update(a, b)
     assert sums.correlation()[6, 7] == pytest.approx(1.0)
-    from saes.compare.saes_pair import StreamedStats
+    from sae_atlas.saes.compare.saes_pair import StreamedStats
 
     stats = StreamedStats(sums.correlation(), [], a.numpy(), b.numpy(), 500, sums.fires_a.numpy(),
                           sums.fires_b.numpy())

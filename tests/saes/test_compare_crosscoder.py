@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from saes.compare.crosscoder import (
+from sae_atlas.saes.compare.crosscoder import (
     read_crosscoder_sides,
     relative_norms,
     side_scales,
     train_crosscoder,
 )
-from saes.train.config import TrainConfig
-from store.errors import InvalidInputError
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.store.errors import InvalidInputError
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 from tests.saes.planted import planted_atoms
 
@@ -69,7 +69,7 @@ def test_bad_splits_are_refused():
 
 
 def test_paired_batches_are_fixed_size_reproducible_and_keep_every_row_once():
-    from saes.compare.crosscoder import paired_batches
+    from sae_atlas.saes.compare.crosscoder import paired_batches
 
     chunks = [torch.arange(n * 2, dtype=torch.float32).reshape(n, 2) + 1000 * i for i, n in enumerate([5, 17, 3, 40])]
     first = list(paired_batches(iter(chunks), 8, seed=1, buffer_batches=2))

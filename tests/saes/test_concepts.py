@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from api.analyses.circular import (
+from sae_atlas.api.analyses.circular import (
     concept_spectra,
     replacements,
     run_circle_analysis,
     run_intervention,
     write_concept_run,
 )
-from saes.intervene.answers import answer_metrics, patched_logits
-from saes.intervene.concepts import (
+from sae_atlas.saes.intervene.answers import answer_metrics, patched_logits
+from sae_atlas.saes.intervene.concepts import (
     OrderedConcept,
     collect_concept_activations,
     concept_token_position,
@@ -25,8 +25,8 @@ from saes.intervene.concepts import (
     value_token_ids,
     weekdays,
 )
-from saes.models import tiny_model
-from store.errors import InvalidInputError
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.store.errors import InvalidInputError
 
 
 def test_builtin_prompt_sets():
@@ -171,7 +171,7 @@ def test_concept_cli_on_a_tiny_model(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from api.commands.analyze_circular import register_analyze
+    from sae_atlas.api.commands.analyze_circular import register_analyze
 
     app, analyze = typer.Typer(), typer.Typer()
     app.add_typer(analyze, name="analyze")

@@ -4,10 +4,16 @@ and a tuned lens fitted on one split beats it in KL at the early layers of anoth
 import pytest
 import torch
 
-from saes.depth.lens import LensScores, TunedLensFitter, logit_lens, next_token_rows, score_lenses
-from saes.forward import run_hooks
-from saes.models import tiny_model
-from store.errors import InvalidInputError
+from sae_atlas.saes.depth.lens import (
+    LensScores,
+    TunedLensFitter,
+    logit_lens,
+    next_token_rows,
+    score_lenses,
+)
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.store.errors import InvalidInputError
 
 N_LAYERS = 4
 

@@ -9,11 +9,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from api.cli import app
-from saes.devices import ENV_DEVICE, ENV_DTYPE, resolve_device, resolve_dtype, use_by_default
-from saes.forward import run_hooks
-from saes.models import load_model
-from store.errors import InvalidInputError
+from sae_atlas.api.cli import app
+from sae_atlas.saes.devices import (
+    ENV_DEVICE,
+    ENV_DTYPE,
+    resolve_device,
+    resolve_dtype,
+    use_by_default,
+)
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.models import load_model
+from sae_atlas.store.errors import InvalidInputError
 
 TINY = {"kind": "tiny", "n_layers": 2, "d_model": 16, "n_heads": 2, "d_mlp": 32}
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from saes.train.atlas import train_saes
-from saes.train.trainer import train_sae
-from store.layout import AtlasLayout
+from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.train.trainer import train_sae
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes import dist_worker as w
 from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401
 
@@ -22,7 +22,7 @@ HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post", "blocks.2.hook_
 
 
 def test_ddp_and_per_layer_match_single_process(tmp_path: Path) -> None:
-    saelens = pytest.importorskip("saes.formats.saelens")
+    saelens = pytest.importorskip("sae_atlas.saes.formats.saelens")
     dist_atlas, solo_atlas = tmp_path / "dist", tmp_path / "solo"
     write_planted_atlas(dist_atlas, HOOKS)
     write_planted_atlas(solo_atlas, HOOKS)

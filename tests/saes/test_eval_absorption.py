@@ -5,26 +5,26 @@ refuses to score."""
 import numpy as np
 import pytest
 
-from saes.eval.absorption import (
+from sae_atlas.saes.eval.absorption import (
     AbsorptionConfig,
     alphabetic_words,
     icl_prompt,
     split_prompts,
     word_activations,
 )
-from saes.eval.results import read_result
-from saes.eval.suite import EVALS, run_suite
-from saes.formats import save_saelens
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.layout import AtlasLayout
+from sae_atlas.saes.eval.results import read_result
+from sae_atlas.saes.eval.suite import EVALS, run_suite
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.layout import AtlasLayout
 
 HOOK = "blocks.1.hook_resid_post"
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from saes.models import tiny_model
+    from sae_atlas.saes.models import tiny_model
 
     root = tmp_path_factory.mktemp("atlas")
     handle = tiny_model(n_layers=2, d_model=32, seed=3)

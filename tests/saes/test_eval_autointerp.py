@@ -14,13 +14,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from saes.eval.autointerp import AutointerpConfig, autointerp_config
-from saes.eval.autointerp_backends import KEY_ENV, LEXICAL_PROXY, read_verdicts
-from saes.eval.results import SAEBENCH_KEYS, read_result, result_paths
-from saes.eval.suite import run_suite
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
-from store.tables import EXAMPLES_FILE, OccurrenceWriter, write_tables
+from sae_atlas.saes.eval.autointerp import AutointerpConfig, autointerp_config
+from sae_atlas.saes.eval.autointerp_backends import KEY_ENV, LEXICAL_PROXY, read_verdicts
+from sae_atlas.saes.eval.results import SAEBENCH_KEYS, read_result, result_paths
+from sae_atlas.saes.eval.suite import run_suite
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import EXAMPLES_FILE, OccurrenceWriter, write_tables
 from tests.saes.autointerp_planted import PLANTED, planted_examples, planted_features
 from tests.store.sae_folders import write_sae
 
@@ -168,7 +168,7 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(atlas):
     with pytest.raises(InvalidInputError, match="valid: lexical, openai"):
         autointerp_config("gpt")
     app = typer.Typer()
-    from api.commands import eval as eval_command
+    from sae_atlas.api.commands import eval as eval_command
 
     eval_command.register(app)
     app.command("noop")(lambda: None)
@@ -181,7 +181,7 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(atlas):
 
 def test_cli_runs_autointerp_with_the_lexical_proxy(atlas):
     app = typer.Typer()
-    from api.commands import eval as eval_command
+    from sae_atlas.api.commands import eval as eval_command
 
     eval_command.register(app)
     app.command("noop")(lambda: None)

@@ -7,17 +7,17 @@ import numpy as np
 import polars as pl
 import pytest
 
-from saes.eval.autointerp import (
+from sae_atlas.saes.eval.autointerp import (
     AutointerpConfig,
     NegativesSource,
     SimilarNegatives,
     autointerp_config,
 )
-from saes.eval.autointerp_scoring import latent_examples
-from saes.eval.suite import run_suite
-from store.errors import InvalidInputError
-from store.index import build_atlas_indexes
-from store.tables import FeatureTables, OccurrenceWriter, write_tables
+from sae_atlas.saes.eval.autointerp_scoring import latent_examples
+from sae_atlas.saes.eval.suite import run_suite
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.index import build_atlas_indexes
+from sae_atlas.store.tables import FeatureTables, OccurrenceWriter, write_tables
 from tests.saes.autointerp_planted import PLANTED, planted_examples, planted_features
 from tests.saes.test_eval_autointerp import HOOK, no_model
 from tests.store.sae_folders import write_sae

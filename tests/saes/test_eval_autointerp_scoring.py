@@ -3,9 +3,9 @@ true explanation scores high and a shuffled one near chance, delphi's metrics.""
 
 import pytest
 
-from saes.eval.autointerp import sampled_latents
-from saes.eval.autointerp_backends import LexicalBackend, explanation_terms
-from saes.eval.autointerp_scoring import (
+from sae_atlas.saes.eval.autointerp import sampled_latents
+from sae_atlas.saes.eval.autointerp_backends import LexicalBackend, explanation_terms
+from sae_atlas.saes.eval.autointerp_scoring import (
     SCORERS,
     Judgement,
     Sample,

@@ -5,14 +5,14 @@ import re
 
 import pytest
 
-from saes.eval.results import read_result
-from saes.eval.scr_tpp import ScrTppConfig, profession_gender_texts
-from saes.eval.suite import run_suite
-from saes.formats import save_saelens
-from saes.models import tiny_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.layout import AtlasLayout
+from sae_atlas.saes.eval.results import read_result
+from sae_atlas.saes.eval.scr_tpp import ScrTppConfig, profession_gender_texts
+from sae_atlas.saes.eval.suite import run_suite
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 
 HOOK = "blocks.1.hook_resid_post"

@@ -5,15 +5,20 @@ import json
 
 import pytest
 
-from saes.eval.probe_data import code_vs_prose_set, file_probe_set, topic_families, topics_set
-from saes.eval.results import read_result
-from saes.eval.sparse_probing import SparseProbingConfig, binary_tasks, with_probe_file
-from saes.eval.suite import run_suite
-from saes.formats import save_saelens
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.eval.probe_data import (
+    code_vs_prose_set,
+    file_probe_set,
+    topic_families,
+    topics_set,
+)
+from sae_atlas.saes.eval.results import read_result
+from sae_atlas.saes.eval.sparse_probing import SparseProbingConfig, binary_tasks, with_probe_file
+from sae_atlas.saes.eval.suite import run_suite
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 
 HOOK = "blocks.1.hook_resid_post"
@@ -26,9 +31,9 @@ def write_jsonl(path, rows):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from saes.cache import cache_activations
-    from saes.corpus import CorpusSpec
-    from saes.models import tiny_model
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.models import tiny_model
 
     root = tmp_path_factory.mktemp("atlas")
     handle = tiny_model(n_layers=2, d_model=32, seed=3)

@@ -10,19 +10,19 @@ import typer
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from saes.eval import suite as suite_module
-from saes.eval.core import CoreConfig
-from saes.eval.ground_truth import ground_truth_config
-from saes.eval.mdl import MdlConfig
-from saes.eval.meta import MetaConfig
-from saes.eval.results import SAEBENCH_KEYS, read_result, result_paths
-from saes.eval.spec import EVAL_NAMES
-from saes.eval.suite import EVALS, parse_suite, run_suite
-from saes.formats import save_saelens
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import IntegrityError, InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.eval import suite as suite_module
+from sae_atlas.saes.eval.core import CoreConfig
+from sae_atlas.saes.eval.ground_truth import ground_truth_config
+from sae_atlas.saes.eval.mdl import MdlConfig
+from sae_atlas.saes.eval.meta import MetaConfig
+from sae_atlas.saes.eval.results import SAEBENCH_KEYS, read_result, result_paths
+from sae_atlas.saes.eval.spec import EVAL_NAMES
+from sae_atlas.saes.eval.suite import EVALS, parse_suite, run_suite
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread, planted_atoms, write_planted_atlas  # noqa: F401
 
 HOOK = "blocks.0.hook_resid_post"
@@ -226,7 +226,7 @@ def test_refusals_name_the_problem_and_the_valid_choices(atlas):
 
 def test_cli_suite_runs_resumes_and_refuses(atlas):
     root, truth = atlas
-    from api.commands import eval as eval_command
+    from sae_atlas.api.commands import eval as eval_command
 
     app = typer.Typer()
     eval_command.register(app)
@@ -253,8 +253,8 @@ def test_cli_suite_runs_resumes_and_refuses(atlas):
 
 
 def test_torchrun_ranks_take_the_jobs_in_turn():
-    from saes.distributed import DistContext
-    from saes.eval.suite import rank_jobs
+    from sae_atlas.saes.distributed import DistContext
+    from sae_atlas.saes.eval.suite import rank_jobs
 
     ids, names = ["a", "b"], ["core", "mdl", "meta"]
     shares = [rank_jobs(ids, names, DistContext(rank, 2, rank)) for rank in range(2)]

@@ -8,15 +8,19 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from saes.eval.downstream import _replacement
-from saes.eval.evaluate import evaluate_atlas_sae, evaluate_sae
-from saes.eval.reconstruction import ReconstructionStats, density_histogram, reconstruction_stats
-from saes.formats import save_saelens
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.activations import ActivationReader, ActivationWriter
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.eval.downstream import _replacement
+from sae_atlas.saes.eval.evaluate import evaluate_atlas_sae, evaluate_sae
+from sae_atlas.saes.eval.reconstruction import (
+    ReconstructionStats,
+    density_histogram,
+    reconstruction_stats,
+)
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.activations import ActivationReader, ActivationWriter
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 
 HOOK = "blocks.1.hook_resid_post"
 
@@ -164,9 +168,9 @@ def test_replacement_keeps_bos_positions():
 
 @pytest.fixture(scope="module")
 def tiny_atlas(tmp_path_factory):
-    from saes.cache import cache_activations
-    from saes.corpus import CorpusSpec
-    from saes.models import tiny_model
+    from sae_atlas.saes.cache import cache_activations
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.models import tiny_model
 
     root = tmp_path_factory.mktemp("atlas")
     handle = tiny_model(n_layers=2, d_model=32, seed=3)
@@ -206,7 +210,7 @@ def test_evaluate_atlas_sae_writes_eval_json_and_cli(tiny_atlas, tmp_path):
     assert saved["parameters"]["hook"] == HOOK and saved["parameters"]["n_tokens_requested"] == 20
     assert "torch" in saved["created_with"] and record["metrics"]["n_tokens"] == 20
 
-    from api.commands import eval as eval_command
+    from sae_atlas.api.commands import eval as eval_command
 
     app = typer.Typer()
     eval_command.register(app)

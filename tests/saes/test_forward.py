@@ -2,8 +2,8 @@
 
 import pytest
 
-from saes.forward import run_hooks
-from saes.models import tiny_model
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.models import tiny_model
 
 
 @pytest.fixture(scope="module")

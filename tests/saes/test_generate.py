@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from saes.encoding.tokens import decoded_tokens
-from saes.intervene.decode import cached_decoding
-from saes.intervene.edits import (
+from sae_atlas.saes.encoding.tokens import decoded_tokens
+from sae_atlas.saes.intervene.decode import cached_decoding
+from sae_atlas.saes.intervene.edits import (
     AblateEdit,
     CirclePlane,
     ClampEdit,
@@ -26,12 +26,12 @@ from saes.intervene.edits import (
     compile_edit,
     resolve_positions,
 )
-from saes.intervene.generate import compare, generate_batch, generate_tokens
-from saes.intervene.splice import Splice, run_spliced, stack_splices
-from saes.models import tiny_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import InvalidInputError
+from sae_atlas.saes.intervene.generate import compare, generate_batch, generate_tokens
+from sae_atlas.saes.intervene.splice import Splice, run_spliced, stack_splices
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import InvalidInputError
 
 TEXT = "the cat sat on the mat and the dog ran"
 PROMPTS = [TEXT, "a red car", "one two three four five six"]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from saes.intervene.decode import cached_decoding
-from saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
-from saes.intervene.splice import Splice, run_spliced
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
+from sae_atlas.saes.intervene.decode import cached_decoding
+from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
+from sae_atlas.saes.intervene.splice import Splice, run_spliced
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ N_NEW = 8
 
 
 def test_cached_steered_generation_matches_full_forward():
-    from saes.models import load_model
+    from sae_atlas.saes.models import load_model
 
     handle = load_model("smollm2-135m")
     prompt = handle.to_tokens("Monday, Tuesday, Wednesday, Thursday,")[0]

@@ -8,13 +8,13 @@ import jsonschema
 import pytest
 import torch
 
-from saes.circuits.build import build_graph
-from saes.circuits.export import graph_json, node_ids
-from saes.circuits.graph import FeatureNodes, Graph
-from saes.circuits.interventions import NodeEdit, intervene
-from saes.circuits.prune import influence, normalized, prune, scores
-from saes.circuits.supernodes import collapse, supernodes
-from saes.circuits.targets import LogitTargets
+from sae_atlas.saes.circuits.build import build_graph
+from sae_atlas.saes.circuits.export import graph_json, node_ids
+from sae_atlas.saes.circuits.graph import FeatureNodes, Graph
+from sae_atlas.saes.circuits.interventions import NodeEdit, intervene
+from sae_atlas.saes.circuits.prune import influence, normalized, prune, scores
+from sae_atlas.saes.circuits.supernodes import collapse, supernodes
+from sae_atlas.saes.circuits.targets import LogitTargets
 from tests.saes.graph_fixtures import PROMPT, exact_transcoders, random_transcoders, tiny_f64
 from tests.saes.planted import one_thread  # noqa: F401
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from saes.hook_fns import capture_hook, capture_hooks, replace_hook
+from sae_atlas.saes.hook_fns import capture_hook, capture_hooks, replace_hook
 
 
 def test_capture_passes_the_activation_on_and_stores_it_detached():
@@ -26,8 +26,8 @@ def test_an_edit_of_resid_mid_reaches_the_residual_stream_as_at_attn_out():
     """TransformerBridge fires hook_resid_mid as the MLP norm's input; `in_residual` adds
     the change to the block output too, so the edit equals one made at hook_attn_out
     (resid_mid = resid_pre + attn_out), and without the carry it would not."""
-    from saes.hook_fns import in_residual, residual_carry
-    from saes.models import tiny_model
+    from sae_atlas.saes.hook_fns import in_residual, residual_carry
+    from sae_atlas.saes.models import tiny_model
 
     handle = tiny_model(n_layers=3, seed=1)
     bridge = handle.bridge
@@ -49,11 +49,11 @@ def test_an_edit_of_resid_mid_reaches_the_residual_stream_as_at_attn_out():
 
 
 def test_a_spliced_sae_at_resid_mid_steers_the_residual_stream():
-    from saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
-    from saes.intervene.splice import Splice, run_spliced
-    from saes.models import tiny_model
-    from saes.sae.base import SAEConfig
-    from saes.sae.registry import build_sae
+    from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
+    from sae_atlas.saes.intervene.splice import Splice, run_spliced
+    from sae_atlas.saes.models import tiny_model
+    from sae_atlas.saes.sae.base import SAEConfig
+    from sae_atlas.saes.sae.registry import build_sae
 
     handle = tiny_model(n_layers=3, seed=1)
     tokens = handle.to_tokens("the cat sat on the mat")[0]

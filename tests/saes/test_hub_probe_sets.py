@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS, hub_probe_set
-from saes.eval.sparse_probing import SparseProbingConfig, with_datasets
-from store.errors import InvalidInputError
+from sae_atlas.saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS, hub_probe_set
+from sae_atlas.saes.eval.sparse_probing import SparseProbingConfig, with_datasets
+from sae_atlas.store.errors import InvalidInputError
 
 
 def stream_of(rows_by_config):
@@ -109,11 +109,11 @@ def test_an_unreachable_hub_is_asked_once_without_retries(monkeypatch, capfd):
 def test_cli_eval_with_a_hub_set_offline_prints_one_error(tmp_path, capfd):
     from typer.testing import CliRunner
 
-    from api.cli import app
-    from saes.formats import save_saelens
-    from saes.sae.base import SAEConfig
-    from saes.sae.registry import build_sae
-    from store.layout import AtlasLayout
+    from sae_atlas.api.cli import app
+    from sae_atlas.saes.formats import save_saelens
+    from sae_atlas.saes.sae.base import SAEConfig
+    from sae_atlas.saes.sae.registry import build_sae
+    from sae_atlas.store.layout import AtlasLayout
 
     layout = AtlasLayout(tmp_path / "atlas")
     layout.update_meta(model={"kind": "tiny"})

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from saes.eval.reconstruction import reconstruction_metrics
-from saes.importing.guard import check_sae
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
+from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
+from sae_atlas.saes.importing.guard import check_sae
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
 
 D = 8
 

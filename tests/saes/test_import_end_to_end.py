@@ -13,7 +13,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from store.layout import AtlasLayout
+from sae_atlas.store.layout import AtlasLayout
 from tests.fixtures.import_atlas import (
     D_SAE,
     build_import_atlas,
@@ -30,9 +30,9 @@ NARROW = 48
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from api import Atlas
-    from saes.summary.run import summarize_sae
-    from store.index import build_atlas_indexes
+    from sae_atlas import Atlas
+    from sae_atlas.saes.summary.run import summarize_sae
+    from sae_atlas.store.index import build_atlas_indexes
 
     tmp = tmp_path_factory.mktemp("e2e")
     built = build_import_atlas(tmp / "atlas")
@@ -53,7 +53,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_imported_saes_join_the_model_wide_index_and_flow(imported: dict[str, Any]) -> None:
-    from store.index import model_members
+    from sae_atlas.store.index import model_members
 
     members, excluded = model_members(imported["root"])
     assert {GOOD, SUSPECT, imported["sae_id"]} <= set(members) and excluded == []
@@ -105,7 +105,7 @@ def test_served_and_opened_in_chromium(imported: dict[str, Any]) -> None:
 
 
 def test_cli_import_and_its_errors(imported: dict[str, Any], tmp_path: Path) -> None:
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     runner = CliRunner()
     root = str(imported["root"])

@@ -13,10 +13,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from saes.formats import detect_layout, load_any
-from saes.formats.foreign_hooks import to_atlas_hook
-from saes.importing.sources import HFPath, registry_entry, resolve_source
-from store.errors import IntegrityError, InvalidInputError, NotFoundError, UnknownHookError
+from sae_atlas.saes.formats import detect_layout, load_any
+from sae_atlas.saes.formats.foreign_hooks import to_atlas_hook
+from sae_atlas.saes.importing.sources import HFPath, registry_entry, resolve_source
+from sae_atlas.store.errors import (
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    UnknownHookError,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IMPORT = FIXTURES / "import"
@@ -201,7 +206,7 @@ def test_per_token_normalisation_is_refused_with_its_reason(tmp_path: Path) -> N
 
 
 def test_gemma_scope_sites_and_embedding_scale(tmp_path: Path, x: torch.Tensor) -> None:
-    from saes.formats.gemma_scope import gemma_scope_hook
+    from sae_atlas.saes.formats.gemma_scope import gemma_scope_hook
 
     for site, hook in (("res", "blocks.3.hook_resid_post"), ("mlp", "blocks.3.hook_mlp_out"),
                        ("att", "blocks.3.attn.hook_z")):

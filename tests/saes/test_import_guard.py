@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import torch
 
-from saes.formats.saelens import load_saelens
-from saes.importing.pipeline import MisloadError, import_sae
-from store.activations import ActivationReader
-from store.atomic import sha256_file
-from store.errors import InvalidInputError, UnknownHookError
-from store.layout import AtlasLayout
+from sae_atlas.saes.formats.saelens import load_saelens
+from sae_atlas.saes.importing.pipeline import MisloadError, import_sae
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.atomic import sha256_file
+from sae_atlas.store.errors import InvalidInputError, UnknownHookError
+from sae_atlas.store.layout import AtlasLayout
 from tests.fixtures.import_atlas import (
     D_SAE,
     HOOKS,
@@ -80,7 +80,7 @@ def test_gemma_scope_import_records_provenance_eval_and_registration(atlas, w, t
 
 
 def test_saes_report_true_architecture_and_source(atlas, w, tmp_path: Path) -> None:
-    from api import Atlas
+    from sae_atlas import Atlas
 
     if "gemma-import" not in AtlasLayout(atlas["root"]).sae_ids():
         _import(atlas, write_gemma_scope(_gemma_dir(tmp_path), w), sae_id="gemma-import")
@@ -158,7 +158,7 @@ def test_transposed_square_dictionary_is_refused(atlas, w, tmp_path: Path) -> No
 
 
 def test_force_keeps_a_refused_sae_marked_suspect(atlas, w, tmp_path: Path) -> None:
-    from api import Atlas
+    from sae_atlas import Atlas
 
     source = write_gemma_scope(_gemma_dir(tmp_path, "forced"), w, threshold=False)
     result = _import(atlas, source, sae_id="forced", force=True, with_model=False)

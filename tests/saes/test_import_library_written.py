@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from saes.formats import detect_layout, load_any
+from sae_atlas.saes.formats import detect_layout, load_any
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "library_written"
 FOLDERS = {"dictionary_learning_batchtopk": ("dictionary_learning", "batchtopk"),

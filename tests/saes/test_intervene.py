@@ -9,8 +9,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from saes.intervene.attribution import Target, attribute
-from saes.intervene.edits import (
+from sae_atlas.saes.intervene.attribution import Target, attribute
+from sae_atlas.saes.intervene.edits import (
     AblateEdit,
     CirclePlane,
     ClampEdit,
@@ -22,12 +22,12 @@ from saes.intervene.edits import (
     compile_edit,
     resolve_positions,
 )
-from saes.intervene.generate import compare, distribution_shift
-from saes.intervene.splice import Splice, run_spliced
-from saes.models import tiny_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import ARCHITECTURES, build_sae
-from store.errors import InvalidInputError
+from sae_atlas.saes.intervene.generate import compare, distribution_shift
+from sae_atlas.saes.intervene.splice import Splice, run_spliced
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import ARCHITECTURES, build_sae
+from sae_atlas.store.errors import InvalidInputError
 
 TEXT = "the cat sat on the mat and the dog ran"
 

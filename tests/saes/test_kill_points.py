@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.importing.pipeline import import_sae
-from saes.models import ModelHandle, tiny_model
-from saes.summary.stream import summarize_from_model
-from saes.train.atlas import train_saes
-from saes.train.config import TrainConfig
-from store.layout import AtlasLayout
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.importing.pipeline import import_sae
+from sae_atlas.saes.models import ModelHandle, tiny_model
+from sae_atlas.saes.summary.stream import summarize_from_model
+from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes import stream_fixture
 from tests.saes.kill_points import KillPoint, run_until_killed, tree_hashes
 from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401
@@ -58,8 +58,8 @@ def cache_reference(handle: ModelHandle, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.mark.parametrize("point", [
-    KillPoint("store.activations.save_deterministic", 3, "mid_write"),  # half of a temporary shard on disk
-    KillPoint("store.activations.ActivationWriter._write_manifest", 4),  # shard in place, manifest not updated
+    KillPoint("sae_atlas.store.activations.save_deterministic", 3, "mid_write"),  # half of a temporary shard on disk
+    KillPoint("sae_atlas.store.activations.ActivationWriter._write_manifest", 4),  # shard in place, manifest not updated
     KillPoint("pathlib.Path.write_bytes", 4, "mid_write", path_arg=0),  # half of a temporary manifest
 ], ids=["mid-shard-write", "shard-before-manifest", "mid-manifest-write"])
 def test_cache_killed_resumes_to_identical_files(point: KillPoint, handle: ModelHandle, tmp_path: Path,
@@ -106,11 +106,11 @@ def _training_record(root: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("point", "log_every_steps"), [
-    (KillPoint("saes.train.trainer.project_decoder_grad", 7), 1),  # step 7: after the backward, before Adam
+    (KillPoint("sae_atlas.saes.train.trainer.project_decoder_grad", 7), 1),  # step 7: after the backward, before Adam
     (KillPoint("torch.save", 3, "mid_write"), 1),  # half of the third temporary checkpoint on disk
-    (KillPoint("saes.train.trainer._write_record", 1), 1),  # SAE saved, training.json not yet written
-    (KillPoint("saes.train.trainer.remove_checkpoints", 1), 1),  # training.json written, checkpoints left
-    (KillPoint("saes.train.trainer.project_decoder_grad", 7), 10),  # steps 1-6 not yet in the history
+    (KillPoint("sae_atlas.saes.train.trainer._write_record", 1), 1),  # SAE saved, training.json not yet written
+    (KillPoint("sae_atlas.saes.train.trainer.remove_checkpoints", 1), 1),  # training.json written, checkpoints left
+    (KillPoint("sae_atlas.saes.train.trainer.project_decoder_grad", 7), 10),  # steps 1-6 not yet in the history
 ], ids=["after-backward", "mid-checkpoint-write", "before-training-json", "before-checkpoint-cleanup",
         "after-backward-mid-log-window"])
 def test_training_killed_resumes_to_identical_files(point: KillPoint, log_every_steps: int, planted: Path,
@@ -140,9 +140,9 @@ def summary_reference(summary_atlas: Path, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.mark.parametrize("point", [
-    KillPoint("saes.streaming.run_hooks", 4),  # the 4th forward, after the checkpoint of batches 1-2
+    KillPoint("sae_atlas.saes.streaming.run_hooks", 4),  # the 4th forward, after the checkpoint of batches 1-2
     KillPoint("torch.save", 2, "mid_write"),  # half of the second temporary accumulator state on disk
-    KillPoint("saes.summary.stream._save_state", 2),  # spool chunk written, accumulator state not
+    KillPoint("sae_atlas.saes.summary.stream._save_state", 2),  # spool chunk written, accumulator state not
 ], ids=["mid-stream", "mid-state-write", "spool-before-state"])
 def test_streamed_summary_killed_resumes_to_identical_tables(point: KillPoint, summary_atlas: Path, tmp_path: Path,
                                                             summary_reference: dict[str, str]) -> None:
@@ -188,8 +188,8 @@ def _timeless(root: Path) -> tuple[dict[str, str], dict[str, Any], dict[str, Any
 
 
 @pytest.mark.parametrize("point", [
-    KillPoint("saes.importing.pipeline.write_eval", 1, "after"),  # staged, not moved into saes/
-    KillPoint("saes.importing.pipeline._register", 1),  # moved into saes/, not registered in atlas.json
+    KillPoint("sae_atlas.saes.importing.pipeline.write_eval", 1, "after"),  # staged, not moved into saes/
+    KillPoint("sae_atlas.saes.importing.pipeline._register", 1),  # moved into saes/, not registered in atlas.json
 ], ids=["staged", "moved-not-registered"])
 def test_import_killed_reruns_to_identical_registration(point: KillPoint, trained: Callable[[int], Path],
                                                         saelens_folder: Path, import_reference: Path,

@@ -19,18 +19,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from saes.eval.absorption import AbsorptionConfig
-from saes.eval.meta import MetaConfig
-from saes.eval.scr_tpp import ScrTppConfig
-from saes.eval.spec import EvalName
-from saes.eval.suite import run_suite
-from saes.formats import save_saelens
-from saes.models import tiny_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
-from store.tables import OccurrenceWriter, write_tables
+from sae_atlas.saes.eval.absorption import AbsorptionConfig
+from sae_atlas.saes.eval.meta import MetaConfig
+from sae_atlas.saes.eval.scr_tpp import ScrTppConfig
+from sae_atlas.saes.eval.spec import EvalName
+from sae_atlas.saes.eval.suite import run_suite
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import OccurrenceWriter, write_tables
 from tests.saes.autointerp_planted import PLANTED, planted_examples, planted_features
 from tests.saes.kill_points import KillPoint, killed_then_resumed, uninterrupted
 from tests.saes.planted import one_thread  # noqa: F401
@@ -107,15 +107,15 @@ def summary_atlas(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _write_points(name: EvalName) -> list[KillPoint]:
     return [KillPoint("pathlib.Path.write_bytes", 1, "mid_write", path_arg=0,  # half the temporary result
                       matching=f"*/evals/.{name}.json.*.tmp"),
-            KillPoint("saes.eval.results.atomic_write_json", 2)]  # result in place, sidecar not written
+            KillPoint("sae_atlas.saes.eval.results.atomic_write_json", 2)]  # result in place, sidecar not written
 
 
 CASES = [  # (eval, a point while it computes)
-    ("meta", KillPoint("saes.train.trainer.project_decoder_grad", 10)),  # step 10 of the meta-SAE
-    ("absorption", KillPoint("saes.eval.absorption.letter_absorption", 3)),  # the third letter probed
-    ("scr", KillPoint("saes.eval.scr_tpp.pooled", 1)),
-    ("tpp", KillPoint("saes.eval.scr_tpp.pooled", 1)),
-    ("autointerp", KillPoint("saes.eval.autointerp.latent_examples", 3)),  # the third sampled latent
+    ("meta", KillPoint("sae_atlas.saes.train.trainer.project_decoder_grad", 10)),  # step 10 of the meta-SAE
+    ("absorption", KillPoint("sae_atlas.saes.eval.absorption.letter_absorption", 3)),  # the third letter probed
+    ("scr", KillPoint("sae_atlas.saes.eval.scr_tpp.pooled", 1)),
+    ("tpp", KillPoint("sae_atlas.saes.eval.scr_tpp.pooled", 1)),
+    ("autointerp", KillPoint("sae_atlas.saes.eval.autointerp.latent_examples", 3)),  # the third sampled latent
 ]
 
 

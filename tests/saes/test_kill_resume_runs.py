@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.importing.clt import import_clt
-from saes.models import ModelHandle, tiny_model
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.importing.clt import import_clt
+from sae_atlas.saes.models import ModelHandle, tiny_model
 from tests.saes.kill_points import (
     REPO,
     KillPoint,
@@ -60,9 +60,9 @@ def clt_atlas(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("point", [
-    pytest.param(KillPoint("saes.importing.clt.judge", 1), id="measuring"),
+    pytest.param(KillPoint("sae_atlas.saes.importing.clt.judge", 1), id="measuring"),
     pytest.param(KillPoint("os.replace", 1, path_arg=0, matching=f"*/.import-staging/{CLT_ID}"), id="staged"),
-    pytest.param(KillPoint("saes.importing.clt.register_clt", 1), id="moved-not-registered"),
+    pytest.param(KillPoint("sae_atlas.saes.importing.clt.register_clt", 1), id="moved-not-registered"),
 ])
 def test_clt_import_killed_reruns_to_identical_files(clt_atlas: tuple[Path, Path], point: KillPoint) -> None:
     base, work = clt_atlas
@@ -90,14 +90,14 @@ def test_a_two_rank_training_run_killed_resumes_to_the_files_of_an_uninterrupted
              "--tokens", str(64 * 12), "--batch-size", "64", "--config", str(tmp_path / "train.toml"), "--json"]
     timed = {TRAIN_RECORD: ("final_metrics.wall_seconds",)}
     fresh_copy(base, work)
-    done = _torchrun("-m", "api", *train)
+    done = _torchrun("-m", "sae_atlas", *train)
     assert done.returncode == 0, done.stderr[-3000:]
     reference = timeless_tree(work, timed)
     fresh_copy(base, work)
-    point = KillPoint("saes.train.trainer.project_decoder_grad", 7)  # step 7 on every rank, checkpoints behind
+    point = KillPoint("sae_atlas.saes.train.trainer.project_decoder_grad", 7)  # step 7 on every rank, checkpoints behind
     killed = _torchrun("-m", "tests.saes.kill_worker", json.dumps(point.__dict__), *train)
     assert killed.returncode != 0 and f"exitcode  : -{signal.SIGKILL}" in killed.stderr, killed.stderr[-3000:]
     assert not (work / TRAIN_RECORD).exists(), "the run finished before it was killed"
-    resumed = _torchrun("-m", "api", *train)
+    resumed = _torchrun("-m", "sae_atlas", *train)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert timeless_tree(work, timed) == reference

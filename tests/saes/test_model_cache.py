@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from saes import model_cache, models
+from sae_atlas.saes import model_cache, models
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_tiny_models_leave_no_tokenizer_folders(tmp_path: Path) -> None:
     """One tokenizer folder per process, removed at exit (not one per load)."""
     probe = (
         "import glob, os, tempfile\n"
-        "from saes.models import tiny_model\n"
+        "from sae_atlas.saes.models import tiny_model\n"
         "for seed in range(3):\n"
         "    tiny_model(n_layers=1, seed=seed)\n"
         "print(len(glob.glob(os.path.join(tempfile.gettempdir(), 'sae-atlas-tiny-tokenizer-*'))))\n"

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from saes.models import load_model, tiny_model
-from store.errors import InvalidInputError, UnknownHookError
+from sae_atlas.saes.models import load_model, tiny_model
+from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -44,7 +44,7 @@ def test_bad_specs_are_clear(tmp_path):
 
 
 def test_local_hf_folder_loads(tmp_path):
-    from saes import models
+    from sae_atlas.saes import models
 
     tokenizer = models._tiny_tokenizer(models.TINY_WORDS)
     hf = models._tiny_hf_model(models.TinyModelSpec(n_layers=2, seed=5), len(tokenizer))

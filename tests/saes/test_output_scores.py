@@ -21,9 +21,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import saes.intervene.output_scores as output_scores
-from saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
-from saes.intervene.output_scores import (
+import sae_atlas.saes.intervene.output_scores as output_scores
+from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
+from sae_atlas.saes.intervene.output_scores import (
     SteeringParams,
     compute_steering_scores,
     last_token_steering,
@@ -31,12 +31,18 @@ from saes.intervene.output_scores import (
     neutral_prompts,
     steering_chunk,
 )
-from saes.intervene.splice import Splice, run_spliced
-from saes.models import tiny_model
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.steering import CHUNKS_DIR, STEERING_FILE, STEERING_META, STEERING_SCHEMA, read_steering
+from sae_atlas.saes.intervene.splice import Splice, run_spliced
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.steering import (
+    CHUNKS_DIR,
+    STEERING_FILE,
+    STEERING_META,
+    STEERING_SCHEMA,
+    read_steering,
+)
 from tests.api.small_atlas import build_small_atlas
 from tests.saes.kill_points import KillPoint
 
@@ -113,8 +119,8 @@ PARAMS = SteeringParams(n_prompts=4, prompt_tokens=8, chunk=16, top_k=4)
 REPO = Path(__file__).resolve().parents[2]
 KILLED_RUN = """
 import json, sys
-from saes.intervene.output_scores import SteeringParams, compute_steering_scores
-from saes.models import tiny_model
+from sae_atlas.saes.intervene.output_scores import SteeringParams, compute_steering_scores
+from sae_atlas.saes.models import tiny_model
 from tests.saes.kill_points import KillPoint
 KillPoint(**json.loads(sys.argv[1])).install()
 compute_steering_scores(tiny_model(n_layers=2, d_model=32), sys.argv[3], sys.argv[4],
@@ -123,7 +129,7 @@ compute_steering_scores(tiny_model(n_layers=2, d_model=32), sys.argv[3], sys.arg
 
 
 @pytest.mark.parametrize(("point", "finished"), [
-    (KillPoint("saes.intervene.output_scores.steering_chunk", 3), 2),  # before the third chunk
+    (KillPoint("sae_atlas.saes.intervene.output_scores.steering_chunk", 3), 2),  # before the third chunk
     (KillPoint("polars.DataFrame.write_parquet", 2, "mid_write"), 1),  # half of the second chunk's temporary file
 ])
 def test_a_killed_run_resumes_from_its_last_finished_chunk(atlas_root: dict[str, Any], point: KillPoint,
@@ -196,7 +202,7 @@ def test_a_damaged_table_or_one_of_other_weights_is_named(atlas_root: dict[str, 
 
 
 def test_cli_writes_the_table(atlas_root: dict[str, Any], tmp_path: Path) -> None:
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     root = tmp_path / "atlas"
     shutil.copytree(atlas_root["root"], root)
@@ -213,7 +219,7 @@ def test_a_current_table_is_kept_unless_forced(atlas_root: dict[str, Any], tmp_p
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Re-running on a finished table of the same parameters and weights computes nothing and
     says so; other parameters or --force recompute it."""
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     root = tmp_path / "atlas"
     shutil.copytree(atlas_root["root"], root)
@@ -255,11 +261,11 @@ def test_two_torchrun_ranks_write_the_table_of_one_process(atlas_root: dict[str,
     args = ["--sae", sae_id, "--prompts", "4", "--prompt-tokens", "8", "--chunk", "16", "--top-k", "4",
             "--device", "cpu", "--json"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "api", "steering-scores", "--atlas", str(solo), *args], cwd=REPO,
+    one = subprocess.run([sys.executable, "-m", "sae_atlas", "steering-scores", "--atlas", str(solo), *args], cwd=REPO,
                          env=env, capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", "api", "steering-scores", "--atlas", str(ranks), *args], cwd=REPO, env=env,
+                          "-m", "sae_atlas", "steering-scores", "--atlas", str(ranks), *args], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     [report] = json.loads(two.stdout)  # printed once, by rank 0

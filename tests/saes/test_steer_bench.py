@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from saes.intervene.steer_bench import ARMS, BenchParams, plot_bench, share_table, steer_bench
-from saes.intervene.steering_search import SearchParams
-from store.errors import InvalidInputError
+from sae_atlas.saes.intervene.steer_bench import (
+    ARMS,
+    BenchParams,
+    plot_bench,
+    share_table,
+    steer_bench,
+)
+from sae_atlas.saes.intervene.steering_search import SearchParams
+from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import DETECTOR, PROMOTER, TOKEN, planted_steering
 

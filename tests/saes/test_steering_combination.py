@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from saes.intervene.steering_combination import _CachedPrompts, fit_combination
-from saes.intervene.steering_effects import prompt_steering
-from saes.intervene.steering_prompts import PromptSet, heldout_prompts
-from saes.intervene.steering_search import SearchParams, rank_features
+from sae_atlas.saes.intervene.steering_combination import _CachedPrompts, fit_combination
+from sae_atlas.saes.intervene.steering_effects import prompt_steering
+from sae_atlas.saes.intervene.steering_prompts import PromptSet, heldout_prompts
+from sae_atlas.saes.intervene.steering_search import SearchParams, rank_features
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import HOOK, PARTS, TABLE_PROMPTS, planted_combination
 

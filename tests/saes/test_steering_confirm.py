@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from saes.intervene.steering_prompts import (
+from sae_atlas.saes.intervene.steering_prompts import (
     SetSpec,
     category_tokens,
     read_user_prompts,
     split_sets,
     target_class,
 )
-from saes.intervene.steering_search import SearchParams, rank_features
-from store.errors import InvalidInputError
+from sae_atlas.saes.intervene.steering_search import SearchParams, rank_features
+from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import (
     CLASS,

@@ -10,18 +10,27 @@ import numpy as np
 import pytest
 import torch
 
-from saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
-from saes.intervene.splice import Splice, run_spliced
-from saes.intervene.steering_effects import direction_deltas, hook_steering, target_effects
-from saes.intervene.steering_prompts import heldout_prompts
-from saes.intervene.steering_search import (
+from sae_atlas.saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
+from sae_atlas.saes.intervene.splice import Splice, run_spliced
+from sae_atlas.saes.intervene.steering_effects import (
+    direction_deltas,
+    hook_steering,
+    target_effects,
+)
+from sae_atlas.saes.intervene.steering_prompts import heldout_prompts
+from sae_atlas.saes.intervene.steering_search import (
     SearchParams,
     contrast_tokens,
     rank_features,
     resolve_target,
 )
-from saes.intervene.strength import StrengthScale, calibrate, geometric_grid, require_reached
-from store.errors import InvalidInputError
+from sae_atlas.saes.intervene.strength import (
+    StrengthScale,
+    calibrate,
+    geometric_grid,
+    require_reached,
+)
+from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import DETECTOR, HOOK, PROMOTER, TOKEN, Planted, planted_steering
 

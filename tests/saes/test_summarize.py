@@ -15,17 +15,17 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from saes.formats import save_saelens
-from saes.sae.base import SAE, SAEConfig
-from saes.sae.standard import StandardSAE
-from saes.summary.accumulator import SummaryParams
-from saes.summary.bands import latent_salts, token_keys
-from saes.summary.logits import logit_directions, logit_effects, vocab_strings
-from saes.summary.run import summarize_blocks, summarize_sae
-from store.activations import ActivationReader, ActivationWriter, Blocks
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
-from store.tables import FeatureTables, histogram_edges, load_occurrence
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.base import SAE, SAEConfig
+from sae_atlas.saes.sae.standard import StandardSAE
+from sae_atlas.saes.summary.accumulator import SummaryParams
+from sae_atlas.saes.summary.bands import latent_salts, token_keys
+from sae_atlas.saes.summary.logits import logit_directions, logit_effects, vocab_strings
+from sae_atlas.saes.summary.run import summarize_blocks, summarize_sae
+from sae_atlas.store.activations import ActivationReader, ActivationWriter, Blocks
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import FeatureTables, histogram_edges, load_occurrence
 
 HOOK = "blocks.1.hook_resid_post"
 F, T, N_BLOCKS = 12, 32, 100
@@ -294,9 +294,9 @@ def test_token_cap_resume_skip_and_errors(tmp_path):
 
 
 def test_cli_summarizes_a_saved_sae_with_the_atlas_model(tmp_path):
-    from api.commands.summarize import register
-    from saes.formats.saelens import save_saelens
-    from saes.models import load_model
+    from sae_atlas.api.commands.summarize import register
+    from sae_atlas.saes.formats.saelens import save_saelens
+    from sae_atlas.saes.models import load_model
 
     handle = load_model({"kind": "tiny"})  # the CLI's load_model returns this same handle
     AtlasLayout(tmp_path).update_meta(model=handle.spec)

@@ -15,16 +15,16 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-import saes.streaming as streaming
-from saes.atlas_saes import load_atlas_sae
-from saes.corpus import CorpusSpec
-from saes.summary.accumulator import SummaryParams
-from saes.summary.run import summarize_blocks, summary_record, write_summary
-from saes.summary.stream import STATE_DIR, summarize_from_model
-from store.activations import ActivationReader
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
-from store.tables import OccurrenceWriter, load_occurrence
+import sae_atlas.saes.streaming as streaming
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.summary.accumulator import SummaryParams
+from sae_atlas.saes.summary.run import summarize_blocks, summary_record, write_summary
+from sae_atlas.saes.summary.stream import STATE_DIR, summarize_from_model
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import OccurrenceWriter, load_occurrence
 from tests.saes.stream_fixture import BATCH_BLOCKS, CORPUS, N_TOKENS, SAES, make_atlas, tiny
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_kill_9_mid_stream_resumes_to_identical_tables(tmp_path: Path) -> None:
     full, killed = tmp_path / "full", tmp_path / "killed"
     make_atlas(full, with_cache=False)
     make_atlas(killed, with_cache=False)
-    code = ("import sys; from tests.saes.stream_fixture import *; from saes.summary.stream import summarize_from_model;"
+    code = ("import sys; from tests.saes.stream_fixture import *; from sae_atlas.saes.summary.stream import summarize_from_model;"
             "summarize_from_model(tiny(), sys.argv[1], corpus=CORPUS, n_tokens=N_TOKENS * 6, "
             "batch_blocks=BATCH_BLOCKS, checkpoint_every=1, progress=False)")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -157,7 +157,7 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
 def test_cli_from_model_writes_the_streamed_tables(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     make_atlas(tmp_path, with_cache=False)
     result = CliRunner().invoke(app, ["summarize", "--atlas", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),

@@ -11,10 +11,10 @@ from typing import Any
 import polars as pl
 import pytest
 
-from saes.encoding.tokens import REPLACEMENT, decoded_tokens, piece_text
-from saes.labels import auto_labels
-from saes.summary.logits import split_piece_ids, vocab_strings
-from saes.summary.token_text import whole_characters
+from sae_atlas.saes.encoding.tokens import REPLACEMENT, decoded_tokens, piece_text
+from sae_atlas.saes.labels import auto_labels
+from sae_atlas.saes.summary.logits import split_piece_ids, vocab_strings
+from sae_atlas.saes.summary.token_text import whole_characters
 
 TEXT = "the你 cat sat on the café mat"
 
@@ -100,8 +100,8 @@ def test_only_the_runs_of_split_pieces_are_read_again(tokenizer: Any) -> None:
 
 
 def test_steering_targets_show_partial_pieces_as_bytes(tokenizer: Any) -> None:
-    from saes.intervene.steering_search import resolve_target
-    from store.errors import InvalidInputError
+    from sae_atlas.saes.intervene.steering_search import resolve_target
+    from sae_atlas.store.errors import InvalidInputError
 
     pieces = _ids(tokenizer, "你")
     target = resolve_target(tokenizer, pieces[:2], len(tokenizer))

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from saes.train.checkpoint import load_latest_checkpoint
-from saes.train.trainer import train_sae
-from store.errors import InvalidInputError
+from sae_atlas.saes.train.checkpoint import load_latest_checkpoint
+from sae_atlas.saes.train.trainer import train_sae
+from sae_atlas.store.errors import InvalidInputError
 from tests.saes import resume_worker as w
 from tests.saes.planted import one_thread  # noqa: F401
 
@@ -40,7 +40,7 @@ def _kill_during_step(tmp_path: Path, hang_at: int) -> None:
 
 
 def test_sigkilled_run_resumes_to_identical_weights(tmp_path: Path) -> None:
-    pytest.importorskip("saes.formats.saelens")
+    pytest.importorskip("sae_atlas.saes.formats.saelens")
     _kill_during_step(tmp_path, hang_at=14)
     sae_dir = tmp_path / "sae"
     names = sorted(p.name for p in (sae_dir / "checkpoints").iterdir())

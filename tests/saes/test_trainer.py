@@ -10,15 +10,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from saes.sae.base import SAEConfig
-from saes.sae.registry import ARCHITECTURES, build_sae
-from saes.train.config import LONG_RUN_STEPS, MAX_SHORT_RUN_MULTIPLIER, TrainConfig, default_lr
-from saes.train.geometric_median import geometric_median
-from saes.train.scaling import fold_input_scale
-from saes.train.schedule import lr_factor
-from saes.train.trainer import TrainResult, train_sae
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import ARCHITECTURES, build_sae
+from sae_atlas.saes.train.config import (
+    LONG_RUN_STEPS,
+    MAX_SHORT_RUN_MULTIPLIER,
+    TrainConfig,
+    default_lr,
+)
+from sae_atlas.saes.train.geometric_median import geometric_median
+from sae_atlas.saes.train.scaling import fold_input_scale
+from sae_atlas.saes.train.schedule import lr_factor
+from sae_atlas.saes.train.trainer import TrainResult, train_sae
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import (  # noqa: F401
     one_thread,
     planted_atoms,
@@ -179,11 +184,11 @@ def test_dead_latents_get_auxk_after_the_window(atoms: torch.Tensor) -> None:
 
 
 def test_cli_trains_every_cached_hook_and_records_the_saes(tmp_path: Path) -> None:
-    pytest.importorskip("saes.formats.saelens")
+    pytest.importorskip("sae_atlas.saes.formats.saelens")
     import typer
     from typer.testing import CliRunner
 
-    from api.commands.train import register
+    from sae_atlas.api.commands.train import register
 
     hooks = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
     write_planted_atlas(tmp_path, hooks)
@@ -217,8 +222,8 @@ def test_cli_trains_every_cached_hook_and_records_the_saes(tmp_path: Path) -> No
 
 
 def test_existing_sae_with_other_config_is_not_silently_replaced(tmp_path: Path) -> None:
-    pytest.importorskip("saes.formats.saelens")
-    from saes.train.atlas import train_saes
+    pytest.importorskip("sae_atlas.saes.formats.saelens")
+    from sae_atlas.saes.train.atlas import train_saes
 
     hook = "blocks.0.hook_resid_post"
     write_planted_atlas(tmp_path, [hook], n_blocks=20)

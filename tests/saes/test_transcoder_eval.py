@@ -8,16 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.eval.evaluate import evaluate_atlas_sae, read_eval
-from saes.eval.stream import evaluate_from_model
-from saes.eval.transcoder import replacement_metrics
-from saes.models import tiny_model
-from saes.train.atlas import train_saes
-from saes.train.config import TrainConfig
-from store.activations import ActivationReader
-from store.errors import InvalidInputError
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.eval.evaluate import evaluate_atlas_sae, read_eval
+from sae_atlas.saes.eval.stream import evaluate_from_model
+from sae_atlas.saes.eval.transcoder import replacement_metrics
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.test_transcoder import mlp_transcoder
 
@@ -87,8 +87,13 @@ def test_core_eval_of_a_trained_transcoder(atlas, handle):
 def test_spliced_transcoder_edits_act_on_the_mlp_output(atlas, handle):
     """Splicing an exact transcoder changes nothing; ablating / steering its feature j moves
     the MLP output by exactly neuron j's write (`-a_j W_out[j]`, `+alpha W_out[j]`)."""
-    from saes.intervene.edits import AblateEdit, SteerEdit, compile_edit, resolve_positions
-    from saes.intervene.splice import Splice, run_spliced
+    from sae_atlas.saes.intervene.edits import (
+        AblateEdit,
+        SteerEdit,
+        compile_edit,
+        resolve_positions,
+    )
+    from sae_atlas.saes.intervene.splice import Splice, run_spliced
 
     sae = mlp_transcoder(handle, 1)
     tokens = handle.to_tokens("the cat sat on the mat and the dog ran")[0]

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.importing.pipeline import import_sae
-from saes.models import tiny_model
-from saes.summary.run import summarize_sae
-from store.activations import ActivationReader
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.importing.pipeline import import_sae
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.summary.run import summarize_sae
+from sae_atlas.store.activations import ActivationReader
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.test_transcoder_import import _exact_set
 
@@ -33,7 +33,7 @@ def imported(tmp_path_factory):
 
 
 def test_summary_reads_the_input_hook(imported):
-    from api import Atlas
+    from sae_atlas import Atlas
 
     root, handle, sae_id = imported
     mlp = handle.bridge.blocks[1].mlp
@@ -52,8 +52,8 @@ def test_summary_reads_the_input_hook(imported):
 def test_sae_listing_over_http_names_both_hooks(imported):
     from fastapi.testclient import TestClient
 
-    from api.http.app import create_app
-    from api.http.settings import ServerSettings
+    from sae_atlas.api.http.app import create_app
+    from sae_atlas.api.http.settings import ServerSettings
 
     root, _, sae_id = imported
     with TestClient(create_app(ServerSettings(root=root))) as client:
@@ -66,8 +66,8 @@ def test_sae_listing_over_http_names_both_hooks(imported):
 
 
 def test_output_scores_steer_where_the_transcoder_writes(imported):
-    from saes.intervene.output_scores import SteeringParams, compute_steering_scores
-    from store.steering import read_steering
+    from sae_atlas.saes.intervene.output_scores import SteeringParams, compute_steering_scores
+    from sae_atlas.store.steering import read_steering
 
     root, handle, sae_id = imported
     compute_steering_scores(handle, root, sae_id, SteeringParams(n_prompts=2, prompt_tokens=6, chunk=16),

@@ -9,19 +9,19 @@ import json
 import pytest
 import torch
 
-from saes.cache import cache_activations
-from saes.corpus import CorpusSpec
-from saes.formats import load_saelens
-from saes.models import tiny_model
-from saes.sae.base import SAEConfig
-from saes.train.atlas import train_saes
-from saes.train.config import TrainConfig
-from saes.train.trainer import train_sae
-from saes.transcoders.clt_atlas import train_atlas_clt
-from saes.transcoders.pairs import PairedReader
-from saes.transcoders.sites import mlp_output_hook
-from store.errors import InvalidInputError
-from store.layout import AtlasLayout
+from sae_atlas.saes.cache import cache_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.formats import load_saelens
+from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.trainer import train_sae
+from sae_atlas.saes.transcoders.clt_atlas import train_atlas_clt
+from sae_atlas.saes.transcoders.pairs import PairedReader
+from sae_atlas.saes.transcoders.sites import mlp_output_hook
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 
 INS = ["blocks.0.ln2.hook_normalized", "blocks.1.ln2.hook_normalized"]
@@ -105,7 +105,7 @@ def test_bad_pairings_are_refused(atlas, handle, tmp_path):
 def test_cli_train_transcode(atlas):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     args = ["train", "--atlas", str(atlas), "--hook", INS[1], "--transcode", "--skip", "--arch", "topk",
             "--d-sae", "32", "--k", "8", "--tokens", "2560", "--batch-size", "256", "--json"]
@@ -136,7 +136,7 @@ def test_only_an_mlp_input_is_a_transcoder_input(hook, why):
 def test_cli_train_transcode_refuses_a_hook_after_the_mlp_before_training(atlas):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     before = sorted(p.name for p in (atlas / "saes").iterdir()) if (atlas / "saes").is_dir() else []
     result = CliRunner().invoke(app, ["train", "--atlas", str(atlas), "--hook", "blocks.0.hook_resid_post",

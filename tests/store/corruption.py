@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from saes.eval.spec import EVAL_NAMES
-from store.errors import AtlasError
-from store.tables import load_occurrence
+from sae_atlas.saes.eval.spec import EVAL_NAMES
+from sae_atlas.store.errors import AtlasError
+from sae_atlas.store.tables import load_occurrence
 from tests.api.small_atlas import HOOKS, PLANTED_KIND, PLANTED_RUN, build_small_atlas
 
 SAE0, SAE1 = (f"{hook}-topk-64" for hook in HOOKS)
@@ -130,7 +130,7 @@ REGISTER_FILES: dict[str, str] = {
 def build_battery_atlas(root: Path) -> Path:
     """The small test atlas plus an eval.json per SAE (activation metrics only) and a result
     of every eval of the suite for the damaged SAE."""
-    from saes.eval.evaluate import evaluate_atlas_sae
+    from sae_atlas.saes.eval.evaluate import evaluate_atlas_sae
 
     build_small_atlas(root)
     for sae_id in (SAE0, SAE1):
@@ -144,16 +144,16 @@ def _evaluate(root: Path) -> None:
     healthy SAE's decoder, in a file beside the atlas)."""
     from safetensors.torch import save_file
 
-    from saes.atlas_saes import load_atlas_sae
-    from saes.eval.absorption import AbsorptionConfig
-    from saes.eval.core import CoreConfig
-    from saes.eval.ground_truth import ground_truth_config
-    from saes.eval.mdl import MdlConfig
-    from saes.eval.meta import MetaConfig
-    from saes.eval.scr_tpp import ScrTppConfig
-    from saes.eval.sparse_probing import SparseProbingConfig
-    from saes.eval.suite import run_suite
-    from saes.models import tiny_model
+    from sae_atlas.saes.atlas_saes import load_atlas_sae
+    from sae_atlas.saes.eval.absorption import AbsorptionConfig
+    from sae_atlas.saes.eval.core import CoreConfig
+    from sae_atlas.saes.eval.ground_truth import ground_truth_config
+    from sae_atlas.saes.eval.mdl import MdlConfig
+    from sae_atlas.saes.eval.meta import MetaConfig
+    from sae_atlas.saes.eval.scr_tpp import ScrTppConfig
+    from sae_atlas.saes.eval.sparse_probing import SparseProbingConfig
+    from sae_atlas.saes.eval.suite import run_suite
+    from sae_atlas.saes.models import tiny_model
 
     truth = root.parent / "truth.safetensors"
     save_file({"W_dec": load_atlas_sae(root, SAE0).W_dec.detach().contiguous()}, str(truth))
@@ -190,7 +190,7 @@ def copy_foreign(root: Path, names: tuple[str, ...]) -> None:
 
 # probes ---------------------------------------------------------------------------------
 def _atlas(root: Path) -> Any:
-    from api.atlas import Atlas
+    from sae_atlas.api.atlas import Atlas
 
     return Atlas(root)
 
@@ -216,22 +216,22 @@ def _analysis(root: Path) -> Any:
 
 
 def _activations(root: Path) -> Any:
-    from store.activations import ActivationReader
+    from sae_atlas.store.activations import ActivationReader
 
     reader = ActivationReader(root, HOOKS[0])
     return [float(b.acts.double().sum()) for b in reader.blocks("heldout")]
 
 
 def _train(root: Path) -> Any:
-    from saes.train.atlas import train_saes
-    from saes.train.config import TrainConfig
+    from sae_atlas.saes.train.atlas import train_saes
+    from sae_atlas.saes.train.config import TrainConfig
 
     return train_saes(root, HOOKS, architecture="topk", d_sae=64, k=4,
                       train_cfg=TrainConfig(total_tokens=256 * 20, batch_size=256, progress=False))
 
 
 def _rebuild(root: Path) -> Any:
-    from store.index import build_atlas_indexes
+    from sae_atlas.store.index import build_atlas_indexes
 
     infos = build_atlas_indexes(root, rebuild=True)
     return [(i.get("sae_id", "model"), i["type"], i["n"], i["weights_sha256"]) for i in infos]
@@ -257,7 +257,7 @@ def _http(root: Path) -> Any:
     """(status, body) of each request, or the error that stops the app from starting."""
     from starlette.testclient import TestClient
 
-    from api.http import ServerSettings, create_app
+    from sae_atlas.api.http import ServerSettings, create_app
 
     answers = []
     with TestClient(create_app(ServerSettings(root=root)), raise_server_exceptions=False) as client:
@@ -397,9 +397,9 @@ def run_eval_case(source: Path, work: Path, kind: str, how: str, base: dict[str,
 def build_clt_atlas(root: Path) -> Path:
     """An atlas of a tiny ReLU GPT-2 model with an exact circuit-tracer CLT of its MLPs
     imported as `CLT_ID` (the source folder beside the atlas)."""
-    from saes.importing.clt import import_clt
-    from saes.models import load_model
-    from store.layout import AtlasLayout
+    from sae_atlas.saes.importing.clt import import_clt
+    from sae_atlas.saes.models import load_model
+    from sae_atlas.store.layout import AtlasLayout
     from tests.saes.test_clt_import import _exact_clt
 
     AtlasLayout(root).write_meta({"model": CLT_MODEL, "model_name": "tiny"})
@@ -421,7 +421,7 @@ def _clt_graph(root: Path) -> Any:
 def _clt_http(root: Path) -> Any:
     from starlette.testclient import TestClient
 
-    from api.http import ServerSettings, create_app
+    from sae_atlas.api.http import ServerSettings, create_app
 
     settings = ServerSettings(root=root, allow_interventions=True)  # graphs are served only then
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
@@ -431,7 +431,7 @@ def _clt_http(root: Path) -> Any:
 
 
 def _clt_load(root: Path) -> Any:
-    from saes.transcoders.clt_store import load_atlas_clt
+    from sae_atlas.saes.transcoders.clt_store import load_atlas_clt
 
     clt = load_atlas_clt(root, CLT_ID)
     return {"cfg": clt.cfg.__dict__, "sum": float(sum(p.detach().double().sum() for p in clt.parameters()))}
@@ -460,7 +460,7 @@ def run_clt_case(source: Path, work: Path, kind: str, how: str, base: dict[str, 
 def _unregister(root: Path, kind: str) -> None:
     """Drop the owner of register file `kind` from its registry (atlas.json's `saes`, or
     its kind's runs.json)."""
-    from store.layout import AtlasLayout
+    from sae_atlas.store.layout import AtlasLayout
 
     layout = AtlasLayout(root)
     if kind.startswith("SAE "):
@@ -475,8 +475,8 @@ def _unregister(root: Path, kind: str) -> None:
 def _register(kind: str) -> Callable[[Path], Any]:
     """`sae-atlas register` of the owner of file `kind`: what it recorded."""
     def probe(root: Path) -> Any:
-        from geometry.results import register_run
-        from saes.registry import register_sae
+        from sae_atlas.geometry.results import register_run
+        from sae_atlas.saes.registry import register_sae
 
         if kind.startswith("SAE "):
             return register_sae(root, SAE1)

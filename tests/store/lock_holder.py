@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from store.locks import LockMode, file_lock
+from sae_atlas.store.locks import LockMode, file_lock
 
 
 @contextmanager

@@ -5,14 +5,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from api.results.meaning import ConceptResult
-from api.services.meaning import save_concept_run
-from geometry.feature_geometry import rebuild_geometry_records
-from geometry.results import write_analysis
-from store.errors import IntegrityError
-from store.feature_records import read_records, record_paths
-from store.index import build_atlas_indexes
-from store.search import FeatureSearch, Filters
+from sae_atlas.api.results.meaning import ConceptResult
+from sae_atlas.api.services.meaning import save_concept_run
+from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
+from sae_atlas.geometry.results import write_analysis
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.feature_records import read_records, record_paths
+from sae_atlas.store.index import build_atlas_indexes
+from sae_atlas.store.search import FeatureSearch, Filters
 from tests.store.sae_folders import write_sae
 
 SAE = "l3"
@@ -82,8 +82,8 @@ def test_records_are_empty_before_a_build_and_damage_is_named(planted):
 
 
 def test_atlas_vector_search_takes_the_geometry_filters(planted):
-    from api import Atlas
-    from store.layout import AtlasLayout
+    from sae_atlas import Atlas
+    from sae_atlas.store.layout import AtlasLayout
 
     layout = AtlasLayout(planted)
     if not layout.atlas_json.exists():

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from api.atlas import Atlas
-from saes.eval.evaluate import read_eval
-from saes.summary.run import summarize_sae
-from store.errors import IntegrityError
-from store.feature_records import read_records, write_records
-from store.index import build_atlas_indexes
-from store.integrity import WEIGHTS_SHA256, verify_sae_weights
-from store.layout import AtlasLayout
-from store.search import FeatureSearch, Filters
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.saes.eval.evaluate import read_eval
+from sae_atlas.saes.summary.run import summarize_sae
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.feature_records import read_records, write_records
+from sae_atlas.store.index import build_atlas_indexes
+from sae_atlas.store.integrity import WEIGHTS_SHA256, verify_sae_weights
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.search import FeatureSearch, Filters
 from tests.api.small_atlas import HOOKS
 from tests.store.corruption import (
     FEATURE,
@@ -87,7 +87,7 @@ def test_swapped_weights_name_the_sae_whose_derived_files_are_stale(atlas_copy: 
     with pytest.raises(IntegrityError) as info:
         Atlas(atlas_copy).feature(SAE1, FEATURE)
     _stale(info, atlas_copy, "tables.json", f"sae-atlas summarize --atlas {atlas_copy} --sae {SAE1}")
-    from api.http import ServerSettings, create_app
+    from sae_atlas.api.http import ServerSettings, create_app
 
     with TestClient(create_app(ServerSettings(root=atlas_copy)), raise_server_exceptions=False) as client:
         answer = client.post("/search/vector", json={"vector": VECTOR.tolist(), "k": 5})

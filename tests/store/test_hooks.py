@@ -1,6 +1,6 @@
 """Hook-name helpers: the block of a hook and the hook an SAE cfg.json names."""
 
-from store.hooks import cfg_hook_name, hook_layer
+from sae_atlas.store.hooks import cfg_hook_name, hook_layer
 
 
 def test_block_number_of_a_hook_name():

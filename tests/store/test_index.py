@@ -4,15 +4,15 @@
 import numpy as np
 import pytest
 
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.index import (
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.index import (
     build_atlas_indexes,
     build_index,
     model_index_path,
     sae_index_path,
 )
-from store.search import FeatureSearch, Filters
-from store.vectors import unit_rows
+from sae_atlas.store.search import FeatureSearch, Filters
+from sae_atlas.store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from store.errors import InvalidInputError
-from store.index import build_atlas_indexes, load_index, sae_index_path
-from store.int8_scan import Int8Scan, quantize_rows
-from store.search import FeatureSearch
-from store.vectors import unit_rows
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.index import build_atlas_indexes, load_index, sae_index_path
+from sae_atlas.store.int8_scan import Int8Scan, quantize_rows
+from sae_atlas.store.search import FeatureSearch
+from sae_atlas.store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 

@@ -13,15 +13,20 @@ import polars as pl
 import pytest
 from starlette.testclient import TestClient
 
-from api.atlas import Atlas
-from store.activations import ActivationReader
-from store.atomic import sha256_file
-from store.errors import IntegrityError, InvalidInputError
-from store.index import build_atlas_indexes, build_marker_path, read_decoder, sae_index_path
-from store.integrity import cached_sha256
-from store.layout import AtlasLayout
-from store.search import FeatureSearch
-from store.tables import (
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.atomic import sha256_file
+from sae_atlas.store.errors import IntegrityError, InvalidInputError
+from sae_atlas.store.index import (
+    build_atlas_indexes,
+    build_marker_path,
+    read_decoder,
+    sae_index_path,
+)
+from sae_atlas.store.integrity import cached_sha256
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.search import FeatureSearch
+from sae_atlas.store.tables import (
     EXAMPLES_FILE,
     FEATURES_FILE,
     FeatureTables,
@@ -40,8 +45,8 @@ class Killed(BaseException):
 
 
 def _train(root: Path, hooks: list[str], **overrides: object) -> dict:
-    from saes.train.atlas import train_saes
-    from saes.train.config import TrainConfig
+    from sae_atlas.saes.train.atlas import train_saes
+    from sae_atlas.saes.train.config import TrainConfig
 
     options = {"architecture": "topk", "d_sae": 64, "k": 4, **overrides}
     return train_saes(root, hooks, train_cfg=TrainConfig(total_tokens=256 * 20, batch_size=256, progress=False),
@@ -101,7 +106,7 @@ def test_sidecar_without_its_file_is_an_error_not_an_empty_field(atlas_copy: Pat
 # 5. a save killed between cfg.json and training.json -------------------------------------
 def test_train_finishes_a_save_killed_between_cfg_and_training_json(atlas_copy: Path, battery_atlas: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import saes.train.trainer as trainer
+    import sae_atlas.saes.train.trainer as trainer
 
     folder = AtlasLayout(atlas_copy).sae_dir(SAE0)
     original = sha256_file(AtlasLayout(battery_atlas).sae_dir(SAE0) / WEIGHTS)
@@ -153,7 +158,7 @@ def test_a_reader_during_a_summary_write_sees_the_old_or_the_new_summary_whole(
         atlas_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reader starts after the writer replaced features.parquet but before it wrote the
     new tables.json; it must wait for the write, then read the new summary."""
-    import store.tables as tables
+    import sae_atlas.store.tables as tables
 
     old = FeatureTables(atlas_copy, SAE1)
     features = old.features.with_columns(pl.col("max_act") * 2)
@@ -187,7 +192,7 @@ def _read_or_error(root: Path) -> object:
 
 # 8. killed summarize, interrupted index builds ---------------------------------------------
 def test_summarize_after_a_kill_removes_the_spool(atlas_copy: Path) -> None:
-    from saes.summary.run import summarize_sae
+    from sae_atlas.saes.summary.run import summarize_sae
 
     folder = AtlasLayout(atlas_copy).sae_dir(SAE1)
     stale = [folder / ".occurrence-indices.abc123", folder / ".occurrence-data.abc123",
@@ -209,7 +214,7 @@ def test_an_interrupted_index_build_is_refused_until_run_again(atlas_copy: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """`index --rebuild --approx-threshold 32` killed after the first SAE: one IVF index
     beside flat ones. Readers refuse; the re-run finishes with one type everywhere."""
-    import store.index as index
+    import sae_atlas.store.index as index
 
     save_index = index.save_index
     calls = []
@@ -241,7 +246,7 @@ def test_an_interrupted_index_build_is_refused_until_run_again(atlas_copy: Path,
 
 # 9. a damaged SAE in a running server ------------------------------------------------------
 def test_serve_keeps_serving_the_healthy_saes_and_reports_the_damaged_one(atlas_copy: Path) -> None:
-    from api.http import ServerSettings, create_app
+    from sae_atlas.api.http import ServerSettings, create_app
 
     damage(AtlasLayout(atlas_copy).sae_dir(SAE1) / WEIGHTS, "flip")
     weights = f"saes/{SAE1}/{WEIGHTS}"

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import store.index as index_module
-from store.errors import IntegrityError
-from store.index import (
+import sae_atlas.store.index as index_module
+from sae_atlas.store.errors import IntegrityError
+from sae_atlas.store.index import (
     build_atlas_indexes,
     build_index,
     build_lock_path,
@@ -26,9 +26,9 @@ from store.index import (
     load_index,
     sae_index_path,
 )
-from store.locks import file_lock
-from store.search import FeatureSearch
-from store.vectors import unit_rows
+from sae_atlas.store.locks import file_lock
+from sae_atlas.store.search import FeatureSearch
+from sae_atlas.store.vectors import unit_rows
 from tests.store.lock_holder import held_elsewhere
 from tests.store.sae_folders import write_sae
 
@@ -55,7 +55,7 @@ def test_lock_modes_waits_and_reentry(tmp_path: Path) -> None:
 
 def test_a_killed_process_releases_its_lock(tmp_path: Path) -> None:
     lock = tmp_path / ".x.lock"
-    code = ("import sys, time; from store.locks import file_lock\n"
+    code = ("import sys, time; from sae_atlas.store.locks import file_lock\n"
             "with file_lock(sys.argv[1], 'exclusive'):\n    print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
     try:

@@ -5,12 +5,12 @@ answers; a stale or damaged table is never read."""
 import numpy as np
 import pytest
 
-import store.neighbour_tables as tables_module
-import store.search as search_module
-from store.index import build_atlas_indexes
-from store.neighbour_tables import load_table, nearest_rows, table_path
-from store.search import FeatureSearch
-from store.vectors import unit_rows
+import sae_atlas.store.neighbour_tables as tables_module
+import sae_atlas.store.search as search_module
+from sae_atlas.store.index import build_atlas_indexes
+from sae_atlas.store.neighbour_tables import load_table, nearest_rows, table_path
+from sae_atlas.store.search import FeatureSearch
+from sae_atlas.store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 SIZES = {"l0": 90, "l2": 70, "l5": 50}

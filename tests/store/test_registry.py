@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from geometry.results import (
+from sae_atlas.geometry.results import (
     RUNS_FILE,
     analysis_kinds,
     figure_owner,
@@ -20,12 +20,12 @@ from geometry.results import (
     verify_run,
     write_analysis,
 )
-from saes.formats.saelens import save_saelens
-from saes.registry import SOURCE_FILE, TRAINING_FILE, register_sae
-from saes.sae.base import SAEConfig
-from saes.sae.registry import build_sae
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.layout import MAX_ID_LENGTH, AtlasLayout, check_id
+from sae_atlas.saes.formats.saelens import save_saelens
+from sae_atlas.saes.registry import SOURCE_FILE, TRAINING_FILE, register_sae
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.layout import MAX_ID_LENGTH, AtlasLayout, check_id
 
 HOOK = "blocks.0.hook_resid_post"
 

@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 
-import store.search as search_module
-from store.errors import InvalidInputError
-from store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path
-from store.neighbour_tables import TABLE_K
-from store.search import FeatureSearch, Filters, matches_frame
-from store.vectors import unit_rows
+import sae_atlas.store.search as search_module
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path
+from sae_atlas.store.neighbour_tables import TABLE_K
+from sae_atlas.store.search import FeatureSearch, Filters, matches_frame
+from sae_atlas.store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 
@@ -105,7 +105,7 @@ def test_model_index_covers_the_common_width_and_excludes_others(layered):
 def test_index_cli_keeps_current_and_repairs_corrupt(layered):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from sae_atlas.api.cli import app
 
     root, _ = layered
     runner = CliRunner()

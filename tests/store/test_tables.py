@@ -8,10 +8,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from store.atomic import atomic_write_json, sha256_file
-from store.errors import IntegrityError, InvalidInputError, NotFoundError
-from store.layout import AtlasLayout
-from store.tables import (
+from sae_atlas.store.atomic import atomic_write_json, sha256_file
+from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.tables import (
     EXAMPLES_FILE,
     EXAMPLES_SCHEMA,
     FEATURES_FILE,

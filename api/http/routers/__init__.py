@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.http.routers import (
+from sae_atlas.api.http.routers import (
                                  analyses,
                                  board,
                                  compare,

@@ -7,12 +7,12 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, Response
 
-from api.http.deps import AtlasDep, SettingsDep
-from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, FigureName, Kind, Run, error_responses
-from api.http.schemas import CircularRequest
-from api.results.analysis import AnalysisResult, AnalysisRunFiles
-from store.layout import check_id
+from sae_atlas.api.http.deps import AtlasDep, SettingsDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import DATA_ERRORS, FigureName, Kind, Run, error_responses
+from sae_atlas.api.http.schemas import CircularRequest
+from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
+from sae_atlas.store.layout import check_id
 
 router = APIRouter(tags=["geometry"], responses=DATA_ERRORS)
 LOOKUP = error_responses(400, 404)

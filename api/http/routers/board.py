@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from api.http.deps import AtlasDep
-from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS
-from api.results.board import Board, board_payload
+from sae_atlas.api.http.deps import AtlasDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import DATA_ERRORS
+from sae_atlas.api.results.board import Board, board_payload
 
 router = APIRouter(tags=["evals"], responses=DATA_ERRORS)
 

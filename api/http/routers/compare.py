@@ -5,13 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from api.bounds import MAX_EXAMPLES, MAX_K
-from api.http.deps import AtlasDep
-from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, Comparison, Index, error_responses
-from api.results.compare import MAX_PAIRS, CompareResult, CompareRunRow, Side
-from api.results.feature import Feature
-from store.layout import check_id
+from sae_atlas.api.bounds import MAX_EXAMPLES, MAX_K
+from sae_atlas.api.http.deps import AtlasDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import DATA_ERRORS, Comparison, Index, error_responses
+from sae_atlas.api.results.compare import MAX_PAIRS, CompareResult, CompareRunRow, Side
+from sae_atlas.api.results.feature import Feature
+from sae_atlas.store.layout import check_id
 
 router = APIRouter(tags=["compare"], responses=DATA_ERRORS)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from api.bounds import MAX_INDEX, MAX_K, MAX_LIST
-from api.http.deps import AtlasDep
-from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, Crosscoder, Index, error_responses
-from api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
-from saes.compare.crosscoder import LatentClass
-from store.layout import ID_PATTERN, MAX_ID_LENGTH
+from sae_atlas.api.bounds import MAX_INDEX, MAX_K, MAX_LIST
+from sae_atlas.api.http.deps import AtlasDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import DATA_ERRORS, Crosscoder, Index, error_responses
+from sae_atlas.api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
+from sae_atlas.saes.compare.crosscoder import LatentClass
+from sae_atlas.store.layout import ID_PATTERN, MAX_ID_LENGTH
 
 router = APIRouter(tags=["crosscoders"], responses=DATA_ERRORS)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
-from api.http.deps import AtlasDep
-from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, SaeId, error_responses
-from api.results.evals import EvalResult
-from saes.eval.spec import EvalName
+from sae_atlas.api.http.deps import AtlasDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import DATA_ERRORS, SaeId, error_responses
+from sae_atlas.api.results.evals import EvalResult
+from sae_atlas.saes.eval.spec import EvalName
 
 router = APIRouter(tags=["evals"], responses=DATA_ERRORS)
 

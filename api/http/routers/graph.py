@@ -14,15 +14,15 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import ConfigDict, Field
 
-from api.bounds import MAX_GRAPH_NODE_EDITS, MAX_GRAPH_TARGETS, MAX_SAES_PER_QUERY
-from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
-from api.http.json_body import json_body
-from api.http.routers.interventions import _queued, _Request, require_interventions
-from api.http.routers.params import DATA_ERRORS, Run, error_responses
-from api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict
-from api.results.graph import GraphView, StoredGraph
-from api.services.graphs import stored_graph, stored_graphs
-from store.layout import check_id
+from sae_atlas.api.bounds import MAX_GRAPH_NODE_EDITS, MAX_GRAPH_TARGETS, MAX_SAES_PER_QUERY
+from sae_atlas.api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.interventions import _queued, _Request, require_interventions
+from sae_atlas.api.http.routers.params import DATA_ERRORS, Run, error_responses
+from sae_atlas.api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict
+from sae_atlas.api.results.graph import GraphView, StoredGraph
+from sae_atlas.api.services.graphs import stored_graph, stored_graphs
+from sae_atlas.store.layout import check_id
 
 router = APIRouter(tags=["interventions"], responses=DATA_ERRORS)
 GRAPH_BOUND = {400: {"model": ErrorBody, "description": (

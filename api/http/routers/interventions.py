@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
 from pydantic import Field
 
-from api.bounds import (
+from sae_atlas.api.bounds import (
     MAX_ATTRIBUTED,
     MAX_EDITS,
     MAX_NEW_TOKENS,
@@ -24,14 +24,14 @@ from api.bounds import (
     MAX_TEMPERATURE,
     MAX_VERIFIED,
 )
-from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
-from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, error_responses
-from api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict, json_strict
-from api.http.schemas_meaning import PY_WHITESPACE
-from api.results.interventions import AttributionView, RunView, SteerView
-from saes.intervene.attribution import AttributionMode, Target
-from saes.intervene.edits import Edit
+from sae_atlas.api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import DATA_ERRORS, error_responses
+from sae_atlas.api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict, json_strict
+from sae_atlas.api.http.schemas_meaning import PY_WHITESPACE
+from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
+from sae_atlas.saes.intervene.attribution import AttributionMode, Target
+from sae_atlas.saes.intervene.edits import Edit
 
 MODEL_BOUND = {400: {"model": ErrorBody, "description": (
     "input that only the model can judge: a prompt of more tokens than allowed, an edit position or token match "

@@ -7,10 +7,10 @@ from typing import Any
 
 from fastapi import Path, Query
 
-from api.bounds import MAX_INDEX, MAX_K
-from api.http.protocol import MAX_URL_BYTES
-from api.http.schemas import ErrorBody
-from store.layout import ID_PATTERN, MAX_ID_LENGTH
+from sae_atlas.api.bounds import MAX_INDEX, MAX_K
+from sae_atlas.api.http.protocol import MAX_URL_BYTES
+from sae_atlas.api.http.schemas import ErrorBody
+from sae_atlas.store.layout import ID_PATTERN, MAX_ID_LENGTH
 
 SaeId = Path(description="SAE id, e.g. blocks.6.hook_resid_post-topk-4608", max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)
 OneSae = Query(None, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="one SAE (default: all)")

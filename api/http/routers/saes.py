@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from api.http.deps import AtlasDep
-from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, SaeId, error_responses
-from api.http.schemas import MapColumns
-from api.results.sae import SaeInfo, SaeStatus
-from geometry.maps import Basis
+from sae_atlas.api.http.deps import AtlasDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import DATA_ERRORS, SaeId, error_responses
+from sae_atlas.api.http.schemas import MapColumns
+from sae_atlas.api.results.sae import SaeInfo, SaeStatus
+from sae_atlas.geometry.maps import Basis
 
 router = APIRouter(responses=DATA_ERRORS)
 ONE_SAE = error_responses(400, 404)

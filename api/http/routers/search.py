@@ -10,15 +10,15 @@ import asyncio
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
-from api.bounds import MAX_INDEX, MAX_K
-from api.http.deps import AtlasDep, ModelQueueDep
-from api.http.json_body import json_body
-from api.http.routers.params import DATA_ERRORS, Index, K, OneSae, SaeId, error_responses
-from api.http.schemas import TextQuery, VectorQuery
-from api.http.schemas_meaning import ContrastQuery
-from api.results.feature import Match
-from api.results.meaning import ContrastResult
-from api.results.search import TextSearch, TokenFeatures
+from sae_atlas.api.bounds import MAX_INDEX, MAX_K
+from sae_atlas.api.http.deps import AtlasDep, ModelQueueDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import DATA_ERRORS, Index, K, OneSae, SaeId, error_responses
+from sae_atlas.api.http.schemas import TextQuery, VectorQuery
+from sae_atlas.api.http.schemas_meaning import ContrastQuery
+from sae_atlas.api.results.feature import Match
+from sae_atlas.api.results.meaning import ContrastResult
+from sae_atlas.api.results.search import TextSearch, TokenFeatures
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404)})
 POSTED = error_responses(413)

@@ -11,11 +11,18 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, Response
 
-from api.http.deps import TOKEN_COOKIE, AtlasDep, SettingsDep, require_token, token_ok, unauthorized
-from api.http.json_body import json_body
-from api.http.routers.params import error_responses
-from api.http.schemas import Health
-from store.errors import NotFoundError
+from sae_atlas.api.http.deps import (
+    TOKEN_COOKIE,
+    AtlasDep,
+    SettingsDep,
+    require_token,
+    token_ok,
+    unauthorized,
+)
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.params import error_responses
+from sae_atlas.api.http.schemas import Health
+from sae_atlas.store.errors import NotFoundError
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml"}

@@ -26,22 +26,33 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import Field
 
-from api.atlas import Atlas
-from api.bounds import MAX_INDEX, MAX_K, MAX_SAES_PER_QUERY, MAX_TEXTS_PER_SET
-from api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
-from api.http.json_body import json_body
-from api.http.routers.interventions import MODEL_BOUND, SteerRequest, require_interventions
-from api.http.routers.params import DATA_ERRORS, K, OneSae, error_responses
-from api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict, json_strict
-from api.http.schemas_meaning import ConceptSpec, Text
-from api.http.sse import MEDIA_TYPE, EventStream, component, data_schema, event_schema, event_stream
-from api.results.interventions import SteerView
-from api.results.steer_stream import SteerTokens
-from api.results.steering import SteeringSearch
-from api.services.steer_stream import SteerStream
-from saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
-from saes.intervene.steering_search import MAX_TARGET_TOKENS, SteerMode
-from saes.intervene.strength import MAX_KL_BOUND, MAX_RATIO
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.bounds import MAX_INDEX, MAX_K, MAX_SAES_PER_QUERY, MAX_TEXTS_PER_SET
+from sae_atlas.api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
+from sae_atlas.api.http.json_body import json_body
+from sae_atlas.api.http.routers.interventions import (
+    MODEL_BOUND,
+    SteerRequest,
+    require_interventions,
+)
+from sae_atlas.api.http.routers.params import DATA_ERRORS, K, OneSae, error_responses
+from sae_atlas.api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict, json_strict
+from sae_atlas.api.http.schemas_meaning import ConceptSpec, Text
+from sae_atlas.api.http.sse import (
+    MEDIA_TYPE,
+    EventStream,
+    component,
+    data_schema,
+    event_schema,
+    event_stream,
+)
+from sae_atlas.api.results.interventions import SteerView
+from sae_atlas.api.results.steer_stream import SteerTokens
+from sae_atlas.api.results.steering import SteeringSearch
+from sae_atlas.api.services.steer_stream import SteerStream
+from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
+from sae_atlas.saes.intervene.steering_search import MAX_TARGET_TOKENS, SteerMode
+from sae_atlas.saes.intervene.strength import MAX_KL_BOUND, MAX_RATIO
 
 STREAM_EVENTS = (
     "Server-sent events, one per line pair `event: <name>` / `data: <JSON>`: a `token` event per decoding step "

@@ -1,5 +1,0 @@
-"""`python -m api` runs the `sae-atlas` command line."""
-
-from api.cli import app
-
-app()
