@@ -10,7 +10,14 @@ Atlas` is the entry point; it is imported on first use, so the CLI starts withou
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "setup.py").is_file() and (_CHECKOUT / "saes").is_dir():
+    # A source checkout: its folders are the subpackages, so `PYTHONPATH=<checkout>` runs
+    # that checkout's code with or without an (editable) install.
+    __path__.append(str(_CHECKOUT))
 
 if TYPE_CHECKING:
     from sae_atlas.api.atlas import Atlas
