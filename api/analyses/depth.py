@@ -32,14 +32,15 @@ from sae_atlas.geometry.trajectories import TrajectorySpace, trajectory_geometry
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.depth.families import family_depth, read_families
-from sae_atlas.saes.depth.stream import DepthStream, stream_depth
-from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.depth.stream import DepthStream, clear_state, state_folder, stream_depth
+from sae_atlas.saes.distributed import DistContext, rank_and_world
 from sae_atlas.saes.encoding.tokens import piece_text
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.hooks import hook_layer
 
 KIND = "depth"
+STATE_DIR = "depth-stream"  # under the atlas: checkpoints of unfinished streams (see saes.depth.stream)
 
 
 def _first_above(rows: list[dict[str, Any]], column: str, threshold: float = 0.5) -> int | None:
@@ -142,16 +143,23 @@ def run_depth(
     n_tokens: int = 16384, batch_blocks: int = 8, max_points: int = 4000, k: int = 20, mle_k: int = 10,
     n_boot: int = 200, fit_fraction: float = 0.25, space: TrajectorySpace = "raw", seed: int = 0,
     run: str = "depth", progress: bool = True, ctx: DistContext | None = None, sae_ids: list[str] | None = None,
+    checkpoint_every: int | None = None,
 ) -> dict[str, Any] | None:
     """Stream the model once over `n_tokens` of `corpus` at every layer of `layers` (default:
     all), compute the per-layer depth profile and store it as `analyses/depth/<run>`. Under
     torchrun (`ctx`) the ranks split the batches and rank 0 writes (the others return None).
     `sae_ids`: stored SAEs of the atlas (on a residual stream of the streamed layers) whose
-    features get the local ID and trajectory of the tokens they fire on (table `features`)."""
+    features get the local ID and trajectory of the tokens they fire on (table `features`).
+    The stream checkpoints under `<atlas>/depth-stream/` (every `checkpoint_every` batches,
+    by default every minute): after kill -9 the same call resumes there."""
     chosen = list(range(handle.n_layers)) if layers is None else layers
     saes = _load_saes(atlas, sae_ids or [], chosen)
+    state = state_folder(Path(atlas) / STATE_DIR, handle, {
+        "corpus": corpus, "layers": sorted(set(chosen)), "n_tokens": n_tokens, "batch_blocks": batch_blocks,
+        "max_points": max_points, "fit_fraction": fit_fraction, "seed": seed, "world": rank_and_world(ctx)[1]})
     stream = stream_depth(handle, corpus, chosen, n_tokens=n_tokens, batch_blocks=batch_blocks,
-                          max_points=max_points, fit_fraction=fit_fraction, seed=seed, progress=progress, ctx=ctx)
+                          max_points=max_points, fit_fraction=fit_fraction, seed=seed, progress=progress, ctx=ctx,
+                          state=state, checkpoint_every=checkpoint_every)
     if ctx is not None and not ctx.is_main:
         return None
     codes = {sae_id: (layer, _feature_codes(sae, layer, stream)) for sae_id, (layer, sae) in saes.items()}
@@ -168,6 +176,7 @@ def run_depth(
               "ranks": 1 if ctx is None else ctx.world_size, "sae_ids": list(sae_ids or [])}
     js = write_analysis(atlas, KIND, run, parameters=params, summary=summary, tables=tables,
                         extra={"figures": figures})
+    clear_state(state)
     return {"tables": tables, "summary": summary, "params": params, "json_path": js}
 
 

@@ -9,6 +9,12 @@ captured, accumulating what the depth analysis needs in bounded memory:
 
 BOS and separator positions are left out everywhere.
 
+Resumable: with a `state_dir`, every `checkpoint_every` batches (by default every
+`checkpoint_seconds`, and right after the tuned lens is fitted) a rank writes everything it
+has gathered, atomically, to `<state_dir>/<fingerprint of the arguments>/rank-NNNN.pt`; after
+kill -9 the same call skips the batches already counted and ends with the same sums, so the
+same tables. The caller removes the folder (`clear_state`) once the run is stored.
+
 Under torchrun the ranks take contiguous shares of the batches. CKA sums and the subsample
 merge exactly (a token's subsample key depends only on the seed and its block, so the kept
 tokens are those of one process); the tuned lens is fitted on the first `fit_fraction` of
@@ -18,7 +24,12 @@ scores depend on the number of ranks through that split.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -35,7 +46,8 @@ from sae_atlas.saes.depth.lens import (
 )
 from sae_atlas.saes.distributed import DistContext, all_reduce_, rank_and_world
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.saes.streaming import stream_activations, whole_blocks
+from sae_atlas.saes.streaming import StreamedBatch, stream_activations, whole_blocks
+from sae_atlas.store.atomic import atomic_path
 from sae_atlas.store.errors import InvalidInputError
 
 
@@ -69,18 +81,74 @@ class DepthStream:
     tuned: TunedLens
 
 
+@dataclass
+class _Gathered:
+    """What a rank has gathered so far (the checkpointed state)."""
+
+    n_layers: int
+    d_model: int
+    done: int = 0  # this rank's batches counted
+    seen: int = 0
+    keys: np.ndarray = field(default_factory=lambda: np.empty(0))
+    kept: list[np.ndarray] = field(default_factory=list)  # states [M, L, D], block, position, doc, token
+    cka: CKAAccumulator = field(default_factory=CKAAccumulator)
+    fitter: TunedLensFitter = field(default_factory=TunedLensFitter)
+    tuned: TunedLens | None = None
+    scores: LensScores = field(default_factory=LensScores)
+
+    def __post_init__(self) -> None:
+        if not self.kept:
+            self.kept = [np.empty((0, self.n_layers, self.d_model), np.float32), *(np.empty(0, np.int64),) * 4]
+
+
+def state_folder(state_dir: str | Path, handle: ModelHandle, arguments: dict[str, object]) -> Path:
+    """The checkpoint folder of one depth stream: `state_dir` / a fingerprint of the model
+    and every argument that changes what is gathered."""
+    text = json.dumps([handle.spec, arguments], sort_keys=True, default=str)
+    return Path(state_dir) / hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def clear_state(folder: Path | None) -> None:
+    """Remove a finished stream's checkpoint folder (and the parent when left empty)."""
+    if folder is None:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    if folder.parent.is_dir() and not any(folder.parent.iterdir()):
+        folder.parent.rmdir()
+
+
+def _load_state(path: Path | None, fresh: _Gathered, ctx: DistContext | None, device: torch.device) -> _Gathered:
+    """This rank's checkpoint, or `fresh`; under torchrun every rank starts over unless all
+    ranks stand on the same side of the tuned lens's fit (the fit sums across ranks)."""
+    got = torch.load(path, weights_only=False) if path is not None and path.exists() else fresh
+    if ctx is not None and ctx.world_size > 1:
+        fitted = int(all_reduce_(torch.tensor(int(got.tuned is not None), device=device), ctx))
+        if 0 < fitted < ctx.world_size:
+            return fresh
+    return got
+
+
+def _save_state(path: Path | None, state: _Gathered) -> None:
+    if path is None:
+        return
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
 def stream_depth(
     handle: ModelHandle, corpus: CorpusSpec, layers: list[int], *, n_tokens: int, batch_blocks: int = 8,
     max_points: int = 4000, fit_fraction: float = 0.25, seed: int = 0, progress: bool = True,
-    ctx: DistContext | None = None,
+    ctx: DistContext | None = None, state: Path | None = None, checkpoint_every: int | None = None,
+    checkpoint_seconds: float = 60.0,
 ) -> DepthStream:
     """Stream `n_tokens` corpus tokens once through `handle`, capturing the residual stream
     after every layer of `layers` (and the last layer, whose logits the lenses score
-    against); see the module docstring for what is kept."""
+    against); see the module docstring for what is kept. `state`: the checkpoint folder
+    (`state_folder`) to resume from and write to; None keeps nothing on disk."""
     layers = check_layers(handle, layers)
     last = handle.n_layers - 1
     n_blocks = whole_blocks(n_tokens, corpus)
-    _, world = rank_and_world(ctx)
+    rank, world = rank_and_world(ctx)
     n_batches = -(-n_blocks // batch_blocks) // world  # the smallest rank share: the same check on every rank
     n_fit = int(round(fit_fraction * n_batches))
     if not 0 < n_fit < n_batches:
@@ -88,39 +156,34 @@ def stream_depth(
                                 f"{f' per rank of {world}' if world > 1 else ''}; the tuned lens needs at least one "
                                 f"batch to fit on and one held out (fit_fraction={fit_fraction}): give more tokens "
                                 f"or a smaller --batch-blocks")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise InvalidInputError(f"checkpoint_every must be at least 1, got {checkpoint_every}")
     hooks = {layer: f"blocks.{layer}.hook_resid_post" for layer in sorted({*layers, last})}
-    keys = np.empty(0)
-    kept: list[np.ndarray] = [np.empty((0, len(layers), handle.d_model), np.float32), *(np.empty(0, np.int64),) * 4]
-    cka, fitter, scores = CKAAccumulator(), TunedLensFitter(), LensScores()
-    tuned: TunedLens | None = None
-    seen = 0
-    for number, batch in enumerate(stream_activations(handle, corpus, list(hooks.values()), n_blocks=n_blocks,
-                                                      batch_blocks=batch_blocks, desc="depth", progress=progress,
-                                                      ctx=ctx)):
-        acts = {layer: batch.acts[hook].float() for layer, hook in hooks.items()}
-        keep = ~batch.excluded
-        rows = {layer: acts[layer][keep.to(acts[layer].device)].cpu() for layer in layers}
-        n = int(keep.sum())
-        seen += n
-        cka.update(rows)
-        n_rows, T = keep.shape
-        blocks = (batch.first_block + torch.arange(n_rows))[:, None].expand(n_rows, T)[keep]
-        meta = [blocks, torch.arange(T).expand(n_rows, T)[keep], batch.doc_ids[keep], batch.token_ids[keep]]
-        keys = np.concatenate([keys, np.random.default_rng([seed, batch.first_block]).random(n)])
-        kept = [np.concatenate([kept[0], torch.stack([rows[layer] for layer in layers], 1).numpy()]),
-                *(np.concatenate([old, m.numpy()]) for old, m in zip(kept[1:], meta, strict=True))]
-        if len(keys) > max_points:
-            top = np.sort(np.argpartition(keys, max_points)[:max_points])
-            keys, kept = keys[top], [k[top] for k in kept]
-        lens_rows, next_ids = next_token_rows(acts, batch.token_ids, batch.excluded)
-        if number < n_fit:
-            fitter.update(lens_rows, lens_rows[last])
-            continue
-        if tuned is None:
-            _sum_fitter(fitter, ctx, handle.device)
-            tuned = fitter.fit()
-        score_lenses(handle, lens_rows, next_ids, scores, tuned)
-    assert tuned is not None  # every rank has n_fit < n_batches batches, so it scored held-out ones
+    path = None if state is None else state / f"rank-{rank:04d}.pt"
+    g = _load_state(path, _Gathered(len(layers), handle.d_model), ctx, handle.device)
+    last_saved = time.monotonic()
+    for batch in stream_activations(handle, corpus, list(hooks.values()), n_blocks=n_blocks,
+                                    batch_blocks=batch_blocks, resume_blocks=g.done * batch_blocks, desc="depth",
+                                    progress=progress, ctx=ctx):
+        _gather(handle, batch, hooks, layers, g, max_points, seed)
+        lens_rows, next_ids = next_token_rows({layer: batch.acts[hook].float() for layer, hook in hooks.items()},
+                                              batch.token_ids, batch.excluded)
+        fitted_now = False
+        if g.done < n_fit:
+            g.fitter.update(lens_rows, lens_rows[last])
+        else:
+            if g.tuned is None:
+                _sum_fitter(g.fitter, ctx, handle.device)
+                g.tuned, fitted_now = g.fitter.fit(), True
+            score_lenses(handle, lens_rows, next_ids, g.scores, g.tuned)
+        g.done += 1
+        due = (g.done % checkpoint_every == 0 if checkpoint_every is not None
+               else time.monotonic() - last_saved >= checkpoint_seconds)
+        if due or fitted_now:
+            _save_state(path, g)
+            last_saved = time.monotonic()
+    assert g.tuned is not None  # every rank has n_fit < n_batches batches, so it scored held-out ones
+    scores, keys, kept, seen, cka = g.scores, g.keys, g.kept, g.seen, g.cka
     for key in [key for key in scores.n if key[1] not in layers]:  # the last layer scored only as the reference
         for table in (scores.n, scores.agree, scores.kl, scores.ranks):
             table.pop(key)
@@ -138,7 +201,26 @@ def stream_depth(
         kept = [k[top] for k in kept]
     order = np.lexsort((kept[2], kept[1]))  # by block, then position: the same for any number of ranks
     kept = [k[order] for k in kept]
-    return DepthStream(layers, kept[0], *kept[1:], n_tokens=seen, cka=cka, lens=scores, tuned=tuned)
+    return DepthStream(layers, kept[0], *kept[1:], n_tokens=seen, cka=cka, lens=scores, tuned=g.tuned)
+
+
+def _gather(handle: ModelHandle, batch: StreamedBatch, hooks: dict[int, str], layers: list[int], g: _Gathered,
+            max_points: int, seed: int) -> None:
+    """Add one batch's non-special tokens to the CKA sums and the seeded subsample of `g`."""
+    keep = ~batch.excluded
+    rows = {layer: batch.acts[hooks[layer]].float()[keep.to(handle.device)].cpu() for layer in layers}
+    n = int(keep.sum())
+    g.seen += n
+    g.cka.update(rows)
+    n_rows, T = keep.shape
+    blocks = (batch.first_block + torch.arange(n_rows))[:, None].expand(n_rows, T)[keep]
+    meta = [blocks, torch.arange(T).expand(n_rows, T)[keep], batch.doc_ids[keep], batch.token_ids[keep]]
+    g.keys = np.concatenate([g.keys, np.random.default_rng([seed, batch.first_block]).random(n)])
+    g.kept = [np.concatenate([g.kept[0], torch.stack([rows[layer] for layer in layers], 1).numpy()]),
+              *(np.concatenate([old, m.numpy()]) for old, m in zip(g.kept[1:], meta, strict=True))]
+    if len(g.keys) > max_points:
+        top = np.sort(np.argpartition(g.keys, max_points)[:max_points])
+        g.keys, g.kept = g.keys[top], [k[top] for k in g.kept]
 
 
 def _summed(arr: np.ndarray, ctx: DistContext | None, device: torch.device) -> np.ndarray:
