@@ -47,6 +47,7 @@ from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.analysis import AnalysisResult
 from sae_atlas.api.results.compare import CompareResult, CompareRunRow, Side
 from sae_atlas.api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
+from sae_atlas.api.results.depth import DepthRun, DepthRunRow
 from sae_atlas.api.results.feature import Feature
 from sae_atlas.api.results.graph import GraphView
 from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
@@ -70,6 +71,7 @@ from sae_atlas.api.services import (
 from sae_atlas.api.services import circle_transfer as circle_service
 from sae_atlas.api.services import compare as compare_service
 from sae_atlas.api.services import crosscoder as crosscoder_service
+from sae_atlas.api.services import depth_runs as depth_service
 from sae_atlas.api.services import emergence as emergence_service
 from sae_atlas.api.services import graph as graph_service
 from sae_atlas.api.services import steering as steering_service
@@ -510,6 +512,18 @@ class Atlas:
         `beta_recon_a/b`, `nu_error`, `nu_recon`, `scaling_active_tokens` of
         `analyses/crosscoder/<id>`. `options`: `corpus`, `batch_blocks`, `device`."""
         return crosscoder_service.run_latent_scaling(self.root, cc_id, n_tokens=n_tokens, **options)
+
+    def depth_runs(self) -> list[DepthRunRow]:
+        """The stored depth runs (`analyze depth`): what each streamed, its headline and `status`
+        ("ok", "damaged" or "unregistered", the `problem` naming the file or the command)."""
+        return depth_service.depth_runs(self.root)
+
+    def depth_run(self, run: str) -> DepthRun:
+        """One stored depth run as the Depth page reads it: the per-layer profile, the CKA
+        matrix, trajectory distributions and extreme tokens, the joined SAE features whose
+        tokens sit lowest and highest in local dimension, or a families run's per-family means
+        and tests (files verified)."""
+        return depth_service.depth_run(self.ctx, run)
 
     def depth_profile(self, layers: list[int] | None = None, *, n_tokens: int = 16384, run: str = "depth",
                       **options: Any) -> AnalysisResult:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import NotRequired, TypedDict
 
+from sae_atlas.api.results.depth import FeatureDepth
 from sae_atlas.api.results.html import escape, format_value, highlight_tokens, rows_table
 from sae_atlas.api.results.wire import JsonResult, Number
 
@@ -116,6 +117,10 @@ class Feature(JsonResult):
     hook_out: Annotated[str | None, Field(
         description="the hook a transcoder's feature writes (its decoder direction; logit effects are "
                     "read there); null for an SAE feature, which writes the hook it reads")] = None
+    depth: Annotated[list[FeatureDepth], Field(
+        description="where it fires in depth terms, per stored depth run that joined its SAE (`analyze depth "
+                    "--sae`): its tokens' local dimension and trajectory against every token's")] = field(
+        default_factory=list)
 
     def _repr_html_(self) -> str:
         s = self.stats
@@ -131,7 +136,8 @@ class Feature(JsonResult):
         )
         logits = " ".join(f"<code>{escape(t['token'])}</code> {t['value']:+.3g}" for t in self.top_logits[:8])
         neighbours = rows_table(self.neighbours, ["latent", "cosine"])
-        return (f"<div style='border:1px solid #ddd;padding:6px;max-width:720px'>{head}"
+        depth = "".join(f"<div><b>depth</b> ({escape(d['run'])}) {escape(d['says'])}</div>" for d in self.depth)
+        return (f"<div style='border:1px solid #ddd;padding:6px;max-width:720px'>{head}{depth}"
                 f"<div><b>top examples</b>{examples or ' <i>none</i>'}</div>"
                 f"<div><b>promotes</b> {logits or '<i>no logit effects</i>'}</div>"
                 f"<div><b>neighbours</b>{neighbours}</div></div>")

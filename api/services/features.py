@@ -9,8 +9,10 @@ import polars as pl
 from sae_atlas.api.bounds import MAX_EXAMPLES, check_k
 from sae_atlas.api.results.feature import Feature
 from sae_atlas.api.sae_view import SaeView
+from sae_atlas.api.services.depth_runs import feature_depth
 from sae_atlas.api.services.labels import with_labels
 from sae_atlas.api.services.search import cross_layer_card
+from sae_atlas.store.hooks import hook_layer
 from sae_atlas.store.search import Match, matches_frame
 from sae_atlas.store.tables import FeatureTables, histogram_edges
 
@@ -20,7 +22,7 @@ STAT_KEYS = ("n_active", "density", "mean_act", "mean_active_act", "max_act", "d
 def feature_page(view: SaeView, latent: int, *, examples: int, neighbours: int) -> Feature:
     """Everything about one feature: stats, histogram, top examples, logit effects,
     nearest decoder neighbours in its SAE, best cross-layer matches, map position, the
-    geometry results it belongs to and its labels."""
+    geometry results it belongs to, where it fires in depth terms and its labels."""
     latent = view.latent(latent)
     examples = check_k(examples, "examples", MAX_EXAMPLES)
     neighbours = check_k(neighbours, "neighbours")
@@ -51,6 +53,7 @@ def feature_page(view: SaeView, latent: int, *, examples: int, neighbours: int) 
         map_position=view.map_position(latent),
         damaged_saes=damaged_saes,
         geometry=view.records("geometry").filter(pl.col("latent") == latent).drop("sae_id").to_dicts(),
+        depth=feature_depth(view.ctx, view.sae_id, latent, hook_layer(view.hook)),
         **labels.select("label", "explanations").row(0, named=True),
     )
 

@@ -11,6 +11,7 @@ from sae_atlas.api.http.routers import (
                                  board,
                                  compare,
                                  crosscoders,
+                                 depth,
                                  evals,
                                  features,
                                  graph,
@@ -24,5 +25,5 @@ from sae_atlas.api.http.routers import (
 
 DATA_ROUTERS: list[APIRouter] = [saes.router, features.router, search.router, meaning.router, analyses.router,
                                  interventions.router, steering.router, board.router, evals.router,
-                                 compare.router, crosscoders.router, graph.router]
+                                 compare.router, crosscoders.router, graph.router, depth.router]
 SERVICE_ROUTER = service.router
