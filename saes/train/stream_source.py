@@ -1,0 +1,280 @@
+"""A streamed `ActivationSource`: training batches straight from model forwards, no cache.
+
+The corpus is packed into blocks as `sae-atlas cache` packs it and read in batches of
+`batch_blocks` blocks; each batch runs one forward for all hooks, stopped after the deepest
+(`saes.streaming.stream_activations`). Batches are grouped into windows of
+`window_batches` batches (the mixing buffer, `buffer_tokens` tokens): window `g` of the
+corpus belongs to lane `g mod L`, its kept token rows (BOS and special positions left out,
+as the cache and summaries leave them out) are permuted by a generator seeded from
+`(seed, g)` and handed out `batch_size // L` rows at a time; the rows of a window that do
+not fill a last share are dropped. A global batch is every lane's share in lane order. Under
+torchrun each rank streams its own lanes (`L` is a multiple of the ranks, by default equal),
+so one process with `lanes=R` trains on exactly the batches of R ranks. Rows of different
+hooks at one index are one token.
+
+Everything is a function of `(seed, corpus, position)`: a tokenizer-only pass over the
+corpus (`plan_stream`, before any forward) counts the batches each window gives, so a
+checkpoint needs only the number of global batches handed out (`{"batches": n}`, the same on
+every rank and for any number of ranks streaming the same lanes). On resume the current window is recomputed by re-running its forwards (bit-identical
+on CPU in fp32), so the buffer is never saved. The same pass checks up front that the corpus
+holds the training tokens and the held-out blocks after them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+from sae_atlas.saes.distributed import DistContext, rank_and_world
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.streaming import StreamedBatch, special_ids, stream_activations
+from sae_atlas.saes.train.sources import ran_out
+from sae_atlas.store.activations import excluded_positions
+from sae_atlas.store.errors import InvalidInputError
+
+DEFAULT_BUFFER_TOKENS = 262_144  # the cached reader's mixing buffer
+DEFAULT_MEMORY_SHARE = 0.25  # the default buffer takes at most this share of free memory
+MAX_MEMORY_SHARE = 0.8  # a requested buffer larger than this share of free memory is refused
+
+
+def available_memory(device: torch.device) -> int:
+    """Free bytes where the buffer lives: the GPU's free memory, else the host's MemAvailable."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def buffer_bytes_per_token(handle: ModelHandle, hooks: list[str]) -> int:
+    """Bytes one buffered token takes: every hook's row in the model's dtype."""
+    element = next(handle.bridge.parameters()).element_size()
+    return element * handle.d_model * len(hooks)
+
+
+def resolve_buffer_tokens(requested: int | None, handle: ModelHandle, hooks: list[str], batch_size: int) -> int:
+    """The mixing buffer's size in tokens: `requested`, or by default the cached reader's
+    buffer (262,144 tokens) capped at a quarter of the free memory, at least two batches. InvalidInputError when
+    it holds less than one batch or needs more than 80% of the free memory."""
+    per_token = buffer_bytes_per_token(handle, hooks)
+    free = available_memory(handle.device)
+    if requested is None:
+        return max(2 * batch_size, min(DEFAULT_BUFFER_TOKENS, int(free * DEFAULT_MEMORY_SHARE) // per_token))
+    if requested < batch_size:
+        raise InvalidInputError(f"--buffer-tokens {requested} holds less than one batch ({batch_size} tokens)")
+    if requested * per_token > free * MAX_MEMORY_SHARE:
+        raise InvalidInputError(
+            f"--buffer-tokens {requested} needs {requested * per_token / 2**30:.2f} GiB ({len(hooks)} hooks x "
+            f"{per_token // len(hooks)} bytes per token) but only {free / 2**30:.2f} GiB are free on "
+            f"{handle.device}; ask for at most {int(free * MAX_MEMORY_SHARE) // per_token} tokens")
+    return requested
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """Where the windows and held-out blocks lie, counted by a tokenizer-only pass."""
+
+    window_batches: int  # corpus batches (of batch_blocks blocks) per window
+    n_blocks: int  # training blocks, whole windows, all lanes
+    heldout_blocks: int  # blocks after the training blocks kept for held-out metrics
+    per_window: tuple[tuple[int, ...], ...]  # per lane, its windows in order: the batches each hands out
+
+    def locate(self, lane: int, batches: int) -> tuple[int, int]:
+        """(the lane's window, batches already taken from it) after `batches` batches."""
+        for window, count in enumerate(self.per_window[lane]):
+            if batches < count:
+                return window, batches
+            batches -= count
+        raise ran_out(batches, 0)
+
+
+def plan_stream(handle: ModelHandle, corpus: CorpusSpec, *, steps: int, batch_size: int, batch_blocks: int,
+                buffer_tokens: int, heldout_tokens: int, lanes: int) -> StreamPlan:
+    """Count, from token ids alone, the batches each window gives until every lane has
+    `steps` of them, plus the held-out blocks after; InvalidInputError naming the tokens the
+    corpus holds when it ends first."""
+    rows = batch_size // lanes
+    window_batches = max(1, round(buffer_tokens / (batch_blocks * corpus.context_size)))
+    special = special_ids(handle)
+    counts: list[list[int]] = [[] for _ in range(lanes)]
+    kept = batches = blocks = 0
+    heldout = -(-heldout_tokens // corpus.context_size)
+    train_blocks: int | None = None
+    for batch in iter_blocks(handle.tokenizer, corpus, batch_blocks=batch_blocks):
+        n, T = batch.token_ids.shape
+        blocks += n
+        if train_blocks is not None:
+            if blocks - train_blocks >= heldout:
+                break
+            continue
+        if n < batch_blocks:
+            break  # the corpus' last, partial batch ends no window
+        excluded = excluded_positions(batch.token_ids, torch.arange(T).expand(n, T),
+                                      prepend_bos=corpus.prepend_bos, special_ids=special)
+        kept += int((~excluded).sum())
+        batches += 1
+        if batches % window_batches == 0:
+            if kept < rows:
+                raise InvalidInputError(
+                    f"a window of the {buffer_tokens}-token buffer keeps only {kept} tokens (BOS and separators "
+                    f"left out), less than one share of a batch ({rows} tokens); raise --buffer-tokens")
+            counts[(batches // window_batches - 1) % lanes].append(kept // rows)
+            kept = 0
+            if min(sum(c) for c in counts) >= steps:
+                train_blocks = blocks
+                if heldout == 0:
+                    break
+    if train_blocks is not None and blocks - train_blocks >= heldout:
+        return StreamPlan(window_batches, train_blocks, heldout, tuple(tuple(c) for c in counts))
+    available = min(sum(c) for c in counts) * batch_size
+    raise InvalidInputError(
+        f"corpus {corpus.source!r} is too short: its {blocks} blocks of {corpus.context_size} tokens give "
+        f"{available} training tokens in whole windows of the {buffer_tokens}-token buffer (BOS and separators "
+        f"left out), then {heldout} held-out blocks are needed; {steps * batch_size} training tokens were "
+        f"asked for: ask for fewer tokens, a smaller --buffer-tokens, or use a larger corpus")
+
+
+class _Lane:
+    """One lane's stream and its current window's permuted rows."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.stream: Iterator[StreamedBatch] | None = None
+        self.window = -1
+        self.rows: dict[str, torch.Tensor] = {}
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()  # type: ignore[attr-defined]
+        self.stream, self.window, self.rows = None, -1, {}
+
+
+class StreamSource:
+    """Training batches streamed from `handle` over `corpus`, mixed in windows (see the
+    module docstring). The corpus' windows are dealt round-robin to `lanes` lanes (default:
+    one per rank); a global batch is `batch_size // lanes` rows of each lane, in lane order,
+    and each rank streams its own lanes, so one process with `lanes=R` gets exactly the
+    batches R ranks get together. `next_batch` gives this rank's share."""
+
+    def __init__(self, handle: ModelHandle, corpus: CorpusSpec, hooks: list[str], *, batch_size: int,
+                 steps: int, batch_blocks: int = 8, buffer_tokens: int | None = None, heldout_tokens: int = 0,
+                 lanes: int | None = None, seed: int = 0, ctx: DistContext | None = None) -> None:
+        self.hooks = tuple(sorted({handle.check_hook(h) for h in hooks}, key=handle.hook_layer))
+        rank, world = rank_and_world(ctx)
+        self.lanes = lanes or world
+        if self.lanes % world or batch_size % self.lanes:
+            raise InvalidInputError(f"the lanes ({self.lanes}) must be a multiple of the ranks ({world}) and "
+                                    f"divide batch_size ({batch_size})")
+        if batch_blocks < 1:
+            raise InvalidInputError(f"batch_blocks must be at least 1, got {batch_blocks}")
+        self.handle, self.corpus, self.ctx, self.seed = handle, corpus, ctx, seed
+        self.batch_size, self.batch_blocks, self.steps = batch_size, batch_blocks, steps
+        self.lane_rows = batch_size // self.lanes
+        per_rank = self.lanes // world
+        self._lanes = [_Lane(lane) for lane in range(rank * per_rank, (rank + 1) * per_rank)]
+        self.device = handle.device
+        self.buffer_tokens = resolve_buffer_tokens(buffer_tokens, handle, list(self.hooks), batch_size)
+        self.plan = plan_stream(handle, corpus, steps=steps, batch_size=batch_size, batch_blocks=batch_blocks,
+                                buffer_tokens=self.buffer_tokens, heldout_tokens=heldout_tokens, lanes=self.lanes)
+        self.batches = 0  # global batches handed out
+        self.forward_seconds = 0.0  # time spent streaming (tokenizing and forwards)
+
+    @property
+    def window_tokens(self) -> int:
+        return self.plan.window_batches * self.batch_blocks * self.corpus.context_size
+
+    def _open(self, lane: int, window: int) -> Iterator[StreamedBatch]:
+        """A lane's stream positioned at the start of its window `window`."""
+        return stream_activations(self.handle, self.corpus, self.hooks, n_blocks=self.plan.n_blocks,
+                                  batch_blocks=self.batch_blocks, shard_batches=self.plan.window_batches,
+                                  resume_blocks=window * self.plan.window_batches * self.batch_blocks,
+                                  progress=False, ctx=DistContext(lane, self.lanes, 0))
+
+    def _refill(self, lane: _Lane, window: int) -> None:
+        """Stream the lane's window `window` and permute its kept rows (seeded by the seed and
+        the window's corpus-wide index)."""
+        if lane.stream is None or window != lane.window + 1:
+            lane.close()
+            lane.stream = self._open(lane.index, window)
+        lane.rows = {}
+        started = time.perf_counter()
+        parts: dict[str, list[torch.Tensor]] = {hook: [] for hook in self.hooks}
+        for _ in range(self.plan.window_batches):
+            batch = next(lane.stream)
+            keep = ~batch.excluded.reshape(-1).to(self.device)
+            for hook in self.hooks:
+                acts = batch.acts[hook]
+                parts[hook].append(acts.reshape(-1, acts.shape[-1])[keep])
+        self.forward_seconds += time.perf_counter() - started
+        corpus_window = window * self.lanes + lane.index
+        gen = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, corpus_window]).generate_state(1)[0]))
+        order = torch.randperm(sum(len(p) for p in parts[self.hooks[0]]), generator=gen).to(self.device)
+        lane.rows = {hook: torch.cat(parts[hook])[order] for hook in self.hooks}
+        lane.window = window
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """This rank's share of the next global batch (its lanes' rows in lane order), float32
+        on the model's device."""
+        if self.batches >= min(sum(counts) for counts in self.plan.per_window):
+            raise ran_out(self.batches, self.batch_size, f"{self.steps} were planned")
+        shares = []
+        for lane in self._lanes:
+            window, offset = self.plan.locate(lane.index, self.batches)
+            if window != lane.window:
+                self._refill(lane, window)
+            start = offset * self.lane_rows
+            shares.append({hook: rows[start:start + self.lane_rows] for hook, rows in lane.rows.items()})
+        self.batches += 1
+        return {hook: torch.cat([share[hook] for share in shares]).float() for hook in self.hooks}
+    def heldout_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Rows of the held-out blocks (after the training blocks), `batch_size` at a time, in
+        corpus order, on one process (float32 on the model's device)."""
+        stream = stream_activations(self.handle, self.corpus, self.hooks,
+                                    n_blocks=self.plan.n_blocks + self.plan.heldout_blocks,
+                                    batch_blocks=self.batch_blocks, resume_blocks=self.plan.n_blocks,
+                                    progress=False)
+        pending: dict[str, list[torch.Tensor]] = {hook: [] for hook in self.hooks}
+        for batch in stream:
+            keep = ~batch.excluded.reshape(-1).to(self.device)
+            for hook in self.hooks:
+                acts = batch.acts[hook]
+                pending[hook].append(acts.reshape(-1, acts.shape[-1])[keep].float())
+            rows = {hook: torch.cat(parts) for hook, parts in pending.items()}
+            while len(rows[self.hooks[0]]) >= batch_size:
+                yield {hook: r[:batch_size] for hook, r in rows.items()}
+                rows = {hook: r[batch_size:] for hook, r in rows.items()}
+            pending = {hook: [r] for hook, r in rows.items()}
+        if len(pending[self.hooks[0]][0]):
+            yield {hook: parts[0] for hook, parts in pending.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The batches handed out (the same on every rank) and what the stream depends on."""
+        return {"batches": self.batches, "fingerprint": self.fingerprint()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue after `state["batches"]` batches; the window is recomputed on the next batch."""
+        if state.get("fingerprint") != self.fingerprint():
+            raise InvalidInputError(
+                f"the checkpoint's stream {state.get('fingerprint')} differs from this run's {self.fingerprint()} "
+                "(corpus, seed, batch size, buffer or number of ranks changed); start afresh")
+        for lane in self._lanes:
+            lane.close()
+        self.batches = int(state["batches"])
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the streamed rows depend on (besides the model)."""
+        return {"corpus": dataclasses.asdict(self.corpus), "hooks": list(self.hooks), "seed": self.seed,
+                "batch_size": self.batch_size, "batch_blocks": self.batch_blocks,
+                "window_batches": self.plan.window_batches, "lanes": self.lanes}
