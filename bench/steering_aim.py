@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from sae_atlas.api.atlas import Atlas
+from sae_atlas.saes.intervene.steer_bench import SAE_ARMS, share_table
 from sae_atlas.store.steering import STEERING_META
 
 DEFAULT_TARGETS = [" Monday", " Friday", " March", " July", " seven", " three", " red", " dog"]
-SAE_ARMS = ("feature_add", "feature_clamp", "combination")
 
 
 def main() -> None:
@@ -50,12 +50,20 @@ def main() -> None:
     saes = [s for s in atlas.sae_ids if (atlas.root / "saes" / s / STEERING_META).exists()]
     print(f"SAEs with steering tables: {saes}")
     started = time.perf_counter()
-    result = atlas.steer_bench(args.targets, saes=saes, ratio=args.ratio, kl_bound=args.kl_bound,
-                               n_prompts=args.prompts, candidates=args.candidates,
-                               confirm_prompts=args.confirm_prompts, prompts=args.prompts_file or ())
+    result = None
+    for target in args.targets:  # one at a time: each target's rows are written as it finishes
+        one = atlas.steer_bench([target], saes=saes, ratio=args.ratio, kl_bound=args.kl_bound, n_prompts=args.prompts,
+                                candidates=args.candidates, confirm_prompts=args.confirm_prompts,
+                                prompts=args.prompts_file or ())
+        if result is None:
+            result = one
+        else:
+            result.arms += one.arms
+            result.shares = share_table(result.arms)
+        print(f"{target!r} done at {time.perf_counter() - started:.0f} s", flush=True)
+        if args.out:
+            args.out.write_text(json.dumps(result.to_dict(), indent=1))
     seconds = time.perf_counter() - started
-    if args.out:
-        args.out.write_text(json.dumps(result.to_dict(), indent=1))
     if args.plot:
         result.plot(args.plot)
     print(f"{len(args.targets)} targets in {seconds:.0f} s; ratio {args.ratio:g} under KL(rest) <= "
@@ -64,7 +72,8 @@ def main() -> None:
           "| ratio at matched norm | KL rest at matched norm |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for a in result.arms:
-        feature = "" if a["latent"] is None else f"{a['sae_id'].split('-')[0]}/{a['latent']}"
+        latents = "+".join(map(str, a["latents"])) if a["latents"] else a["latent"]
+        feature = "" if latents is None else f"{a['sae_id'].split('-')[0]}/{latents}"
         frac = "" if a["norm_fraction"] is None else f"{a['norm_fraction']:.3g}"
         print(f"| {a['target']} | {a['arm']} | {feature} | {'yes' if a['reached'] else 'no'} | {frac} | "
               f"{a['ratio']:.3g} | {a['kl_rest']:.3g} | {a['best_ratio']:.3g} | {a['matched_ratio']:.3g} | "
@@ -74,8 +83,11 @@ def main() -> None:
         print(f"| {row['arm']} | {row['style']} | {row['pairs']} | {row['reached']} | {row['share']:.2f} | "
               f"{row['share_low']:.2f}-{row['share_high']:.2f} |")
     met = [r["arm"] for r in result.shares if r["style"] == "all" and r["share"] >= 0.75]
-    print(f"\narms reaching {args.ratio:g}x under the bound on >= 75% of pairs: {', '.join(met) or 'none'}"
-          + ("" if set(met) & set(SAE_ARMS) else "; no SAE-based arm meets the bar"))
+    print(f"\narms reaching {args.ratio:g}x under the bound on >= 75% of pairs: {', '.join(met) or 'none'}")
+    print("the top result of steering_features meets the bar" if "top_result" in met else
+          "the top result of steering_features does NOT meet the bar" + (
+              f"; SAE-based arms that do: {', '.join(a for a in met if a in SAE_ARMS)}"
+              if set(met) & set(SAE_ARMS) else "; no SAE-based arm meets the bar"))
 
 if __name__ == "__main__":
     main()

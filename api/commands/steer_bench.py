@@ -88,10 +88,12 @@ def steer_bench_command(
                 ["arm", "style", "pairs", "reached", "share", "interval"],
                 [(s["arm"], s["style"], s["pairs"], s["reached"], s["share"],
                   f"{s['share_low']:.2f}-{s['share_high']:.2f}") for s in result.shares])
-    sae_arms = ("feature_add", "feature_clamp", "combination")
+    sae_arms = ("top_result", "feature_add", "feature_clamp", "combination")
     met = [s["arm"] for s in result.shares if s["style"] == "all" and s["share"] >= ACCEPTANCE_SHARE]
-    typer.echo(f"arms reaching {ratio:g}x on >= {ACCEPTANCE_SHARE:.0%} of pairs: {', '.join(met) or 'none'}"
-               + ("" if any(a in sae_arms for a in met) else "; no SAE-based arm meets this bar"))
+    typer.echo(f"arms reaching {ratio:g}x on >= {ACCEPTANCE_SHARE:.0%} of pairs: {', '.join(met) or 'none'}; "
+               + ("the top result of steering-search meets this bar" if "top_result" in met
+                  else "the top result of steering-search does NOT meet this bar")
+               + ("" if any(a in sae_arms for a in met) else "; no SAE-based arm meets it"))
 
 
 def _feature(row: dict[str, Any]) -> str:

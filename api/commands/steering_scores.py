@@ -33,6 +33,9 @@ def steering_scores_command(
     seed: int = typer.Option(DEFAULTS.seed, help="Seed of the prompt draw."),
     top_k: int = typer.Option(DEFAULTS.top_k, min=1, help="Promoted and suppressed tokens kept per feature."),
     chunk: int = typer.Option(DEFAULTS.chunk, min=1, help="Features per batch and per resumable chunk."),
+    lens_z: float = typer.Option(DEFAULTS.lens_z, min=0.0, help="Cheap screen first: measure only live features "
+                                 "whose decoder's logit-lens peak has this z-score over the vocabulary (0: every "
+                                 "feature)."),
     device: str = device_option(),
     force: bool = typer.Option(False, "--force", help="Recompute tables that are current (same parameters and "
                                "weights)."),
@@ -57,7 +60,7 @@ def steering_scores_command(
     ctx = init_distributed()
     handle = load_model(spec, device=ctx.device(str(where)) if ctx else where)
     params = SteeringParams(n_prompts=prompts, prompt_tokens=prompt_tokens, seed=seed, strength=strength,
-                            top_k=top_k, chunk=chunk)
+                            top_k=top_k, chunk=chunk, lens_z=lens_z)
     reports = [compute_steering_scores(handle, atlas, sae_id, params, progress=not json_out, ctx=ctx, force=force)
                for sae_id in ids]
     if ctx is not None and not ctx.is_main:
@@ -69,8 +72,8 @@ def steering_scores_command(
         if r.current:
             console.print(f"{r.sae_id}: steering table is current (same parameters and weights), kept; "
                           "--force recomputes it", soft_wrap=True)
-    print_table("steering scores", ["sae", "latents", "chunks computed", "chunks resumed", "table"],
-                [(r.sae_id, r.n_latents, r.chunks_computed, r.chunks_resumed, r.path) for r in reports])
+    print_table("steering scores", ["sae", "latents", "measured", "chunks computed", "chunks resumed", "table"],
+                [(r.sae_id, r.n_latents, r.measured, r.chunks_computed, r.chunks_resumed, r.path) for r in reports])
 
 
 def register(app: typer.Typer) -> None:

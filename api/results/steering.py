@@ -168,7 +168,8 @@ class BenchArm(TypedDict):
     """One arm of the steering benchmark on one target (`saes.intervene.steer_bench`)."""
 
     target: str
-    arm: str  # feature_add, feature_clamp, top_activating, diff_means, probe, random_feature, prompting
+    arm: str  # top_result (the search's best: feature_add or combination), feature_add, feature_clamp, combination,
+    # top_activating, diff_means, probe, random_feature, prompting
     sae_id: str | None
     latent: int | None
     reached: bool  # the requested ratio under the KL bound

@@ -22,6 +22,15 @@ distribution over the vocabulary `V` and `L_f` the latent's top logit-lens token
 - the `top_k` tokens whose mean log-probability change `log p - log q` is largest
   (`promoted_*`) and smallest (`suppressed_*`).
 
+The cheap screen (`lens_z > 0`): before any forward, each latent's decoder row goes
+through the final norm and the unembedding (`saes.summary.logits` convention) and its
+logit-lens peak is z-scored over the vocabulary, `z_f = (max_v l_fv - mean_v l_fv) / std_v
+l_fv`; only live latents (a typical active value above 0) with `z_f >= lens_z` are
+measured, and the table holds their rows only. A dead latent's row (alpha 0) says nothing,
+so with the screen it is always left out. The screen costs one `[F, D] x [D, V]` product
+(`bench/steering_screen.py` times it against a forward and says how many of the best
+measured latents it keeps).
+
 Under torchrun chunk `i` is computed by rank `i mod R` (each writes its own chunk files);
 rank 0 joins them once every rank is done.
 """
@@ -49,6 +58,7 @@ from sae_atlas.saes.intervene.decode import cached_decoding
 from sae_atlas.saes.intervene.splice import Splice
 from sae_atlas.saes.intervene.steering_params import SteeringParams
 from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.summary.logits import logit_directions
 from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.steering import STEERING_FILE, SteeringChunks, steering_is_current
@@ -142,6 +152,30 @@ def steering_chunk(steered: Callable[[torch.Tensor], torch.Tensor], clean_PV: to
                                                                  for k, v in stats.items()}})
 
 
+@torch.no_grad()
+def lens_peaks(handle: ModelHandle, W_dec_FD: torch.Tensor, chunk: int = 512) -> np.ndarray:
+    """Per latent the z-score over the vocabulary of its decoder row's largest logit-lens
+    effect (module docstring), in chunks of latents."""
+    W_U = handle.W_U.detach().float()
+    out = []
+    for start in range(0, len(W_dec_FD), chunk):
+        d = logit_directions(W_dec_FD[start:start + chunk].float(), handle.final_norm_weight, handle.final_norm_kind)
+        logits = d.to(W_U.device) @ W_U
+        mean, std = logits.mean(-1), logits.std(-1).clamp_min(1e-12)
+        out.append(((logits.amax(-1) - mean) / std).cpu())
+    return torch.cat(out).numpy() if out else np.zeros(0, np.float32)
+
+
+def screened_latents(handle: ModelHandle, W_dec_FD: torch.Tensor, alpha_F: np.ndarray, lens_z: float) -> np.ndarray:
+    """The latents a table measures: every one when `lens_z` is 0, else the live ones whose
+    logit-lens peak reaches `lens_z` (module docstring)."""
+    if lens_z < 0 or not math.isfinite(lens_z):
+        raise InvalidInputError(f"lens_z must be a z-score >= 0 (0: no screen), got {lens_z!r}")
+    if lens_z == 0:
+        return np.arange(len(alpha_F), dtype=np.int32)
+    return np.flatnonzero((alpha_F > 0) & (lens_peaks(handle, W_dec_FD) >= lens_z)).astype(np.int32)
+
+
 @dataclass
 class SteeringReport:
     """What `compute_steering_scores` did."""
@@ -152,6 +186,7 @@ class SteeringReport:
     chunks_computed: int
     chunks_resumed: int
     current: bool = False  # the stored table was current: nothing was computed
+    measured: int = 0  # latents that passed the screen (all of them without one)
 
 
 def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
@@ -169,10 +204,15 @@ def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
     alpha = params.strength * np.nan_to_num(tables["mean_active_act"].to_numpy().astype(np.float32))
     sae = load_atlas_sae(root, sae_id, device=handle.device)
     hook = sae.cfg.hook_name_out or atlas_sae_hook(root, sae_id)  # where the decoder writes (a transcoder's output)
-    run = {**asdict(params), "hook": hook, "model": handle.name, "lens_tokens": int(lens.shape[1])}
+    recorded = {k: v for k, v in asdict(params).items() if k != "lens_z" or v}  # unscreened: as tables before it
+    run = {**recorded, "hook": hook, "model": handle.name, "lens_tokens": int(lens.shape[1])}
     if not force and steering_is_current(root, sae_id, run):
         return SteeringReport(sae_id, str(AtlasLayout(root).sae_dir(sae_id) / STEERING_FILE), len(tables), 0, 0,
                               current=True)
+    measured = screened_latents(handle, sae.W_dec.detach(), alpha, params.lens_z)
+    if not len(measured):
+        raise InvalidInputError(f"no latent of SAE {sae_id!r} passes the logit-lens screen (z >= {params.lens_z:g}); "
+                                "give a lower --lens-z, or 0 to measure every latent")
     prompts = neutral_prompts(handle, params.n_prompts, params.prompt_tokens, params.seed)
     rank, world = rank_and_world(ctx)
     if rank != 0:
@@ -180,21 +220,20 @@ def compute_steering_scores(handle: ModelHandle, root: str | Path, sae_id: str,
     chunks = SteeringChunks(root, sae_id, run)
     if rank == 0:
         barrier(ctx)
-    n_chunks = math.ceil(len(tables) / params.chunk)
+    n_chunks = math.ceil(len(measured) / params.chunk)
     mine = range(rank, n_chunks, world)
     computed = 0
     with last_token_steering(handle, prompts, hook) as steered, \
             tqdm(total=len(mine), unit="chunk", desc=f"steering {sae_id}", disable=not progress or rank != 0) as bar:
         clean = steered(torch.zeros(1, sae.W_dec.shape[1]))[0]
         for i in mine:
-            part = slice(i * params.chunk, min((i + 1) * params.chunk, len(tables)))
             if not chunks.done(i):
-                latents = np.arange(part.start, part.stop, dtype=np.int32)
-                chunks.write(i, steering_chunk(steered, clean, sae.W_dec.detach()[part], latents, alpha[part],
-                                               lens[part], params.top_k))
+                part = measured[i * params.chunk:(i + 1) * params.chunk]
+                chunks.write(i, steering_chunk(steered, clean, sae.W_dec.detach()[torch.as_tensor(part)], part,
+                                               alpha[part], lens[torch.as_tensor(part)], params.top_k))
                 computed += 1
             bar.update(1)
     computed = int(all_reduce_(torch.tensor([computed], device=handle.device), ctx)[0])
     path = chunks.finish(n_chunks) if rank == 0 else chunks.folder.parent / STEERING_FILE
     barrier(ctx)
-    return SteeringReport(sae_id, str(path), len(tables), computed, n_chunks - computed)
+    return SteeringReport(sae_id, str(path), len(tables), computed, n_chunks - computed, measured=len(measured))

@@ -11,9 +11,9 @@ The arms, all added at the last token (or, for prompting, with no edit at all):
 - `top_activating`: the naive choice, the latent of that SAE most active on the target
   token itself (mean code when a target token follows each training prompt), added;
 - `diff_means`: the difference of means (`geometry.probes.diff_means_probe`) between the
-  hook's activations on the target and off it: for tokens, the training prompts with a
-  target token appended (at that token) against the same prompts (at their last token);
-  for a contrast, the last tokens of texts A against texts B;
+  hook's activations on the target and off it: for tokens, the ranking prompts (every
+  style) with a target token appended (at that token) against the same prompts (at their
+  last token); for a contrast, the last tokens of texts A against texts B;
 - `probe`: the direction of a logistic probe on the same two classes
   (`geometry.probes.logistic_probe`);
 - `random_feature`: a seeded random live latent of the same SAE (above the density floor);
@@ -27,20 +27,21 @@ Per arm, on the confirmation prompts: the curve over the grid, the ratio and KL 
 calibrated strength and at the best feature's (`matched_*`), the pair statistics
 (`steering_effects.PairStats`) overall and per style, and each pair's outcome, which
 `share_table` pools over targets into the share of pairs reached per arm and style with a
-bootstrap interval. The training prompts of the probes are the steering table's draw.
+bootstrap interval. The probes learn from the ranking prompts only, like the features.
+`top_result` repeats the arm (`feature_add` or `combination`) that the search itself
+returns as its best (`SearchResult.best`): what a user of `steering_features` gets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from sae_atlas.saes.forward import run_hooks
-from sae_atlas.saes.intervene.output_scores import neutral_prompts
 from sae_atlas.saes.intervene.steering_effects import (
     BOOTSTRAP_SAMPLES,
     INTERVAL,
@@ -66,8 +67,9 @@ from sae_atlas.saes.intervene.strength import geometric_grid
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.store.errors import InvalidInputError
 
-ARMS = ("feature_add", "feature_clamp", "combination", "top_activating", "diff_means", "probe", "random_feature",
-        "prompting")
+ARMS = ("top_result", "feature_add", "feature_clamp", "combination", "top_activating", "diff_means", "probe",
+        "random_feature", "prompting")
+SAE_ARMS = ("top_result", "feature_add", "feature_clamp", "combination")
 
 
 @dataclass(frozen=True)
@@ -126,15 +128,18 @@ def _arm(target: str, arm: str, grid: np.ndarray, rank_pe: PromptEffects | None,
                      pairs)
 
 
-def _classes(handle: ModelHandle, hook: str, target: ResolvedTarget, train_PT: torch.Tensor) -> tuple[torch.Tensor,
-                                                                                                        torch.Tensor]:
+def _classes(handle: ModelHandle, hook: str, target: ResolvedTarget, rank_set: PromptSet) -> tuple[torch.Tensor,
+                                                                                                         torch.Tensor]:
     """Hook activations on the target `[N, D]` and off it `[M, D]` (module docstring)."""
     if target.kind == "contrast":
         return last_token_acts(handle, hook, target.texts_a), last_token_acts(handle, hook, target.texts_b)
-    ids = torch.tensor(target.token_ids)[torch.arange(len(train_PT)) % len(target.token_ids)]
-    on = run_hooks(handle, torch.cat([train_PT, ids[:, None]], 1), [hook])[hook][:, -1].float().cpu()
-    off = run_hooks(handle, train_PT, [hook])[hook][:, -1].float().cpu()
-    return on, off
+    on, off = [], []
+    for i, prompt in enumerate(rank_set.tokens):  # causal: the prompt's last position is the same with the token added
+        token = torch.tensor([target.token_ids[i % len(target.token_ids)]], dtype=prompt.dtype)
+        x_TD = run_hooks(handle, torch.cat([prompt, token])[None], [hook])[hook][0].float().cpu()
+        on.append(x_TD[-1])
+        off.append(x_TD[-2])
+    return torch.stack(on), torch.stack(off)
 
 
 @torch.inference_mode()
@@ -172,8 +177,7 @@ def bench_target(handle: ModelHandle, sources: Sequence[SteeringSource], target:
     resolved, name, sibs = found.target, found.target.description, found.sibling_ids
     rank_set, confirm_set = found.prompt_sets
     grid = geometric_grid(sp.lowest, sp.highest, sp.per_doubling)
-    train = neutral_prompts(handle, *source.table_prompts)
-    on, off = _classes(handle, source.hook, resolved, train)
+    on, off = _classes(handle, source.hook, resolved, rank_set)
     X, y = torch.cat([on, off]).numpy(), np.r_[np.ones(len(on), bool), np.zeros(len(off), bool)]
     # scikit-learn (which loads rich) is imported when a bench runs, not with the facade
     from sae_atlas.geometry.probes import diff_means_probe, logistic_probe
@@ -215,6 +219,8 @@ def bench_target(handle: ModelHandle, sources: Sequence[SteeringSource], target:
     text = ", ".join(t.strip() for t in resolved.tokens) if resolved.kind != "contrast" else resolved.texts_a[0]
     prompted = _prompting(handle, confirm_set, params.prompt_prefix.format(target=text), resolved.token_ids, sibs)
     arms["prompting"] = _arm(name, "prompting", grid, None, prompted, confirm_set.styles, matched, sp)
+    arms["top_result"] = replace(arms["combination" if found.best == "combination" and "combination" in arms
+                                      else "feature_add"], arm="top_result")
     return [arms[a] for a in ARMS if a in arms]
 
 

@@ -16,3 +16,4 @@ class SteeringParams:
     strength: float = 10.0  # alpha = strength * mean_active_act
     top_k: int = 10  # promoted and suppressed tokens kept per latent
     chunk: int = 32  # latents per batch and per resumable chunk
+    lens_z: float = 0.0  # measure only live latents whose logit-lens peak has this z-score (0: every latent)

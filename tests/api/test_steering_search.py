@@ -83,10 +83,11 @@ def test_the_verbs_print_tables_json_and_files(scored: dict[str, Any], tmp_path:
                                      "--plot", str(plot)])
     assert bench.exit_code == 0, bench.output
     arms = json.loads(out.read_text())["arms"]
-    assert [a["arm"] for a in arms] == ["feature_add", "feature_clamp", "combination", "top_activating", "diff_means",
-                                        "probe", "random_feature", "prompting"]
+    assert [a["arm"] for a in arms] == ["top_result", "feature_add", "feature_clamp", "combination", "top_activating",
+                                        "diff_means", "probe", "random_feature", "prompting"]
     assert plot.read_bytes()[:4] == b"\x89PNG" and "steer-bench" in bench.output
     assert "share of (target, prompt) pairs" in bench.output and "arms reaching" in bench.output
+    assert "the top result of steering-search" in bench.output
     shares = json.loads(out.read_text())["shares"]
     assert {(s["arm"], s["style"]) for s in shares} >= {("feature_add", "all"), ("prompting", "neutral")}
     # the user's own prompts: half rank, half confirm; a file without any is named

@@ -22,13 +22,16 @@ import torch
 from typer.testing import CliRunner
 
 import sae_atlas.saes.intervene.output_scores as output_scores
+from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
 from sae_atlas.saes.intervene.output_scores import (
     SteeringParams,
     compute_steering_scores,
     last_token_steering,
+    lens_peaks,
     lens_token_matrix,
     neutral_prompts,
+    screened_latents,
     steering_chunk,
 )
 from sae_atlas.saes.intervene.splice import Splice, run_spliced
@@ -43,6 +46,7 @@ from sae_atlas.store.steering import (
     STEERING_SCHEMA,
     read_steering,
 )
+from sae_atlas.store.tables import FeatureTables
 from tests.api.small_atlas import build_small_atlas
 from tests.saes.kill_points import KillPoint
 
@@ -106,6 +110,23 @@ def test_a_promoting_feature_outranks_one_that_only_detects_the_token() -> None:
     assert detector["lens_best_rank"] > 10 and promoter["lens_top_prob"] > 1.5 * detector["lens_top_prob"]
     assert promoter["output_score"] > 3 * detector["output_score"], (promoter, detector)
     assert promoter["kl"] > 0 and detector["kl"] > 0
+
+
+def test_the_lens_screen_keeps_a_promoting_latent_and_drops_random_and_dead_ones() -> None:
+    handle = tiny_model(arch="llama", n_layers=2, seed=4)
+    token = int(handle.tokenizer.convert_tokens_to_ids("cat"))
+    u_D = handle.W_U.detach().float()[:, token]
+    W_FD = torch.randn(40, handle.d_model, generator=torch.Generator().manual_seed(0))
+    W_FD[0] = u_D / handle.final_norm_weight.detach().float()  # through the final norm: the token's unembedding
+    W_FD[1] = W_FD[0]  # the same direction, but dead
+    alpha_F = np.ones(40, np.float32)
+    alpha_F[1] = 0.0
+    z_F = lens_peaks(handle, W_FD)
+    assert z_F[0] > z_F[2:].max() + 1  # the planted promoter peaks far above random rows
+    assert screened_latents(handle, W_FD, alpha_F, 4.5).tolist() == [0]
+    assert screened_latents(handle, W_FD, alpha_F, 0.0).tolist() == list(range(40))  # no screen: every latent
+    with pytest.raises(InvalidInputError, match="lens_z"):
+        screened_latents(handle, W_FD, alpha_F, -1.0)
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +234,24 @@ def test_cli_writes_the_table(atlas_root: dict[str, Any], tmp_path: Path) -> Non
     frame, meta = read_steering(root, sae_id)
     assert frame.height == atlas_root["d_sae"] and meta["params"]["n_prompts"] == 3
     assert meta["params"]["hook"] == atlas_root["hooks"][0]
+
+
+def test_a_screened_table_holds_only_the_latents_that_pass(atlas_root: dict[str, Any], tmp_path: Path) -> None:
+    root = tmp_path / "atlas"
+    shutil.copytree(atlas_root["root"], root)
+    sae_id = atlas_root["sae_ids"][0]
+    handle = tiny_model(n_layers=2, d_model=32)
+    W_FD = load_atlas_sae(root, sae_id).W_dec.detach()
+    z = float(np.median(lens_peaks(handle, W_FD)))
+    report = compute_steering_scores(handle, root, sae_id, SteeringParams(**{**asdict(PARAMS), "lens_z": z}),
+                                     progress=False)
+    frame, meta = read_steering(root, sae_id)
+    alpha_F = np.nan_to_num(FeatureTables(root, sae_id).features["mean_active_act"].to_numpy())
+    assert frame["latent"].to_list() == screened_latents(handle, W_FD, alpha_F, z).tolist()
+    assert 0 < report.measured == frame.height < atlas_root["d_sae"] and meta["params"]["lens_z"] == z
+    with pytest.raises(InvalidInputError, match="passes the logit-lens screen"):
+        compute_steering_scores(handle, root, sae_id, SteeringParams(**{**asdict(PARAMS), "lens_z": 1e3}),
+                                progress=False)
 
 
 def test_a_current_table_is_kept_unless_forced(atlas_root: dict[str, Any], tmp_path: Path,

@@ -38,6 +38,9 @@ def test_every_arm_is_measured_and_the_planted_promoter_beats_random(tmp_path: P
     assert arms["feature_add"].matched_ratio > 1.2 * arms["random_feature"].matched_ratio
     assert arms["feature_add"].matched_ratio > 1.2 * arms["top_activating"].matched_ratio
     assert arms["prompting"].norm_fraction is None and arms["prompting"].curve == []
+    chosen = arms["top_result"]  # what steering_features returns as its best: the feature or the combination
+    assert (chosen.latent, chosen.latents, chosen.pairs) in [(arms[a].latent, arms[a].latents, arms[a].pairs)
+                                                            for a in ("feature_add", "combination")]
     grid = [c[0] for c in arms["diff_means"].curve]
     assert grid == sorted(grid) and all(len(r.curve) == len(grid) for r in rows if r.arm != "prompting")
     # every arm is calibrated on the ranking prompts and counted on the held-out ones, per style
