@@ -25,13 +25,14 @@ console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def model_of_atlas(model: str, atlas: Path | None) -> Any:
-    """The model named on the command line, else the atlas' model, else the default."""
+def model_of_atlas(model: str, atlas: Path | None, device: str | None = None) -> Any:
+    """The model named on the command line, else the atlas' model, else the default (on
+    `device`, None: the process default)."""
     from sae_atlas.saes.models import DEFAULT_MODEL, load_model
 
     if not model and atlas is not None and AtlasLayout(atlas).atlas_json.exists():
         model = AtlasLayout(atlas).read_meta().get("model") or ""
-    return load_model(model or DEFAULT_MODEL)
+    return load_model(model or DEFAULT_MODEL, device=device)
 
 
 def handle_errors(fn: F) -> F:

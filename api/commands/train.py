@@ -1,4 +1,5 @@
-"""`sae-atlas train`: train one SAE per cached hook of an atlas."""
+"""`sae-atlas train`: train one SAE per cached hook of an atlas, or (`--from-model`) every
+requested SAE or transcoder from one streamed forward of the model, no cache."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ from typing import Any
 import typer
 
 from sae_atlas.api.commands.common import handle_errors, print_json, print_table
-from sae_atlas.api.commands.device_options import device_option
+from sae_atlas.api.commands.corpus_options import (
+    batch_blocks_option,
+    context_option,
+    corpus_option,
+    no_bos_option,
+    text_field_option,
+)
+from sae_atlas.api.commands.device_options import device_option, model_dtype_option
 from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
+_FROM_MODEL = "With --from-model"
 # config-file keys that mirror the command-line options (file spelling -> our name)
 _CLI_KEYS = {
     "hook": "hooks", "hooks": "hooks", "arch": "architecture", "architecture": "architecture",
@@ -97,12 +106,34 @@ def train_command(
                                      "reading every --hook (blocks.0..L-1 of one site) and writing every later "
                                      "blocks.L.hook_mlp_out; --arch jumprelu (default) or topk."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    from_model: bool = typer.Option(False, "--from-model", help="Stream the tokens through the model (one forward "
+                                    "for every --hook, no cache) instead of reading cached activations."),
+    model: str = typer.Option("", help=f"{_FROM_MODEL}: the model (default: the atlas's, else smollm2-135m)."),
+    model_dtype: str = model_dtype_option(),
+    dict_dtype: str = typer.Option("float32", help=f"{_FROM_MODEL}: autocast of the dictionaries' training: "
+                                   "float32 (none), bfloat16 or float16."),
+    corpus: str = corpus_option(_FROM_MODEL),
+    text_field: str = text_field_option(_FROM_MODEL),
+    context: int = context_option(_FROM_MODEL),
+    no_bos: bool = no_bos_option(_FROM_MODEL),
+    corpus_seed: int = typer.Option(0, help=f"{_FROM_MODEL}: seed of the document order."),
+    batch_blocks: int = batch_blocks_option(_FROM_MODEL),
+    buffer_tokens: int = typer.Option(None, min=1, help=f"{_FROM_MODEL}: tokens of the mixing buffer that shuffles "
+                                      "across documents (default: 262,144, at most a quarter of free memory)."),
+    heldout_tokens: int = typer.Option(None, min=0, help=f"{_FROM_MODEL}: tokens after the training tokens kept "
+                                       "for held-out metrics (default: a tenth of --tokens, at most 262,144)."),
+    checkpoint_every: int = typer.Option(None, min=1, help="Training tokens between resumable checkpoints "
+                                         "(default: a tenth of the run)."),
+    distribute_modules: bool = typer.Option(False, "--distribute-modules", help="Under torchrun: each rank trains "
+                                            "its own share of the dictionaries on the whole batches."),
 ) -> None:
-    """Train SAEs (or, with --transcode, per-layer transcoders) on cached activations; an
-    interrupted run resumes from its checkpoints.
+    """Train SAEs (or, with --transcode, per-layer transcoders) on cached activations, or
+    with --from-model from one streamed forward of the model; an interrupted run resumes
+    from its checkpoints.
 
     Under `torchrun --nproc_per_node=N`, several hooks are split over the processes and
-    a single hook is trained data-parallel.
+    a single hook is trained data-parallel; with --from-model each rank streams its own
+    share of the corpus.
     """
     from sae_atlas.saes.devices import resolve_device
     from sae_atlas.saes.train.atlas import train_saes
@@ -114,6 +145,8 @@ def train_command(
              "expansion": expansion, "k": k, "total_tokens": tokens, "batch_size": batch_size,
              "lr": lr, "seed": seed, "device": device}
     options.update({key: value for key, value in flags.items() if value is not None})
+    if checkpoint_every is not None:
+        options["checkpoint_every_tokens"] = checkpoint_every
     options["device"] = str(resolve_device(options.get("device", TrainConfig.device)))
     if skip:
         options["skip"] = True
@@ -121,9 +154,26 @@ def train_command(
         raise InvalidInputError("--skip is for transcoders: add --transcode")
     if transcode and not options.get("hooks"):
         raise InvalidInputError("--transcode needs the MLP inputs to read: --hook blocks.L.ln2.hook_normalized ...")
+    if cross_layer and not transcode:
+        raise InvalidInputError("--cross-layer trains a cross-layer transcoder: add --transcode")
+    if from_model:
+        if cross_layer:
+            raise InvalidInputError("--from-model trains SAEs and per-layer transcoders; a cross-layer transcoder "
+                                    "trains from cached activations (drop --from-model)")
+        from sae_atlas.saes.corpus import CorpusSpec
+        from sae_atlas.saes.train.from_model import StreamOptions
+
+        stream = StreamOptions(CorpusSpec(source=corpus, text_field=text_field, context_size=context,
+                                          prepend_bos=not no_bos, seed=corpus_seed), batch_blocks=batch_blocks,
+                               buffer_tokens=buffer_tokens, heldout_tokens=heldout_tokens, dict_dtype=dict_dtype)
+        _train_from_model(atlas, options, stream, model=model, model_dtype=model_dtype, transcode=transcode,
+                          distribute="modules" if distribute_modules else "data", overwrite=overwrite,
+                          json_out=json_out)
+        return
+    if distribute_modules:
+        raise InvalidInputError("--distribute-modules is an option of --from-model (cached training deals several "
+                                "hooks to the ranks by itself)")
     if cross_layer:
-        if not transcode:
-            raise InvalidInputError("--cross-layer trains a cross-layer transcoder: add --transcode")
         _train_clt(atlas, options, overwrite, json_out)
         return
     hooks = options.pop("hooks", None) or AtlasLayout(atlas).cached_hooks()
@@ -140,6 +190,10 @@ def train_command(
         atlas, hooks, architecture=architecture, d_sae=width, expansion=expand, k=k_value,
         sae_options=options, train_cfg=TrainConfig(**train_opts), overwrite=overwrite, hook_out=hook_out,
     )
+    _print_results(results, json_out)
+
+
+def _print_results(results: dict[str, dict[str, Any]], json_out: bool) -> None:
     if json_out:
         print_json(results)
         return
@@ -149,6 +203,34 @@ def train_command(
         [(h, r["sae_id"], r["d_sae"], r["k"], r["fvu"], r["l0"], r["dead_fraction"], r["train_fvu"])
          for h, r in results.items()],
     )
+
+
+def _train_from_model(atlas: Path, options: dict[str, Any], stream: Any, *, model: str, model_dtype: str,
+                      transcode: bool, distribute: Any, overwrite: bool, json_out: bool) -> None:
+    """`--from-model`: load the model (on this rank's device) and train from its stream."""
+    from sae_atlas.api.commands.common import model_of_atlas
+    from sae_atlas.saes.devices import use_by_default
+    from sae_atlas.saes.distributed import init_distributed
+    from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.train.from_model import train_from_model
+
+    hooks = options.pop("hooks", None)
+    if not hooks:
+        raise InvalidInputError("--from-model needs the hooks to train on: --hook blocks.L.hook_resid_post ...")
+    architecture = options.pop("architecture", "topk")
+    width, expand, k_value = options.pop("d_sae", None), options.pop("expansion", None), options.pop("k", 32)
+    train_opts = {key: options.pop(key) for key in list(options) if key in _train_keys()}
+    train_opts.setdefault("progress", not json_out)
+    train_cfg = TrainConfig(**train_opts)
+    ctx = init_distributed()
+    where = use_by_default(train_cfg.device, model_dtype)
+    device = ctx.device(str(where)) if ctx else str(where)
+    handle = model_of_atlas(model, atlas, device=device)
+    results = train_from_model(handle, atlas, hooks, architecture=architecture, d_sae=width, expansion=expand,
+                               k=k_value, sae_options=options, train_cfg=train_cfg, stream=stream,
+                               transcode=transcode, distribute=distribute, overwrite=overwrite)
+    if ctx is None or ctx.is_main:
+        _print_results(results, json_out)
 
 
 def _train_clt(atlas: Path, options: dict[str, Any], overwrite: bool, json_out: bool) -> None:

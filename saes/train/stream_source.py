@@ -212,7 +212,8 @@ class StreamSource:
         started = time.perf_counter()
         parts: dict[str, list[torch.Tensor]] = {hook: [] for hook in self.hooks}
         for _ in range(self.plan.window_batches):
-            batch = next(lane.stream)
+            with torch.autocast(self.device.type, enabled=False):  # the model runs in its own dtype
+                batch = next(lane.stream)
             keep = ~batch.excluded.reshape(-1).to(self.device)
             for hook in self.hooks:
                 acts = batch.acts[hook]
@@ -261,10 +262,15 @@ class StreamSource:
 
     def state_dict(self) -> dict[str, Any]:
         """The batches handed out (the same on every rank) and what the stream depends on."""
-        return {"batches": self.batches, "fingerprint": self.fingerprint()}
+        return {"source": "stream", "batches": self.batches, "fingerprint": self.fingerprint()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue after `state["batches"]` batches; the window is recomputed on the next batch."""
+        """Continue after `state["batches"]` batches; the window is recomputed on the next batch.
+        InvalidInputError for the state of a cached source or of another stream."""
+        if state.get("source") != "stream":
+            raise InvalidInputError(
+                "the checkpoint was written by a training run over cached activations; one run does not mix cached "
+                "and streamed sources: finish it with `sae-atlas train` (cached) or delete its checkpoints/ folder")
         if state.get("fingerprint") != self.fingerprint():
             raise InvalidInputError(
                 f"the checkpoint's stream {state.get('fingerprint')} differs from this run's {self.fingerprint()} "

@@ -1,0 +1,246 @@
+"""Train every requested dictionary of a model from one streamed forward, no cache.
+
+`train_from_model` runs the model once per batch of corpus blocks for all hooks, stopped
+after the deepest (`saes.train.stream_source.StreamSource`), and steps every dictionary on
+each mixed batch in one loop (`saes.train.loop.train_dictionaries`): SAEs at any number of
+hooks, or per-layer transcoders (each MLP input paired with its MLP output,
+`saes.transcoders.sites`). The SAEs are saved, registered in `atlas.json` and checkpointed
+exactly as cached training does it (`saes.train.atlas`), so summarize / index / eval take
+them like any other; held-out metrics come from the blocks right after the training blocks.
+
+A killed run resumes from its checkpoint to the same final weights: the checkpoint holds
+the number of batches streamed, and the current mixing window is recomputed by re-running
+its forwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import torch
+from tqdm.auto import tqdm
+
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
+from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.registry import trained_record
+from sae_atlas.saes.sae.base import SAEConfig, architecture_class
+from sae_atlas.saes.train.atlas import (
+    DEFAULT_EXPANSION,
+    HELDOUT_EVAL_TOKENS,
+    _completed,
+    _Planned,
+    _remove_run,
+    _to_train,
+    hook_seed,
+    run_dir,
+    sae_id_for,
+)
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.loop import Distribute, train_dictionaries
+from sae_atlas.saes.train.stream_source import StreamSource
+from sae_atlas.saes.train.trainer import SAEDictionary
+from sae_atlas.saes.transcoders.sites import mlp_output_hook
+from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout
+
+DictDtype = Literal["float32", "bfloat16", "float16"]
+DICT_DTYPES: tuple[DictDtype, ...] = get_args(DictDtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamOptions:
+    """How the corpus is streamed: its blocks, the blocks per forward, the mixing buffer
+    (tokens; None: derived from free memory), the held-out tokens after the training blocks
+    (None: a tenth of the run, at most 262,144), the lanes (None: one per rank) and the
+    dictionaries' autocast dtype (float32: none)."""
+
+    corpus: CorpusSpec = dataclasses.field(default_factory=CorpusSpec)
+    batch_blocks: int = 8
+    dict_dtype: DictDtype = "float32"
+    buffer_tokens: int | None = None
+    heldout_tokens: int | None = None
+    lanes: int | None = None
+
+
+def hook_widths(handle: ModelHandle, hooks: Sequence[str]) -> dict[str, int]:
+    """Each hook's width, from one forward over two tokens."""
+    token = handle.bos_token_id if handle.bos_token_id is not None else 0
+    acts = run_hooks(handle, torch.tensor([[token, token]]), list(hooks))
+    return {hook: int(a.shape[-1]) for hook, a in acts.items()}
+
+
+def _check_model(layout: AtlasLayout, handle: ModelHandle) -> None:
+    """InvalidInputError when the atlas belongs to another model; records the model in a new atlas."""
+    meta = layout.read_meta() if layout.atlas_json.exists() else {}
+    if meta.get("model") not in (None, handle.spec):
+        raise InvalidInputError(f"{layout.atlas_json} belongs to model {meta['model']!r}, not {handle.spec!r}; "
+                                "use another --atlas directory")
+    if meta.get("model") is None:
+        layout.update_meta(model=handle.spec)
+
+
+def _plan(layout: AtlasLayout, handle: ModelHandle, hooks: Sequence[str], transcode: bool, architecture: str,
+          d_sae: int | None, expansion: int | None, k: int | None, options: dict[str, Any], corpus: CorpusSpec,
+          seed: int) -> list[_Planned]:
+    """One SAE (or transcoder) per hook, configured from the model (hooks checked first)."""
+    outputs = {hook: handle.check_hook(mlp_output_hook(handle.check_hook(hook))) if transcode else ""
+               for hook in hooks}
+    widths = hook_widths(handle, [*hooks, *filter(None, outputs.values())])
+    planned = []
+    for hook in hooks:
+        out, d_in = outputs[hook], widths[hook]
+        extra = {"hook_name_out": out, "d_out": widths[out], "apply_b_dec_to_input": False} if out else {}
+        sae_cfg = SAEConfig(
+            architecture=architecture, d_in=d_in, d_sae=d_sae or (expansion or DEFAULT_EXPANSION) * d_in,
+            k=k if architecture_class(architecture).needs_k else None, model_name=handle.name, hook_name=hook,
+            context_size=corpus.context_size, prepend_bos=corpus.prepend_bos, dataset_path=corpus.source,
+            seed=hook_seed(seed, hook), **{**options, **extra})
+        sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae, out, sae_cfg.skip)
+        planned.append(_Planned(hook, out, None, sae_cfg, sae_id, layout.sae_dir(sae_id)))  # type: ignore[arg-type]
+    return planned
+
+
+class _Progress:
+    """tokens/s, the forward's share of the time and, at each log step, every dictionary's
+    FVU, L0 and dead fraction (main rank)."""
+
+    def __init__(self, source: StreamSource, dictionaries: list[SAEDictionary], total: int, enabled: bool) -> None:
+        self.source, self.dictionaries, self.total, self.enabled = source, dictionaries, total, enabled
+        self.bar: Any = None
+        self.started, self.first_step = time.perf_counter(), 0
+
+    def __call__(self, step: int, rows: dict[str, dict[str, float]]) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:  # the first step of this process (a resumed run starts later)
+            self.bar = tqdm(total=self.total, initial=step - 1, unit="step", desc="train (model)")
+            self.first_step = step - 1
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        tokens = (step - self.first_step) * self.source.batch_size
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"{tokens / elapsed:,.0f} tok/s, forward {self.source.forward_seconds / elapsed:.0%}")
+        logged = [d for d in self.dictionaries if d.history and d.history[-1]["step"] == step]
+        for d in logged:
+            last = d.history[-1]
+            self.bar.write(f"step {step} {d.name}: FVU {last.get('fvu', float('nan')):.3f}  "
+                           f"L0 {last.get('l0', float('nan')):.1f}  dead {last['dead_fraction']:.1%}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _heldout_rows(source: StreamSource, n_tokens: int) -> dict[str, torch.Tensor]:
+    """The held-out blocks' rows of every hook (CPU, float32)."""
+    parts = list(source.heldout_batches(max(1, n_tokens)))
+    return {hook: torch.cat([p[hook] for p in parts]).cpu() if parts else torch.zeros(0) for hook in source.hooks}
+
+
+def train_from_model(
+    handle: ModelHandle,
+    atlas_root: str | Path,
+    hooks: Sequence[str],
+    *,
+    architecture: str = "topk",
+    d_sae: int | None = None,
+    expansion: int | None = None,
+    k: int | None = 32,
+    sae_options: dict[str, Any] | None = None,
+    train_cfg: TrainConfig | None = None,
+    stream: StreamOptions | None = None,
+    transcode: bool = False,
+    distribute: Distribute = "data",
+    overwrite: bool = False,
+    stop_after_steps: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Train one SAE per hook (with `transcode`, one transcoder per MLP input hook) from
+    `train_cfg.total_tokens` tokens streamed through `handle`, save them in the atlas and
+    record them in atlas.json; returns `{hook: record}` as `train_saes` does. Bad input (an
+    unknown hook, a hook a transcoder cannot read, a buffer too large for memory, a corpus
+    too short, module sharding over more ranks than dictionaries, a checkpoint of a cached
+    run) is refused before any training. `stop_after_steps` ends early after a checkpoint."""
+    layout = AtlasLayout(atlas_root)
+    train_cfg = train_cfg or TrainConfig()
+    stream = stream or StreamOptions()
+    if stream.dict_dtype not in DICT_DTYPES:
+        raise InvalidInputError(f"dict dtype must be one of {', '.join(DICT_DTYPES)}, got {stream.dict_dtype!r}")
+    if not hooks:
+        raise InvalidInputError("--from-model needs the hooks to train on: --hook blocks.L.hook_resid_post ...")
+    planned = _plan(layout, handle, list(dict.fromkeys(hooks)), transcode, architecture, d_sae, expansion, k,
+                    dict(sae_options or {}), stream.corpus, train_cfg.seed)
+    ctx = init_distributed()
+    if ctx is None or ctx.is_main:
+        _check_model(layout, handle)
+    folder = run_dir(layout, [p.sae_id for p in planned])
+    todo = _to_train(planned, train_cfg, overwrite, ctx)
+    if todo:
+        _train_streamed(handle, todo, train_cfg, stream, folder, distribute, ctx, stop_after_steps)
+    barrier(ctx)
+    if stop_after_steps is not None and stop_after_steps < train_cfg.total_steps:
+        return {}
+    if ctx is None or ctx.is_main:
+        _remove_run(folder)
+    return _register(layout, planned, train_cfg, ctx)
+
+
+def _train_streamed(handle: ModelHandle, todo: list[_Planned], train_cfg: TrainConfig, stream: StreamOptions,
+                    folder: Path, distribute: Distribute, ctx: DistContext | None, stop_after_steps: int | None) -> None:
+    """Stream, train the SAEs of `todo` in one loop and save each."""
+    steps, batch = train_cfg.total_steps, train_cfg.batch_size
+    heldout = (stream.heldout_tokens if stream.heldout_tokens is not None
+               else min(HELDOUT_EVAL_TOKENS, max(stream.corpus.context_size, train_cfg.total_tokens // 10)))
+    hooks = [h for p in todo for h in (p.hook, p.hook_out) if h]
+    source = StreamSource(handle, stream.corpus, hooks, batch_size=batch, steps=steps, batch_blocks=stream.batch_blocks,
+                          buffer_tokens=stream.buffer_tokens, heldout_tokens=heldout, lanes=stream.lanes,
+                          seed=train_cfg.seed, ctx=ctx)
+    device = train_cfg.device if ctx is None else ctx.device(train_cfg.device)
+    dictionaries = []
+    for p in todo:
+        resolved = train_cfg.resolve(p.sae_cfg.d_in, p.sae_cfg.d_sae)
+        torch.manual_seed(resolved.seed)  # each SAE built from its own seed, independent of the others
+        dictionaries.append(SAEDictionary(p.sae_cfg, resolved, device, name=p.sae_id, hook=p.hook,
+                                          hook_out=p.hook_out or None))
+    main = ctx is None or ctx.is_main
+    progress = _Progress(source, dictionaries, steps, train_cfg.progress and main)
+    autocast = torch.autocast(torch.device(device).type, dtype=getattr(torch, stream.dict_dtype),
+                              enabled=stream.dict_dtype != "float32")
+    try:
+        with autocast:
+            run = train_dictionaries(dictionaries, source, checkpoint_dir=folder, ctx=ctx, distribute=distribute,
+                                     stop_after_steps=stop_after_steps, on_step=progress)
+    finally:
+        progress.close()
+    if not run.finished:
+        return
+    rows = _heldout_rows(source, batch) if main or distribute == "modules" else {}
+    by_id = {p.sae_id: p for p in todo}
+    world = 1 if ctx is None or distribute == "modules" else ctx.world_size
+    for d in run.dictionaries:
+        p = by_id[d.name]
+        assert isinstance(d, SAEDictionary)
+        x = rows.get(p.hook)
+        eval_rows = None if x is None else [torch.cat([x, rows[p.hook_out]], -1) if p.hook_out else x]
+        d.finish(p.sae_dir, eval_rows, wall_seconds=run.wall_seconds, world_size=world,
+                 write=distribute == "modules" or main)
+
+
+def _register(layout: AtlasLayout, planned: list[_Planned], train_cfg: TrainConfig,
+              ctx: DistContext | None) -> dict[str, dict[str, Any]]:
+    """Every SAE's atlas.json record (rank 0 writes atlas.json)."""
+    results = {}
+    for p in planned:
+        record = _completed(p.sae_dir, p.sae_cfg, train_cfg)
+        if record is None:
+            raise InvalidInputError(f"training of {p.sae_id} did not complete")
+        results[p.hook] = trained_record(p.sae_id, p.sae_cfg, record)
+    if ctx is None or ctx.is_main:
+        meta = layout.read_meta() if layout.atlas_json.exists() else {}
+        layout.update_meta(saes={**meta.get("saes", {}), **{r["sae_id"]: r for r in results.values()}})
+    barrier(ctx)
+    return results
