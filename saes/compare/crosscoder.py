@@ -21,7 +21,7 @@ and near 1 for a B-only latent.
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +32,9 @@ import torch
 
 from sae_atlas.saes.sae.base import SAE, SAEConfig
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.trainer import TrainResult, train_sae
+from sae_atlas.saes.train.loop import train_dictionaries
+from sae_atlas.saes.train.sources import Batch, RowSource
+from sae_atlas.saes.train.trainer import SAEDictionary, TrainResult
 from sae_atlas.store.atomic import atomic_write_json, read_json
 from sae_atlas.store.errors import InvalidInputError
 
@@ -74,23 +76,58 @@ def crosscoder_config(d_a: int, d_b: int, d_sae: int, k: int, *, hook_name: str 
                      model_name=model_name)
 
 
+class CrosscoderDictionary(SAEDictionary):
+    """A crosscoder in the loop: reads `hook_a` and `hook_b` (same tokens), scales each side
+    (`SideScales`, from the first `side_batches` batches) and trains as an SAE on the joined
+    rows `[x_A, x_B]`."""
+
+    def __init__(self, cfg: SAEConfig, train: TrainConfig, device: str = "cpu", *, hook_a: str, hook_b: str,
+                 d_a: int, side_batches: int = 8, name: str | None = None) -> None:
+        super().__init__(cfg, train, device, name=name or f"crosscoder-{hook_a}-{hook_b}", hook=hook_a)
+        self.hooks, self.hook_b, self.d_a, self.side_batches = (hook_a, hook_b), hook_b, d_a, side_batches
+        self.sides = SideScales(d_a, 1.0, 1.0)
+
+    def _joined(self, batch: Batch) -> torch.Tensor:
+        return torch.cat([batch[self.hook], batch[self.hook_b]], dim=1)
+
+    def _input(self, batch: Batch) -> torch.Tensor:
+        return self.sides.apply(self._joined(batch))
+
+    def first_batches(self) -> int:
+        return max(self.side_batches, super().first_batches())
+
+    def initialise(self, first: list[Batch]) -> None:
+        self.sides = side_scales([self._joined(b) for b in first[: self.side_batches]], self.d_a)
+        super().initialise(first[: super().first_batches()])
+
+    def extra_state(self) -> dict[str, Any]:
+        return {**super().extra_state(), "sides": dataclasses.asdict(self.sides)}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        super().load_extra_state(state)
+        self.sides = SideScales(**state["sides"])
+
+
 def train_crosscoder(paired: PairedStream, d_a: int, d_b: int, *, d_sae: int, k: int, train_cfg: TrainConfig,
                      out_dir: str | Path | None = None, sides: dict[str, Any] | None = None,
                      scale_batches: int = 8) -> tuple[TrainResult, SideScales]:
     """Train a crosscoder on `paired(skip)` batches `[B, d_a + d_b]` (each side scaled first,
     `SideScales`); with `out_dir` it is saved (resumable) with a `crosscoder.json` recording
     `sides` (what A and B are) and the scales."""
-    scales = side_scales(list(itertools.islice(paired(0), scale_batches)), d_a)
-
-    def stream(skip: int) -> Iterator[torch.Tensor]:
-        return (scales.apply(rows) for rows in paired(skip))
-
     cfg = crosscoder_config(d_a, d_b, d_sae, k, hook_name=str((sides or {}).get("hook_a", "")),
                             model_name=str((sides or {}).get("model_a", "")))
-    result = train_sae(cfg, stream, train_cfg, out_dir=out_dir)
-    if out_dir is not None:
-        atomic_write_json(Path(out_dir) / CROSSCODER_FILE, {"d_a": d_a, "d_b": d_b, "scale_a": scales.scale_a,
-                                                            "scale_b": scales.scale_b, "sides": sides or {}})
+    train = train_cfg.resolve(cfg.d_in, cfg.d_sae)
+    torch.manual_seed(train.seed)
+    coder = CrosscoderDictionary(cfg, train, train.device, hook_a="a", hook_b="b", d_a=d_a, side_batches=scale_batches)
+    source = RowSource(paired, lambda rows: {"a": rows[:, :d_a], "b": rows[:, d_a:]}, ("a", "b"),
+                       (train.batch_size, d_a + d_b), needed=f"{train.total_steps} batches of {train.batch_size} tokens")
+    out = Path(out_dir) if out_dir is not None else None
+    run = train_dictionaries([coder], source, checkpoint_dir=out, desc=f"train crosscoder {cfg.hook_name}".strip())
+    result = coder.finish(out, None, wall_seconds=run.wall_seconds, resumed_from_step=run.resumed_from_step)
+    scales = coder.sides
+    if out is not None:
+        atomic_write_json(out / CROSSCODER_FILE, {"d_a": d_a, "d_b": d_b, "scale_a": scales.scale_a,
+                                                  "scale_b": scales.scale_b, "sides": sides or {}})
     return result, scales
 
 

@@ -1,12 +1,15 @@
 """Train one SAE per cached hook of an atlas and record them in `atlas.json`.
 
 Each SAE gets the id `<hook>-<architecture>-<d_sae>` and its own directory
-`saes/<sae_id>/` (SAELens weights, `training.json`, checkpoints while running). Under
-torchrun, several hooks are dealt to the ranks (per-layer distribution) and a single hook
-is trained data-parallel (DDP) by all ranks. Given `hook_out`, a hook trains a transcoder
-that predicts another cached hook at the same tokens (id
-`<hook>-to-<hook_out>-<architecture>[-skip]-<d_sae>`), on paired rows
-(`saes.transcoders.pairs.PairedReader`).
+`saes/<sae_id>/` (SAELens weights, `training.json`). All SAEs of one call train together
+in one loop (`saes.train.loop`) from one cached source that reads every hook's batches
+(each hook's batches are exactly those a run of that hook alone reads); the run's
+checkpoints live in the SAE's folder (one SAE) or `saes/.train-<digest of the SAE ids>/`
+(several) while it runs.
+Under torchrun, several hooks are dealt to the ranks (module-sharded: each rank trains
+its SAEs on the whole batches) and a single hook is trained data-parallel (DDP) by all
+ranks. Given `hook_out`, a hook trains a transcoder that predicts another cached hook at
+the same tokens (id `<hook>-to-<hook_out>-<architecture>[-skip]-<d_sae>`).
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
+
+import torch
 
 from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
 from sae_atlas.saes.formats.saelens import OUR_KEY
@@ -23,15 +29,17 @@ from sae_atlas.saes.registry import trained_record
 from sae_atlas.saes.sae.base import SAEConfig, architecture_class
 from sae_atlas.saes.train.checkpoint import remove_checkpoints
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.distributed import assign_hooks
-from sae_atlas.saes.train.trainer import train_sae
+from sae_atlas.saes.train.loop import Distribute as LoopDistribute
+from sae_atlas.saes.train.loop import train_dictionaries
+from sae_atlas.saes.train.sources import CachedSource
+from sae_atlas.saes.train.trainer import SAEDictionary
 from sae_atlas.saes.transcoders.pairs import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import read_json
 from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 from sae_atlas.store.layout import AtlasLayout, check_id
 
-Distribute = Literal["auto", "ddp", "per_layer"]
+Distribute = Literal["auto", "data", "modules"]
 DISTRIBUTE_MODES: tuple[Distribute, ...] = get_args(Distribute)
 DEFAULT_EXPANSION = 8
 HELDOUT_EVAL_TOKENS = 262_144
@@ -126,39 +134,89 @@ def _saved_differences(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig
     return sorted(f"sae_config.{key}" for key in set(saved) | set(wanted) if saved.get(key) != wanted.get(key))
 
 
-def _train_one(
-    root: Path, hook: str, hook_out: str, architecture: str, d_sae: int | None, expansion: int | None,
-    k: int | None, options: dict[str, Any], train_cfg: TrainConfig, overwrite: bool,
-    ctx: DistContext | None,
-) -> None:
-    layout = AtlasLayout(root)
-    reader = _reader(root, hook, hook_out)
-    sae_cfg = _sae_config(reader, architecture, d_sae, expansion, k, options, train_cfg.seed)
+@dataclass(frozen=True)
+class _Planned:
+    """One SAE of a call: the hook(s) it reads, its config, id and folder."""
+
+    hook: str
+    hook_out: str
+    reader: ActivationReader | PairedReader
+    sae_cfg: SAEConfig
+    sae_id: str
+    sae_dir: Path
+
+
+def _plan(layout: AtlasLayout, hook: str, hook_out: str, architecture: str, d_sae: int | None,
+          expansion: int | None, k: int | None, options: dict[str, Any], seed: int) -> _Planned:
+    reader = _reader(layout.root, hook, hook_out)
+    sae_cfg = _sae_config(reader, architecture, d_sae, expansion, k, options, seed)
     sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae, hook_out, sae_cfg.skip)
-    sae_dir = layout.sae_dir(sae_id)
+    return _Planned(hook, hook_out, reader, sae_cfg, sae_id, layout.sae_dir(sae_id))
+
+
+def _to_train(planned: list[_Planned], train_cfg: TrainConfig, overwrite: bool, ctx: DistContext | None) -> list[_Planned]:
+    """The SAEs not yet finished with this configuration (an overwritten one is cleared
+    first); InvalidInputError when one is saved with a different configuration."""
     if overwrite and (ctx is None or ctx.is_main):
-        for name in ("training.json", "cfg.json"):
-            (sae_dir / name).unlink(missing_ok=True)
-        remove_checkpoints(sae_dir)
+        for p in planned:
+            for name in ("training.json", "cfg.json"):
+                (p.sae_dir / name).unlink(missing_ok=True)
+            remove_checkpoints(p.sae_dir)
     barrier(ctx)
-    if _completed(sae_dir, sae_cfg, train_cfg) is None:
-        diff = _saved_differences(sae_dir, sae_cfg, train_cfg)
-        if diff:
+    todo = [p for p in planned if _completed(p.sae_dir, p.sae_cfg, train_cfg) is None]
+    for p in todo:
+        if diff := _saved_differences(p.sae_dir, p.sae_cfg, train_cfg):
             raise InvalidInputError(
-                f"SAE {sae_id!r} already exists with a different configuration (differs in "
+                f"SAE {p.sae_id!r} already exists with a different configuration (differs in "
                 f"{', '.join(diff)}); pass overwrite=True (`--overwrite`) to replace it"
             )
-        B, seed = train_cfg.batch_size, train_cfg.seed
+    return todo
 
-        def stream(skip: int):
-            return reader.batches(B, seed=seed, split="train", repeat=True, skip_batches=skip)
 
-        heldout = itertools.islice(
-            reader.batches(B, seed=seed, split="heldout"), max(1, HELDOUT_EVAL_TOKENS // B)
-        )
-        train_sae(sae_cfg, stream, train_cfg, out_dir=sae_dir, eval_batches=heldout, ctx=ctx)
-    elif ctx is None or ctx.is_main:
-        remove_checkpoints(sae_dir)  # a finished run killed between training.json and its cleanup
+def run_dir(layout: AtlasLayout, sae_ids: Sequence[str]) -> Path:
+    """Where a call training `sae_ids` keeps its checkpoints: one SAE's own folder, or for
+    several `saes/.train-<digest>/` (the same folder for the same SAEs, so a rerun after a
+    kill finds it; dot-named, so no SAE listing sees it)."""
+    if len(sae_ids) == 1:
+        return layout.sae_dir(sae_ids[0])
+    return layout.root / "saes" / f".train-{zlib.crc32(' '.join(sorted(sae_ids)).encode()):08x}"
+
+
+def _remove_run(folder: Path) -> None:
+    remove_checkpoints(folder)
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
+def _train_together(todo: list[_Planned], train_cfg: TrainConfig, folder: Path, distribute: LoopDistribute,
+                    ctx: DistContext | None) -> None:
+    """Train the SAEs of `todo` in one loop and save each (see module doc)."""
+    hooks: dict[str, ActivationReader] = {}
+    for p in todo:
+        if isinstance(p.reader, PairedReader):
+            hooks.update({p.hook: p.reader.input, p.hook_out: p.reader.output})
+        else:
+            hooks[p.hook] = p.reader
+    B, seed = train_cfg.batch_size, train_cfg.seed
+    steps = train_cfg.total_steps
+    source = CachedSource(hooks, B, seed=seed, ctx=ctx, needed=f"{steps} batches of {B} tokens")
+    device = train_cfg.device if ctx is None else ctx.device(train_cfg.device)
+    dictionaries = []
+    for p in todo:
+        resolved = train_cfg.resolve(p.sae_cfg.d_in, p.sae_cfg.d_sae)
+        torch.manual_seed(resolved.seed)  # each SAE built from its own seed, independent of the others
+        dictionaries.append(SAEDictionary(p.sae_cfg, resolved, device, name=p.sae_id, hook=p.hook,
+                                          hook_out=p.hook_out or None))
+    desc = f"train {todo[0].sae_cfg.architecture} {todo[0].hook}" if len(todo) == 1 else f"train {len(todo)} SAEs"
+    run = train_dictionaries(dictionaries, source, checkpoint_dir=folder, ctx=ctx, distribute=distribute, desc=desc)
+    by_id = {p.sae_id: p for p in todo}
+    world = 1 if ctx is None or distribute == "modules" else ctx.world_size  # ranks that split its batches
+    for d in run.dictionaries:
+        p = by_id[d.name]
+        heldout = itertools.islice(p.reader.batches(B, seed=seed, split="heldout"), max(1, HELDOUT_EVAL_TOKENS // B))
+        assert isinstance(d, SAEDictionary)
+        d.finish(p.sae_dir, heldout, wall_seconds=run.wall_seconds, world_size=world,
+                 write=distribute == "modules" or ctx is None or ctx.is_main)
 
 
 def train_saes(
@@ -182,8 +240,9 @@ def train_saes(
     hook its transcoder predicts (e.g. `blocks.3.ln2.hook_normalized` ->
     `blocks.3.hook_mlp_out`); hooks it does not name train SAEs. A finished SAE with the same configuration
     is not retrained unless `overwrite`; an interrupted one resumes from its checkpoint.
-    Under torchrun (`distribute="auto"`) several hooks are split over the ranks and one
-    hook is trained with DDP. Returns `{hook: summary}` with the SAE id and its metrics.
+    Under torchrun, `distribute="modules"` deals the SAEs to the ranks (each sees whole
+    batches; more ranks than SAEs are refused), `"data"` trains every SAE data-parallel
+    (DDP), and `"auto"` shards modules when there are at least as many SAEs as ranks. Returns `{hook: summary}` with the SAE id and its metrics.
     """
     root = Path(atlas_root)
     layout = AtlasLayout(root)
@@ -206,24 +265,25 @@ def train_saes(
         raise InvalidInputError(f"distribute must be one of {', '.join(DISTRIBUTE_MODES)}, got {distribute!r}")
     train_cfg = train_cfg or TrainConfig()
     options = dict(sae_options or {})
+    planned = [_plan(layout, hook, outputs.get(hook, ""), architecture, d_sae, expansion, k, options, train_cfg.seed)
+               for hook in chosen]
     ctx = init_distributed()
+    folder = run_dir(layout, [p.sae_id for p in planned])
+    todo = _to_train(planned, train_cfg, overwrite, ctx)
     if distribute == "auto":
-        distribute = "per_layer" if len(chosen) > 1 else "ddp"
-    per_layer = ctx is not None and distribute == "per_layer"
-    mine = assign_hooks(chosen, ctx) if per_layer else chosen
-    args = (architecture, d_sae, expansion, k, options, train_cfg, overwrite)
-    for hook in mine:
-        _train_one(root, hook, outputs.get(hook, ""), *args, None if per_layer else ctx)
+        world = 1 if ctx is None else ctx.world_size
+        distribute = "modules" if 1 < len(todo) and world <= len(todo) else "data"
+    if todo:
+        _train_together(todo, train_cfg, folder, distribute, ctx)
     barrier(ctx)
+    if ctx is None or ctx.is_main:
+        _remove_run(folder)  # also after a run killed between the last save and its cleanup
     results = {}
-    for hook in chosen:  # every rank reads the finished records; rank 0 writes atlas.json
-        reader = _reader(root, hook, outputs.get(hook, ""))
-        sae_cfg = _sae_config(reader, architecture, d_sae, expansion, k, options, train_cfg.seed)
-        sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae, sae_cfg.hook_name_out, sae_cfg.skip)
-        record = _completed(layout.sae_dir(sae_id), sae_cfg, train_cfg)
+    for p in planned:  # every rank reads the finished records; rank 0 writes atlas.json
+        record = _completed(p.sae_dir, p.sae_cfg, train_cfg)
         if record is None:
-            raise InvalidInputError(f"training of {sae_id} did not complete")
-        results[hook] = trained_record(sae_id, sae_cfg, record)
+            raise InvalidInputError(f"training of {p.sae_id} did not complete")
+        results[p.hook] = trained_record(p.sae_id, p.sae_cfg, record)
     if ctx is None or ctx.is_main:
         meta = layout.read_meta() if layout.atlas_json.exists() else {}
         saes = dict(meta.get("saes", {}))

@@ -20,6 +20,7 @@ variance, `b_dec`), its `StepInfo`, the decoder projection/normalisation, extra 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,9 +30,9 @@ from sae_atlas.saes.distributed import DistContext, all_reduce_
 from sae_atlas.saes.sae.losses import StepInfo, TrainStep
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.schedule import make_scheduler
+from sae_atlas.saes.train.sources import Batch
 from sae_atlas.store.errors import InvalidInputError
 
-Batch = dict[str, torch.Tensor]  # hook -> [rows, d_hook]
 _UNCHECKED_ON_RESUME = ("progress", "device", "log_every_steps")
 
 
@@ -52,6 +53,25 @@ class _LossModule(nn.Module):
 def loss_module(module: nn.Module) -> nn.Module:
     """`module.training_loss` as a module whose forward returns (loss, metrics, fired)."""
     return _LossModule(module)
+
+
+def optimizer_step(
+    model: nn.Module, module: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, info: StepInfo,
+    grad_clip: float, target: torch.Tensor | None, project: Callable[[], None], normalise: Callable[[], None],
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """One step: loss, backward, decoder-gradient projection (`project`), clipping, Adam,
+    decoder renormalisation (`normalise`). `model` is `loss_module(module)`, possibly
+    DDP-wrapped; `target` None reconstructs `x`. Returns the loss, the detached metrics and
+    the per-latent firing counts of this rank's rows."""
+    loss, metrics, fired = model(x, info, target)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    project()
+    if grad_clip > 0:
+        nn.utils.clip_grad_norm_(module.parameters(), grad_clip)
+    optimizer.step()
+    normalise()
+    return loss, metrics, fired
 
 
 def make_optimizer(module: nn.Module, cfg: TrainConfig) -> torch.optim.Adam:
@@ -153,14 +173,9 @@ class Dictionary(ABC):
     def train_step(self, batch: Batch) -> dict[str, float]:
         """One optimizer step on this rank's rows; returns the step's metrics."""
         x, target = self.inputs(batch)
-        loss, metrics, fired = self.model(x, self.step_info(), target)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.project_decoder_grad()
-        if self.train.grad_clip > 0:
-            nn.utils.clip_grad_norm_(self.module.parameters(), self.train.grad_clip)
-        self.optimizer.step()
-        self.normalise_decoder()
+        loss, metrics, fired = optimizer_step(self.model, self.module, self.optimizer, x, self.step_info(),
+                                              self.train.grad_clip, target, self.project_decoder_grad,
+                                              self.normalise_decoder)
         self.scheduler.step()
         self.after_step(fired)
         self.step += 1

@@ -63,15 +63,17 @@ def _whole(batch: torch.Tensor, batch_size: int) -> torch.Tensor:
 
 
 class RowSource:
-    """A stream of row tensors (`RowStream`, every rank the same global batches) as a source:
-    `split` turns one global batch of rows into `{hook: rows}` (e.g. an SAE's rows are its
-    one hook; a transcoder's `[B, d_in + d_out]` rows are its two hooks). Its state is the
-    number of batches given; resuming reopens the stream after that many (a callable is
-    asked for the stream after `skip` batches, an iterable is re-iterated and skipped)."""
+    """A stream of row tensors (`RowStream`, every rank the same global batches of `shape`)
+    as a source: `split` turns one global batch of rows into `{hook: rows}` (e.g. an SAE's
+    rows are its one hook; a transcoder's `[B, d_in + d_out]` rows are its two hooks). Its
+    state is the number of batches given; resuming reopens the stream after that many (a
+    callable is asked for the stream after `skip` batches, an iterable is re-iterated and
+    skipped)."""
 
     def __init__(self, rows: RowStream, split: Callable[[torch.Tensor], Batch], hooks: tuple[str, ...],
-                 batch_size: int, ctx: DistContext | None = None, needed: str = "") -> None:
-        self.rows, self.split, self.hooks, self.batch_size, self.ctx = rows, split, hooks, batch_size, ctx
+                 shape: tuple[int, ...], ctx: DistContext | None = None, needed: str = "") -> None:
+        self.rows, self.split, self.hooks, self.shape, self.ctx = rows, split, hooks, shape, ctx
+        self.batch_size = shape[0]
         self.needed = needed  # how many batches the run needs, for the ran-out error
         self.given = 0
         self._stream = self._open(0)
@@ -86,7 +88,9 @@ class RowSource:
         if rows is None:
             raise ran_out(self.given, self.batch_size, self.needed)
         self.given += 1
-        return {hook: rank_slice(part, self.ctx) for hook, part in self.split(_whole(rows, self.batch_size)).items()}
+        if tuple(rows.shape) != self.shape:
+            raise InvalidInputError(f"expected batches of shape {self.shape}, got {tuple(rows.shape)}")
+        return {hook: rank_slice(part, self.ctx) for hook, part in self.split(rows).items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {"batches": self.given}
