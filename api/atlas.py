@@ -429,8 +429,9 @@ class Atlas:
         MCC and mutual nearest neighbours of activation correlations, decoder matching, SVCCA /
         RSA beside their nulls; stored as `analyses/compare/<run>`. `options`: the other
         `saes.compare.saes_pair.CompareParams` fields and `corpus` (a `CorpusSpec`)."""
-        return compare_service.compare_atlases(self.root, sae, other.root if isinstance(other, Atlas) else other,
-                                               other_sae,
+        other_ctx = other.ctx if isinstance(other, Atlas) else self.ctx.other(other)
+        return compare_service.compare_atlases(compare_service.side_sae(self.ctx, sae),
+                                               compare_service.side_sae(other_ctx, other_sae),
                                                n_tokens=n_tokens, device=device, decoder=decoder, groups=groups,
                                                run=run, **options)
 
@@ -469,16 +470,18 @@ class Atlas:
         rows are nearest to the side's decoder row (with their labels)."""
         return crosscoder_reads.crosscoder_latent(self.ctx, crosscoder, latent, k=k)
 
-    def emergence(self, members: list[str], concepts: list[Any] | None = None, *, metric: str = "auroc",
+    def emergence(self, members: list[str | SaeView], concepts: list[Any] | None = None, *, metric: str = "auroc",
                   threshold: float = 0.9, **options: Any) -> AnalysisResult:
         """Writes: where each concept's features emerge over a series of SAEs (`members`: SAE
-        ids of this atlas or `ATLAS:SAE`, in series order): per member the held-out AUROC of
+        ids or views of this atlas, or `ATLAS:SAE` of others (each opened once, beside this
+        one), in series order): per member the held-out AUROC of
         the best single latent and the k=1 / full probe accuracies (concept prompts against
         control prompts), the first member reaching `threshold` on `metric`, gaps and
         re-appearances; stored with a heat map as `analyses/emergence/<run>` of the first
         member's atlas. `concepts` default to weekdays, months, numbers and colours;
         `options`: test_frac, seed, run, device."""
-        sides = [m if ":" in m or Path(m).is_dir() else f"{self.root}:{m}" for m in members]
+        sides = [m if isinstance(m, SaeView) else self.sae(m) if m in self.sae_ids
+                 else compare_service.open_side(m, near=self.ctx) for m in members]
         return emergence_service.run_emergence(sides, concepts or emergence_service.DEFAULT_CONCEPTS,
                                                metric=metric, threshold=threshold, **options)  # type: ignore[arg-type]
 
@@ -493,9 +496,9 @@ class Atlas:
         seed, device."""
         side_b = None
         if other is not None:
-            root_b = other.root if isinstance(other, Atlas) else Path(other)
-            side_b = f"{root_b}:{other_sae}" if other_sae else str(root_b)
-        return circle_service.run_circle_transfer(f"{self.root}:{sae}" if sae else str(self.root), side_b, circle,
+            other_ctx = other.ctx if isinstance(other, Atlas) else self.ctx.other(other)
+            side_b = compare_service.side_sae(other_ctx, other_sae)
+        return circle_service.run_circle_transfer(compare_service.side_sae(self.ctx, sae), side_b, circle,
                                                   model_b=model_b, hook_b=hook_b, run=run, **options)
 
     def train_crosscoder(self, hook_a: str, hook_b: str, *, model_b: str | dict[str, Any] | None = None,
@@ -504,14 +507,14 @@ class Atlas:
         (default the same model) in `crosscoders/<id>/`, its relative decoder norms (and with
         `scaling_tokens` > 0 its Latent Scaling) as `analyses/crosscoder/<id>`. `options`: the
         other keywords of `api.services.crosscoder.run_train_crosscoder`."""
-        return crosscoder_service.run_train_crosscoder(self.root, hook_a, hook_b, model_b=model_b, **options)
+        return crosscoder_service.run_train_crosscoder(self.ctx, hook_a, hook_b, model_b=model_b, **options)
 
     def latent_scaling(self, cc_id: str, *, n_tokens: int = 50_000, **options: Any) -> AnalysisResult:
         """Writes: Latent Scaling (Minder et al. 2025) of the latents of
         crosscoder `cc_id` over `n_tokens` corpus tokens, as the columns `beta_error_a/b`,
         `beta_recon_a/b`, `nu_error`, `nu_recon`, `scaling_active_tokens` of
         `analyses/crosscoder/<id>`. `options`: `corpus`, `batch_blocks`, `device`."""
-        return crosscoder_service.run_latent_scaling(self.root, cc_id, n_tokens=n_tokens, **options)
+        return crosscoder_service.run_latent_scaling(self.ctx, cc_id, n_tokens=n_tokens, **options)
 
     def depth_runs(self) -> list[DepthRunRow]:
         """The stored depth runs (`analyze depth`): what each streamed, its headline and `status`

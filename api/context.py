@@ -7,12 +7,14 @@ Services take an `AtlasContext` (and `api.sae_view.SaeView`s opened from it), ne
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.models import ModelHandle, load_model, normalize_spec
 from sae_atlas.store.errors import IntegrityError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.search import FeatureSearch
@@ -84,21 +86,51 @@ class AtlasContext:
         """The decoder-direction search over the atlas's FAISS indexes (one per process)."""
         return self.cache.get(("feature-search",), lambda: FeatureSearch(self.root))
 
-    def model(self) -> ModelHandle:
-        """The atlas's model handle (loaded on first call, then kept)."""
-        def load() -> ModelHandle:
-            spec = self.model_override if self.model_override is not None else self.meta.get("model")
-            if spec is None:
-                raise NotFoundError(f"{self.layout.atlas_json} records no model spec (key 'model')")
-            return spec if hasattr(spec, "bridge") else load_model(spec)
+    def model(self, device: str | None = None) -> ModelHandle:
+        """The atlas's model on `device` (None: the process default, `saes.devices`): the
+        handle given as `model=` as it is, else the spec given there or atlas.json's, loaded
+        once per context and device, then kept."""
+        spec = self.model_override if self.model_override is not None else self.meta.get("model")
+        if spec is None:
+            raise NotFoundError(f"{self.layout.atlas_json} records no model spec (key 'model')")
+        return self.model_of(spec, device)
 
-        return self.cache.get(("model",), load)
+    def model_of(self, spec: Any, device: str | None = None) -> ModelHandle:
+        """The model `spec` names (a ModelHandle is returned as it is) on `device`, loaded
+        once per context and device: a second model of a two-model operation (`model_b`)
+        comes through here too, so the atlas's own spec named again is the same handle."""
+        if hasattr(spec, "bridge"):
+            return spec
+        from sae_atlas.saes.devices import resolve_device
+
+        where, spec = str(resolve_device(device)), normalize_spec(spec)
+        return self.cache.get(("model", json.dumps(spec, sort_keys=True), where),
+                              lambda: load_model(spec, device=where))
 
     def run_locked(self, run: Callable[[], T]) -> T:
         """`run()` holding the model lock."""
         with self.model_lock:
             return run()
 
+    def other(self, root: str | Path) -> AtlasContext:
+        """The atlas at `root` as a second context: this one when `root` is this atlas, else
+        opened once and kept for the life of this one (two-atlas operations and their reads)."""
+        where = Path(root).resolve()
+        if where == self.root.resolve():
+            return self
+        return self.cache.get(("other-atlas", str(where)), lambda: AtlasContext(where))
+
     def describe(self, problem: IntegrityError) -> str:
         """A damaged-file message with the file relative to the atlas."""
         return problem.describe(self.root)
+
+
+@contextmanager
+def models_locked(*contexts: AtlasContext) -> Iterator[None]:
+    """Hold the model lock of each distinct context (in one order, so two operations over
+    the same pair of atlases never wait on each other)."""
+    distinct = sorted({id(c): c for c in contexts}.values(), key=lambda c: (str(c.root), id(c)))
+    with ExitStack() as stack:
+        for ctx in distinct:
+            stack.enter_context(ctx.model_lock)
+        yield

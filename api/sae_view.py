@@ -28,6 +28,7 @@ from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.sae import SaeInfo
 from sae_atlas.geometry.maps import MAP_FILE, MAP_META, Basis, basis_frame, map_scores, read_map
 from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from sae_atlas.saes.devices import resolve_device
 from sae_atlas.saes.formats.saelens import CFG_FILE, true_architecture
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.atomic import file_version, read_json
@@ -151,9 +152,12 @@ class SaeView:
         return int(index)
 
     # weights ------------------------------------------------------------------------------
-    def module(self) -> SAE:
-        """The SAE itself (eval mode, CPU), its weights checked against their sha256."""
-        return self._kept("sae", lambda: load_atlas_sae(self.ctx.root, self.sae_id))
+    def module(self, device: str | None = None) -> SAE:
+        """The SAE itself in eval mode on `device` (None: the process default, `saes.devices`),
+        its weights checked against their sha256; loaded once per context and device."""
+        where = str(resolve_device(device))
+        return self.ctx.cache.get(("sae", self.sae_id, where),
+                                  lambda: load_atlas_sae(self.ctx.root, self.sae_id, device=where))
 
     def verify_weights(self) -> None:
         """IntegrityError naming the weights file when it is missing or differs from the

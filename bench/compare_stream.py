@@ -17,13 +17,11 @@ import time
 
 import torch
 
-from sae_atlas.api.services.compare import parse_side, side_sae
-from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
+from sae_atlas.api.services.compare import open_side
+from sae_atlas.saes.atlas_saes import hook_of
 from sae_atlas.saes.compare.pairs import Side, paired_activations
 from sae_atlas.saes.compare.saes_pair import CompareParams, stream_statistics
 from sae_atlas.saes.corpus import CorpusSpec
-from sae_atlas.saes.models import load_model
-from sae_atlas.store.layout import AtlasLayout
 
 
 def main() -> None:
@@ -37,10 +35,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    (root_a, id_a), (root_b, id_b) = parse_side(args.side_a), parse_side(args.side_b)
-    id_a, id_b = side_sae(root_a, id_a), side_sae(root_b, id_b)
-    sae_a, sae_b = load_atlas_sae(root_a, id_a, device=args.device), load_atlas_sae(root_b, id_b, device=args.device)
-    handles = [load_model(AtlasLayout(r).read_meta()["model"], device=args.device) for r in (root_a, root_b)]
+    view_a = open_side(args.side_a)
+    view_b = open_side(args.side_b, near=view_a.ctx)
+    id_a, id_b = view_a.sae_id, view_b.sae_id
+    sae_a, sae_b = view_a.module(args.device), view_b.module(args.device)
+    handles = [view.ctx.model(args.device) for view in (view_a, view_b)]
     a, b = Side(handles[0], hook_of(sae_a, id_a)), Side(handles[1], hook_of(sae_b, id_b))
     corpus = CorpusSpec(context_size=args.context)
     params = CompareParams(n_tokens=args.tokens, batch_blocks=args.batch_blocks, sample_tokens=256)

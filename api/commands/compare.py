@@ -57,20 +57,22 @@ def compare_command(
 
     Under `torchrun --nproc_per_node=R -m sae_atlas compare ...` the ranks split the tokens and
     rank 0 merges the statistics and stores the run."""
-    from sae_atlas.api.services.compare import parse_side, run_compare, summary_rows
+    from sae_atlas.api.services.compare import open_side, run_compare, summary_rows
     from sae_atlas.saes.compare.saes_pair import CompareParams
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.devices import use_by_default
     from sae_atlas.saes.distributed import init_distributed
 
-    ctx = init_distributed()
+    dist = init_distributed()
     where = use_by_default(device, model_dtype)
     params = CompareParams(n_tokens=tokens, batch_blocks=batch_blocks, sample_tokens=sample_tokens,
                            max_items=max_items, n_perm=n_perm, n_rotations=rotations, min_fires=min_fires,
                            seed=seed)
-    result = run_compare(*parse_side(side_a), *parse_side(side_b), corpus=CorpusSpec(source=corpus, text_field=text_field,
-                                                           context_size=context, prepend_bos=not no_bos),
-                         params=params, device=str(where), decoder=decoder, groups=groups, run=run, ctx=ctx,
+    a = open_side(side_a)
+    result = run_compare(a, open_side(side_b, near=a.ctx),
+                         corpus=CorpusSpec(source=corpus, text_field=text_field, context_size=context,
+                                           prepend_bos=not no_bos),
+                         params=params, device=str(where), decoder=decoder, groups=groups, run=run, dist=dist,
                          progress=not json_out)
     if result is None:
         return
@@ -117,12 +119,13 @@ def train_crosscoder_command(
     """Train an acausal BatchTopK crosscoder on paired activations of two models (or two
     hooks of one model) at the same tokens; store it in crosscoders/<id>/ and each latent's
     relative decoder norm (A-only / shared / B-only) as analyses/crosscoder/<id>."""
+    from sae_atlas.api.context import AtlasContext
     from sae_atlas.api.services.crosscoder import run_train_crosscoder
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
-    result = run_train_crosscoder(atlas, hook_a, hook_b, model_b=model_b, d_sae=d_sae, k=k, n_tokens=tokens,
+    result = run_train_crosscoder(AtlasContext(atlas), hook_a, hook_b, model_b=model_b, d_sae=d_sae, k=k, n_tokens=tokens,
                                   pass_tokens=pass_tokens, batch_size=batch_size,
                                   corpus=CorpusSpec(source=corpus, text_field=text_field, context_size=context),
                                   batch_blocks=batch_blocks, device=str(where), cc_id=cc_id, seed=seed,
@@ -160,13 +163,14 @@ def latent_scaling_command(
     scale of each latent's decoder direction (on its stronger side) in the other model's reconstruction
     error (nu_error: high = Complete Shrinkage) and reconstruction (nu_recon: high = Latent
     Decoupling); near 0 = truly model-specific. Added as columns of analyses/crosscoder/<id>."""
+    from sae_atlas.api.context import AtlasContext
     from sae_atlas.api.services.crosscoder import run_latent_scaling
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context) if corpus else None
-    result = run_latent_scaling(atlas, cc_id, n_tokens=tokens, corpus=spec, batch_blocks=batch_blocks,
+    result = run_latent_scaling(AtlasContext(atlas), cc_id, n_tokens=tokens, corpus=spec, batch_blocks=batch_blocks,
                                 device=str(where))
     if json_out:
         print_json(result.to_dict(max_rows=0))

@@ -43,10 +43,12 @@ def compare_circle_command(
     activations, on the concept search's span of SAE features, and (same width) A's probe and
     span read unchanged on B, each beside its null, with the cyclic order and period."""
     from sae_atlas.api.services.circle_transfer import run_circle_transfer
+    from sae_atlas.api.services.compare import open_side
     from sae_atlas.saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
-    result = run_circle_transfer(side_a, side_b, circle, model_b=model_b, hook_b=hook_b, n_components=n_components,
+    a = open_side(side_a)
+    result = run_circle_transfer(a, open_side(side_b, near=a.ctx) if side_b is not None else None, circle, model_b=model_b, hook_b=hook_b, n_components=n_components,
                                  n_null=n_null, n_random=n_random, alpha=alpha, seed=seed, run=run, device=str(where))
     if json_out:
         print_json(result.to_dict())

@@ -33,11 +33,14 @@ def emergence_command(
     AUROC of the best single latent, the k=1 sparse-probe and full-probe accuracies (concept
     prompts against the same templates with other words); first member at the threshold,
     gaps and re-appearances."""
+    from sae_atlas.api.services.compare import open_side
     from sae_atlas.api.services.emergence import run_emergence
     from sae_atlas.saes.devices import use_by_default
 
     where = use_by_default(device, model_dtype)
-    result = run_emergence(members, concept, metric=metric, threshold=threshold, test_frac=test_frac, seed=seed,
+    first = open_side(members[0])
+    views = [first, *(open_side(m, near=first.ctx) for m in members[1:])]
+    result = run_emergence(views, concept, metric=metric, threshold=threshold, test_frac=test_frac, seed=seed,
                            run=run, device=str(where))  # type: ignore[arg-type]
     if json_out:
         print_json(result.to_dict())

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services import analyses
 from sae_atlas.api.services.concept_sides import ConceptSide, atlas_side, concept_acts, model_side
 from sae_atlas.geometry import results
@@ -54,12 +55,13 @@ def reference_concept(root: Path, ref: str) -> tuple[OrderedConcept, dict[str, A
 
 
 def run_circle_transfer(
-    side_a: str | Path, side_b: str | Path | None, circle: str, *, model_b: str | None = None,
+    side_a: SaeView, side_b: SaeView | None, circle: str, *, model_b: str | None = None,
     hook_b: str | None = None, n_components: int = 5, n_null: int = 200, n_random: int = 50, alpha: float = 0.05,
     seed: int = 0, run: str | None = None, device: str = "cpu",
 ) -> AnalysisResult:
-    """Fit the circle of run `circle` of A (`ATLAS[:SAE]`) in B (`ATLAS[:SAE]`, or `model_b`
-    at `hook_b`, default A's hook) and in A; store and return the run."""
+    """Fit the circle of run `circle` of A (an SAE of an opened atlas) in B (an SAE of this
+    or another opened atlas, or `model_b` at `hook_b`, default A's hook, loaded through A's
+    context) and in A; store and return the run."""
     if (side_b is None) == (model_b is None):
         raise InvalidInputError("name B as ATLAS[:SAE] or as a model (--model-b), not both")
     if not 0 < alpha < 1 or n_null < 1 or n_random < 0 or n_components < 2:
@@ -68,7 +70,7 @@ def run_circle_transfer(
     assert a.root is not None
     concept, search = reference_concept(a.root, circle)
     b: ConceptSide = atlas_side(side_b, device=device) if side_b is not None else \
-        model_side(str(model_b), hook_b or a.hook, device=device)
+        model_side(side_a.ctx, str(model_b), hook_b or a.hook, device=device)
     values, (acts_a, acts_b) = concept_acts([a, b], concept)
     sides = [SideActivations(acts.X_ND, acts.codes_NF,
                              None if side.sae is None else side.sae.W_dec.detach().float().cpu().numpy())

@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.context import AtlasContext, models_locked
 from sae_atlas.api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
 from sae_atlas.api.results.compare import Side as CompareSide
+from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services.analyses import run_states
 from sae_atlas.api.services.labels import with_labels
 from sae_atlas.geometry import results
-from sae_atlas.saes.atlas_saes import atlas_sae_output_width, hook_of, load_atlas_sae
+from sae_atlas.saes.atlas_saes import atlas_sae_output_width, hook_of
 from sae_atlas.saes.compare.pairs import Side, paired_activations
 from sae_atlas.saes.compare.saes_pair import (
     CompareParams,
@@ -36,7 +37,6 @@ from sae_atlas.saes.compare.saes_pair import (
 )
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext
-from sae_atlas.saes.models import load_model
 from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout, check_id
 
@@ -52,18 +52,22 @@ def parse_side(text: str) -> tuple[Path, str | None]:
     return Path(root), sae_id or None
 
 
-def side_sae(root: Path, sae_id: str | None) -> str:
-    """The SAE id a side names (checked), or the atlas's only SAE."""
-    layout = AtlasLayout(root)
-    if not layout.atlas_json.exists():
-        raise NotFoundError(f"{root} is not an atlas (no atlas.json)")
+def side_sae(ctx: AtlasContext, sae_id: str | None) -> SaeView:
+    """The SAE a side names (checked), or the atlas's only SAE."""
     if sae_id is not None:
-        layout.require_sae(sae_id)
-        return sae_id
-    ids = layout.sae_ids()
+        return open_sae(ctx, sae_id)
+    ids = ctx.sae_ids()
     if len(ids) != 1:
-        raise InvalidInputError(f"atlas {root} has {len(ids)} SAEs; name one as {root}:SAE ({', '.join(ids) or 'none'})")
-    return ids[0]
+        raise InvalidInputError(f"atlas {ctx.root} has {len(ids)} SAEs; name one as {ctx.root}:SAE "
+                                f"({', '.join(ids) or 'none'})")
+    return open_sae(ctx, ids[0])
+
+
+def open_side(text: str, near: AtlasContext | None = None) -> SaeView:
+    """`ATLAS[:SAE]` as given on a command line, as its SAE's view: its atlas opened once
+    (through `near`, which keeps it, when given; `near` itself when it names that atlas)."""
+    root, sae_id = parse_side(text)
+    return side_sae(near.other(root) if near is not None else AtlasContext(root), sae_id)
 
 
 def latent_groups(root: Path, spec: str) -> dict[str, np.ndarray]:
@@ -112,44 +116,44 @@ def default_run(sae_a: str, root_b: Path, sae_b: str, same_atlas: bool) -> str:
     return check_id(f"{sae_a}--{b}"[:128], "run name")
 
 
-def compare_atlases(root_a: str | Path, sae_a: str | None, root_b: str | Path, sae_b: str | None, *,
-                    n_tokens: int = 20_000, corpus: CorpusSpec | None = None, device: str = "cpu",
-                    decoder: bool | None = None, groups: str | None = None, run: str | None = None,
-                    **options: Any) -> CompareResult:
+def compare_atlases(a: SaeView, b: SaeView, *, n_tokens: int = 20_000, corpus: CorpusSpec | None = None,
+                    device: str = "cpu", decoder: bool | None = None, groups: str | None = None,
+                    run: str | None = None, **options: Any) -> CompareResult:
     """`run_compare` on one process, `options` being the other `CompareParams` fields."""
-    result = run_compare(Path(root_a), sae_a, Path(root_b), sae_b, corpus=corpus or CorpusSpec(),
-                         params=CompareParams(n_tokens=n_tokens, **options), device=device, decoder=decoder,
-                         groups=groups, run=run, progress=False)
+    result = run_compare(a, b, corpus=corpus or CorpusSpec(), params=CompareParams(n_tokens=n_tokens, **options),
+                         device=device, decoder=decoder, groups=groups, run=run, progress=False)
     assert result is not None  # one process is rank 0
     return result
 
 
 def run_compare(
-    root_a: Path, id_a: str | None, root_b: Path, id_b: str | None, *, corpus: CorpusSpec, params: CompareParams,
-    device: str = "cpu", decoder: bool | None = None, groups: str | None = None, run: str | None = None,
-    ctx: DistContext | None = None, progress: bool = True,
+    a: SaeView, b: SaeView, *, corpus: CorpusSpec, params: CompareParams, device: str = "cpu",
+    decoder: bool | None = None, groups: str | None = None, run: str | None = None, dist: DistContext | None = None,
+    progress: bool = True,
 ) -> CompareResult | None:
-    """Compare SAE `id_a` of atlas `root_a` with `id_b` of `root_b` (each the atlas's only SAE
-    when None) over `params.n_tokens` tokens of `corpus` on `device` and store the run in A's
-    atlas; the stored result (None on a torchrun rank other than 0, which streams its share)."""
-    id_a, id_b = side_sae(root_a, id_a), side_sae(root_b, id_b)
-    same_atlas = root_a.resolve() == root_b.resolve()
-    if same_atlas and id_a == id_b:
-        raise InvalidInputError(f"both sides name SAE {id_a!r} of {root_a}; compare two different SAEs")
-    run = check_id(run, "run name") if run else default_run(id_a, root_b, id_b, same_atlas)
-    group_map = latent_groups(root_a, groups) if groups else None
-    width_a, width_b = atlas_sae_output_width(root_a, id_a), atlas_sae_output_width(root_b, id_b)
+    """Compare SAE `a` with SAE `b` (of this atlas or another, each over its atlas's context:
+    its model, lock and caches) over `params.n_tokens` tokens of `corpus` on `device` and
+    store the run in A's atlas; the stored result (None on a torchrun rank other than 0,
+    which streams its share)."""
+    ctx_a, ctx_b = a.ctx, b.ctx
+    same_atlas = ctx_a.root.resolve() == ctx_b.root.resolve()
+    if same_atlas and a.sae_id == b.sae_id:
+        raise InvalidInputError(f"both sides name SAE {a.sae_id!r} of {ctx_a.root}; compare two different SAEs")
+    run = check_id(run, "run name") if run else default_run(a.sae_id, ctx_b.root, b.sae_id, same_atlas)
+    group_map = latent_groups(ctx_a.root, groups) if groups else None
+    width_a = atlas_sae_output_width(ctx_a.root, a.sae_id)
+    width_b = atlas_sae_output_width(ctx_b.root, b.sae_id)
     if decoder and width_a is not None and width_b is not None:
         check_shared_d_model(width_a, width_b)  # from the stored configs, before any model or SAE is loaded
-    where = ctx.device(device) if ctx else device
-    sae_a, sae_b = load_atlas_sae(root_a, id_a, device=where), load_atlas_sae(root_b, id_b, device=where)
-    specs = [AtlasLayout(r).read_meta().get("model") for r in (root_a, root_b)]
-    handles = [load_model(spec, device=where) for spec in specs]
-    a, b = Side(handles[0], hook_of(sae_a, id_a)), Side(handles[1], hook_of(sae_b, id_b))
-    stats = stream_statistics(sae_a, sae_b, paired_activations(a, b, corpus, n_tokens=params.n_tokens,
-                                                                batch_blocks=params.batch_blocks, ctx=ctx,
-                                                                progress=progress), params, ctx)
-    if ctx is not None and not ctx.is_main:
+    where = dist.device(device) if dist else device
+    sae_a, sae_b = a.module(str(where)), b.module(str(where))
+    handles = [ctx_a.model(str(where)), ctx_b.model(str(where))]
+    side_a, side_b = Side(handles[0], hook_of(sae_a, a.sae_id)), Side(handles[1], hook_of(sae_b, b.sae_id))
+    with models_locked(ctx_a, ctx_b):
+        stats = stream_statistics(sae_a, sae_b, paired_activations(side_a, side_b, corpus, n_tokens=params.n_tokens,
+                                                                    batch_blocks=params.batch_blocks, ctx=dist,
+                                                                    progress=progress), params, dist)
+    if dist is not None and not dist.is_main:
         return None
     W_a, W_b = (s.W_dec.detach().float().cpu().numpy() for s in (sae_a, sae_b))
     cmp = compare_codes(stats, W_a, W_b, params, decoder=decoder, groups=group_map)
@@ -158,14 +162,14 @@ def run_compare(
     if cmp.groups:
         tables["groups"] = pl.DataFrame(cmp.groups)
     parameters = {
-        "atlas_a": str(root_a.resolve()), "sae_a": id_a, "hook_a": a.hook, "model_a": handles[0].name,
-        "atlas_b": str(root_b.resolve()), "sae_b": id_b, "hook_b": b.hook, "model_b": handles[1].name,
+        "atlas_a": str(ctx_a.root.resolve()), "sae_a": a.sae_id, "hook_a": side_a.hook, "model_a": handles[0].name,
+        "atlas_b": str(ctx_b.root.resolve()), "sae_b": b.sae_id, "hook_b": side_b.hook, "model_b": handles[1].name,
         "shared_tokenizer": handles[0].tokenizer.get_vocab() == handles[1].tokenizer.get_vocab(),
         "corpus": asdict(corpus), "decoder": decoder, "groups": groups, **asdict(params),
-        "world_size": ctx.world_size if ctx else 1,
+        "world_size": dist.world_size if dist else 1,
     }
-    results.write_analysis(root_a, KIND, run, parameters=parameters, summary=cmp.summary(), tables=tables)
-    return compare_result(AtlasContext(root_a), run)
+    results.write_analysis(ctx_a.root, KIND, run, parameters=parameters, summary=cmp.summary(), tables=tables)
+    return compare_result(ctx_a, run)
 
 
 def correlation_histogram(pairs_corr: np.ndarray, null_corr: np.ndarray, bins: int = 40) -> CorrelationHistogram:
@@ -208,7 +212,7 @@ def side_context(ctx: AtlasContext, run: str, parameters: dict[str, Any], side: 
         return ctx, sae_id
     if not AtlasLayout(where).atlas_json.exists():
         raise NotFoundError(f"B's atlas {where} (recorded by comparison {run!r}) is gone: no atlas.json there")
-    return ctx.cache.get(("compared-atlas", str(where.resolve())), lambda: AtlasContext(where)), sae_id
+    return ctx.other(where), sae_id
 
 
 def labelled_pairs(ctx: AtlasContext, run: str, parameters: dict[str, Any], pairs: pl.DataFrame) -> pl.DataFrame:

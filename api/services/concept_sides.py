@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sae_atlas.api.services.compare import parse_side, side_sae
-from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
+from sae_atlas.api.context import AtlasContext, models_locked
+from sae_atlas.api.sae_view import SaeView
+from sae_atlas.saes.atlas_saes import hook_of
 from sae_atlas.saes.encoding.concepts import concept_feature_acts
 from sae_atlas.saes.intervene.concepts import CategoryConcept, OrderedConcept
-from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.errors import InvalidInputError
-from sae_atlas.store.layout import AtlasLayout
 
 Concept = OrderedConcept | CategoryConcept
 
@@ -34,6 +34,8 @@ class ConceptSide:
     sae: SAE | None = None
     root: Path | None = None
     sae_id: str | None = None
+    ctx: AtlasContext | None = None
+    """The atlas whose context loaded the model (its model lock is held while it runs)."""
 
     def describe(self) -> dict[str, str | None]:
         """JSON-ready: label, atlas, SAE id, hook and model name."""
@@ -50,20 +52,21 @@ class SideActs:
     codes_NF: np.ndarray | None
 
 
-def atlas_side(text: str | Path, *, device: str = "cpu") -> ConceptSide:
-    """`ATLAS[:SAE]` (the atlas's only SAE when left out): its SAE, hook and model, labelled
-    `<atlas folder>:<sae>`."""
-    root, sae_id = parse_side(str(text))
-    sae_id = side_sae(root, sae_id)
-    sae = load_atlas_sae(root, sae_id, device=device)
-    handle = load_model(AtlasLayout(root).read_meta().get("model"), device=device)
-    return ConceptSide(f"{root.resolve().name}:{sae_id}", handle, hook_of(sae, sae_id), sae, root, sae_id)
+def atlas_side(view: SaeView, *, device: str = "cpu") -> ConceptSide:
+    """An SAE of an opened atlas: its SAE, hook and model (both through its atlas's context),
+    labelled `<atlas folder>:<sae>`."""
+    sae = view.module(device)
+    handle = view.ctx.model(device)
+    root = view.ctx.root
+    return ConceptSide(f"{root.resolve().name}:{view.sae_id}", handle, hook_of(sae, view.sae_id), sae, root,
+                       view.sae_id, view.ctx)
 
 
-def model_side(model: str, hook: str, *, device: str = "cpu") -> ConceptSide:
-    """A model's hook without an SAE, labelled `<model>:<hook>`."""
-    handle = load_model(model, device=device)
-    return ConceptSide(f"{handle.name}:{hook}", handle, handle.check_hook(hook))
+def model_side(ctx: AtlasContext, model: str, hook: str, *, device: str = "cpu") -> ConceptSide:
+    """A model's hook without an SAE (the model loaded through `ctx`, the operation's atlas),
+    labelled `<model>:<hook>`."""
+    handle = ctx.model_of(model, device)
+    return ConceptSide(f"{handle.name}:{hook}", handle, handle.check_hook(hook), ctx=ctx)
 
 
 def concept_acts(sides: Sequence[ConceptSide], concept: Concept) -> tuple[np.ndarray, list[SideActs]]:
@@ -74,14 +77,15 @@ def concept_acts(sides: Sequence[ConceptSide], concept: Concept) -> tuple[np.nda
         raise InvalidInputError(f"each representation may be named once; got {', '.join(labels)}")
     out: dict[str, SideActs] = {}
     values = None
-    for handle in {id(s.handle): s.handle for s in sides}.values():
-        group = [s for s in sides if s.handle is handle]
-        with_sae = [s for s in group if s.sae is not None]
-        acts = concept_feature_acts(handle, {s.label: s.sae for s in with_sae}, {s.label: s.hook for s in with_sae},
-                                    concept, extra_hooks=[s.hook for s in group])
-        values = acts.values_N
-        for s in group:
-            out[s.label] = SideActs(acts.residual[s.hook].astype(np.float64),
-                                    acts.features[s.label] if s.sae is not None else None)
+    with models_locked(*(s.ctx for s in sides if s.ctx is not None)):
+        for handle in {id(s.handle): s.handle for s in sides}.values():
+            group = [s for s in sides if s.handle is handle]
+            with_sae = [s for s in group if s.sae is not None]
+            acts = concept_feature_acts(handle, {s.label: s.sae for s in with_sae}, {s.label: s.hook for s in with_sae},
+                                        concept, extra_hooks=[s.hook for s in group])
+            values = acts.values_N
+            for s in group:
+                out[s.label] = SideActs(acts.residual[s.hook].astype(np.float64),
+                                        acts.features[s.label] if s.sae is not None else None)
     assert values is not None
     return values, [out[label] for label in labels]

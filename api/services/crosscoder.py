@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.analysis import AnalysisResult
 from sae_atlas.api.services.analyses import analysis, analysis_run
 from sae_atlas.geometry.results import write_analysis
@@ -29,7 +30,7 @@ from sae_atlas.saes.compare.latent_scaling import LatentScaling, latent_scaling,
 from sae_atlas.saes.compare.pairs import Side, paired_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats.saelens import load_saelens
-from sae_atlas.saes.models import load_model, normalize_spec
+from sae_atlas.saes.models import normalize_spec
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.store.errors import InvalidInputError
@@ -54,15 +55,14 @@ def _model_b_spec(model_b: str | dict[str, Any] | None) -> str | dict[str, Any] 
     return spec
 
 
-def _sides(root: str | Path, hook_a: str, hook_b: str, model_b: str | dict[str, Any] | None,
+def _sides(ctx: AtlasContext, hook_a: str, hook_b: str, model_b: str | dict[str, Any] | None,
            device: str) -> tuple[Side, Side]:
-    """Side A (the atlas's model at `hook_a`) and side B (`model_b`, default the same model)."""
-    layout = AtlasLayout(root)
-    spec_a = layout.read_meta().get("model")
-    if spec_a is None:
-        raise InvalidInputError(f"{layout.atlas_json} records no model; a crosscoder needs the atlas's model")
-    handle_a = load_model(spec_a, device=device)
-    handle_b = load_model(model_b, device=device) if model_b else handle_a
+    """Side A (the atlas's model at `hook_a`) and side B (`model_b`, default the same model),
+    both loaded through the atlas's context."""
+    if ctx.model_override is None and ctx.meta.get("model") is None:
+        raise InvalidInputError(f"{ctx.layout.atlas_json} records no model; a crosscoder needs the atlas's model")
+    handle_a = ctx.model(device)
+    handle_b = ctx.model_of(model_b, device) if model_b else handle_a
     if handle_a is handle_b and hook_a == hook_b:
         raise InvalidInputError(f"both sides read {hook_a!r} of one model; name two hooks or a second model")
     return Side(handle_a, handle_a.check_hook(hook_a)), Side(handle_b, handle_b.check_hook(hook_b))
@@ -80,14 +80,16 @@ def _check_scalable(a: Side, b: Side) -> None:
                                 f"and {b.handle.d_model} for B")
 
 
-def _scaling(sae: SAE, scales: SideScales, a: Side, b: Side, corpus: CorpusSpec, n_tokens: int, batch_blocks: int,
-             table: pl.DataFrame) -> tuple[LatentScaling, dict[str, Any], dict[str, Any]]:
+def _scaling(ctx: AtlasContext, sae: SAE, scales: SideScales, a: Side, b: Side, corpus: CorpusSpec, n_tokens: int,
+             batch_blocks: int, table: pl.DataFrame) -> tuple[LatentScaling, dict[str, Any], dict[str, Any]]:
     """Latent Scaling of every latent (its own side the one with the larger decoder norm)
-    over `n_tokens` tokens, with the parameters and the summary it adds to the run."""
+    over `n_tokens` tokens (holding the atlas's model lock), with the parameters and the
+    summary it adds to the run."""
     _check_scalable(a, b)
     latents = table["latent"].to_numpy()
     batches = (scales.apply(rows) for rows in _rows(a, b, corpus, n_tokens, batch_blocks))
-    result = latent_scaling(sae, scales.d_a, batches, latents, own_sides(table["relative_norm"].to_numpy()))
+    with ctx.model_lock:
+        result = latent_scaling(sae, scales.d_a, batches, latents, own_sides(table["relative_norm"].to_numpy()))
     params = {"n_tokens": n_tokens, "corpus": corpus.__dict__, "batch_blocks": batch_blocks}
     b_only = table["latent_class"].to_numpy() == "b_only"
     fired = b_only & (result.active_tokens > 0)
@@ -102,7 +104,7 @@ def _with_scaling(table: pl.DataFrame, result: LatentScaling) -> pl.DataFrame:
 
 
 def run_train_crosscoder(
-    root: str | Path, hook_a: str, hook_b: str, *, model_b: str | dict[str, Any] | None = None, d_sae: int = 4096,
+    ctx: AtlasContext, hook_a: str, hook_b: str, *, model_b: str | dict[str, Any] | None = None, d_sae: int = 4096,
     k: int = 32, n_tokens: int = 200_000, pass_tokens: int | None = None, batch_size: int = 1024,
     corpus: CorpusSpec | None = None, batch_blocks: int = 8, device: str = "cpu", cc_id: str | None = None,
     seed: int = 0, scaling_tokens: int = 0, progress: bool = True,
@@ -113,7 +115,8 @@ def run_train_crosscoder(
     with `scaling_tokens` > 0 also the Latent Scaling of its latents over that many corpus
     tokens."""
     model_b = _model_b_spec(model_b)
-    a, b = _sides(root, hook_a, hook_b, model_b, device)
+    root = ctx.root
+    a, b = _sides(ctx, hook_a, hook_b, model_b, device)
     if scaling_tokens:
         _check_scalable(a, b)
     corpus = corpus or CorpusSpec()
@@ -129,8 +132,9 @@ def run_train_crosscoder(
     sides = {"model_a": a.handle.name, "hook_a": hook_a, "model_b": b.handle.name, "hook_b": hook_b,
              "spec_b": model_b}
     cfg = TrainConfig(total_tokens=n_tokens, batch_size=batch_size, seed=seed, device=device, progress=progress)
-    result, scales = train_crosscoder(paired, a.handle.d_model, b.handle.d_model, d_sae=d_sae, k=k, train_cfg=cfg,
-                                      out_dir=crosscoder_dir(root, cc_id), sides=sides)
+    with ctx.model_lock:
+        result, scales = train_crosscoder(paired, a.handle.d_model, b.handle.d_model, d_sae=d_sae, k=k,
+                                          train_cfg=cfg, out_dir=crosscoder_dir(root, cc_id), sides=sides)
     norms = relative_norms(result.sae, a.handle.d_model)
     table = pl.DataFrame({"latent": np.arange(d_sae, dtype=np.int32), "norm_a": norms.norm_a, "norm_b": norms.norm_b,
                           "relative_norm": norms.relative, "latent_class": norms.latent_class})
@@ -140,18 +144,19 @@ def run_train_crosscoder(
     params = {**sides, "d_sae": d_sae, "k": k, "n_tokens": n_tokens, "pass_tokens": pass_tokens or n_tokens,
               "batch_size": batch_size, "corpus": corpus.__dict__, "seed": seed, "folder": f"crosscoders/{cc_id}"}
     if scaling_tokens:
-        scaled, params["latent_scaling"], scaling_summary = _scaling(result.sae, scales, a, b, corpus, scaling_tokens,
-                                                                     batch_blocks, table)
+        scaled, params["latent_scaling"], scaling_summary = _scaling(ctx, result.sae, scales, a, b, corpus,
+                                                                     scaling_tokens, batch_blocks, table)
         table, summary = _with_scaling(table, scaled), {**summary, **scaling_summary}
     write_analysis(root, KIND, cc_id, parameters=params, summary=summary, tables={"main": table})
     return analysis(Path(root), KIND, cc_id)
 
 
-def run_latent_scaling(root: str | Path, cc_id: str, *, n_tokens: int = 50_000, corpus: CorpusSpec | None = None,
+def run_latent_scaling(ctx: AtlasContext, cc_id: str, *, n_tokens: int = 50_000, corpus: CorpusSpec | None = None,
                        batch_blocks: int = 8, device: str = "cpu") -> AnalysisResult:
     """Latent Scaling of the latents of stored crosscoder `cc_id` over
     `n_tokens` tokens of `corpus` (default: its training corpus), added as columns of
     `analyses/crosscoder/<id>` (replacing earlier ones)."""
+    root = ctx.root
     _, meta, table = analysis_run(Path(root), KIND, cc_id)
     if table is None:
         raise InvalidInputError(f"crosscoder run {cc_id!r} has no table; train it again (`sae-atlas train-crosscoder`)")
@@ -160,9 +165,9 @@ def run_latent_scaling(root: str | Path, cc_id: str, *, n_tokens: int = 50_000, 
     stored = read_crosscoder_sides(folder)
     sae = load_saelens(folder, device=device)
     scales = SideScales(int(stored["d_a"]), float(stored["scale_a"]), float(stored["scale_b"]))
-    a, b = _sides(root, params["hook_a"], params["hook_b"], params.get("spec_b"), device)
+    a, b = _sides(ctx, params["hook_a"], params["hook_b"], params.get("spec_b"), device)
     corpus = corpus or CorpusSpec(**params["corpus"])
-    scaled, params["latent_scaling"], scaling_summary = _scaling(sae, scales, a, b, corpus, n_tokens, batch_blocks,
+    scaled, params["latent_scaling"], scaling_summary = _scaling(ctx, sae, scales, a, b, corpus, n_tokens, batch_blocks,
                                                                  table)
     write_analysis(root, KIND, cc_id, parameters=params, summary={**meta["summary"], **scaling_summary},
                    tables={"main": _with_scaling(table, scaled)})

@@ -15,6 +15,7 @@ import polars as pl
 
 from sae_atlas.api.bounds import MAX_PROMPTS
 from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services import analyses
 from sae_atlas.api.services.circle_transfer import safe_name
 from sae_atlas.api.services.concept_sides import atlas_side, concept_acts
@@ -38,11 +39,12 @@ MAX_MEMBERS = 64
 
 
 def run_emergence(
-    members: Sequence[str], concepts: Sequence[Any] = DEFAULT_CONCEPTS, *, metric: Metric = "auroc",
+    members: Sequence[SaeView], concepts: Sequence[Any] = DEFAULT_CONCEPTS, *, metric: Metric = "auroc",
     threshold: float = 0.9, test_frac: float = 0.25, seed: int = 0, run: str | None = None, device: str = "cpu",
 ) -> AnalysisResult:
     """Score every concept (a built-in name, a dict or JSON file as concept search takes, or a
-    concept object) on every member and store the run; the stored result."""
+    concept object) on every member (an SAE of an opened atlas; each atlas's model loaded
+    through its context) and store the run; the stored result."""
     if not 2 <= len(members) <= MAX_MEMBERS:
         raise InvalidInputError(f"name 2..{MAX_MEMBERS} members (ATLAS[:SAE]) in series order, got {len(members)}")
     if not concepts:

@@ -80,7 +80,8 @@ def test_compare_decoder_with_different_d_model_is_refused_before_loading(tmp_pa
     configs: no model and no SAE is loaded first."""
     from typer.testing import CliRunner
 
-    import sae_atlas.api.services.compare as service
+    import sae_atlas.api.context as context
+    import sae_atlas.api.sae_view as sae_view
     from sae_atlas.api.cli import app
     from sae_atlas.saes.formats.saelens import save_saelens
     from sae_atlas.saes.sae.base import SAEConfig
@@ -97,8 +98,8 @@ def test_compare_decoder_with_different_d_model_is_refused_before_loading(tmp_pa
     def loaded(*args, **kwargs):
         raise AssertionError("loaded before the widths were checked")
 
-    monkeypatch.setattr(service, "load_model", loaded)
-    monkeypatch.setattr(service, "load_atlas_sae", loaded)
+    monkeypatch.setattr(context, "load_model", loaded)  # every model and SAE of an operation loads through these
+    monkeypatch.setattr(sae_view, "load_atlas_sae", loaded)
     refused = CliRunner().invoke(app, ["compare", *sides, "--decoder", "--tokens", "64"])
     assert refused.exit_code == 2, refused.output
     assert "decoder matching needs a shared d_model: A's decoder rows have d=32, B's d=16" in refused.output
