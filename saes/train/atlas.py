@@ -108,7 +108,7 @@ def _record(sae_dir: Path) -> dict[str, Any] | None:
     return read_json(path, f"delete {sae_dir} and train again")
 
 
-def _completed(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig) -> dict[str, Any] | None:
+def completed(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig) -> dict[str, Any] | None:
     """The training record if this exact SAE and run already finished, else None."""
     record = _record(sae_dir)
     if record is None or record.get("status") != "complete" or _differences(record, sae_cfg, train_cfg):
@@ -135,26 +135,26 @@ def _saved_differences(sae_dir: Path, sae_cfg: SAEConfig, train_cfg: TrainConfig
 
 
 @dataclass(frozen=True)
-class _Planned:
+class Planned:
     """One SAE of a call: the hook(s) it reads, its config, id and folder."""
 
     hook: str
     hook_out: str
-    reader: ActivationReader | PairedReader
+    reader: ActivationReader | PairedReader | None  # None: streamed from the model, no cache
     sae_cfg: SAEConfig
     sae_id: str
     sae_dir: Path
 
 
 def _plan(layout: AtlasLayout, hook: str, hook_out: str, architecture: str, d_sae: int | None,
-          expansion: int | None, k: int | None, options: dict[str, Any], seed: int) -> _Planned:
+          expansion: int | None, k: int | None, options: dict[str, Any], seed: int) -> Planned:
     reader = _reader(layout.root, hook, hook_out)
     sae_cfg = _sae_config(reader, architecture, d_sae, expansion, k, options, seed)
     sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae, hook_out, sae_cfg.skip)
-    return _Planned(hook, hook_out, reader, sae_cfg, sae_id, layout.sae_dir(sae_id))
+    return Planned(hook, hook_out, reader, sae_cfg, sae_id, layout.sae_dir(sae_id))
 
 
-def _to_train(planned: list[_Planned], train_cfg: TrainConfig, overwrite: bool, ctx: DistContext | None) -> list[_Planned]:
+def to_train(planned: list[Planned], train_cfg: TrainConfig, overwrite: bool, ctx: DistContext | None) -> list[Planned]:
     """The SAEs not yet finished with this configuration (an overwritten one is cleared
     first); InvalidInputError when one is saved with a different configuration."""
     if overwrite and (ctx is None or ctx.is_main):
@@ -163,7 +163,7 @@ def _to_train(planned: list[_Planned], train_cfg: TrainConfig, overwrite: bool, 
                 (p.sae_dir / name).unlink(missing_ok=True)
             remove_checkpoints(p.sae_dir)
     barrier(ctx)
-    todo = [p for p in planned if _completed(p.sae_dir, p.sae_cfg, train_cfg) is None]
+    todo = [p for p in planned if completed(p.sae_dir, p.sae_cfg, train_cfg) is None]
     for p in todo:
         if diff := _saved_differences(p.sae_dir, p.sae_cfg, train_cfg):
             raise InvalidInputError(
@@ -182,13 +182,13 @@ def run_dir(layout: AtlasLayout, sae_ids: Sequence[str]) -> Path:
     return layout.root / "saes" / f".train-{zlib.crc32(' '.join(sorted(sae_ids)).encode()):08x}"
 
 
-def _remove_run(folder: Path) -> None:
+def remove_run(folder: Path) -> None:
     remove_checkpoints(folder)
     if folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()
 
 
-def _train_together(todo: list[_Planned], train_cfg: TrainConfig, folder: Path, distribute: LoopDistribute,
+def _train_together(todo: list[Planned], train_cfg: TrainConfig, folder: Path, distribute: LoopDistribute,
                     ctx: DistContext | None) -> None:
     """Train the SAEs of `todo` in one loop and save each (see module doc)."""
     hooks: dict[str, ActivationReader] = {}
@@ -269,7 +269,7 @@ def train_saes(
                for hook in chosen]
     ctx = init_distributed()
     folder = run_dir(layout, [p.sae_id for p in planned])
-    todo = _to_train(planned, train_cfg, overwrite, ctx)
+    todo = to_train(planned, train_cfg, overwrite, ctx)
     if distribute == "auto":
         world = 1 if ctx is None else ctx.world_size
         distribute = "modules" if 1 < len(todo) and world <= len(todo) else "data"
@@ -277,10 +277,10 @@ def train_saes(
         _train_together(todo, train_cfg, folder, distribute, ctx)
     barrier(ctx)
     if ctx is None or ctx.is_main:
-        _remove_run(folder)  # also after a run killed between the last save and its cleanup
+        remove_run(folder)  # also after a run killed between the last save and its cleanup
     results = {}
     for p in planned:  # every rank reads the finished records; rank 0 writes atlas.json
-        record = _completed(p.sae_dir, p.sae_cfg, train_cfg)
+        record = completed(p.sae_dir, p.sae_cfg, train_cfg)
         if record is None:
             raise InvalidInputError(f"training of {p.sae_id} did not complete")
         results[p.hook] = trained_record(p.sae_id, p.sae_cfg, record)

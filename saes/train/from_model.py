@@ -33,13 +33,13 @@ from sae_atlas.saes.sae.base import SAEConfig, architecture_class
 from sae_atlas.saes.train.atlas import (
     DEFAULT_EXPANSION,
     HELDOUT_EVAL_TOKENS,
-    _completed,
-    _Planned,
-    _remove_run,
-    _to_train,
+    Planned,
+    completed,
     hook_seed,
+    remove_run,
     run_dir,
     sae_id_for,
+    to_train,
 )
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import Distribute, train_dictionaries
@@ -87,7 +87,7 @@ def _check_model(layout: AtlasLayout, handle: ModelHandle) -> None:
 
 def _plan(layout: AtlasLayout, handle: ModelHandle, hooks: Sequence[str], transcode: bool, architecture: str,
           d_sae: int | None, expansion: int | None, k: int | None, options: dict[str, Any], corpus: CorpusSpec,
-          seed: int) -> list[_Planned]:
+          seed: int) -> list[Planned]:
     """One SAE (or transcoder) per hook, configured from the model (hooks checked first)."""
     outputs = {hook: handle.check_hook(mlp_output_hook(handle.check_hook(hook))) if transcode else ""
                for hook in hooks}
@@ -102,7 +102,7 @@ def _plan(layout: AtlasLayout, handle: ModelHandle, hooks: Sequence[str], transc
             context_size=corpus.context_size, prepend_bos=corpus.prepend_bos, dataset_path=corpus.source,
             seed=hook_seed(seed, hook), **{**options, **extra})
         sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae, out, sae_cfg.skip)
-        planned.append(_Planned(hook, out, None, sae_cfg, sae_id, layout.sae_dir(sae_id)))  # type: ignore[arg-type]
+        planned.append(Planned(hook, out, None, sae_cfg, sae_id, layout.sae_dir(sae_id)))  # type: ignore[arg-type]
     return planned
 
 
@@ -178,18 +178,18 @@ def train_from_model(
     if ctx is None or ctx.is_main:
         _check_model(layout, handle)
     folder = run_dir(layout, [p.sae_id for p in planned])
-    todo = _to_train(planned, train_cfg, overwrite, ctx)
+    todo = to_train(planned, train_cfg, overwrite, ctx)
     if todo:
         _train_streamed(handle, todo, train_cfg, stream, folder, distribute, ctx, stop_after_steps)
     barrier(ctx)
     if stop_after_steps is not None and stop_after_steps < train_cfg.total_steps:
         return {}
     if ctx is None or ctx.is_main:
-        _remove_run(folder)
+        remove_run(folder)
     return _register(layout, planned, train_cfg, ctx)
 
 
-def _train_streamed(handle: ModelHandle, todo: list[_Planned], train_cfg: TrainConfig, stream: StreamOptions,
+def _train_streamed(handle: ModelHandle, todo: list[Planned], train_cfg: TrainConfig, stream: StreamOptions,
                     folder: Path, distribute: Distribute, ctx: DistContext | None, stop_after_steps: int | None) -> None:
     """Stream, train the SAEs of `todo` in one loop and save each."""
     steps, batch = train_cfg.total_steps, train_cfg.batch_size
@@ -230,12 +230,12 @@ def _train_streamed(handle: ModelHandle, todo: list[_Planned], train_cfg: TrainC
                  write=distribute == "modules" or main)
 
 
-def _register(layout: AtlasLayout, planned: list[_Planned], train_cfg: TrainConfig,
+def _register(layout: AtlasLayout, planned: list[Planned], train_cfg: TrainConfig,
               ctx: DistContext | None) -> dict[str, dict[str, Any]]:
     """Every SAE's atlas.json record (rank 0 writes atlas.json)."""
     results = {}
     for p in planned:
-        record = _completed(p.sae_dir, p.sae_cfg, train_cfg)
+        record = completed(p.sae_dir, p.sae_cfg, train_cfg)
         if record is None:
             raise InvalidInputError(f"training of {p.sae_id} did not complete")
         results[p.hook] = trained_record(p.sae_id, p.sae_cfg, record)

@@ -55,6 +55,15 @@ def ran_out(given: int, batch_size: int, needed: str = "") -> InvalidInputError:
                              + (f"; the run needs {needed}" if needed else ""))
 
 
+def _cached_state(state: dict[str, Any]) -> int:
+    """The batches given of a cached source's state; InvalidInputError for a streamed one."""
+    if state.get("source") == "stream":
+        raise InvalidInputError(
+            "the checkpoint was written by a training run streamed from the model; one run does not mix cached "
+            "and streamed sources: finish it with `sae-atlas train --from-model` or delete its checkpoints/ folder")
+    return int(state["batches"])
+
+
 def _whole(batch: torch.Tensor, batch_size: int) -> torch.Tensor:
     """A global batch, checked to hold `batch_size` rows."""
     if batch.shape[0] != batch_size:
@@ -96,7 +105,7 @@ class RowSource:
         return {"batches": self.given}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.given = int(state["batches"])
+        self.given = _cached_state(state)
         self._stream = self._open(self.given)
 
 
@@ -133,5 +142,5 @@ class CachedSource:
         return {"batches": self.given}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.given = int(state["batches"])
+        self.given = _cached_state(state)
         self._streams = self._open(self.given)

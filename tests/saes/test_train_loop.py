@@ -16,6 +16,8 @@ import torch
 
 from sae_atlas.saes.compare.crosscoder import train_crosscoder
 from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import check_run, train_dictionaries
 from sae_atlas.saes.train.sources import CachedSource
 from sae_atlas.saes.train.trainer import SAEDictionary, train_sae
@@ -23,7 +25,7 @@ from sae_atlas.saes.transcoders.clt_train import train_clt
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.errors import InvalidInputError
 from tests.saes import loop_worker as w
-from tests.saes.kill_points import KillPoint, run_until_killed
+from tests.saes.kill_points import KillPoint, fresh_copy, run_until_killed, timeless_tree
 from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,5 +120,40 @@ def test_cached_source_gives_each_hook_its_own_batches_and_resumes(tmp_path: Pat
         alone = readers[h].batches(32, seed=3, repeat=True)
         assert all(torch.equal(batch[h], next(alone)) for batch in drawn)
     again = CachedSource(readers, 32, seed=3)
-    again.load_state_dict(CachedSource(readers, 32, seed=3).state_dict() | {"batches": 3})
-    assert all(torch.equal(again.next_batch()[h], drawn[3][h]) for h in hooks)
+    again.load_state_dict({"batches": 3})
+    resumed = again.next_batch()
+    assert all(torch.equal(resumed[h], drawn[3][h]) for h in hooks)
+    with pytest.raises(InvalidInputError, match="does not mix cached and streamed sources"):
+        again.load_state_dict({"source": "stream", "batches": 3})
+
+
+ATLAS_HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+ATLAS_TIMED = {f"saes/{h}-topk-32/training.json": ("final_metrics.wall_seconds",) for h in ATLAS_HOOKS}
+
+
+def _train_atlas(root: Path) -> None:
+    train_saes(root, ATLAS_HOOKS, architecture="topk", d_sae=32, k=3,
+               train_cfg=TrainConfig(total_tokens=64 * 12, batch_size=64, lr=3e-3, progress=False))
+
+
+@pytest.fixture(scope="module")
+def planted_atlas(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    base = tmp_path_factory.mktemp("planted") / "atlas"
+    write_planted_atlas(base, ATLAS_HOOKS, d_in=8, n_atoms=24, n_blocks=12, context=16)
+    work = fresh_copy(base, tmp_path_factory.mktemp("uninterrupted") / "atlas")
+    _train_atlas(work)
+    return base, timeless_tree(work, ATLAS_TIMED)
+
+
+@pytest.mark.parametrize("point", [
+    KillPoint("sae_atlas.saes.train.trainer.project_decoder_grad", 2 * 9 + 2),  # step 9, both SAEs mid-way
+    KillPoint("sae_atlas.saes.train.trainer._write_record", 1),  # first SAE's weights saved, no record yet
+    KillPoint("sae_atlas.saes.train.trainer.remove_checkpoints", 1),  # first SAE finished, the second not saved
+], ids=["mid-step", "between-weights-and-record", "between-the-two-saves"])
+def test_atlas_training_of_several_saes_killed_resumes_to_identical_files(point: KillPoint, planted_atlas,
+                                                                         tmp_path: Path) -> None:
+    base, reference = planted_atlas
+    work = fresh_copy(base, tmp_path / "atlas")
+    run_until_killed(lambda: _train_atlas(work), point)
+    _train_atlas(work)
+    assert timeless_tree(work, ATLAS_TIMED) == reference  # no run checkpoints left behind either
