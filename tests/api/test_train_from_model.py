@@ -1,0 +1,129 @@
+"""`sae-atlas train --from-model`: SAEs trained from one streamed forward are saved and
+registered exactly as cached training saves them, and bad input is refused before any
+training (no SAE folder, no checkpoint, no forward of the stream)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from sae_atlas.api.cli import app
+from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.models import load_model
+from sae_atlas.saes.train import from_model, stream_source
+from sae_atlas.saes.train.atlas import run_dir
+from sae_atlas.saes.train.checkpoint import load_latest_checkpoint, save_checkpoint
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.from_model import StreamOptions, train_from_model
+from sae_atlas.store.layout import AtlasLayout
+
+MODEL = json.dumps({"kind": "tiny", "n_layers": 2, "d_model": 16, "n_heads": 2, "d_mlp": 32})
+HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+SIZES = ["--d-sae", "32", "--k", "4", "--tokens", "320", "--batch-size", "32", "--context", "16",
+         "--batch-blocks", "2", "--buffer-tokens", "128"]
+
+
+def _train(root: Path, *args: str) -> object:
+    return CliRunner().invoke(app, ["train", "--atlas", str(root), "--from-model", "--model", MODEL, *SIZES,
+                                    "--json", *args])
+
+
+def _hooks(hooks: list[str]) -> list[str]:
+    return [arg for hook in hooks for arg in ("--hook", hook)]
+
+
+def _refused(result: object, root: Path, *needles: str) -> None:
+    """Exit status 2 with one line naming the problem, and nothing trained."""
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert all(needle in result.output for needle in needles), result.output
+    assert not (root / "saes").exists() or not any((root / "saes").iterdir())
+
+
+def test_streamed_saes_are_saved_and_registered_like_cached_ones(tmp_path: Path) -> None:
+    root = tmp_path / "stream"
+    result = _train(root, *_hooks(HOOKS), "--heldout-tokens", "64")
+    assert result.exit_code == 0, (result.output, result.exception)
+    records = json.loads(result.output)
+    cached = tmp_path / "cached"  # the same SAE trained from a cache of the same tokens
+    assert CliRunner().invoke(app, ["cache", "--atlas", str(cached), "--model", MODEL, "--hook", HOOKS[0],
+                                    "--tokens", "640", "--context", "16", "--json"]).exit_code == 0
+    done = CliRunner().invoke(app, ["train", "--atlas", str(cached), "--hook", HOOKS[0], *SIZES[:-4], "--json"])
+    assert done.exit_code == 0, done.output
+    reference = json.loads(done.output)[HOOKS[0]]
+    meta = AtlasLayout(root).read_meta()
+    assert set(meta["saes"]) == {records[h]["sae_id"] for h in HOOKS}
+    assert set(records[HOOKS[0]]) == set(reference) and records[HOOKS[0]]["sae_id"] == reference["sae_id"]
+    assert records[HOOKS[0]]["fvu"] < 1 and records[HOOKS[0]]["tokens"] == 320
+    sae_dir = AtlasLayout(root).sae_dir(reference["sae_id"])
+    cached_dir = AtlasLayout(cached).sae_dir(reference["sae_id"])
+    assert sorted(p.name for p in sae_dir.iterdir()) == sorted(p.name for p in cached_dir.iterdir())
+    assert set(json.loads((sae_dir / "training.json").read_text())) == set(
+        json.loads((cached_dir / "training.json").read_text()))
+    sae = load_atlas_sae(root, reference["sae_id"])
+    assert sae.cfg.hook_name == HOOKS[0] and sae.cfg.d_sae == 32
+    assert not list((root / "saes").glob(".train-*"))  # the run's checkpoints are gone
+
+
+def test_a_hook_the_model_lacks(tmp_path: Path) -> None:
+    _refused(_train(tmp_path / "a", *_hooks(["blocks.5.hook_resid_post"])), tmp_path / "a",
+             "blocks.5.hook_resid_post", "valid hooks")
+
+
+def test_a_transcoder_input_that_does_not_fit(tmp_path: Path) -> None:
+    _refused(_train(tmp_path / "a", "--transcode", *_hooks(["blocks.1.hook_resid_post"])), tmp_path / "a",
+             "blocks.1.hook_resid_post", "lies after the MLP", "blocks.1.ln2.hook_normalized")
+
+
+def test_a_buffer_larger_than_memory(tmp_path: Path) -> None:
+    result = _train(tmp_path / "a", *_hooks(HOOKS), "--buffer-tokens", str(10**13))
+    _refused(result, tmp_path / "a", "--buffer-tokens 10000000000000 needs", "GiB", "free")
+
+
+def test_a_corpus_shorter_than_the_tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = tmp_path / "short.txt"
+    text.write_text(" ".join(["the cat sat on the mat ."] * 30))
+    monkeypatch.setattr(stream_source, "stream_activations", lambda *a, **k: pytest.fail("a forward ran"))
+    result = _train(tmp_path / "a", *_hooks(HOOKS), "--corpus", str(text))
+    _refused(result, tmp_path / "a", "short.txt", "is too short", "320 training tokens were asked for")
+
+
+def test_more_ranks_than_dictionaries_for_module_sharding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rank 0 of two, as torchrun would start it; the refusal comes before any collective
+    monkeypatch.setattr(from_model, "init_distributed", lambda: DistContext(0, 2, 0))
+    monkeypatch.setattr("sae_atlas.saes.train.atlas.barrier", lambda ctx: None)
+    result = _train(tmp_path / "a", *_hooks(HOOKS[:1]), "--distribute-modules")
+    _refused(result, tmp_path / "a", "--distribute-modules over 2 ranks needs at least 2 dictionaries")
+
+
+def test_a_cached_runs_checkpoint_is_not_mixed_with_the_stream(tmp_path: Path) -> None:
+    root = tmp_path / "a"  # a streamed run stopped after 4 steps, its checkpoint then made a cached run's
+    options = StreamOptions(CorpusSpec(context_size=16), batch_blocks=2, buffer_tokens=128)
+    train = TrainConfig(total_tokens=320, batch_size=32, progress=False, checkpoint_every_tokens=64)
+    train_from_model(load_model(json.loads(MODEL)), root, HOOKS[:1], d_sae=32, k=4, train_cfg=train, stream=options,
+                     stop_after_steps=4)
+    folder = run_dir(AtlasLayout(root), [f"{HOOKS[0]}-topk-32"])
+    state = load_latest_checkpoint(folder)
+    assert state is not None and state["sources"][0]["source"] == "stream"
+    state["sources"] = [{"batches": state["sources"][0]["batches"]}]  # what a cached source saves
+    state["replay"]["state"] = [{"batches": 0}]  # (still replaying the first 8 batches, drawn from the start)
+    save_checkpoint(folder, state["step"] + 1, state)
+    result = _train(root, *_hooks(HOOKS[:1]), "--checkpoint-every", "64")
+    assert result.exit_code == 2 and "does not mix cached and streamed sources" in result.output, result.output
+
+
+def test_an_unknown_dict_dtype(tmp_path: Path) -> None:
+    _refused(_train(tmp_path / "a", *_hooks(HOOKS), "--dict-dtype", "float8"), tmp_path / "a",
+             "dict dtype must be one of float32, bfloat16, float16")
+
+
+def test_bfloat16_dictionaries_train(tmp_path: Path) -> None:
+    result = _train(tmp_path / "a", *_hooks(HOOKS[:1]), "--dict-dtype", "bfloat16")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert json.loads(result.output)[HOOKS[0]]["fvu"] < 1
+    assert torch.isfinite(load_atlas_sae(tmp_path / "a", f"{HOOKS[0]}-topk-32").W_dec).all()
