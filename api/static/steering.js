@@ -1,6 +1,8 @@
 // Steer page (#/steering): "steer toward" a target token. The SAEs' features ranked by their
 // measured effect on the token (GET /steering/search: probability ratio and KL at a calibrated
-// strength), a click on one fills a steer edit, and the generation streams in token by token
+// strength, the same edit on held-out prompts per style, label, density, the siblings' ratio and
+// the target's rank among promoted tokens) and the fitted combination of features with its
+// weights; a click fills the edits (the best on the held-out prompts first), and the generation streams in token by token
 // (POST /steer/stream, server-sent events read from a fetch stream), the clean and the steered
 // continuation side by side. Uses app.js's helpers (api, authHeaders, el, fmt, enc, featLink,
 // saes, table, interventionsOff, needs); only `steeringView` is global. Before any click the page
@@ -48,15 +50,50 @@ async function streamSteer(body, onEvent) {
 const strength = (s) => `${fmt(s.alpha)} (` +
   (s.act_multiple === null ? "" : `${fmt(s.act_multiple)}× typical, `) + `${fmt(s.norm_fraction)} of |resid|)`;
 
+const pct = (x) => (x === null || x === undefined ? "–" : `${Math.round(100 * x)}%`);
+
+// One held-out measurement (Confirmed): the ratio with its 95% interval and the share of
+// (target, prompt) pairs reaching the requested ratio under the KL bound.
+const heldOut = (c) => `×${fmt(c.ratio)} [${fmt(c.ratio_low)}–${fmt(c.ratio_high)}], ${pct(c.share_reached)} of ${c.n_prompts}`;
+
+// The share of pairs reached per prompt style, e.g. "neutral 75% (8) · question 50% (2)".
+const perStyle = (styles) => el("span", { class: "steer-styles" },
+  Object.entries(styles || {}).map(([style, c]) => `${style} ${pct(c.share_reached)} (${c.n_prompts})`).join(" · "));
+
+const densityText = (density, kind) => fmt(density) + (kind === "direction" ? " (direction)" : "");
+
 function rankedTable(result, choose) {
-  return table(["rank", "feature", "label", "ratio", "p_clean", "p_steered", "kl_rest", "strength", "reached", ""],
-    result.features, {
-      feature: (r) => featLink(r.sae_id, r.latent),
-      ratio: (r) => el("b", {}, `×${fmt(r.ratio)}`),
-      strength: (r) => strength(r.strength),
-      reached: (r) => (r.reached ? "yes" : "no"),
-      "": (r) => el("button", { class: "steer-use", onclick: () => choose(r) }, "steer"),
-    });
+  return table(["rank", "feature", "label", "ratio", "held-out", "per style", "density", "siblings", "target rank",
+    "kl_rest", "strength", "reached", ""], result.features, {
+    feature: (r) => featLink(r.sae_id, r.latent),
+    ratio: (r) => el("b", {}, `×${fmt(r.ratio)}`),
+    "held-out": (r) => heldOut(r.confirmed),
+    "per style": (r) => perStyle(r.confirmed_styles),
+    density: (r) => densityText(r.density, r.kind),
+    siblings: (r) => (r.sibling_ratio === null ? "–" : `×${fmt(r.sibling_ratio)}`),
+    "target rank": (r) => fmt(r.target_rank),
+    strength: (r) => strength(r.strength),
+    reached: (r) => (r.reached ? "yes" : "no"),
+    "": (r) => el("button", { class: "steer-use", onclick: () => choose(r) }, "steer"),
+  });
+}
+
+// The fitted sparse combination in the SAE basis: each feature with its weight, label and
+// density, what it does on the held-out prompts, and a button that fills all its edits.
+function combinationCard(result, chooseCombination) {
+  const c = result.combination;
+  if (!c) return "";
+  const rows = c.latents.map((latent, i) => ({ latent, label: c.labels[i], weight: c.weights[i], density: c.densities[i] }));
+  return el("div", { class: "card", id: "steering-combination" },
+    el("h3", {}, `Fitted combination of ${c.latents.length} features` + (result.best === "combination" ? " (best on the held-out prompts)" : "")),
+    table(["feature", "label", "weight", "density"], rows, {
+      feature: (r) => featLink(c.sae_id, r.latent),
+      weight: (r) => `${fmt(r.weight)} of |resid|`,
+    }),
+    el("p", {}, `held-out ${heldOut(c.confirmed)}; `, perStyle(c.confirmed_styles),
+      `; siblings ${c.sibling_ratio === null ? "–" : `×${fmt(c.sibling_ratio)}`}, target rank ${fmt(c.target_rank)}, ` +
+      `kl_rest ${fmt(c.kl_rest)} at ${fmt(c.norm_fraction)} of |resid| `,
+      el("button", { id: "steering-use-combination", onclick: chooseCombination }, "steer with all")));
 }
 
 function sideBySide() {
@@ -90,9 +127,13 @@ async function steeringView() {
   const out = el("div", { id: "steering-generation" });
 
   const choose = (row) => {
-    edit.value = JSON.stringify(row.edit);
+    edit.value = JSON.stringify([row.edit]);
     out.replaceChildren(el("span", { class: "muted" }, `${row.sae_id} / ${row.latent}${row.label ? ` (${row.label})` : ""}: measured ×${fmt(row.ratio)} ` +
       `at strength ${strength(row.strength)}; press Generate`));
+  };
+  const chooseCombination = (c) => {
+    edit.value = JSON.stringify(c.edits);
+    out.replaceChildren(el("span", { class: "muted" }, `${c.sae_id} / ${c.latents.join(" + ")}: held-out ${heldOut(c.confirmed)}; press Generate`));
   };
   const search = async () => {
     sessionStorage.setItem("sae-atlas-steering-target", target.value);
@@ -100,10 +141,16 @@ async function steeringView() {
     try {
       const query = `token=${enc(target.value)}&mode=${mode.value}` + (select.value ? `&sae_id=${enc(select.value)}` : "");
       const result = await api(`/steering/search?${query}`);
-      ranked.replaceChildren(el("p", {}, `Features that raise ${result.target} (ratio: mean p steered / clean on held-out ` +
-        `prompts at the calibrated strength, requested ×${fmt(result.ratio_requested)}, KL on the other tokens under ${fmt(result.kl_bound)})`),
-        rankedTable(result, choose));
-      if (result.features.length) choose(result.features[0]);
+      const counts = Object.entries(result.prompt_counts.confirm || {}).map(([style, n]) => `${n} ${style}`).join(", ");
+      ranked.replaceChildren(el("p", {}, `Features that raise ${result.target} (ratio: mean p steered / clean on the ranking ` +
+        `prompts at the calibrated strength, requested ×${fmt(result.ratio_requested)}, KL on the other tokens under ${fmt(result.kl_bound)}; ` +
+        `held-out: the same edit on ${counts} confirmation prompts, with its 95% interval and the share of prompts reaching the ratio)`),
+        el("p", { id: "steering-context", class: "muted" }, (result.category ? `class ${result.category}, siblings ${result.siblings.join(",")}; ` : "") +
+          `${result.left_out_dead} latents below the density floor ${fmt(result.density_floor)} left out; best on the held-out prompts: ` +
+          (result.best === "combination" ? "the fitted combination" : "the top feature")),
+        rankedTable(result, choose), combinationCard(result, () => chooseCombination(result.combination)));
+      if (result.best === "combination" && result.combination) chooseCombination(result.combination);
+      else if (result.features.length) choose(result.features[0]);
     } catch (err) {
       ranked.replaceChildren(el("div", { class: "error" }, err.message));
     }
@@ -113,7 +160,8 @@ async function steeringView() {
     const summary = el("p", { id: "steering-summary", class: "muted" }, "generating...");
     out.replaceChildren(sides.node, summary);
     try {
-      const edits = [JSON.parse(edit.value)];
+      const parsed = JSON.parse(edit.value);
+      const edits = Array.isArray(parsed) ? parsed : [parsed];
       await streamSteer({ text: prompt.value, edits, max_new_tokens: Number(tokens.value) }, (name, data) => {
         if (name === "token") {
           if (data.baseline) sides.baseline.append(data.baseline.text);

@@ -1,6 +1,8 @@
 """The explorer's Steer page in headless Chromium (as tests/api/test_browser.py drives it) on
-the small atlas: type a target token, see the features ranked by measured effect, click one
-to fill its edit, and watch the generation stream in, clean and steered side by side."""
+the small atlas: type a target token, see the features ranked by measured effect with their
+held-out results per prompt style, label, density, siblings' ratio and target rank, and the
+fitted combination with its weights; click one to fill its edits, and watch the generation
+stream in, clean and steered side by side."""
 
 from __future__ import annotations
 
@@ -40,15 +42,37 @@ def test_steer_toward_a_token(browser: Any, steering_server: LiveServer,  # noqa
     page.select_option("#steering-sae", sae)
     page.click("#steering-run")
     page.wait_for_selector("#steering-results table", timeout=WAIT * 1000)
-    ranked = httpx.get(url + "/steering/search", params={"token": "cat", "sae_id": sae, "mode": "add"},
-                       timeout=60).json()["features"]
-    rows = page.locator("#steering-results table tr")
+    def _fmt(x: float | None) -> str:  # a number as the page writes it (app.js's fmt)
+        return str(page.evaluate("(x) => fmt(x)", x))
+
+    found = httpx.get(url + "/steering/search", params={"token": "cat", "sae_id": sae, "mode": "add"}, timeout=60).json()
+    ranked, combination = found["features"], found["combination"]
+    rows = page.locator("#steering-results > table tr")
     assert rows.count() == 1 + len(ranked) and len(ranked) == 10
-    cells = rows.nth(1).locator("td").all_inner_texts()
-    assert cells[0] == "1" and cells[1] == f"{sae} / {ranked[0]['latent']}" and cells[3].startswith("×")
-    assert json.loads(page.input_value("#steering-edit")) == ranked[0]["edit"]  # the best one, filled in
+    header = rows.nth(0).locator("th").all_inner_texts()
+    cells = dict(zip(header, rows.nth(1).locator("td").all_inner_texts(), strict=True))
+    first = ranked[0]
+    assert cells["rank"] == "1" and cells["feature"] == f"{sae} / {first['latent']}" and cells["ratio"].startswith("×")
+    held = first["confirmed"]  # the same edit on the held-out prompts, with its interval and share of pairs
+    assert cells["held-out"].startswith("×") and cells["held-out"].endswith(f"% of {held['n_prompts']}")
+    assert cells["label"] == (first["label"] or "–") and cells["target rank"] == _fmt(first["target_rank"])
+    assert cells["density"].startswith(_fmt(first["density"])) and cells["siblings"] == f"×{_fmt(first['sibling_ratio'])}"
+    for style, stats in first["confirmed_styles"].items():  # per prompt style: share reached (prompts)
+        assert f"{style} {round(100 * stats['share_reached'])}% ({stats['n_prompts']})" in cells["per style"]
+    assert found["siblings"] and "siblings" in page.text_content("#steering-context")
+    # the fitted combination in the SAE basis: each feature with its weight, label and density
+    card = page.locator("#steering-combination")
+    assert combination is not None and card.locator("tr").count() == 1 + len(combination["latents"])
+    for i, latent in enumerate(combination["latents"]):
+        row = card.locator("tr").nth(1 + i).locator("td").all_inner_texts()
+        assert row == [f"{sae} / {latent}", combination["labels"][i] or "–", f"{_fmt(combination['weights'][i])} of |resid|",
+                       _fmt(combination["densities"][i])]
+    best = combination["edits"] if found["best"] == "combination" else [first["edit"]]
+    assert json.loads(page.input_value("#steering-edit")) == best  # the best on the held-out prompts, filled in
+    page.click("#steering-use-combination")
+    assert json.loads(page.input_value("#steering-edit")) == combination["edits"]
     page.locator(".steer-use").nth(1).click()
-    edit = json.loads(page.input_value("#steering-edit"))
+    [edit] = json.loads(page.input_value("#steering-edit"))
     assert edit == ranked[1]["edit"] and edit["feature"] == ranked[1]["latent"]
     assert ranked[1]["label"] and page.text_content("#steering-generation").startswith(  # the latent's label with it
         f"{sae} / {ranked[1]['latent']} ({ranked[1]['label']}): measured")
