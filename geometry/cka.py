@@ -70,9 +70,13 @@ class CKAAccumulator:
 
     `update({layer: rows [n, d_layer]})` adds a batch (the same tokens at every layer);
     `merge(other)` adds another accumulator's sums (ranks that split the tokens); `result()`
-    gives the `[L, L]` CKA matrix in `layers` order."""
+    gives the `[L, L]` CKA matrix in `layers` order. With `split`, the layers are two sets,
+    `layers[:split]` and `layers[split:]` (say, two models' layers on paired tokens), and only
+    the pairs across the sets are kept (memory `d_a x d_b` per pair, none within a set);
+    `result()` is NaN within a set, off the diagonal."""
 
     layers: list[Any] = field(default_factory=list)
+    split: int | None = None
     n: int = 0
     _sum: list[np.ndarray] = field(default_factory=list, repr=False)  # per layer: sum x
     _sq: list[np.ndarray] = field(default_factory=list, repr=False)  # per layer: sum |x|^2 (0-d)
@@ -80,16 +84,25 @@ class CKAAccumulator:
     _a: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)  # (i, j): sum |x_j|^2 x_i
     _sqxy: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)  # i <= j: sum |x_i|^2 |x_j|^2
 
+    def _kept(self, i: int, j: int) -> bool:
+        """Whether the sums of layer pair `(i, j)` are kept (every pair, or with `split` a
+        layer with itself and the pairs across the two sets)."""
+        return self.split is None or i == j or (i < self.split) != (j < self.split)
+
     def _start(self, dims: Sequence[int]) -> None:
         L = len(dims)
+        if self.split is not None and not 0 < self.split < L:
+            raise InvalidInputError(f"CKA split {self.split} must leave layers on both sides of {L} layers")
         self._sum = [np.zeros(d) for d in dims]
         self._sq = [np.zeros(()) for _ in dims]
         for i in range(L):
-            for j in range(i, L):
-                self._cross[i, j] = np.zeros((dims[i], dims[j]))
-                self._sqxy[i, j] = 0.0
             for j in range(L):
+                if not self._kept(i, j):
+                    continue
                 self._a[i, j] = np.zeros(dims[i])
+                if j >= i:
+                    self._cross[i, j] = np.zeros((dims[i], dims[j]))
+                    self._sqxy[i, j] = 0.0
 
     def update(self, batch_by_layer: Mapping[Any, Any]) -> None:
         """Add one batch: `{layer: rows [n, d]}` (numpy or torch), the same `n` tokens at
@@ -114,6 +127,8 @@ class CKAAccumulator:
             self._sum[i] += r.sum(axis=0)
             self._sq[i] += norms[i].sum()
             for j in range(len(rows)):
+                if not self._kept(i, j):
+                    continue
                 self._a[i, j] += norms[j] @ r
                 if j >= i:
                     self._cross[i, j] += r.T @ rows[j]
@@ -125,9 +140,9 @@ class CKAAccumulator:
         if not other.n:
             return
         if not self.n:
+            self.layers, self.split = list(other.layers), other.split
             self._start([s.shape[0] for s in other._sum])
-            self.layers = list(other.layers)
-        if other.layers != self.layers or [s.shape for s in other._sum] != [s.shape for s in self._sum]:
+        if other.layers != self.layers or other.split != self.split or [s.shape for s in other._sum] != [s.shape for s in self._sum]:
             raise InvalidInputError(f"cannot merge CKA sums over layers {other.layers} into {self.layers}")
         for i in range(len(self._sum)):
             self._sum[i] += other._sum[i]
@@ -158,7 +173,8 @@ class CKAAccumulator:
                      self._a[i, j], self._a[j, i], float(self._sq[i]), float(self._sq[j]), self._sqxy[lo, hi])
 
     def result(self) -> np.ndarray:
-        """Debiased linear CKA `[L, L]` between every pair of layers (NaN for a constant layer)."""
+        """Debiased linear CKA `[L, L]` between every pair of kept layers (NaN for a constant
+        layer, and with `split` within a set); `result()[:split, split:]` is the cross block."""
         if self.n < 4:
             raise InvalidInputError(f"debiased CKA needs at least 4 tokens, got {self.n}")
         L = len(self.layers)
@@ -166,7 +182,8 @@ class CKAAccumulator:
         out = np.eye(L)
         for i in range(L):
             for j in range(i + 1, L):
-                out[i, j] = out[j, i] = _ratio(self._pair_hsic(i, j), self_hsic[i], self_hsic[j])
+                out[i, j] = out[j, i] = (_ratio(self._pair_hsic(i, j), self_hsic[i], self_hsic[j])
+                                         if self._kept(i, j) else float("nan"))
         return out
 
 

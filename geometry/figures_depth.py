@@ -38,16 +38,38 @@ def depth_profile_figure(main: pl.DataFrame, title: str = "depth profile") -> Fi
     return fig
 
 
-def cka_figure(layers: list[int], cka_LL: np.ndarray, title: str = "debiased linear CKA") -> Figure:
-    """Heat map of CKA between every pair of layers."""
+def cka_figure(layers: list[int], cka_LL: np.ndarray, title: str = "debiased linear CKA", *,
+               layers_b: list[int] | None = None) -> Figure:
+    """Heat map of CKA between every pair of layers (with `layers_b`: rows `layers` of one
+    model, columns `layers_b` of another)."""
     fig, ax = new_figure(6, 5)
-    im = ax.imshow(cka_LL, vmin=0, vmax=1, cmap="viridis", origin="lower")
-    ticks = np.linspace(0, len(layers) - 1, min(len(layers), 10)).round().astype(int)
-    ax.set_xticks(ticks, [layers[t] for t in ticks])
-    ax.set_yticks(ticks, [layers[t] for t in ticks])
-    ax.set_xlabel("layer")
-    ax.set_ylabel("layer")
+    im = ax.imshow(cka_LL, vmin=0, vmax=1, cmap="viridis", origin="lower", aspect="auto")
+    columns = layers if layers_b is None else layers_b
+    for axis, names in ((ax.set_yticks, layers), (ax.set_xticks, columns)):
+        ticks = np.linspace(0, len(names) - 1, min(len(names), 10)).round().astype(int)
+        axis(ticks, [names[t] for t in ticks])
+    ax.set_xlabel("layer" if layers_b is None else "layer of B")
+    ax.set_ylabel("layer" if layers_b is None else "layer of A")
     fig.colorbar(im, ax=ax, label="CKA")
+    ax.set_title(title)
+    return fig
+
+
+def shift_figure(shift: pl.DataFrame, title: str = "B minus A") -> Figure:
+    """Per layer: the MLE and mean local-ID shift from model A to B with bootstrap bands,
+    layers with p < 0.05 ringed."""
+    fig, ax = new_figure(6, 4)
+    x = shift["layer"].to_numpy()
+    for name, label, colour in (("mle", "MLE dimension", "C1"), ("lid", "mean local ID", "C2")):
+        ax.plot(x, shift[f"{name}_shift"].to_numpy(), marker="o", color=colour, label=label)
+        ax.fill_between(x, shift[f"{name}_shift_low"].to_numpy(), shift[f"{name}_shift_high"].to_numpy(),
+                        alpha=0.2, color=colour)
+        hit = shift[f"{name}_shift_p"].to_numpy() < 0.05
+        ax.scatter(x[hit], shift[f"{name}_shift"].to_numpy()[hit], s=90, facecolors="none", edgecolors="k")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("dimension shift (B - A)")
+    ax.legend(fontsize=7)
     ax.set_title(title)
     return fig
 

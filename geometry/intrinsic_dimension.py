@@ -131,13 +131,19 @@ def mle_dimension(
                         confidence)
 
 
+def inverse_estimates(X_ND: np.ndarray, *, k: int, what: str = "MLE dimension") -> np.ndarray:
+    """Per row `[N]`, `mean_j log(T_k / T_j)` over its `k` nearest distinct neighbours: the
+    Levina-Bickel estimate of `1 / dimension` around it (the MLE pools `1 / mean` of these;
+    duplicate rows share the value of their distinct row)."""
+    X = _checked_cloud(X_ND, what, 2)
+    distinct, inverse = np.unique(X, axis=0, return_inverse=True)
+    _check_k(len(distinct), k, what)
+    return _inverse_estimates(neighbour_distances(distinct, k))[np.asarray(inverse).reshape(-1)]
+
+
 def local_dimension(X_ND: np.ndarray, *, k: int = 20) -> np.ndarray:
     """Local intrinsic dimension `[N]` of every row: `(k - 2) / sum_j log(T_k / T_j)` over
     its own `k` nearest distinct neighbours (the unbiased Levina-Bickel form). Duplicate
     rows share the value of their distinct row."""
-    X = _checked_cloud(X_ND, "local dimension", 2)
-    distinct, inverse = np.unique(X, axis=0, return_inverse=True)
-    _check_k(len(distinct), k, "local dimension")
-    T = neighbour_distances(distinct, k)
-    lid = (k - 2) / np.maximum(np.log(T[:, -1:] / T[:, :-1]).sum(axis=1), 1e-12)
-    return lid[np.asarray(inverse).reshape(-1)]
+    inv = inverse_estimates(X_ND, k=k, what="local dimension")
+    return (k - 2) / np.maximum((k - 1) * inv, 1e-12)

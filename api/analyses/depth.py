@@ -24,14 +24,21 @@ import torch
 from matplotlib.figure import Figure
 
 from sae_atlas.api.analyses.run_files import run_figure
+from sae_atlas.geometry.depth_shift import depth_shift_table
 from sae_atlas.geometry.feature_depth import feature_depth_table
-from sae_atlas.geometry.figures_depth import cka_figure, depth_profile_figure, trajectory_figure
+from sae_atlas.geometry.figures_depth import (
+    cka_figure,
+    depth_profile_figure,
+    shift_figure,
+    trajectory_figure,
+)
 from sae_atlas.geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
 from sae_atlas.geometry.results import write_analysis
 from sae_atlas.geometry.trajectories import TrajectorySpace, trajectory_geometry
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.depth.families import family_depth, read_families
+from sae_atlas.saes.depth.pair import stream_pair
 from sae_atlas.saes.depth.stream import DepthStream, clear_state, state_folder, stream_depth
 from sae_atlas.saes.distributed import DistContext, rank_and_world
 from sae_atlas.saes.encoding.tokens import piece_text
@@ -198,4 +205,55 @@ def run_depth_families(
               "space": space, "n_permutations": n_permutations, "seed": seed}
     js = write_analysis(atlas, KIND, run, parameters=params, summary=summary,
                         tables={"main": tables["families"], "prompts": tables["prompts"], "tests": tests})
+    return {"tables": tables, "summary": summary, "params": params, "json_path": js}
+
+
+def run_depth_pair(
+    atlas: str | Path, handle: ModelHandle, other: ModelHandle, corpus: CorpusSpec, layers: list[int] | None = None,
+    other_layers: list[int] | None = None, *, n_tokens: int = 16384, batch_blocks: int = 8, max_points: int = 4000,
+    k: int = 20, mle_k: int = 10, n_boot: int = 200, n_permutations: int = 1000, seed: int = 0,
+    run: str = "depth-pair", progress: bool = True,
+) -> dict[str, Any]:
+    """Model `handle` (A) against `other` (B) on the same tokens of `corpus`
+    (`saes.depth.pair`), stored as `analyses/depth/<run>` of `atlas`: table `main` (CKA of
+    every layer of A against every layer of B) and, when both read the same layer numbers,
+    `shift` = the per-layer ID and LID of both models and their shift with its null
+    (`geometry.depth_shift`; base vs fine-tuned). `other_layers` defaults to `layers` when B
+    has them all, else to every layer of B."""
+    chosen = list(range(handle.n_layers)) if layers is None else layers
+    if other_layers is None:
+        other_layers = chosen if max(chosen) < other.n_layers else list(range(other.n_layers))
+    stream = stream_pair(handle, other, corpus, chosen, other_layers, n_tokens=n_tokens, batch_blocks=batch_blocks,
+                         max_points=max_points, seed=seed, progress=progress)
+    if len(stream.states_a) <= max(k, mle_k):
+        raise InvalidInputError(f"local dimension with k={max(k, mle_k)} needs more than {max(k, mle_k)} paired "
+                                f"tokens; the stream kept {len(stream.states_a)}: give more tokens or lower --k")
+    cross = stream.cross_cka()
+    tables = {"main": pl.DataFrame([{"layer_a": a, "layer_b": b, "cka": float(cross[i, j])}
+                                   for i, a in enumerate(stream.layers_a) for j, b in enumerate(stream.layers_b)])}
+    summary: dict[str, Any] = {
+        "n_tokens": stream.n_tokens, "n_subsampled": len(stream.states_a), "layers_a": stream.layers_a,
+        "layers_b": stream.layers_b,
+        "best_b_layer": {str(a): stream.layers_b[int(np.nanargmax(cross[i]))] for i, a in enumerate(stream.layers_a)}}
+    figures = [run_figure(cka_figure(stream.layers_a, cross, layers_b=stream.layers_b,
+                                     title=f"CKA: {handle.name} (rows) vs {other.name}"), atlas, KIND, run, "cka")]
+    if stream.layers_a == stream.layers_b:
+        main = depth_shift_table(stream.states_a, stream.states_b, stream.layers_a, k=k, mle_k=mle_k, n_boot=n_boot,
+                                 n_permutations=n_permutations, seed=seed)
+        tables["shift"] = main
+        moved = main.filter((pl.col("mle_shift_p") < 0.05) | (pl.col("lid_shift_p") < 0.05))
+        summary |= {"shift_layers_p_below_0_05": moved["layer"].to_list(),
+                    "largest_mle_shift": main.sort(pl.col("mle_shift").abs(), descending=True).head(1)
+                    .select("layer", "mle_a", "mle_b", "mle_shift", "mle_shift_p").to_dicts()[0]}
+        figures.append(run_figure(shift_figure(main, f"{other.name} minus {handle.name}"), atlas, KIND, run, "shift"))
+    else:
+        summary["shift"] = "not computed: the two models are read at different layers"
+    params = {"model": handle.name, "model_b": other.name, "layers": stream.layers_a, "layers_b": stream.layers_b,
+              "corpus": corpus.source, "context_size": corpus.context_size, "n_tokens": n_tokens,
+              "batch_blocks": batch_blocks, "max_points": max_points, "k": k, "mle_k": mle_k, "n_boot": n_boot,
+              "n_permutations": n_permutations, "seed": seed,
+              "aligned_by": "shared token ids" if handle.tokenizer.get_vocab() == other.tokenizer.get_vocab()
+              else "character spans (tokens ending at the same character)"}
+    js = write_analysis(atlas, KIND, run, parameters=params, summary=summary, tables=tables,
+                        extra={"figures": figures})
     return {"tables": tables, "summary": summary, "params": params, "json_path": js}

@@ -4,6 +4,7 @@ under `analyses/depth/<run>.*`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -58,7 +59,12 @@ def depth_command(
                                      "the tokens it fires on (table features)."),
     families: Path = typer.Option(None, help="JSON {\"families\": {name: [prompts]}}: metrics per prompt family "
                                   "and their permutation tests instead of the corpus stream."),
-    n_permutations: int = typer.Option(2000, min=1, help="With --families: permutations per test."),
+    n_permutations: int = typer.Option(2000, min=1, help="With --families or --model-b: permutations per test."),
+    model_b: str = typer.Option("", help="Model B on the same texts (an atlas directory: its model; or a model "
+                                "spec): CKA of every layer of A against every layer of B and, at the same layers, "
+                                "the ID and local-ID shift from A to B with its null (base vs fine-tuned)."),
+    layers_b: str = typer.Option("", help="With --model-b: B's layers (default: --layers when B has them, else "
+                                 "every layer of B)."),
     run: str = typer.Option("", help="Run name (default: depth, or depth-families with --families)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     device: str = device_option(),
@@ -90,6 +96,10 @@ def depth_command(
             tests = out["tables"]["tests"]
             print_table(f"families ({out['json_path']})", tests.columns, tests.rows())
         return
+    if model_b:
+        _pair(atlas, model, model_b, corpus, text_field, context, no_bos, layers, layers_b, n_tokens, batch_blocks,
+              max_points, k, mle_k, n_permutations, seed, run, as_json, device, model_dtype)
+        return
     ctx = init_distributed()
     where = use_by_default(device, model_dtype)
     if ctx is not None:
@@ -108,6 +118,35 @@ def depth_command(
         return
     main = out["tables"]["main"].select(TABLE_COLUMNS)
     print_table(f"depth profile ({out['json_path']})", TABLE_COLUMNS, main.rows())
+    print_table("summary", ["field", "value"], list(out["summary"].items()))
+
+
+def _pair(atlas: Path, model: str, model_b: str, corpus: str, text_field: str, context: int, no_bos: bool,
+          layers: str, layers_b: str, n_tokens: int, batch_blocks: int, max_points: int, k: int, mle_k: int,
+          n_permutations: int, seed: int, run: str, as_json: bool, device: str, model_dtype: str) -> None:
+    """`analyze depth --model-b`: A against B on the same texts (`api.analyses.depth.run_depth_pair`)."""
+    from sae_atlas.api.analyses.depth import run_depth_pair
+    from sae_atlas.api.commands.common import model_of_atlas
+    from sae_atlas.saes.corpus import CorpusSpec
+    from sae_atlas.saes.devices import use_by_default
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise InvalidInputError("analyze depth --model-b runs in one process; start it without torchrun")
+    use_by_default(device, model_dtype)
+    other = model_of_atlas("", Path(model_b)) if Path(model_b).is_dir() and (Path(model_b) / "atlas.json").exists() \
+        else model_of_atlas(model_b, None)
+    spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context, prepend_bos=not no_bos, seed=seed)
+    out = run_depth_pair(atlas, model_of_atlas(model, atlas), other, spec, parse_layers(layers), parse_layers(layers_b),
+                         n_tokens=n_tokens, batch_blocks=batch_blocks, max_points=max_points, k=k, mle_k=mle_k,
+                         n_permutations=n_permutations, seed=seed, run=run or "depth-pair", progress=not as_json)
+    shift = out["tables"].get("shift")
+    if as_json:
+        print_json({"summary": out["summary"], "params": out["params"], "json_path": str(out["json_path"]),
+                    "shift": None if shift is None else shift.to_dicts()})
+        return
+    if shift is not None:
+        columns = ["layer", "mle_a", "mle_b", "mle_shift", "mle_shift_p", "lid_a", "lid_b", "lid_shift", "lid_shift_p"]
+        print_table(f"ID shift, B minus A ({out['json_path']})", columns, shift.select(columns).rows())
     print_table("summary", ["field", "value"], list(out["summary"].items()))
 
 

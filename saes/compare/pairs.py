@@ -47,17 +47,24 @@ def same_tokenizer(a: ModelHandle, b: ModelHandle) -> bool:
     return a is b or a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
 
 
-def _same_tokens(a: Side, b: Side, corpus: CorpusSpec, n_tokens: int, batch_blocks: int, ctx: DistContext | None,
-                 progress: bool) -> Iterator[PairedActs]:
-    shared = a.handle is b.handle
-    hooks = [a.hook, b.hook] if shared else [a.hook]
-    for batch in stream_activations(a.handle, corpus, hooks, n_blocks=whole_blocks(n_tokens, corpus),
+HookActs = dict[str, torch.Tensor]  # hook -> [N, d] rows of one side
+
+
+def _same_tokens(a: ModelHandle, hooks_a: list[str], b: ModelHandle, hooks_b: list[str], corpus: CorpusSpec,
+                 n_tokens: int, batch_blocks: int, ctx: DistContext | None, progress: bool
+                 ) -> Iterator[tuple[HookActs, HookActs]]:
+    shared = a is b
+    hooks = list(dict.fromkeys([*hooks_a, *hooks_b])) if shared else hooks_a
+    for batch in stream_activations(a, corpus, hooks, n_blocks=whole_blocks(n_tokens, corpus),
                                     batch_blocks=batch_blocks, desc="comparing", progress=progress, ctx=ctx):
-        x_b = batch.acts[b.hook] if shared else run_hooks(b.handle, batch.token_ids, [b.hook])[b.hook]
+        acts_b = batch.acts if shared else run_hooks(b, batch.token_ids, hooks_b)
         keep = ~batch.excluded.reshape(-1)
-        x_a = batch.acts[a.hook]
-        yield PairedActs(x_a.reshape(-1, x_a.shape[-1])[keep.to(x_a.device)],
-                         x_b.reshape(-1, x_b.shape[-1])[keep.to(x_b.device)])
+        yield _rows(batch.acts, hooks_a, keep), _rows(acts_b, hooks_b, keep)
+
+
+def _rows(acts: HookActs, hooks: list[str], keep: torch.Tensor) -> HookActs:
+    """`[n, T, d]` activations of `hooks` flattened to the kept token rows."""
+    return {h: acts[h].reshape(-1, acts[h].shape[-1])[keep.to(acts[h].device)] for h in hooks}
 
 
 def _with_bos(handle: ModelHandle, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -65,8 +72,8 @@ def _with_bos(handle: ModelHandle, ids: torch.Tensor) -> tuple[torch.Tensor, int
     return (torch.cat([torch.tensor([bos]), ids]), 1) if bos is not None else (ids, 0)
 
 
-def _aligned_texts(a: Side, b: Side, corpus: CorpusSpec, n_tokens: int, ctx: DistContext | None
-                   ) -> Iterator[PairedActs]:
+def _aligned_texts(a: ModelHandle, hooks_a: list[str], b: ModelHandle, hooks_b: list[str], corpus: CorpusSpec,
+                   n_tokens: int, ctx: DistContext | None) -> Iterator[tuple[HookActs, HookActs]]:
     rank, world = rank_and_world(ctx)
     budget = -(-n_tokens // world)
     done = seen = 0
@@ -75,38 +82,51 @@ def _aligned_texts(a: Side, b: Side, corpus: CorpusSpec, n_tokens: int, ctx: Dis
             break
         if number % world != rank or not text.strip():
             continue
-        spans_a = token_spans(a.handle.tokenizer, text, side="A")
+        spans_a = token_spans(a.tokenizer, text, side="A")
         cut = corpus.context_size - 1
         if len(spans_a.ids) > cut:
             text = text[: int(spans_a.ends[cut - 1])]
-            spans_a = token_spans(a.handle.tokenizer, text, side="A")
-        spans_b = token_spans(b.handle.tokenizer, text, side="B")
+            spans_a = token_spans(a.tokenizer, text, side="A")
+        spans_b = token_spans(b.tokenizer, text, side="B")
         pairs = align_spans(spans_a, spans_b)
         seen += 1
         if not len(pairs.a):
             continue
-        ids_a, off_a = _with_bos(a.handle, torch.from_numpy(spans_a.ids))
-        ids_b, off_b = _with_bos(b.handle, torch.from_numpy(spans_b.ids))
-        x_a = run_hooks(a.handle, ids_a[None], [a.hook])[a.hook][0]
-        x_b = run_hooks(b.handle, ids_b[None], [b.hook])[b.hook][0]
+        ids_a, off_a = _with_bos(a, torch.from_numpy(spans_a.ids))
+        ids_b, off_b = _with_bos(b, torch.from_numpy(spans_b.ids))
+        x_a, x_b = run_hooks(a, ids_a[None], hooks_a), run_hooks(b, ids_b[None], hooks_b)
         take = min(len(pairs.a), budget - done)
         done += take
-        yield PairedActs(x_a[torch.from_numpy(pairs.a[:take] + off_a).to(x_a.device)],
-                         x_b[torch.from_numpy(pairs.b[:take] + off_b).to(x_b.device)])
+        at_a, at_b = torch.from_numpy(pairs.a[:take] + off_a), torch.from_numpy(pairs.b[:take] + off_b)
+        yield ({h: x[0][at_a.to(x.device)] for h, x in x_a.items()},
+               {h: x[0][at_b.to(x.device)] for h, x in x_b.items()})
     if done == 0:
         raise InvalidInputError(f"the texts of corpus {corpus.source!r} do not align across the two tokenizers "
                                 f"({seen} texts read on rank {rank}, no token of A ends at the same character "
                                 "as a token of B)")
 
 
+def paired_hook_activations(a: ModelHandle, hooks_a: list[str], b: ModelHandle, hooks_b: list[str],
+                            corpus: CorpusSpec, *, n_tokens: int, batch_blocks: int = 8,
+                            ctx: DistContext | None = None, progress: bool = True
+                            ) -> Iterator[tuple[HookActs, HookActs]]:
+    """This rank's activations of `hooks_a` of model `a` and `hooks_b` of model `b` at the
+    same tokens of about `n_tokens` tokens of `corpus` (`{hook: [N, d]}` per side, rows
+    paired; shared tokens for one tokenizer, character-aligned tokens for two)."""
+    if n_tokens < 2:
+        raise InvalidInputError(f"n_tokens must be at least 2, got {n_tokens}")
+    for handle, hooks in ((a, hooks_a), (b, hooks_b)):
+        for hook in hooks:
+            handle.check_hook(hook)
+    if same_tokenizer(a, b):
+        return _same_tokens(a, hooks_a, b, hooks_b, corpus, n_tokens, batch_blocks, ctx, progress)
+    return _aligned_texts(a, hooks_a, b, hooks_b, corpus, n_tokens, ctx)
+
+
 def paired_activations(a: Side, b: Side, corpus: CorpusSpec, *, n_tokens: int, batch_blocks: int = 8,
                        ctx: DistContext | None = None, progress: bool = True) -> Iterator[PairedActs]:
     """This rank's paired activations of `a.hook` and `b.hook` over about `n_tokens` tokens
     of `corpus` (shared tokens for one tokenizer, character-aligned tokens for two)."""
-    if n_tokens < 2:
-        raise InvalidInputError(f"n_tokens must be at least 2, got {n_tokens}")
-    a.handle.check_hook(a.hook)
-    b.handle.check_hook(b.hook)
-    if same_tokenizer(a.handle, b.handle):
-        return _same_tokens(a, b, corpus, n_tokens, batch_blocks, ctx, progress)
-    return _aligned_texts(a, b, corpus, n_tokens, ctx)
+    pairs = paired_hook_activations(a.handle, [a.hook], b.handle, [b.hook], corpus, n_tokens=n_tokens,
+                                    batch_blocks=batch_blocks, ctx=ctx, progress=progress)
+    return (PairedActs(x[a.hook], y[b.hook]) for x, y in pairs)

@@ -67,3 +67,18 @@ def test_map_sums_is_a_collective_sum():
     twice.merge(once)
     once.map_sums(lambda a: 2 * a)  # what an all-reduce over two identical ranks gives
     assert once.n == twice.n == 200 and np.allclose(once.result(), twice.result(), atol=1e-12)
+
+
+def test_split_keeps_only_the_cross_pairs_and_equals_the_full_block():
+    L = layers()
+    full, cross = CKAAccumulator(), CKAAccumulator(split=1)
+    for start in range(0, 600, 100):
+        batch = {k: v[start:start + 100] for k, v in L.items()}
+        full.update(batch)
+        cross.update(batch)
+    assert set(cross._cross) == {(0, 0), (0, 1), (0, 2), (1, 1), (2, 2)}  # no (1, 2): both in the second set
+    got, want = cross.result(), full.result()
+    assert np.allclose(got[:1, 1:], want[:1, 1:], atol=1e-12) and np.allclose(np.diag(got), 1.0)
+    assert np.isnan(got[1, 2]) and np.isnan(got[2, 1])
+    with pytest.raises(InvalidInputError, match="both sides"):
+        CKAAccumulator(split=3).update(L)

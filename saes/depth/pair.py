@@ -1,0 +1,72 @@
+"""Two models read on the same tokens, every requested layer of each from one paired stream
+(`saes.compare.pairs.paired_hook_activations`: shared token ids for one tokenizer, tokens
+ending at the same character for two, as `compare` pairs them).
+
+Kept in bounded memory: debiased linear CKA sums between every layer of A and every layer of
+B over all paired tokens (`geometry.cka.CKAAccumulator` with `split`: no pair within a
+model), and a seeded uniform subsample of the paired tokens' states at every layer of both
+(random keys drawn per batch, the `max_points` smallest kept), for the per-layer ID and LID
+shift (`geometry.depth_shift`). One process (no torchrun ranks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sae_atlas.geometry.cka import CKAAccumulator
+from sae_atlas.saes.compare.pairs import paired_hook_activations
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.depth.stream import check_layers
+from sae_atlas.saes.models import ModelHandle
+
+
+@dataclass
+class PairStream:
+    """What one paired pass gathered."""
+
+    layers_a: list[int]
+    layers_b: list[int]
+    states_a: np.ndarray  # [M, La, Da] float32: the subsampled paired tokens at A's layers
+    states_b: np.ndarray  # [M, Lb, Db]: the same tokens at B's layers
+    n_tokens: int  # paired tokens seen
+    cka: CKAAccumulator  # layers ("a", l) then ("b", l), split between them
+
+    def cross_cka(self) -> np.ndarray:
+        """Debiased linear CKA `[La, Lb]` between A's and B's layers."""
+        return self.cka.result()[: len(self.layers_a), len(self.layers_a):]
+
+
+def stream_pair(a: ModelHandle, b: ModelHandle, corpus: CorpusSpec, layers_a: list[int], layers_b: list[int], *,
+                n_tokens: int, batch_blocks: int = 8, max_points: int = 4000, seed: int = 0,
+                progress: bool = True) -> PairStream:
+    """Stream about `n_tokens` tokens of `corpus` through both models at once, paired, with
+    `hook_resid_post` of every layer of `layers_a` (model `a`) and `layers_b` (model `b`)
+    captured; see the module docstring for what is kept. InvalidInputError (naming the
+    model) for a layer a model lacks, and when no text aligns across two tokenizers."""
+    layers_a, layers_b = check_layers(a, layers_a), check_layers(b, layers_b)
+    hooks_a = [f"blocks.{layer}.hook_resid_post" for layer in layers_a]
+    hooks_b = [f"blocks.{layer}.hook_resid_post" for layer in layers_b]
+    cka = CKAAccumulator(split=len(layers_a))
+    keys = np.empty(0)
+    kept_a = np.empty((0, len(layers_a), a.d_model), np.float32)
+    kept_b = np.empty((0, len(layers_b), b.d_model), np.float32)
+    seen = 0
+    pairs = paired_hook_activations(a, hooks_a, b, hooks_b, corpus, n_tokens=n_tokens, batch_blocks=batch_blocks,
+                                    progress=progress)
+    for number, (acts_a, acts_b) in enumerate(pairs):
+        rows_a = [acts_a[h].float().cpu() for h in hooks_a]
+        rows_b = [acts_b[h].float().cpu() for h in hooks_b]
+        n = len(rows_a[0])
+        seen += n
+        cka.update({**{("a", layer): r for layer, r in zip(layers_a, rows_a, strict=True)},
+                    **{("b", layer): r for layer, r in zip(layers_b, rows_b, strict=True)}})
+        keys = np.concatenate([keys, np.random.default_rng([seed, number]).random(n)])
+        kept_a = np.concatenate([kept_a, torch.stack(rows_a, 1).numpy()])
+        kept_b = np.concatenate([kept_b, torch.stack(rows_b, 1).numpy()])
+        if len(keys) > max_points:
+            top = np.sort(np.argpartition(keys, max_points)[:max_points])
+            keys, kept_a, kept_b = keys[top], kept_a[top], kept_b[top]
+    return PairStream(layers_a, layers_b, kept_a, kept_b, seen, cka)
