@@ -1,5 +1,6 @@
 """Screenshots of every explorer page of an atlas (the demo's), served as the demo's closing
-lines serve it, for docs/pages/: one 64-colour PNG per page.
+lines serve it, for docs/pages/: one 64-colour PNG per page (the Depth page shows the atlas's
+first stored depth run, `sae-atlas analyze depth`).
 
     PYTHONPATH=. python bench/explorer_screenshots.py --atlas atlas-demo --out docs/pages
 
@@ -66,6 +67,7 @@ def main() -> None:
         latent = hits[0]["latent"] if hits else 0
         runs = httpx.get(url + "/analyses", timeout=60).json()
         compare = httpx.get(url + "/compare", timeout=60).json()
+        depth = [r for r in httpx.get(url + "/depth", timeout=60).json() if r["status"] == "ok"]
         pages = [
             ("saes", "#/saes", "table a.feat"),
             ("features", f"#/saes/{sae}", "table a.feat"),
@@ -82,6 +84,9 @@ def main() -> None:
             pages.append(("geometry-run", f"#/analyses/circular/{circular['run']}", "#figures"))
         if compare:
             pages.append(("comparison", f"#/compare/{compare[0]['run']}", "#pair-scatter"))
+        depth.sort(key=lambda r: r["kind"] != "corpus")  # a corpus run first, else a families run
+        pages.append(("depth", f"#/depth/{depth[0]['run']}", "#depth-cka, #family-lid") if depth
+                     else ("depth", "#/depth", "#depth-none"))
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 800})

@@ -221,6 +221,7 @@ async function featureView(sae, index) {
         el("table", { class: "stats" }, ["density", "n_active", "mean_act", "mean_active_act", "max_act", "decoder_norm"]
           .map((k) => el("tr", {}, el("td", {}, k), el("td", {}, fmt(s[k])))))),
       el("div", { class: "card" }, el("h3", {}, "Activation histogram (log bins)"), hist)),
+    featureDepthCard(f.depth),
     el("h3", {}, "Top examples"), examples,
     el("div", { class: "grid" },
       el("div", { class: "card" }, el("h3", {}, "Promotes"), logits(f.top_logits, "logit-pos")),
@@ -484,6 +485,8 @@ const ROUTES = [
   [/^#\/map(?:\/([^/?]+))?(?:\?highlight=(\d+))?$/, (m) => mapView(m[1] && decodeURIComponent(m[1]), m[2]), "nav-map"],
   [/^#\/analyses\/([^/]+)\/([^/]+)$/, (m) => analysisView(decodeURIComponent(m[1]), decodeURIComponent(m[2])), "nav-analyses"],
   [/^#\/analyses$/, () => analysesView(), "nav-analyses"],
+  [/^#\/depth\/([^/]+)$/, (m) => depthView(decodeURIComponent(m[1])), "nav-depth"],
+  [/^#\/depth$/, () => depthListView(), "nav-depth"],
   [/^#\/labels(?:\?q=(.*))?$/, (m) => labelsView(m[1] && decodeURIComponent(m[1])), "nav-labels"],
   [/^#\/attribute$/, () => attributeView(), "nav-attribute"],
   [/^#\/graph$/, () => graphView(), "nav-graph"],

@@ -7,35 +7,16 @@
 // relative-norm histogram of its latents (Lindsey et al. 2024) with the A-only / B-only bands,
 // its latents filtered by class, and a click on one its card: both decoder norms, any Latent
 // Scaling values and the nearest atlas features per side. Uses app.js's helpers (api, el, fmt,
-// enc, featLink, highlighted, table; svg.js's svg); only `compareListView`, `compareView` and
-// `crosscoderView` are global.
+// enc, featLink, highlighted, table; svg.js's svg, linear and axes); only `compareListView`,
+// `compareView` and `crosscoderView` are global.
 (function () {
 "use strict";
 
 const CLASS_COLOUR = { a_only: "#d6604d", shared: "#999999", b_only: "#4393c3" };
 const CLASS_NAME = { a_only: "A only", shared: "shared", b_only: "B only" };
 
-// A linear scale from [lo, hi] to [from, to]; ticks at the given step (default: both ends and the middle).
-function linear(lo, hi, from, to, step) {
-  const span = hi - lo || 1;
-  const f = (x) => from + ((x - lo) / span) * (to - from);
-  f.ticks = step ? Array.from({ length: Math.floor(span / step + 1e-9) + 1 }, (_, i) => lo + i * step) : [lo, (lo + hi) / 2, hi];
-  return f;
-}
 // Where a correlation or cosine axis ending at 1 starts: the values' minimum down to a multiple of 0.1 (at most 0.9).
 const axisStart = (values) => Math.min(0.9, values.length ? Math.floor(Math.min(...values) * 10 + 1e-9) / 10 : 0);
-
-// Axes with ticks and labels inside a plot of W x H with the given margins.
-function axes(plot, sx, sy, box, xLabel, yLabel) {
-  const { W, H, left, bottom, top, right } = box;
-  plot.append(svg("line", { x1: left, y1: H - bottom, x2: W - right, y2: H - bottom, class: "axis" }),
-    svg("line", { x1: left, y1: top, x2: left, y2: H - bottom, class: "axis" }),
-    svg("text", { x: (left + W - right) / 2, y: H - 4, class: "label", "text-anchor": "middle" }, xLabel),
-    svg("text", { x: 10, y: (top + H - bottom) / 2, class: "label", "text-anchor": "middle",
-      transform: `rotate(-90 10 ${(top + H - bottom) / 2})` }, yLabel));
-  for (const t of sx.ticks) plot.append(svg("text", { x: sx(t), y: H - bottom + 13, class: "tick", "text-anchor": "middle" }, fmt(t)));
-  for (const t of sy.ticks) plot.append(svg("text", { x: left - 4, y: sy(t) + 4, class: "tick", "text-anchor": "end" }, (sy.label || fmt)(t)));
-}
 
 // --- the listing ------------------------------------------------------------------------------
 // A run that is not "ok" (damaged, or unregistered: GET /compare/<run> refuses both) is listed

@@ -4,7 +4,8 @@ Python: `GET /depth` lists runs with their status, `GET /depth/<run>` sends the 
 means and tests), and a feature of a joined SAE says where it fires in depth terms. A planted
 join (one feature's tokens far below its layer's local dimension, one far above, one typical)
 must read as compressing / expanding / typical, for its own SAE only; a damaged run is listed
-as damaged and left off the feature page."""
+as damaged and left off the feature page. The explorer's Depth page and the feature page's
+depth card in headless Chromium draw what the service sent."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from sae_atlas.api.http import ServerSettings, create_app
 from sae_atlas.api.http.json_body import dumps
 from sae_atlas.api.results.depth import DepthRun, DepthRunRow
 from sae_atlas.geometry.results import write_analysis
+from tests.api.conftest import LiveServer
+from tests.api.test_browser import ARTIFACTS, _page, browser  # noqa: F401 (the browser fixture)
 
 TINY = '{"kind": "tiny", "arch": "llama", "n_layers": 4, "seed": 3}'
 HOOK = "blocks.2.hook_resid_post"
@@ -33,6 +36,7 @@ SMALL = ["--context", "32", "--tokens", "256", "--batch-blocks", "2", "--max-poi
 FAMILIES = {"animals": ["the cat sat on the mat", "a dog ran to the house", "the bird sat in the tree"],
             "numbers": ["one two three four", "five six seven eight", "nine ten eleven twelve"]}
 PLANTED = {1: (-4.5, 3.0, 0.1), 2: (0.3, 0.0, 0.0), 3: (5.0, 0.0, -2.5)}  # feature: lid, convergence, curvature z
+EXTREME = {"block": 3, "position": 2, "token": 42, "convergence_index": 0.1, "text": " cat", "context": "the cat"}
 
 
 def _invoke(*args: str) -> None:
@@ -51,8 +55,10 @@ def planted_run(root: Path, sae_id: str, run: str = "planted") -> None:
              "curvature_mean": 1.0, "curvature_shift": 0.0, "curvature_z": kz} for f, (z, cz, kz) in PLANTED.items()]
     rows.append({**rows[0], "sae_id": "another-sae", "feature": 2, "lid_z": -9.0})
     write_analysis(root, "depth", run, parameters={"model": "tiny", "layers": layers, "sae_ids": [sae_id]},
-                   summary={"layers": layers, "n_tokens": 100, "n_subsampled": 50, "id_peak_layer": 1},
-                   tables={"main": main, "cka": pl.DataFrame({"layer_a": [0], "layer_b": [0], "cka": [1.0]}),
+                   summary={"layers": layers, "n_tokens": 100, "n_subsampled": 50, "id_peak_layer": 1,
+                            "extreme_tokens": {"lowest_convergence": [EXTREME], "highest_curvature": []}},
+                   tables={"main": main, "cka": pl.DataFrame([{"layer_a": a, "layer_b": b, "cka": float(a == b)}
+                                                for a in layers for b in layers]),
                            "features": pl.DataFrame(rows)})
 
 
@@ -212,3 +218,73 @@ def test_openapi_documents_the_depth_routes(client: Any) -> None:
         assert schema == {"$ref": f"#/components/schemas/{name}"}
     assert paths["/depth"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["items"] == {
         "$ref": "#/components/schemas/DepthRunRow"}
+
+
+def _open(page: Any, url: str, hash_: str, ready: str) -> None:
+    page.goto(url + "/" + hash_)
+    page.wait_for_selector(ready)
+    page.wait_for_function("document.getElementById('status').textContent === ''")
+
+
+def test_depth_page_in_chromium(browser: Any, depth_atlas: dict[str, Any], client: Any) -> None:  # noqa: F811
+    sae_id = depth_atlas["sae_id"]
+    sent = client.get("/depth/depth").json()
+    with LiveServer(depth_atlas["root"]) as live:
+        page = _page(browser, live.url)
+        _open(page, live.url, "#/depth", "a.depth-run")
+        assert page.locator("a.depth-run").all_inner_texts() == ["depth", "depth-families", "planted"]
+        assert page.get_attribute("#nav-depth", "class") == "active"
+        page.click("a.depth-run:text-is('depth')")
+        page.wait_for_selector("#depth-cka")
+        page.wait_for_function("document.getElementById('status').textContent === ''")
+
+        # ID and local ID against depth, with their intervals; the lenses; CKA; trajectories
+        assert page.get_attribute("#depth-id .series-twonn", "data-points") == "4"
+        assert page.locator("#depth-id path.band").count() == 2  # the MLE interval and the local ID band
+        for plot in ("#depth-lens-top1", "#depth-lens-kl"):
+            assert [page.get_attribute(f"{plot} .series-{k}", "data-points") for k in ("logit", "tuned")] == ["4", "4"]
+        assert page.get_attribute("#depth-cka", "data-cells") == "16" and page.locator(".cka-cell").count() == 16
+        assert page.locator(".cka-cell title").first.inner_html() == "layers 0 and 0: CKA 1"
+        assert page.get_attribute("#depth-steps .series-curvature", "data-points") == "2"  # a turn needs two steps
+        assert page.get_attribute("#dist-path_length", "data-count") == "150"
+        headline = page.inner_text("#depth-headline")
+        assert f"ID peaks at layer {sent['summary']['id_peak_layer']}" in headline
+        assert page.locator("#depth-extremes li").count() == len(sent["extreme_tokens"]) == 10
+        shown = [f for f in sent["features"] if f["shape"] != "typical"]
+        assert page.locator("#depth-joined a.feat").count() == len(shown)
+        assert page.locator("#depth-figures img").count() == 3
+
+        # a families run: one line per family, every test
+        page.select_option("#depth-pick", "depth-families")
+        page.wait_for_selector("#family-lid")
+        assert page.locator("#family-lid path.line").count() == 2
+        assert page.locator("#family-tests tr").count() == 1 + len(client.get("/depth/depth-families").json()["family_tests"])
+
+        # the planted run: its extreme token opens the Text page on its context
+        _open(page, live.url, "#/depth/planted", "#depth-extremes")
+        page.click("#depth-extremes a.feat")
+        page.wait_for_selector("#text-input")
+        assert page.input_value("#text-input") == "the cat"
+
+        # the feature page's depth card: what the planted join says, linked to its run
+        _open(page, live.url, f"#/saes/{sae_id}/features/1", "#feature-depth")
+        card = page.inner_text("#feature-depth")
+        assert "planted: fires where the representation is compressing: at layer 2 its 12 tokens" in card
+        assert page.locator("#feature-depth .feature-depth.compressing a[href='#/depth/planted']").count() == 1
+        ARTIFACTS.mkdir(exist_ok=True)
+        _open(page, live.url, "#/depth/depth", "#depth-cka")
+        page.screenshot(path=str(ARTIFACTS / "depth.png"), full_page=True)
+
+        # a damaged run is listed without a link, naming the file
+        table = depth_atlas["root"] / "analyses" / "depth" / "planted.features.parquet"
+        saved = table.read_bytes()
+        try:
+            table.write_bytes(b"broken")
+            _open(page, live.url, "#/depth", ".depth-problem.damaged")
+            assert page.locator("a.depth-run").all_inner_texts() == ["depth", "depth-families"]
+            assert "planted.features.parquet" in page.inner_text(".depth-problem.damaged[data-run='planted']")
+        finally:
+            table.write_bytes(saved)
+        assert "\ufffd" not in page.inner_text("body") and "[object " not in page.inner_text("#view")
+        assert not page.errors, page.errors
+        assert not page.blocked, page.blocked
