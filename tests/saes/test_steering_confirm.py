@@ -18,7 +18,13 @@ from sae_atlas.saes.intervene.steering_prompts import (
     split_sets,
     target_class,
 )
-from sae_atlas.saes.intervene.steering_search import SearchParams, rank_features
+from sae_atlas.saes.intervene.steering_search import (
+    SearchParams,
+    _candidates,
+    _live,
+    rank_features,
+    resolve_target,
+)
 from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import (
@@ -51,6 +57,17 @@ def test_a_dead_latent_is_left_out_by_default_and_called_a_direction_when_includ
                               SearchParams(**{**PARAMS.__dict__, "include_dead": True}))
     dead = next(f for f in with_dead.features if f.latent == DEAD)
     assert dead.kind == "direction" and dead.density == 0.0 and with_dead.left_out_dead == 0
+
+
+def test_the_search_screen_keeps_the_target_promoters_and_drops_useless_latents(planted: Planted) -> None:
+    """The cheap screen (the target's z-scored logit-lens effect less its siblings') passes
+    the latents writing the target's unembedding; the dead one, the class-wide one and the
+    random ones are not measured."""
+    target = resolve_target(planted.handle.tokenizer, "cat", planted.handle.d_vocab)
+    siblings = target_class(planted.handle.tokenizer, target.token_ids, planted.handle.d_vocab, "tokens").sibling_ids
+    live = _live(planted.source, PARAMS)
+    assert set(_candidates(planted.handle, planted.source, target, 2, None, live, siblings)) == {GATED, SPECIFIC}
+    assert DEAD not in _candidates(planted.handle, planted.source, target, 9, None, live, siblings)
 
 
 def test_a_latent_raising_the_whole_class_ranks_below_one_raising_the_target(planted: Planted) -> None:
