@@ -1,14 +1,15 @@
-"""Every example in README.md runs against a copy of the small atlas, so the README cannot rot.
+"""Every example in README.md and the docs site's pages (docs/*.md, in the order of the nav in
+mkdocs.yml) runs against a copy of the small atlas, so the docs cannot rot.
 
-Fenced blocks of README.md are read as follows:
+Fenced blocks of each page are read as follows:
 - `python` blocks run statement by statement in a folder holding the copy as `atlas-demo/`
-  (and `atlas-small/`, the README's other worked atlas), after SUBSTITUTIONS (the demo's
+  (and `atlas-small/`, the docs' other worked atlas), after SUBSTITUTIONS (the demo's
   SAE ids, hooks, features and sizes -> the small atlas's) and with `names()` predefined
-  (what the README leaves to the reader: `atlas`, `text`, `direction`, ...). An expression that
+  (what the pages leave to the reader: `atlas`, `text`, `direction`, ...). An expression that
   gives a table or a list must give a non-empty one: an example that finds nothing is broken.
 - `sh` / `bash` blocks, and `$ ` lines of output blocks: every `sae-atlas` command (and what
   `torchrun ... -m sae_atlas` runs) is parsed by the real CLI, so an unknown verb or option fails,
-  and then run in-process, in README order, unless marked. `[...]` (optional parts) are
+  and then run in-process, in page order, unless marked. `[...]` (optional parts) are
   left out, `a|b` takes a.
 - Markers, an HTML comment on the line right before the fence (its reason is the skip reason):
   `<!-- readme-test: skip: REASON -->` nothing in the block runs;
@@ -37,7 +38,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+NAV_PAGE = re.compile(r"^\s*- (?:\"[^\"]*\"|[^:\"]+):\s*(\S+\.md)\s*$", re.M)
 MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|parse-only)((?:\s+[\w-]+)*)\s*:\s*(.*?)\s*-->")
 EXAMPLE_ATLASES = {"atlas-demo", "atlas-small"}
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -70,7 +72,7 @@ EMPTY_ON_SMALL_ATLAS = {
 
 
 def names(root: Path, ids: list[str]) -> dict[str, Any]:
-    """What the README's Python leaves to the reader."""
+    """What the pages' Python leaves to the reader."""
     from sae_atlas import Atlas
 
     rng = np.random.default_rng(0)
@@ -81,14 +83,25 @@ def names(root: Path, ids: list[str]) -> dict[str, Any]:
             "text": "Today is Monday, so tomorrow is"}
 
 
+def pages() -> list[Path]:
+    """README.md, then the site's pages in the order of mkdocs.yml's nav."""
+    nav = NAV_PAGE.findall((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    return [REPO / "README.md", *(REPO / "docs" / name for name in nav)]
+
+
 @dataclass
 class Block:
-    """One fenced block of the README."""
+    """One fenced block of a page."""
 
+    page: str  # the page's path in the repository
     line: int  # 1-based line of the opening fence
     lang: str
     body: str
     marker: tuple[Literal["skip", "parse-only"], set[str], str] | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
     @property
     def kind(self) -> Literal["python", "shell"] | None:
@@ -99,8 +112,9 @@ class Block:
         return None
 
 
-def readme_blocks() -> list[Block]:
-    lines = README.read_text(encoding="utf-8").splitlines()
+def page_blocks(page: Path) -> list[Block]:
+    lines = page.read_text(encoding="utf-8").splitlines()
+    name = page.relative_to(REPO).as_posix()
     blocks, i = [], 0
     while i < len(lines):
         opening = FENCE.match(lines[i])
@@ -110,7 +124,7 @@ def readme_blocks() -> list[Block]:
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
         found = MARKER.search(lines[i - 1]) if i else None
         marker = (found.group(1), set(found.group(2).split()), found.group(3)) if found else None
-        blocks.append(Block(i + 1, opening.group(1), "\n".join(lines[i + 1:end]), marker))
+        blocks.append(Block(name, i + 1, opening.group(1), "\n".join(lines[i + 1:end]), marker))
         i = end + 1
     return [b for b in blocks if b.kind]
 
@@ -155,7 +169,7 @@ def commands(block: Block, text: str) -> list[tuple[str, list[str]]]:
         elif words[:1] == ["torchrun"]:
             found.append(("torchrun", words[words.index("sae_atlas") + 1:]))
         elif words:
-            raise AssertionError(f"README.md:{block.line}: {words[0]!r} is not sae-atlas; mark the block")
+            raise AssertionError(f"{block.where}: {words[0]!r} is not sae-atlas; mark the block")
     return [(program, [w.split("|")[0] if re.fullmatch(r"[\w-]+(\|[\w-]+)+", w) else w for w in args])
             for program, args in found]
 
@@ -193,14 +207,14 @@ def substitute(text: str, values: dict[str, str]) -> str:
     return text
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [block for page in pages() for block in page_blocks(page)]
 
 
 @pytest.fixture(scope="module")
 def workdir(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A folder with copies of the small atlas as `atlas-demo` and `atlas-small` (the third
-    member of the README's series of layers), holding what the demo stores (the weekday circle run under the demo's name, steering tables), and the values
-    SUBSTITUTIONS use."""
+    member of the docs' series of layers), holding what the demo stores (the weekday circle run
+    under the demo's name, steering tables, a comparison), and the values SUBSTITUTIONS use."""
     from sae_atlas.api.analyses.circular import run_circle_analysis, write_concept_run
     from sae_atlas.api.atlas import Atlas
     from sae_atlas.saes.intervene.concepts import weekdays
@@ -219,6 +233,8 @@ def workdir(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
     shutil.copytree(root, folder / "atlas-small")
     graph = atlas.graph("Let's do some days of the week math. Two days from Monday is", target=" Wednesday")
     node = next(n["node_id"] for n in graph.top_nodes if n["kind"] == "feature")
+    atlas.compare(root, sae=small_atlas["sae_ids"][0], other_sae=small_atlas["sae_ids"][1], n_tokens=2048,
+                  sample_tokens=256, n_perm=5, run="demo-comparison")  # the demo stores one
     ids = small_atlas["sae_ids"]
     cwd = Path.cwd()
     os.chdir(folder)
@@ -245,7 +261,7 @@ def run_python(block: Block, work: dict[str, Any]) -> None:
     namespace = names(work["root"], work["ids"])
     for statement in ast.parse(source).body:
         code = ast.get_source_segment(source, statement)
-        where = f"README.md:{block.line + statement.lineno}: {code}"
+        where = f"{block.page}:{block.line + statement.lineno}: {code}"
         if isinstance(statement, ast.Expr):
             value = eval(compile(ast.Expression(statement.value), where, "eval"), namespace)
             assert not _empty(value) or code in EMPTY_ON_SMALL_ATLAS, f"{where} gives nothing on the small atlas"
@@ -264,24 +280,36 @@ def run_shell(block: Block, work: dict[str, Any]) -> None:
         if program == "torchrun" or verb == "serve" or not on_example_atlas or marked:
             continue
         result = CliRunner().invoke(app, args)
-        assert result.exit_code == 0, f"README.md:{block.line}: sae-atlas {shlex.join(args)}\n{result.output}"
+        assert result.exit_code == 0, f"{block.where}: sae-atlas {shlex.join(args)}\n{result.output}"
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{b.line}-{b.kind}" for b in BLOCKS])
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.where}-{b.kind}" for b in BLOCKS])
 def test_readme_example_runs(block: Block, workdir: dict[str, Any]) -> None:
     if block.marker and block.marker[0] == "skip":
-        pytest.skip(f"README.md:{block.line}: {block.marker[2]}")
+        pytest.skip(f"{block.where}: {block.marker[2]}")
     if block.kind == "python":
         run_python(block, workdir)
     else:
         run_shell(block, workdir)
 
 
-def test_readme_prose_commands_name_real_verbs_and_options() -> None:
-    prose = re.sub(r"(?ms)^```.*?^```", "", README.read_text(encoding="utf-8"))
-    spans = re.findall(r"`sae-atlas ([^`]+)`", prose) + re.findall(r"`torchrun [^`]*-m sae_atlas\s([^`]+)`", prose)
-    assert len(spans) > 10
-    for span in spans:
+def prose_commands(page: Path) -> list[str]:
+    """What follows `sae-atlas` in the code spans of a page's prose (fenced blocks left out)."""
+    prose = re.sub(r"(?ms)^```.*?^```", "", page.read_text(encoding="utf-8"))
+    return re.findall(r"`sae-atlas ([^`]+)`", prose) + re.findall(r"`torchrun [^`]*-m sae_atlas\s([^`]+)`", prose)
+
+
+def test_every_page_is_read() -> None:
+    """The walk covers README.md and every page of docs/ (a page outside the nav would be
+    missed here; tests/test_docs_site.py fails the build on it too)."""
+    assert {p.name for p in pages()[1:]} == {p.name for p in (REPO / "docs").glob("*.md")}
+    assert sum(b.kind == "python" for b in BLOCKS) > 10 and sum(b.kind == "shell" for b in BLOCKS) > 10
+    assert sum(len(prose_commands(p)) for p in pages()) > 10
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: p.name)
+def test_readme_prose_commands_name_real_verbs_and_options(page: Path) -> None:
+    for span in prose_commands(page):
         words = [w.split("|")[0] for w in shlex.split(span)]
         verbs, command, rest = resolve(words)
         assert verbs and not isinstance(command, typer.core.TyperGroup), f"`sae-atlas {span}`: no such verb"
