@@ -7,7 +7,9 @@ on B, a skip transcoder A -> B, a crosscoder of A and B and a one-layer CLT A ->
 `python -m torch.distributed.run --standalone --nproc_per_node=2 -m tests.saes.loop_worker
 OUT_DIR MODE` trains them over two ranks (MODE "data" or "modules") and writes each folded
 dictionary's state_dict to `OUT_DIR/<MODE>-<name>.pt` (rank 0 for data-parallel, each
-dictionary's owner for module sharding). Data-parallel runs without AuxK and without the
+dictionary's owner for module sharding). With a third argument, a `KillPoint` as JSON,
+the run checkpoints into `OUT_DIR/run/` and every rank SIGKILLs itself at that point (run
+again without it to resume). Data-parallel runs without AuxK and without the
 crosscoder: both compute statistics of each rank's share of the batch (the AuxK
 normaliser, BatchTopK's selection), see `saes.train.loop`.
 """
@@ -15,6 +17,7 @@ normaliser, BatchTopK's selection), see `saes.train.loop`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from sae_atlas.saes.train.sources import RowSource
 from sae_atlas.saes.train.trainer import SAEDictionary
 from sae_atlas.saes.transcoders.clt import CLTConfig
 from sae_atlas.saes.transcoders.clt_train import CLTDictionary
+from tests.saes.kill_points import KillPoint
 from tests.saes.planted import planted_atoms, planted_batches
 
 HOOK_A, HOOK_B = "blocks.0.ln2.hook_normalized", "blocks.0.hook_mlp_out"
@@ -88,9 +92,11 @@ def train_all(checkpoint_dir: Path | None = None, ctx: DistContext | None = None
 
 def main() -> None:
     out, mode = Path(sys.argv[1]), sys.argv[2]
+    if len(sys.argv) > 3:
+        KillPoint(**json.loads(sys.argv[3])).install()
     ctx = init_distributed()
     assert ctx is not None and ctx.world_size == 2
-    states = train_all(None, ctx, mode, data_parallel=mode == "data")  # type: ignore[arg-type]
+    states = train_all(out / "run", ctx, mode, data_parallel=mode == "data")  # type: ignore[arg-type]
     if mode == "modules" or ctx.is_main:
         for name, state in states.items():
             torch.save(state, out / f"{mode}-{name}.pt")

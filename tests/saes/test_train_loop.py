@@ -6,7 +6,9 @@ equal one process; impossible runs are refused before training."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -70,16 +72,31 @@ def test_killed_run_resumes_to_identical_weights(point: KillPoint, together, tmp
         assert _equal(resumed[name], state), name
 
 
-def _torchrun(tmp_path: Path, mode: str) -> None:
+def _torchrun(tmp_path: Path, mode: str, *point: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "tests.saes.loop_worker", str(tmp_path), mode]
+           "-m", "tests.saes.loop_worker", str(tmp_path), mode, *point]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0 or point, proc.stderr[-3000:]
+    return proc
 
 
 def test_two_ranks_module_sharded_equal_one_process(together, tmp_path: Path) -> None:
     """Each rank trains its dictionaries on the all-gathered whole batches: bit for bit."""
+    _torchrun(tmp_path, "modules")
+    for name, state in together.items():
+        assert _equal(torch.load(tmp_path / f"modules-{name}.pt"), state), name
+
+
+def test_two_ranks_module_sharded_killed_resume_to_the_weights_of_one_process(together, tmp_path: Path) -> None:
+    """Both ranks die at step 7 (the first batches still replaying, checkpoint of step 6
+    written by rank 0 from every rank's dictionaries); a second torchrun resumes."""
+    point = KillPoint("sae_atlas.saes.train.trainer.project_decoder_grad", 2 * 7 + 1)  # 2 SAE kinds per rank
+    killed = _torchrun(tmp_path, "modules", json.dumps(point.__dict__))
+    assert killed.returncode != 0 and f"exitcode  : -{signal.SIGKILL}" in killed.stderr, killed.stderr[-3000:]
+    assert not list(tmp_path.glob("modules-*.pt"))
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000004.pt",
+                                                                                   "step-00000006.pt"]
     _torchrun(tmp_path, "modules")
     for name, state in together.items():
         assert _equal(torch.load(tmp_path / f"modules-{name}.pt"), state), name
