@@ -1,0 +1,110 @@
+"""Streamed vs cached training of the same SAE: held-out FVU on the same unseen tokens.
+
+    PYTHONPATH=. python bench/stream_equivalence.py [--tokens 61440] [--cache-tokens 73728] \
+        [--work /tmp/trainbench/equiv] [--streamed-sae DIR]
+
+On the demo model's blocks.15.hook_resid_post, a TopK SAE of the demo's shape (4608
+latents, k 32, batches of 4096, seed 0, the same `--tokens`) is trained twice:
+
+- cached: `sae-atlas cache --tokens <cache-tokens>` (its train split must hold the training
+  tokens; the cache is resumed if present), then `sae-atlas train` from that cache;
+- streamed: `sae-atlas train --from-model` (mixing buffer `--buffer-tokens`), or the layer-15
+  SAE of an earlier streamed run of the same configuration given with `--streamed-sae` (a
+  multi-hook streamed run trains each SAE on the same batches as a one-hook run).
+
+Both are then evaluated on the same `--eval-tokens` corpus tokens that neither saw: the
+blocks after the cache's last block and after the stream's training blocks. Printed: both
+FVUs, the relative gap |streamed - cached| / cached (target <= 3%), and each run's own
+held-out FVU from its training.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.eval.reconstruction import reconstruction_stats
+from sae_atlas.saes.formats.saelens import load_saelens
+from sae_atlas.saes.models import load_model
+from sae_atlas.saes.streaming import stream_activations
+from sae_atlas.saes.train.stream_source import plan_stream
+from sae_atlas.store.activations import ActivationReader
+
+HOOK = "blocks.15.hook_resid_post"
+D_SAE, K, BATCH = 4608, 32, 4096
+SHAPE = ["--arch", "topk", "--d-sae", str(D_SAE), "--k", str(K), "--batch-size", str(BATCH), "--seed", "0",
+         "--device", "cpu"]
+
+
+def run(cmd: list[str], log: Path) -> None:
+    """Run a CLI step, its output appended to `log`."""
+    with log.open("a") as out:
+        if subprocess.run([sys.executable, "-m", "sae_atlas", *cmd], stdout=out, stderr=subprocess.STDOUT).returncode:
+            raise SystemExit(f"sae-atlas {' '.join(cmd)} failed; see {log}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=61440)
+    ap.add_argument("--cache-tokens", type=int, default=73728)
+    ap.add_argument("--buffer-tokens", type=int, default=65536)
+    ap.add_argument("--eval-tokens", type=int, default=8192)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/trainbench/equiv"))
+    ap.add_argument("--cached-atlas", type=Path, default=None, help="default: <work>/cached")
+    ap.add_argument("--streamed-sae", type=Path, default=None, help="layer-15 SAE of an earlier streamed run")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    log = args.work / "steps.log"
+    cached_atlas = args.cached_atlas or args.work / "cached"
+    run(["cache", "--atlas", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.cache_tokens), "--device", "cpu"],
+        log)
+    run(["train", "--atlas", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.tokens), *SHAPE], log)
+    cached_sae = cached_atlas / "saes" / f"{HOOK}-topk-{D_SAE}"
+    streamed_sae = args.streamed_sae
+    if streamed_sae is None:
+        streamed_atlas = args.work / "streamed"
+        run(["train", "--from-model", "--atlas", str(streamed_atlas), "--hook", HOOK, "--tokens", str(args.tokens),
+             "--buffer-tokens", str(args.buffer_tokens), "--heldout-tokens", str(args.eval_tokens), *SHAPE], log)
+        streamed_sae = streamed_atlas / "saes" / f"{HOOK}-topk-{D_SAE}"
+    records = {name: json.loads((folder / "training.json").read_text())
+               for name, folder in (("cached", cached_sae), ("streamed", streamed_sae))}
+    for name, record in records.items():
+        wanted = {"total_tokens": args.tokens, "batch_size": BATCH, "seed": 0}
+        got = {key: record["train_config"][key] for key in wanted}
+        if got != wanted or record["sae_config"]["d_sae"] != D_SAE or record["sae_config"]["k"] != K:
+            raise SystemExit(f"the {name} SAE was trained with {got}, not {wanted}")
+
+    handle = load_model("smollm2-135m", device="cpu")
+    corpus = CorpusSpec()
+    cache_blocks = ActivationReader(cached_atlas, HOOK).n_blocks
+    stream_blocks = plan_stream(handle, corpus, steps=args.tokens // BATCH, batch_size=BATCH, batch_blocks=8,
+                                buffer_tokens=args.buffer_tokens, heldout_tokens=0, lanes=1).n_blocks
+    start = max(cache_blocks, stream_blocks)
+    n_eval = args.eval_tokens // corpus.context_size
+    rows = []
+    for batch in stream_activations(handle, corpus, [HOOK], n_blocks=start + n_eval, batch_blocks=8,
+                                    resume_blocks=start, progress=False):
+        rows.append(batch.acts[HOOK].reshape(-1, handle.d_model)[~batch.excluded.reshape(-1)])
+    x = torch.cat(rows)
+    fvu = {name: reconstruction_stats(load_saelens(folder), [x]).result()["fvu"]
+           for name, folder in (("cached", cached_sae), ("streamed", streamed_sae))}
+    gap = abs(fvu["streamed"] - fvu["cached"]) / fvu["cached"]
+    print(f"{args.tokens:,} training tokens each; evaluated on {len(x):,} tokens of blocks {start}..{start + n_eval} "
+          f"(cache ends at block {cache_blocks}, the stream's training blocks at {stream_blocks})")
+    for name in ("cached", "streamed"):
+        own = records[name]["heldout_metrics"]
+        print(f"  {name:8s} FVU {fvu[name]:.4f} (its own held-out: FVU {own['fvu']:.4f} on {own['n_tokens']:,} "
+              f"tokens; train FVU {records[name]['final_metrics']['fvu']:.4f})")
+    print(f"relative gap |streamed - cached| / cached = {gap:.2%} (target <= 3%)")
+    print(json.dumps({"tokens": args.tokens, "eval_tokens": len(x), "eval_start_block": start, "fvu": fvu,
+                      "gap": gap}))
+
+
+if __name__ == "__main__":
+    main()
