@@ -106,14 +106,16 @@ def check_run(dictionaries: Sequence[Dictionary], source: ActivationSource, ctx:
                                 f"{len(dictionaries)} ({', '.join(names)}); use fewer ranks or data-parallel training")
 
 
-def _gather(batch: Batch, ctx: DistContext | None) -> Batch:
-    """The global batch from every rank's share (rank order); the batch itself alone."""
+def _gather(batch: Batch, ctx: DistContext | None, device: str) -> Batch:
+    """The global batch from every rank's share (rank order; gathered on `device`, which
+    nccl needs); the batch itself alone."""
     if _world(ctx) == 1:
         return batch
     out = {}
     for hook, part in batch.items():
+        part = part.to(device).contiguous()
         parts = [torch.empty_like(part) for _ in range(_world(ctx))]
-        dist.all_gather(parts, part.contiguous())
+        dist.all_gather(parts, part)
         out[hook] = torch.cat(parts)
     return out
 
@@ -138,7 +140,7 @@ class _Loop:
         self.mine = list(everyone[rank::world]) if distribute == "modules" else list(everyone)
         for d in self.mine:
             d.distribute(ctx if distribute == "data" else None)
-        self.train = everyone[0].train
+        self.train, self.device = everyone[0].train, everyone[0].device
         self.total = self.train.total_steps
         self.step = 0
         self.replay: dict[str, Any] | None = None  # {"state", "count"} while the first batches replay
@@ -149,14 +151,13 @@ class _Loop:
 
     def start(self) -> int | None:
         """Resume from the newest checkpoint (returning its step) or initialise from the first batches."""
-        state = load_latest_checkpoint(self.checkpoint_dir, map_location=self.mine[0].device) \
-            if self.checkpoint_dir is not None else None
+        state = load_latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
         if state is not None:
             self._load(state)
             return self.step
         before = self.source.state_dict()
         first = self._draw(max(d.first_batches() for d in self.mine))
-        whole = [_gather(b, self.ctx) for b in first]  # initialisation sees whole global batches
+        whole = [_gather(b, self.ctx, self.device) for b in first]  # initialisation sees whole global batches
         for d in self.mine:
             d.initialise(whole[: d.first_batches()])
         self.replay, self.pending = {"state": before, "count": len(first)}, first
@@ -188,7 +189,7 @@ class _Loop:
         batch = self.pending.pop(0) if self.pending else self.source.next_batch()
         if not self.pending:
             self.replay = None
-        return _gather(batch, self.ctx) if self.distribute == "modules" else batch
+        return _gather(batch, self.ctx, self.device) if self.distribute == "modules" else batch
 
     def checkpoint(self) -> None:
         """One atomic checkpoint of the run (rank 0 writes what every rank holds)."""
