@@ -14,8 +14,9 @@ from sae_atlas.api.results.html import escape, format_value
 from sae_atlas.api.results.sae import Status
 from sae_atlas.api.results.wire import FileName, JsonResult, Number
 
-DepthKind = Literal["corpus", "families"]
-"""A depth run over a corpus stream (`analyze depth`) or over prompt families (`--families`)."""
+DepthKind = Literal["corpus", "families", "pair"]
+"""A depth run over a corpus stream (`analyze depth`), over prompt families (`--families`), or
+of two models on the same texts (`--model-b`)."""
 DepthShape = Literal["compressing", "expanding", "typical"]
 """Where a feature's tokens sit in local dimension against every token of its layer."""
 
@@ -26,6 +27,7 @@ class DepthRunRow(TypedDict):
     run: str
     kind: DepthKind
     model: str | None
+    model_b: Annotated[str | None, Field(description="the second model of a pair run")]
     layers: list[int]
     n_tokens: Annotated[int | None, Field(description="tokens streamed (null: a families run)")]
     id_peak_layer: Annotated[int | None, Field(description="layer of the highest TwoNN dimension (null: families)")]
@@ -68,10 +70,35 @@ class DepthLayer(TypedDict):
 
 
 class CkaMatrix(TypedDict):
-    """Debiased linear CKA between every pair of the run's layers (`values[i][j]`)."""
+    """Debiased linear CKA between every pair of layers (`values[i][j]`: row layer `layers[i]`,
+    column layer `layers_b[j]`); a pair run's rows are model A's layers, its columns model B's."""
 
     layers: list[int]
+    layers_b: list[int]
     values: list[list[Number]]
+
+
+@with_config(ConfigDict(extra="allow"))
+class DepthShift(TypedDict):
+    """A pair run at one layer read in both models: TwoNN of each, and the MLE dimension and
+    mean local dimension of each with the shift from A to B, its paired bootstrap interval and
+    its paired permutation p-value."""
+
+    layer: int
+    twonn_a: Number
+    twonn_b: Number
+    mle_a: Number
+    mle_b: Number
+    mle_shift: Number
+    mle_shift_low: Number
+    mle_shift_high: Number
+    mle_shift_p: Number
+    lid_a: Number
+    lid_b: Number
+    lid_shift: Number
+    lid_shift_low: Number
+    lid_shift_high: Number
+    lid_shift_p: Number
 
 
 class ExtremeToken(TypedDict):
@@ -147,7 +174,9 @@ class DepthRun(JsonResult):
     ID quantiles, trajectory means, logit and tuned lens), the `cka` matrix, the distributions
     of per-token trajectory metrics, the tokens with extreme trajectories and, with SAEs
     joined, the features firing where the representation compresses or expands most. A
-    families run: the per-family means (`families`) and every pairwise test (`family_tests`)."""
+    families run: the per-family means (`families`) and every pairwise test (`family_tests`). A
+    pair run: the CKA of every layer of A against every layer of B (`cka`) and, where both are
+    read at the same layers, the ID and local-ID shift from A to B (`shift`)."""
 
     run: str
     kind: DepthKind
@@ -162,6 +191,9 @@ class DepthRun(JsonResult):
     features: Annotated[list[FeatureDepth], Field(
         description="per joined SAE, the features with the lowest and highest local-dimension z")] = field(
         default_factory=list)
+    shift: Annotated[list[DepthShift], Field(description="a pair run's shift per layer (empty when the two "
+                                                         "models are read at different layers)")] = field(
+        default_factory=list)
     families: list[FamilyDepth] = field(default_factory=list)
     family_tests: Annotated[list[FamilyTest], Field(description="every family pair x metric, smallest p first")] = \
         field(default_factory=list)
@@ -171,6 +203,8 @@ class DepthRun(JsonResult):
         s = self.summary
         if self.kind == "families":
             head = f"families {', '.join(escape(f['family']) for f in self.families)}"
+        elif self.kind == "pair":
+            head = f"{escape(self.parameters.get('model'))} vs {escape(self.parameters.get('model_b'))}"
         else:
             head = (f"{s.get('n_tokens')} tokens; ID peak at layer {s.get('id_peak_layer')}; lenses agree above "
                     f"50% from layer {s.get('logit_lens_first_layer_top1_above_half')} (logit), "

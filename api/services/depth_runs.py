@@ -1,6 +1,7 @@
 """Stored depth runs (`analyses/depth/<run>`, written by `sae-atlas analyze depth`) as the
 Depth page and the feature page read them: the listing with each run's status, one run
-(profile, CKA matrix, trajectory distributions, extreme tokens, joined features, families),
+(profile, CKA matrix, trajectory distributions, extreme tokens, joined features; families;
+a model pair's cross-CKA and shift),
 and where one SAE feature fires in depth terms."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import polars as pl
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.depth import (
     CkaMatrix,
+    DepthKind,
     DepthRun,
     DepthRunRow,
     DepthShape,
@@ -36,8 +38,10 @@ DISTRIBUTED = ("convergence_index", "mean_curvature", "path_length")
 EXTREMES = {"lowest_convergence": "convergence_index", "highest_curvature": "mean_curvature"}
 
 
-def _is_families(meta: dict[str, Any]) -> bool:
-    return "tests" in meta.get("tables", {})
+def _kind(meta: dict[str, Any]) -> DepthKind:
+    if "model_b" in meta.get("parameters", {}):
+        return "pair"
+    return "families" if "tests" in meta.get("tables", {}) else "corpus"
 
 
 def depth_runs(root: Any) -> list[DepthRunRow]:
@@ -48,7 +52,7 @@ def depth_runs(root: Any) -> list[DepthRunRow]:
         meta = state.meta or {}
         params, summary = meta.get("parameters", {}), meta.get("summary", {})
         rows.append(DepthRunRow(
-            run=state.run, kind="families" if _is_families(meta) else "corpus", model=params.get("model"),
+            run=state.run, kind=_kind(meta), model=params.get("model"), model_b=params.get("model_b"),
             layers=list(params.get("layers", [])), n_tokens=summary.get("n_tokens"),
             id_peak_layer=summary.get("id_peak_layer"),
             families=list(summary["families"]) if "families" in summary else None,
@@ -72,7 +76,13 @@ def _build(ctx: AtlasContext, run: str, meta: dict[str, Any]) -> DepthRun:
     folder = results.run_paths(ctx.root, KIND, run)[1].parent
     figures = [folder / name for name in results.figure_names(meta)]
     layers = [int(layer) for layer in params.get("layers", [])]
-    if _is_families(meta):
+    kind = _kind(meta)
+    if kind == "pair":
+        shift = stored.tables.get("shift")
+        return DepthRun(run=run, kind="pair", parameters=params, summary=summary, layers=layers,
+                        cka=_cka_matrix(stored.tables["main"], layers, [int(b) for b in params.get("layers_b", [])]),
+                        shift=[] if shift is None else shift.to_dicts(), figures=figures)
+    if kind == "families":
         families = stored.tables["main"]
         return DepthRun(run=run, kind="families", parameters=params, summary=summary, layers=layers,
                         families=[_family(row, layers) for row in families.iter_rows(named=True)],
@@ -82,7 +92,7 @@ def _build(ctx: AtlasContext, run: str, meta: dict[str, Any]) -> DepthRun:
     joined = stored.tables.get("features")
     return DepthRun(
         run=run, kind="corpus", parameters=params, summary=summary, layers=main["layer"].to_list(),
-        profile=main.to_dicts(), cka=_cka_matrix(stored.tables["cka"], main["layer"].to_list()),
+        profile=main.to_dicts(), cka=_cka_matrix(stored.tables["cka"], *[main["layer"].to_list()] * 2),
         distributions={} if tokens is None else {name: _distribution(tokens[name]) for name in DISTRIBUTED
                                                  if name in tokens.columns},
         extreme_tokens=_extreme_tokens(summary),
@@ -96,9 +106,12 @@ def _family(row: dict[str, Any], layers: list[int]) -> FamilyDepth:
                        lid=[row.get(f"lid_{layer}") for layer in layers])
 
 
-def _cka_matrix(cka: pl.DataFrame, layers: list[int]) -> CkaMatrix:
-    wide = cka.pivot(on="layer_b", index="layer_a", values="cka").sort("layer_a")
-    return CkaMatrix(layers=layers, values=wide.select([str(b) for b in layers]).to_numpy().tolist())
+def _cka_matrix(cka: pl.DataFrame, layers: list[int], layers_b: list[int]) -> CkaMatrix:
+    """The long table (layer_a, layer_b, cka) as a matrix: rows `layers`, columns `layers_b`."""
+    wide = cka.pivot(on="layer_b", index="layer_a", values="cka")
+    rows = pl.DataFrame({"layer_a": layers}, schema={"layer_a": wide["layer_a"].dtype}).join(
+        wide, on="layer_a", how="left", maintain_order="left")
+    return CkaMatrix(layers=layers, layers_b=layers_b, values=rows.select([str(b) for b in layers_b]).to_numpy().tolist())
 
 
 def _distribution(values: pl.Series, bins: int = 30) -> Distribution:

@@ -6,7 +6,9 @@
 // the tokens with extreme trajectories (a click opens the Text page on the token's context, where
 // the run recorded it), the features of joined SAEs whose tokens sit lowest and highest in local
 // dimension, and the stored figures. A families run shows each family's local dimension against
-// depth, its trajectory means and every pairwise permutation test. Uses app.js's helpers (api, el,
+// depth, its trajectory means and every pairwise permutation test. A pair run (two models on the
+// same texts) shows the CKA of A's layers against B's and the ID and local-ID shift from A to B
+// with its interval, per layer read in both. Uses app.js's helpers (api, el,
 // fmt, enc, featLink, table, authHeaders, PALETTE) and svg.js's svg, linear and axes; only
 // `depthListView`, `depthView` and `featureDepthCard` (the feature page's depth card) are global.
 (function () {
@@ -20,12 +22,12 @@ const finite = (v) => v !== null && v !== undefined && Number.isFinite(v);
 // --- the listing ---------------------------------------------------------------------------------
 // A run that is not "ok" is listed without a link, with its status and the problem.
 function runTable(runs, current) {
-  return table(["run", "kind", "model", "layers", "n_tokens", "id_peak_layer", "families", "sae_ids", "status"], runs, {
+  return table(["run", "kind", "model", "model_b", "layers", "n_tokens", "id_peak_layer", "families", "sae_ids", "status"], runs, {
     run: (r) => (r.status !== "ok" ? el("span", { class: `depth-run-off ${r.status}`, "data-run": r.run }, r.run)
       : r.run === current ? el("b", { class: "depth-run current" }, r.run)
       : el("a", { class: "feat depth-run", href: `#/depth/${enc(r.run)}` }, r.run)),
     layers: (r) => (r.layers.length ? `${r.layers[0]}–${r.layers[r.layers.length - 1]} (${r.layers.length})` : "–"),
-    families: (r) => (r.families ? r.families.join(", ") : ""),
+    families: (r) => (r.families ? r.families.join(", ") : ""), model_b: (r) => r.model_b || "",
     sae_ids: (r) => r.sae_ids.join(", "),
     status: (r) => (r.status === "ok" ? "ok" : el("span", { class: `error depth-problem ${r.status}`, "data-run": r.run,
       title: r.problem }, `${r.status}: ${r.problem}`)) });
@@ -74,25 +76,28 @@ function blues(v) {
   return `rgb(${mix(247, 8)},${mix(251, 48)},${mix(255, 107)})`;
 }
 
-function ckaHeatMap(cka) {
-  const n = cka.layers.length, cell = Math.max(6, Math.min(24, Math.floor(420 / n))), left = 40, top = 10;
-  const size = cell * n, W = left + size + 70, H = top + size + 40;
-  const plot = svg("svg", { id: "depth-cka", width: W, height: H, "data-cells": n * n });
+// CKA between every row layer and every column layer (a pair run: A's rows, B's columns).
+function ckaHeatMap(cka, rowLabel = "layer", columnLabel = "layer") {
+  const rows = cka.layers, cols = cka.layers_b, n = Math.max(rows.length, cols.length);
+  const cell = Math.max(6, Math.min(24, Math.floor(420 / n))), left = 44, top = 10;
+  const width = cell * cols.length, height = cell * rows.length, W = left + width + 70, H = top + height + 40;
+  const plot = svg("svg", { id: "depth-cka", width: W, height: H, "data-cells": rows.length * cols.length });
   cka.values.forEach((row, i) => row.forEach((v, j) => plot.append(svg("rect", { class: "cka-cell", x: left + j * cell,
     y: top + i * cell, width: cell, height: cell, fill: blues(v) },
-  svg("title", {}, `layers ${cka.layers[i]} and ${cka.layers[j]}: CKA ${fmt(v)}`)))));
-  const every = Math.ceil(n / 10);
-  cka.layers.forEach((l, i) => {
-    if (i % every && i !== n - 1) return;
-    plot.append(svg("text", { x: left + (i + 0.5) * cell, y: top + size + 12, class: "tick", "text-anchor": "middle" }, l),
-      svg("text", { x: left - 4, y: top + (i + 0.5) * cell + 3, class: "tick", "text-anchor": "end" }, l));
+  svg("title", {}, `${rowLabel} ${rows[i]}, ${columnLabel} ${cols[j]}: CKA ${fmt(v)}`)))));
+  const ticks = (layers, place) => layers.forEach((l, i) => {
+    if (i % Math.ceil(layers.length / 10) === 0 || i === layers.length - 1) plot.append(place(l, i));
   });
-  plot.append(svg("text", { x: left + size / 2, y: H - 6, class: "label", "text-anchor": "middle" }, "layer"));
+  ticks(cols, (l, j) => svg("text", { x: left + (j + 0.5) * cell, y: top + height + 12, class: "tick", "text-anchor": "middle" }, l));
+  ticks(rows, (l, i) => svg("text", { x: left - 4, y: top + (i + 0.5) * cell + 3, class: "tick", "text-anchor": "end" }, l));
+  plot.append(svg("text", { x: left + width / 2, y: H - 6, class: "label", "text-anchor": "middle" }, columnLabel),
+    svg("text", { x: 10, y: top + height / 2, class: "label", "text-anchor": "middle",
+      transform: `rotate(-90 10 ${top + height / 2})` }, rowLabel));
   for (let k = 0; k <= 10; k++) {  // the colour bar
-    plot.append(svg("rect", { x: left + size + 16, y: top + (10 - k) * size / 11, width: 12, height: size / 11 + 0.5, fill: blues(k / 10) }));
+    plot.append(svg("rect", { x: left + width + 16, y: top + (10 - k) * height / 11, width: 12, height: height / 11 + 0.5, fill: blues(k / 10) }));
   }
-  plot.append(svg("text", { x: left + size + 32, y: top + 8, class: "tick" }, "1"),
-    svg("text", { x: left + size + 32, y: top + size, class: "tick" }, "0"));
+  plot.append(svg("text", { x: left + width + 32, y: top + 8, class: "tick" }, "1"),
+    svg("text", { x: left + width + 32, y: top + height, class: "tick" }, "0"));
   return plot;
 }
 
@@ -206,6 +211,28 @@ function corpusRun(r) {
   ];
 }
 
+// A pair run: A's layers against B's by CKA and, read at the same layers, B's ID minus A's.
+function pairRun(r) {
+  const p = r.parameters, s = r.summary, rows = r.shift, layers = rows.map((x) => x.layer);
+  const moved = (name) => rows.filter((x) => x[`${name}_shift_p`] < 0.05).map((x) => x.layer);
+  const shiftPlot = (name, title) => el("div", {}, el("h3", {}, title), depthPlot(`depth-shift-${name}`, layers, [
+    { key: "a", name: `A: ${p.model}`, values: column(rows, `${name}_a`), colour: "#1f77b4", dots: true },
+    { key: "b", name: `B: ${p.model_b}`, values: column(rows, `${name}_b`), colour: "#ff7f0e", dots: true }], "dimension"),
+  depthPlot(`depth-shift-${name}-delta`, layers, [{ key: "shift", name: "B minus A (paired bootstrap interval)",
+    values: column(rows, `${name}_shift`), colour: "#2ca02c", dots: true,
+    band: [column(rows, `${name}_shift_low`), column(rows, `${name}_shift_high`)] }], "shift"),
+  el("p", { class: "muted" }, `layers where the shift has p < 0.05: ${moved(name).join(", ") || "none"}`));
+  return [
+    el("p", { id: "depth-headline" }, `A = ${p.model}, B = ${p.model_b}, on the same ${fmt(s.n_tokens)} tokens `,
+      `(${fmt(s.n_subsampled)} paired for the dimensions; aligned by ${p.aligned_by}).`),
+    el("h3", {}, "CKA of every layer of A against every layer of B"),
+    r.cka ? ckaHeatMap(r.cka, "layer of A", "layer of B") : "",
+    rows.length ? el("div", { class: "plots", id: "depth-shift" }, shiftPlot("mle", "MLE dimension, A and B"),
+      shiftPlot("lid", "Mean local dimension, A and B"))
+      : el("p", { class: "muted" }, s.shift || "no shift computed"),
+  ];
+}
+
 function familiesRun(r) {
   const colour = (i) => PALETTE[i % PALETTE.length];
   return [
@@ -232,8 +259,8 @@ async function depthView(run) {
   view.replaceChildren(
     el("h2", { id: "depth-title" }, `Depth / ${run}`),
     el("div", {}, "run ", pick, " ", el("span", { class: "muted" },
-      `${params.model || ""} · ${r.kind === "families" ? params.families_file || "families" : params.corpus || ""}`)),
-    ...(r.kind === "families" ? familiesRun(r) : corpusRun(r)),
+      `${params.model || ""}${params.model_b ? " vs " + params.model_b : ""} · ${r.kind === "families" ? params.families_file || "families" : params.corpus || ""}`)),
+    ...({ families: familiesRun, pair: pairRun }[r.kind] || corpusRun)(r),
     r.figures.length ? el("div", {}, el("h3", {}, "Stored figures"), await figureImages(run, r.figures)) : "",
     el("details", {}, el("summary", {}, "all runs"), runTable(runs, run)),
     el("details", {}, el("summary", {}, "parameters and summary"), el("pre", {}, JSON.stringify({ parameters: params, summary: r.summary }, null, 2))));

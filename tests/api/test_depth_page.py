@@ -30,6 +30,7 @@ from tests.api.conftest import LiveServer
 from tests.api.test_browser import ARTIFACTS, _page, browser  # noqa: F401 (the browser fixture)
 
 TINY = '{"kind": "tiny", "arch": "llama", "n_layers": 4, "seed": 3}'
+TINY_B = '{"kind": "tiny", "arch": "llama", "n_layers": 4, "seed": 4}'
 HOOK = "blocks.2.hook_resid_post"
 SMALL = ["--context", "32", "--tokens", "256", "--batch-blocks", "2", "--max-points", "150", "--k", "10",
          "--device", "cpu"]
@@ -45,11 +46,20 @@ def _invoke(*args: str) -> None:
 
 
 def planted_run(root: Path, sae_id: str, run: str = "planted") -> None:
-    """A depth run whose `features` table joins `sae_id` at layer 2 with the PLANTED z-scores
-    (local dimension 3 + z against 7.5 over all tokens), and one feature of another SAE."""
+    """A depth run of every table column but few rows, whose `features` table joins `sae_id`
+    at layer 2 with the PLANTED z-scores (local dimension 7.5 + z against 7.5 over all tokens),
+    and one feature of another SAE (the fuzz atlas serves it too)."""
     layers = [0, 1, 2, 3]
-    main = pl.DataFrame({"layer": layers, "twonn": [4.0, 6.0, 5.0, 3.0], "lid_q10": [1.0, 2.0, 5.0, 1.0],
-                         "lid_q50": [2.0, 4.0, 7.5, 2.0], "lid_q90": [3.0, 6.0, 10.0, 3.0]})
+    main = pl.DataFrame({"layer": layers, "twonn": [4.0, 6.0, 5.0, 3.0], "mle": [4.5, 6.5, 5.5, 3.5],
+                         "mle_low": [4.0, 6.0, 5.0, 3.0], "mle_high": [5.0, 7.0, 6.0, 4.0],
+                         "lid_mean": [2.0, 4.0, 7.5, 2.0], "lid_q10": [1.0, 2.0, 5.0, 1.0],
+                         "lid_q50": [2.0, 4.0, 7.5, 2.0], "lid_q90": [3.0, 6.0, 10.0, 3.0],
+                         "step_length": [None, 1.0, 1.0, 1.0], "curvature": [None, None, 0.5, 0.5],
+                         "consecutive_cosine": [None, 0.9, 0.9, 0.9], "cosine_to_final": [0.5, 0.7, 0.9, 1.0],
+                         "tuned_fit_loss": [0.5, 0.3, 0.1, 0.0],
+                         **{f"{lens}_{metric}": values for lens in ("logit", "tuned") for metric, values in
+                            (("top1", [0.1, 0.4, 0.8, 1.0]), ("kl", [3.0, 2.0, 0.5, 0.0]),
+                             ("median_rank", [50.0, 10.0, 1.0, 0.0]))}})
     rows = [{"sae_id": sae_id, "feature": f, "n_fires": 12, "lid_mean": 7.5 + z, "lid_shift": z, "lid_z": z,
              "convergence_index_mean": 0.5, "convergence_index_shift": 0.1, "convergence_index_z": cz,
              "curvature_mean": 1.0, "curvature_shift": 0.0, "curvature_z": kz} for f, (z, cz, kz) in PLANTED.items()]
@@ -65,7 +75,8 @@ def planted_run(root: Path, sae_id: str, run: str = "planted") -> None:
 @pytest.fixture(scope="module")
 def depth_atlas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A 4-layer tiny model's atlas with one summarized SAE at layer 2, a corpus depth run
-    joining it (`depth`), a families run (`depth-families`) and the planted join (`planted`)."""
+    joining it (`depth`), a families run (`depth-families`), a run against another tiny model
+    (`depth-pair`) and the planted join (`planted`)."""
     from sae_atlas.saes.cache import cache_activations
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.models import tiny_model
@@ -87,6 +98,8 @@ def depth_atlas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     families.write_text(json.dumps({"families": FAMILIES}))
     _invoke("--atlas", str(root), "--model", TINY, "--families", str(families), "--k", "5", "--n-permutations",
             "100", "--device", "cpu")
+    _invoke("--atlas", str(root), "--model", TINY, "--model-b", TINY_B, "--n-permutations", "50", "--mle-k", "8",
+            *SMALL)
     planted_run(root, sae_id)
     return {"root": root, "sae_id": sae_id}
 
@@ -106,7 +119,8 @@ def test_listing_names_each_run_its_kind_and_status(client: Any, depth_atlas: di
     rows = client.get("/depth").json()
     _valid(rows, list[DepthRunRow])
     by_run = {r["run"]: r for r in rows}
-    assert set(by_run) == {"depth", "depth-families", "planted"}
+    assert set(by_run) == {"depth", "depth-families", "depth-pair", "planted"}
+    assert by_run["depth-pair"]["kind"] == "pair" and by_run["depth-pair"]["model_b"] is not None
     assert by_run["depth"]["kind"] == "corpus" and by_run["depth"]["layers"] == [0, 1, 2, 3]
     assert by_run["depth"]["sae_ids"] == [depth_atlas["sae_id"]] and by_run["depth"]["n_tokens"] > 0
     assert by_run["depth-families"]["kind"] == "families" and by_run["depth-families"]["families"] == list(FAMILIES)
@@ -162,6 +176,19 @@ def test_families_run_sends_means_per_family_and_tests(client: Any) -> None:
     assert {(t["family_a"], t["family_b"]) for t in tests} == {("animals", "numbers")}
     assert [t["p_value"] for t in tests] == sorted(t["p_value"] for t in tests)
     assert {"convergence_index", "lid_2"} <= {t["metric"] for t in tests}
+
+
+def test_pair_run_sends_cross_cka_and_shift(client: Any) -> None:
+    body = client.get("/depth/depth-pair").json()
+    _valid(body, DepthRun)
+    assert body["kind"] == "pair" and body["profile"] == [] and body["families"] == []
+    cka = np.array(body["cka"]["values"])
+    assert body["cka"]["layers"] == body["cka"]["layers_b"] == [0, 1, 2, 3] and cka.shape == (4, 4)
+    assert np.isfinite(cka).all() and (cka <= 1 + 1e-6).all()
+    shift = body["shift"]
+    assert [r["layer"] for r in shift] == [0, 1, 2, 3]
+    assert all(r["mle_shift_low"] <= r["mle_shift_high"] and 0 < r["lid_shift_p"] <= 1 for r in shift)
+    assert all(r["mle_shift"] == pytest.approx(r["mle_b"] - r["mle_a"]) for r in shift)
 
 
 def test_unknown_run_is_a_404_naming_the_runs(client: Any) -> None:
@@ -232,7 +259,7 @@ def test_depth_page_in_chromium(browser: Any, depth_atlas: dict[str, Any], clien
     with LiveServer(depth_atlas["root"]) as live:
         page = _page(browser, live.url)
         _open(page, live.url, "#/depth", "a.depth-run")
-        assert page.locator("a.depth-run").all_inner_texts() == ["depth", "depth-families", "planted"]
+        assert page.locator("a.depth-run").all_inner_texts() == ["depth", "depth-families", "depth-pair", "planted"]
         assert page.get_attribute("#nav-depth", "class") == "active"
         page.click("a.depth-run:text-is('depth')")
         page.wait_for_selector("#depth-cka")
@@ -244,7 +271,7 @@ def test_depth_page_in_chromium(browser: Any, depth_atlas: dict[str, Any], clien
         for plot in ("#depth-lens-top1", "#depth-lens-kl"):
             assert [page.get_attribute(f"{plot} .series-{k}", "data-points") for k in ("logit", "tuned")] == ["4", "4"]
         assert page.get_attribute("#depth-cka", "data-cells") == "16" and page.locator(".cka-cell").count() == 16
-        assert page.locator(".cka-cell title").first.inner_html() == "layers 0 and 0: CKA 1"
+        assert page.locator(".cka-cell title").first.inner_html() == "layer 0, layer 0: CKA 1"
         assert page.get_attribute("#depth-steps .series-curvature", "data-points") == "2"  # a turn needs two steps
         assert page.get_attribute("#dist-path_length", "data-count") == "150"
         headline = page.inner_text("#depth-headline")
@@ -259,6 +286,15 @@ def test_depth_page_in_chromium(browser: Any, depth_atlas: dict[str, Any], clien
         page.wait_for_selector("#family-lid")
         assert page.locator("#family-lid path.line").count() == 2
         assert page.locator("#family-tests tr").count() == 1 + len(client.get("/depth/depth-families").json()["family_tests"])
+
+        # a pair run: A's layers against B's, and the shift from A to B with its interval
+        page.select_option("#depth-pick", "depth-pair")
+        page.wait_for_selector("#depth-shift")
+        assert page.get_attribute("#depth-cka", "data-cells") == "16"
+        assert page.locator(".cka-cell title").first.inner_html().startswith("layer of A 0, layer of B 0: CKA ")
+        for name in ("mle", "lid"):
+            assert page.get_attribute(f"#depth-shift-{name} .series-b", "data-points") == "4"
+            assert page.locator(f"#depth-shift-{name}-delta path.band").count() == 1
 
         # the planted run: its extreme token opens the Text page on its context
         _open(page, live.url, "#/depth/planted", "#depth-extremes")
@@ -281,7 +317,7 @@ def test_depth_page_in_chromium(browser: Any, depth_atlas: dict[str, Any], clien
         try:
             table.write_bytes(b"broken")
             _open(page, live.url, "#/depth", ".depth-problem.damaged")
-            assert page.locator("a.depth-run").all_inner_texts() == ["depth", "depth-families"]
+            assert page.locator("a.depth-run").all_inner_texts() == ["depth", "depth-families", "depth-pair"]
             assert "planted.features.parquet" in page.inner_text(".depth-problem.damaged[data-run='planted']")
         finally:
             table.write_bytes(saved)
