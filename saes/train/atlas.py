@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -30,7 +30,7 @@ from sae_atlas.saes.sae.base import SAEConfig, architecture_class
 from sae_atlas.saes.train.checkpoint import remove_checkpoints
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import Distribute as LoopDistribute
-from sae_atlas.saes.train.loop import train_dictionaries
+from sae_atlas.saes.train.loop import LoopRun, train_dictionaries
 from sae_atlas.saes.train.sources import CachedSource
 from sae_atlas.saes.train.trainer import SAEDictionary
 from sae_atlas.saes.transcoders.pairs import PairedReader
@@ -188,35 +188,50 @@ def remove_run(folder: Path) -> None:
         folder.rmdir()
 
 
-def _train_together(todo: list[Planned], train_cfg: TrainConfig, folder: Path, distribute: LoopDistribute,
-                    ctx: DistContext | None) -> None:
-    """Train the SAEs of `todo` in one loop and save each (see module doc)."""
-    hooks: dict[str, ActivationReader] = {}
-    for p in todo:
-        if isinstance(p.reader, PairedReader):
-            hooks.update({p.hook: p.reader.input, p.hook_out: p.reader.output})
-        else:
-            hooks[p.hook] = p.reader
-    B, seed = train_cfg.batch_size, train_cfg.seed
-    steps = train_cfg.total_steps
-    source = CachedSource(hooks, B, seed=seed, ctx=ctx, needed=f"{steps} batches of {B} tokens")
-    device = train_cfg.device if ctx is None else ctx.device(train_cfg.device)
+def sae_dictionaries(todo: list[Planned], train_cfg: TrainConfig, device: str) -> list[SAEDictionary]:
+    """The loop's dictionary of every planned SAE, each built from its own seed."""
     dictionaries = []
     for p in todo:
         resolved = train_cfg.resolve(p.sae_cfg.d_in, p.sae_cfg.d_sae)
         torch.manual_seed(resolved.seed)  # each SAE built from its own seed, independent of the others
         dictionaries.append(SAEDictionary(p.sae_cfg, resolved, device, name=p.sae_id, hook=p.hook,
                                           hook_out=p.hook_out or None))
-    desc = f"train {todo[0].sae_cfg.architecture} {todo[0].hook}" if len(todo) == 1 else f"train {len(todo)} SAEs"
-    run = train_dictionaries(dictionaries, source, checkpoint_dir=folder, ctx=ctx, distribute=distribute, desc=desc)
+    return dictionaries
+
+
+def save_trained(run: LoopRun, todo: list[Planned], eval_rows: Callable[[Planned], Iterable[torch.Tensor] | None],
+                 ctx: DistContext | None, distribute: LoopDistribute) -> None:
+    """Fold and save this rank's finished SAEs into their folders (`eval_rows(p)`: the raw
+    held-out rows of one, paired for a transcoder); rank 0 writes under data-parallel."""
     by_id = {p.sae_id: p for p in todo}
     world = 1 if ctx is None or distribute == "modules" else ctx.world_size  # ranks that split its batches
     for d in run.dictionaries:
         p = by_id[d.name]
-        heldout = itertools.islice(p.reader.batches(B, seed=seed, split="heldout"), max(1, HELDOUT_EVAL_TOKENS // B))
         assert isinstance(d, SAEDictionary)
-        d.finish(p.sae_dir, heldout, wall_seconds=run.wall_seconds, world_size=world,
+        d.finish(p.sae_dir, eval_rows(p), wall_seconds=run.wall_seconds, world_size=world,
                  write=distribute == "modules" or ctx is None or ctx.is_main)
+
+
+def _train_together(todo: list[Planned], train_cfg: TrainConfig, folder: Path, distribute: LoopDistribute,
+                    ctx: DistContext | None) -> None:
+    """Train the SAEs of `todo` in one loop over their caches and save each (see module doc)."""
+    hooks: dict[str, ActivationReader] = {}
+    for p in todo:
+        if isinstance(p.reader, PairedReader):
+            hooks.update({p.hook: p.reader.input, p.hook_out: p.reader.output})
+        elif p.reader is not None:
+            hooks[p.hook] = p.reader
+    B, seed = train_cfg.batch_size, train_cfg.seed
+    source = CachedSource(hooks, B, seed=seed, ctx=ctx, needed=f"{train_cfg.total_steps} batches of {B} tokens")
+    dictionaries = sae_dictionaries(todo, train_cfg, train_cfg.device if ctx is None else ctx.device(train_cfg.device))
+    desc = f"train {todo[0].sae_cfg.architecture} {todo[0].hook}" if len(todo) == 1 else f"train {len(todo)} SAEs"
+    run = train_dictionaries(dictionaries, source, checkpoint_dir=folder, ctx=ctx, distribute=distribute, desc=desc)
+
+    def heldout(p: Planned) -> Iterable[torch.Tensor]:
+        assert p.reader is not None
+        return itertools.islice(p.reader.batches(B, seed=seed, split="heldout"), max(1, HELDOUT_EVAL_TOKENS // B))
+
+    save_trained(run, todo, heldout, ctx, distribute)
 
 
 def train_saes(
