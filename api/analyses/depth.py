@@ -54,12 +54,25 @@ def _first_above(rows: list[dict[str, Any]], column: str, threshold: float = 0.5
     return next((r["layer"] for r in rows if r.get(column) is not None and r[column] > threshold), None)
 
 
+def _with_text(frame: pl.DataFrame, stream: DepthStream, tokenizer: Any | None) -> pl.DataFrame:
+    """Extreme-token rows (`row` = index into the stream) with, given the tokenizer, the
+    token's `text` and the `context` of the block's tokens ending at it; `row` dropped."""
+    if tokenizer is None:
+        return frame.drop("row")
+    rows = frame["row"].to_list()
+    return frame.drop("row").with_columns(
+        pl.Series("text", [piece_text(tokenizer, int(stream.token[i])) for i in rows]),
+        pl.Series("context", [tokenizer.decode([int(t) for t in stream.context[i] if t >= 0]) for i in rows]))
+
+
 def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: int, space: TrajectorySpace,
-                 feature_codes: dict[str, tuple[int, np.ndarray]] | None = None,
+                 feature_codes: dict[str, tuple[int, np.ndarray]] | None = None, tokenizer: Any | None = None,
                  ) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     """The run's tables and summary from a streamed pass (see the module docstring);
     `feature_codes` (`{sae_id: (layer, codes [M, F] of the subsampled tokens)}`) adds the
-    `features` table: per feature, the local ID and trajectory of the tokens it fires on."""
+    `features` table: per feature, the local ID and trajectory of the tokens it fires on;
+    `tokenizer` adds each extreme token's `text` and `context` (its block's last tokens up
+    to it) to the summary."""
     M = len(stream.states)
     if M <= k:
         raise InvalidInputError(f"local dimension with k={k} needs more than {k} tokens; the stream kept {M} "
@@ -97,9 +110,12 @@ def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: 
         "path_length": traj.step_length.sum(axis=1)})
     peak = max(rows, key=lambda r: r["twonn"])["layer"]
     located = ["block", "position", "token"]
-    extremes = {"lowest_convergence": tokens.sort("convergence_index").head(5).select(*located, "convergence_index"),
-                "highest_curvature": tokens.sort("mean_curvature", descending=True, nulls_last=True).head(5)
-                .select(*located, "mean_curvature")}
+    indexed = tokens.with_row_index("row")
+    extremes = {"lowest_convergence": indexed.sort("convergence_index").head(5).select("row", *located,
+                                                                                       "convergence_index"),
+                "highest_curvature": indexed.sort("mean_curvature", descending=True, nulls_last=True).head(5)
+                .select("row", *located, "mean_curvature")}
+    extremes = {name: _with_text(frame, stream, tokenizer) for name, frame in extremes.items()}
     summary = {"layers": stream.layers, "n_tokens": stream.n_tokens, "n_subsampled": M, "id_peak_layer": peak,
                "logit_lens_first_layer_top1_above_half": _first_above(rows, "logit_top1"),
                "tuned_lens_first_layer_top1_above_half": _first_above(rows, "tuned_top1"),
@@ -171,7 +187,7 @@ def run_depth(
         return None
     codes = {sae_id: (layer, _feature_codes(sae, layer, stream)) for sae_id, (layer, sae) in saes.items()}
     tables, summary = depth_tables(stream, k=k, mle_k=mle_k, n_boot=n_boot, seed=seed, space=space,
-                                   feature_codes=codes)
+                                   feature_codes=codes, tokenizer=handle.tokenizer)
     figures = [run_figure(depth_profile_figure(tables["main"], f"depth profile of {handle.name}"), atlas, KIND, run,
                           "profile"),
                run_figure(cka_figure(stream.layers, stream.cka.result()), atlas, KIND, run, "cka"),

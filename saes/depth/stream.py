@@ -65,6 +65,9 @@ def check_layers(handle: ModelHandle, layers: list[int]) -> list[int]:
     return chosen
 
 
+CONTEXT = 12  # token ids kept with each subsampled token: it and the ones before it in its block
+
+
 @dataclass
 class DepthStream:
     """What one streamed pass gathered."""
@@ -75,6 +78,7 @@ class DepthStream:
     position: np.ndarray  # [M] position in its block
     doc: np.ndarray  # [M] document id
     token: np.ndarray  # [M] token id
+    context: np.ndarray  # [M, CONTEXT] ids of the block's tokens ending at each one (-1 before the block start)
     n_tokens: int  # tokens seen (special positions left out)
     cka: CKAAccumulator
     lens: LensScores
@@ -90,7 +94,7 @@ class _Gathered:
     done: int = 0  # this rank's batches counted
     seen: int = 0
     keys: np.ndarray = field(default_factory=lambda: np.empty(0))
-    kept: list[np.ndarray] = field(default_factory=list)  # states [M, L, D], block, position, doc, token
+    kept: list[np.ndarray] = field(default_factory=list)  # states [M, L, D], block, position, doc, token, context
     cka: CKAAccumulator = field(default_factory=CKAAccumulator)
     fitter: TunedLensFitter = field(default_factory=TunedLensFitter)
     tuned: TunedLens | None = None
@@ -98,7 +102,8 @@ class _Gathered:
 
     def __post_init__(self) -> None:
         if not self.kept:
-            self.kept = [np.empty((0, self.n_layers, self.d_model), np.float32), *(np.empty(0, np.int64),) * 4]
+            self.kept = [np.empty((0, self.n_layers, self.d_model), np.float32), *(np.empty(0, np.int64),) * 4,
+                         np.empty((0, CONTEXT), np.int64)]
 
 
 def state_folder(state_dir: str | Path, handle: ModelHandle, arguments: dict[str, object]) -> Path:
@@ -214,7 +219,9 @@ def _gather(handle: ModelHandle, batch: StreamedBatch, hooks: dict[int, str], la
     g.cka.update(rows)
     n_rows, T = keep.shape
     blocks = (batch.first_block + torch.arange(n_rows))[:, None].expand(n_rows, T)[keep]
-    meta = [blocks, torch.arange(T).expand(n_rows, T)[keep], batch.doc_ids[keep], batch.token_ids[keep]]
+    padded = torch.cat([torch.full((n_rows, CONTEXT - 1), -1, dtype=batch.token_ids.dtype), batch.token_ids], 1)
+    windows = padded.unfold(1, CONTEXT, 1)  # [n, T, CONTEXT]: the CONTEXT ids ending at each position
+    meta = [blocks, torch.arange(T).expand(n_rows, T)[keep], batch.doc_ids[keep], batch.token_ids[keep], windows[keep]]
     g.keys = np.concatenate([g.keys, np.random.default_rng([seed, batch.first_block]).random(n)])
     g.kept = [np.concatenate([g.kept[0], torch.stack([rows[layer] for layer in layers], 1).numpy()]),
               *(np.concatenate([old, m.numpy()]) for old, m in zip(g.kept[1:], meta, strict=True))]

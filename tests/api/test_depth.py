@@ -43,7 +43,8 @@ def test_depth_profile_stores_a_checksummed_run(tmp_path: Path):
     assert sorted(p.name for p in result.figures) == ["depth.cka.png", "depth.profile.png", "depth.trajectories.png"]
     assert all(p.stat().st_size > 1000 for p in result.figures)
     extremes = summary["extreme_tokens"]["lowest_convergence"]
-    assert len(extremes) == 5 and {"block", "position", "token", "convergence_index"} == set(extremes[0])
+    assert len(extremes) == 5 and {"block", "position", "token", "convergence_index", "text", "context"} == set(extremes[0])
+    assert all(row["context"].split()[-1] == row["text"].strip() for row in extremes)  # the context ends at the token
     assert all(len(info["sha256"]) == 64 for info in result.meta["tables"].values())
     folder = tmp_path / "atlas" / "analyses" / "depth"
     cka = pl.read_parquet(folder / result.meta["tables"]["cka"]["file"])
