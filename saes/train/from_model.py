@@ -38,7 +38,9 @@ from sae_atlas.saes.train.atlas import (
     hook_seed,
     remove_run,
     run_dir,
+    sae_dictionaries,
     sae_id_for,
+    save_trained,
     to_train,
 )
 from sae_atlas.saes.train.config import TrainConfig
@@ -200,12 +202,7 @@ def _train_streamed(handle: ModelHandle, todo: list[Planned], train_cfg: TrainCo
                           buffer_tokens=stream.buffer_tokens, heldout_tokens=heldout, lanes=stream.lanes,
                           seed=train_cfg.seed, ctx=ctx)
     device = train_cfg.device if ctx is None else ctx.device(train_cfg.device)
-    dictionaries = []
-    for p in todo:
-        resolved = train_cfg.resolve(p.sae_cfg.d_in, p.sae_cfg.d_sae)
-        torch.manual_seed(resolved.seed)  # each SAE built from its own seed, independent of the others
-        dictionaries.append(SAEDictionary(p.sae_cfg, resolved, device, name=p.sae_id, hook=p.hook,
-                                          hook_out=p.hook_out or None))
+    dictionaries = sae_dictionaries(todo, train_cfg, device)
     main = ctx is None or ctx.is_main
     progress = _Progress(source, dictionaries, steps, train_cfg.progress and main)
     autocast = torch.autocast(torch.device(device).type, dtype=getattr(torch, stream.dict_dtype),
@@ -219,15 +216,12 @@ def _train_streamed(handle: ModelHandle, todo: list[Planned], train_cfg: TrainCo
     if not run.finished:
         return
     rows = _heldout_rows(source, batch) if main or distribute == "modules" else {}
-    by_id = {p.sae_id: p for p in todo}
-    world = 1 if ctx is None or distribute == "modules" else ctx.world_size
-    for d in run.dictionaries:
-        p = by_id[d.name]
-        assert isinstance(d, SAEDictionary)
+
+    def eval_rows(p: Planned) -> list[torch.Tensor] | None:
         x = rows.get(p.hook)
-        eval_rows = None if x is None else [torch.cat([x, rows[p.hook_out]], -1) if p.hook_out else x]
-        d.finish(p.sae_dir, eval_rows, wall_seconds=run.wall_seconds, world_size=world,
-                 write=distribute == "modules" or main)
+        return None if x is None else [torch.cat([x, rows[p.hook_out]], -1) if p.hook_out else x]
+
+    save_trained(run, todo, eval_rows, ctx, distribute)
 
 
 def _register(layout: AtlasLayout, planned: list[Planned], train_cfg: TrainConfig,
