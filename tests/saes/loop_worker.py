@@ -5,7 +5,8 @@ fixed nonlinear map of it); five dictionaries read them: a TopK SAE on A, a Jump
 on B, a skip transcoder A -> B, a crosscoder of A and B and a one-layer CLT A -> B.
 
 `python -m torch.distributed.run --standalone --nproc_per_node=2 -m tests.saes.loop_worker
-OUT_DIR MODE` trains them over two ranks (MODE "data" or "modules") and writes each folded
+OUT_DIR MODES` trains them over two ranks (MODES: "data", "modules" or both, comma-separated,
+one run after the other in one launch) and writes each folded
 dictionary's state_dict to `OUT_DIR/<MODE>-<name>.pt` (rank 0 for data-parallel, each
 dictionary's owner for module sharding). With a third argument, a `KillPoint` as JSON,
 the run checkpoints into `OUT_DIR/run/` and every rank SIGKILLs itself at that point (run
@@ -91,15 +92,16 @@ def train_all(checkpoint_dir: Path | None = None, ctx: DistContext | None = None
 
 
 def main() -> None:
-    out, mode = Path(sys.argv[1]), sys.argv[2]
+    out, modes = Path(sys.argv[1]), sys.argv[2].split(",")
     if len(sys.argv) > 3:
         KillPoint(**json.loads(sys.argv[3])).install()
     ctx = init_distributed()
     assert ctx is not None and ctx.world_size == 2
-    states = train_all(out / "run", ctx, mode, data_parallel=mode == "data")  # type: ignore[arg-type]
-    if mode == "modules" or ctx.is_main:
-        for name, state in states.items():
-            torch.save(state, out / f"{mode}-{name}.pt")
+    for mode in modes:
+        states = train_all(out / f"run-{mode}", ctx, mode, data_parallel=mode == "data")  # type: ignore[arg-type]
+        if mode == "modules" or ctx.is_main:
+            for name, state in states.items():
+                torch.save(state, out / f"{mode}-{name}.pt")
 
 
 if __name__ == "__main__":

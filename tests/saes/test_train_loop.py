@@ -81,13 +81,6 @@ def _torchrun(tmp_path: Path, mode: str, *point: str) -> subprocess.CompletedPro
     return proc
 
 
-def test_two_ranks_module_sharded_equal_one_process(together, tmp_path: Path) -> None:
-    """Each rank trains its dictionaries on the all-gathered whole batches: bit for bit."""
-    _torchrun(tmp_path, "modules")
-    for name, state in together.items():
-        assert _equal(torch.load(tmp_path / f"modules-{name}.pt"), state), name
-
-
 def test_two_ranks_module_sharded_killed_resume_to_the_weights_of_one_process(together, tmp_path: Path) -> None:
     """Both ranks die at step 7 (the first batches still replaying, checkpoint of step 6
     written by rank 0 from every rank's dictionaries); a second torchrun resumes."""
@@ -95,16 +88,20 @@ def test_two_ranks_module_sharded_killed_resume_to_the_weights_of_one_process(to
     killed = _torchrun(tmp_path, "modules", json.dumps(point.__dict__))
     assert killed.returncode != 0 and f"exitcode  : -{signal.SIGKILL}" in killed.stderr, killed.stderr[-3000:]
     assert not list(tmp_path.glob("modules-*.pt"))
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-00000004.pt",
+    assert sorted(p.name for p in (tmp_path / "run-modules" / "checkpoints").iterdir()) == ["step-00000004.pt",
                                                                                    "step-00000006.pt"]
     _torchrun(tmp_path, "modules")
     for name, state in together.items():
         assert _equal(torch.load(tmp_path / f"modules-{name}.pt"), state), name
 
 
-def test_two_ranks_data_parallel_equal_one_process(tmp_path: Path) -> None:
-    """Half-batch gradients averaged by DDP: equal up to float rounding (see saes.train.loop)."""
-    _torchrun(tmp_path, "data")
+def test_two_ranks_module_sharded_and_data_parallel_equal_one_process(together, tmp_path: Path) -> None:
+    """Module-sharded: each rank trains its dictionaries on the all-gathered whole batches,
+    bit for bit. Data-parallel: half-batch gradients averaged by DDP, equal up to float
+    rounding (see saes.train.loop)."""
+    _torchrun(tmp_path, "modules,data")
+    for name, state in together.items():
+        assert _equal(torch.load(tmp_path / f"modules-{name}.pt"), state), name
     for name, state in w.train_all(data_parallel=True).items():
         ddp = torch.load(tmp_path / f"data-{name}.pt")
         for key, value in state.items():
