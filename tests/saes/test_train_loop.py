@@ -19,6 +19,7 @@ import torch
 from sae_atlas.saes.compare.crosscoder import train_crosscoder
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.train.checkpoint import save_checkpoint
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import check_run, train_dictionaries
 from sae_atlas.saes.train.sources import CachedSource
@@ -108,7 +109,7 @@ def test_two_ranks_module_sharded_and_data_parallel_equal_one_process(together, 
             assert torch.allclose(ddp[key], value, atol=1e-5, rtol=1e-4), (name, key)
 
 
-def test_impossible_runs_are_refused_by_name_before_training() -> None:
+def test_impossible_runs_are_refused_by_name_before_training(tmp_path: Path) -> None:
     four_ranks = DistContext(rank=0, world_size=4, local_rank=0)
     five = w.dictionaries()
     with pytest.raises(InvalidInputError, match="--distribute-modules over 4 ranks needs at least 4 dictionaries, got 2"):
@@ -118,6 +119,9 @@ def test_impossible_runs_are_refused_by_name_before_training() -> None:
         check_run([SAEDictionary(w.SAE_A, w.TRAIN.resolve(w.D, 48), hook="elsewhere")], w.source(), None, "data")
     with pytest.raises(InvalidInputError, match="names repeat"):
         train_dictionaries([five[0], five[0]], w.source())
+    save_checkpoint(tmp_path, 4, {"step": 4, "model": {}, "rng": {}})  # a checkpoint of the trainer before the loop
+    with pytest.raises(InvalidInputError, match="written by an earlier version of the trainer"):
+        train_dictionaries(w.dictionaries()[:1], w.source(), checkpoint_dir=tmp_path)
     short = w.source()
     short.load_state_dict({"batches": 9})  # 3 of its 12 batches left
     with pytest.raises(InvalidInputError, match="ran out after 12 batches of 64 tokens"):
