@@ -1,6 +1,7 @@
 """`sae-atlas train --from-model`: SAEs trained from one streamed forward are saved and
-registered exactly as cached training saves them, and bad input is refused before any
-training (no SAE folder, no checkpoint, no forward of the stream)."""
+registered exactly as cached training saves them (and summarize and index take them), and
+bad input is refused before any training (no SAE folder, no checkpoint, no forward of the
+stream)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def test_streamed_saes_are_saved_and_registered_like_cached_ones(tmp_path: Path)
     sae = load_atlas_sae(root, reference["sae_id"])
     assert sae.cfg.hook_name == HOOKS[0] and sae.cfg.d_sae == 32
     assert not list((root / "saes").glob(".train-*"))  # the run's checkpoints are gone
+    for verb in (["summarize", "--from-model", "--tokens", "64", "--context", "16"], ["index"]):  # used like any SAE
+        done = CliRunner().invoke(app, [verb[0], "--atlas", str(root), *verb[1:]])
+        assert done.exit_code == 0, (verb, done.output)
 
 
 def test_a_hook_the_model_lacks(tmp_path: Path) -> None:
