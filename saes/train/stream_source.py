@@ -64,11 +64,13 @@ def buffer_bytes_per_token(handle: ModelHandle, hooks: list[str]) -> int:
     return element * handle.d_model * len(hooks)
 
 
-def resolve_buffer_tokens(requested: int | None, handle: ModelHandle, hooks: list[str], batch_size: int) -> int:
+def resolve_buffer_tokens(requested: int | None, handle: ModelHandle, hooks: list[str], batch_size: int,
+                          windows: int = 1) -> int:
     """The mixing buffer's size in tokens: `requested`, or by default the cached reader's
-    buffer (262,144 tokens) capped at a quarter of the free memory, at least two batches. InvalidInputError when
-    it holds less than one batch or needs more than 80% of the free memory."""
-    per_token = buffer_bytes_per_token(handle, hooks)
+    buffer (262,144 tokens) capped at a quarter of the free memory, at least two batches.
+    InvalidInputError when it holds less than one batch or when the `windows` this process
+    holds at once (one per lane it streams) need more than 80% of the free memory."""
+    per_token = buffer_bytes_per_token(handle, hooks) * windows
     free = available_memory(handle.device)
     if requested is None:
         return max(2 * batch_size, min(DEFAULT_BUFFER_TOKENS, int(free * DEFAULT_MEMORY_SHARE) // per_token))
@@ -76,8 +78,8 @@ def resolve_buffer_tokens(requested: int | None, handle: ModelHandle, hooks: lis
         raise InvalidInputError(f"--buffer-tokens {requested} holds less than one batch ({batch_size} tokens)")
     if requested * per_token > free * MAX_MEMORY_SHARE:
         raise InvalidInputError(
-            f"--buffer-tokens {requested} needs {requested * per_token / 2**30:.2f} GiB ({len(hooks)} hooks x "
-            f"{per_token // len(hooks)} bytes per token) but only {free / 2**30:.2f} GiB are free on "
+            f"--buffer-tokens {requested} needs {requested * per_token / 2**30:.2f} GiB ({windows} window(s) x "
+            f"{len(hooks)} hooks x {per_token // windows // len(hooks)} bytes per token) but only {free / 2**30:.2f} GiB are free on "
             f"{handle.device}; ask for at most {int(free * MAX_MEMORY_SHARE) // per_token} tokens")
     return requested
 
@@ -185,15 +187,11 @@ class StreamSource:
         per_rank = self.lanes // world
         self._lanes = [_Lane(lane) for lane in range(rank * per_rank, (rank + 1) * per_rank)]
         self.device = handle.device
-        self.buffer_tokens = resolve_buffer_tokens(buffer_tokens, handle, list(self.hooks), batch_size)
+        self.buffer_tokens = resolve_buffer_tokens(buffer_tokens, handle, list(self.hooks), batch_size, per_rank)
         self.plan = plan_stream(handle, corpus, steps=steps, batch_size=batch_size, batch_blocks=batch_blocks,
                                 buffer_tokens=self.buffer_tokens, heldout_tokens=heldout_tokens, lanes=self.lanes)
         self.batches = 0  # global batches handed out
         self.forward_seconds = 0.0  # time spent streaming (tokenizing and forwards)
-
-    @property
-    def window_tokens(self) -> int:
-        return self.plan.window_batches * self.batch_blocks * self.corpus.context_size
 
     def _open(self, lane: int, window: int) -> Iterator[StreamedBatch]:
         """A lane's stream positioned at the start of its window `window`."""
@@ -208,7 +206,7 @@ class StreamSource:
         if lane.stream is None or window != lane.window + 1:
             lane.close()
             lane.stream = self._open(lane.index, window)
-        lane.rows = {}
+        lane.rows = {}  # the old window goes before the new one streams in
         started = time.perf_counter()
         parts: dict[str, list[torch.Tensor]] = {hook: [] for hook in self.hooks}
         for _ in range(self.plan.window_batches):
@@ -222,7 +220,8 @@ class StreamSource:
         corpus_window = window * self.lanes + lane.index
         gen = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, corpus_window]).generate_state(1)[0]))
         order = torch.randperm(sum(len(p) for p in parts[self.hooks[0]]), generator=gen).to(self.device)
-        lane.rows = {hook: torch.cat(parts[hook])[order] for hook in self.hooks}
+        for hook in self.hooks:  # one hook at a time: the window takes at most its size plus one hook's copy
+            lane.rows[hook] = torch.cat(parts.pop(hook))[order]
         lane.window = window
 
     def next_batch(self) -> dict[str, torch.Tensor]:
@@ -239,6 +238,7 @@ class StreamSource:
             shares.append({hook: rows[start:start + self.lane_rows] for hook, rows in lane.rows.items()})
         self.batches += 1
         return {hook: torch.cat([share[hook] for share in shares]).float() for hook in self.hooks}
+
     def heldout_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """Rows of the held-out blocks (after the training blocks), `batch_size` at a time, in
         corpus order, on one process (float32 on the model's device)."""
