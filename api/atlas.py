@@ -19,7 +19,7 @@ atlas.emergence([sae8, sae15, sae22], ["weekdays", "months"])   # where concepts
 atlas.geometry_features(in_circle=True, period=7)   # features by the geometry they belong to
 atlas.search_labels("weekday")        # features by words in their labels and explanations
 atlas.run(text, edits); atlas.steer(text, edits); atlas.attribute(text, target)
-atlas.graph("Today is Monday, so tomorrow is", target=" Tuesday")   # attribution graph
+atlas.graph("Today is Monday, so tomorrow is", targets=" Tuesday")   # attribution graph
 atlas.steering_features(" Friday")   # features ranked by measured steering effect, with a ready edit
 atlas.comparison(run); atlas.compared_feature(run, "b", 7)   # a stored comparison; a side's feature card
 atlas.crosscoder_latents(cc, latent_class="b_only"); atlas.crosscoder_latent(cc, 3)   # model diffing
@@ -38,12 +38,15 @@ Reading never writes. These methods write, and say so: `add_sae`, `build_labels`
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.graph import GraphParams
+from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 from sae_atlas.api.results.analysis import AnalysisResult
 from sae_atlas.api.results.compare import CompareResult, CompareRunRow, Side
 from sae_atlas.api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
@@ -225,23 +228,32 @@ class Atlas:
         views = [self.sae(sae_id)] if sae_id is not None else [self.sae(s) for s in self.sae_ids]
         return search.search_token(self.ctx, token, views, k)
 
-    def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5,
-                    include_special: bool = False) -> TextSearch:
-        """Run the model on `text` and encode each token with each SAE: per token, the `k`
-        most active features and their labels; BOS and the model's other special tokens are
-        left out unless `include_special`. Loads the model (atlas.json "model") on first use."""
-        return search.search_text(self.ctx, text, self._views(sae_ids), k, include_special=include_special)
+    def search_text(self, text: str, *, saes: list[str] | None = None, k: int = TextSearchParams.default("k"),
+                    include_special: bool = TextSearchParams.default("include_special"),
+                    sae_ids: list[str] | None = None) -> TextSearch:
+        """Run the model on `text` and encode each token with each SAE (`saes`, default all):
+        per token, the `k` most active features and their labels; BOS and the model's other
+        special tokens are left out unless `include_special`. Loads the model (atlas.json
+        "model") on first use. The parameters are `api.operations.search.TextSearchParams`
+        (`sae_ids`: the deprecated old name of `saes`)."""
+        params = TextSearchParams.of(text=text, saes=saes, sae_ids=sae_ids, k=k, include_special=include_special)
+        return search.search_text(self.ctx, self._views(params.saes), params)
 
-    def contrast(self, texts_a: list[str], texts_b: list[str], *, saes: list[str] | None = None, k: int = 20,
-                 pool: Pool = "max", n_permutations: int = 20_000, alpha: float = 0.05,
-                 duplicate_threshold: float = 0.9, seed: int = 0) -> ContrastResult:
+    def contrast(self, texts_a: list[str], texts_b: list[str], *, saes: list[str] | None = None,
+                 k: int = ContrastParams.default("k"), pool: Pool = ContrastParams.default("pool"),
+                 n_permutations: int = ContrastParams.default("n_permutations"),
+                 alpha: float = ContrastParams.default("alpha"),
+                 duplicate_threshold: float = ContrastParams.default("duplicate_threshold"),
+                 seed: int = ContrastParams.default("seed"), sae_ids: list[str] | None = None) -> ContrastResult:
         """Features that separate two sets of texts (runs the model): each text's activations
         pooled over its tokens (`pool`), per feature the difference of means, AUROC, Cohen's
         d, a permutation p-value and a Benjamini-Hochberg q-value; the best `k`, with
-        near-duplicates (decoder cosine >= `duplicate_threshold`) grouped."""
-        return meaning.contrast(self.ctx, self._views(saes), texts_a, texts_b, k=k, pool=pool,
-                                n_permutations=n_permutations, alpha=alpha,
-                                duplicate_threshold=duplicate_threshold, seed=seed)
+        near-duplicates (decoder cosine >= `duplicate_threshold`) grouped. The parameters
+        are `api.operations.search.ContrastParams` (`sae_ids`: the deprecated old name of `saes`)."""
+        params = ContrastParams.of(texts_a=texts_a, texts_b=texts_b, saes=saes, sae_ids=sae_ids, k=k, pool=pool,
+                                   n_permutations=n_permutations, alpha=alpha,
+                                   duplicate_threshold=duplicate_threshold, seed=seed)
+        return meaning.contrast(self.ctx, self._views(params.saes), params)
 
     def concept_search(self, concept: Any, *, saes: list[str] | None = None, min_fire_rate: float = 0.5,
                        min_selectivity: float = 0.5, target: float = 0.9, max_features: int = 8, seed: int = 0,
@@ -321,29 +333,41 @@ class Atlas:
         views = [self.sae(s) for s in sae_ids or self.sae_ids]
         return interventions.attribute_text(self.ctx, views, text, target, top=top, verify=verify, mode=mode)
 
-    def graph(self, text: str, target: str | int | list[str | int] | None = None, *,
-              sae_ids: list[str] | None = None, max_logits: int = 5, cumulative_prob: float = 0.95,
-              node_threshold: float = 0.8, edge_threshold: float = 0.98,
-              supernodes: str | dict[str, list[tuple[str, int]]] | None = "geometry", by_position: bool = False,
-              interventions: list[dict[str, Any]] | None = None, top: int = 20,
-              freeze_mlps: bool = False, clt: str | None = None) -> GraphView:
+    def graph(self, text: str, targets: str | int | list[str | int] | None = None, *,
+              saes: list[str] | None = None, max_logits: int = GraphParams.default("max_logits"),
+              cumulative_prob: float = GraphParams.default("cumulative_prob"),
+              node_threshold: float = GraphParams.default("node_threshold"),
+              edge_threshold: float = GraphParams.default("edge_threshold"),
+              supernodes: bool | dict[str, list[tuple[str, int]]] = GraphParams.default("supernodes"),
+              by_position: bool = GraphParams.default("by_position"),
+              interventions: list[dict[str, Any]] | None = None, top: int = GraphParams.default("top"),
+              freeze_mlps: bool = GraphParams.default("freeze_mlps"), clt: str | None = None,
+              sae_ids: list[str] | None = None, target: str | int | list[str | int] | None = None) -> GraphView:
         """Attribution graph of the next token after `text` (circuit-tracer's method,
-        `saes.circuits`): logit nodes for `target` (tokens) or the top predictions up to
+        `saes.circuits`): logit nodes for `targets` (tokens) or the top predictions up to
         `cumulative_prob`, over the atlas's cross-layer transcoder (`clt`, or its only one by
-        default), else its transcoders (one per MLP) or residual SAEs, pruned by influence, scored, with supernodes from the stored geometry (circles,
+        default), else its transcoders (one per MLP) or residual SAEs (`saes` chooses),
+        pruned by influence, scored, with supernodes (True: from the stored geometry, circles,
         concept spans, lobes; or `{label: [(sae_id, latent), ...]}`) and `interventions`
         (`{"node": node id or supernode label, "kind": "ablate" | "clamp" | "steer",
         "value": ...}`) beside the graph's prediction. `freeze_mlps`: transcoders at some
         layers only, the other MLPs frozen (their outputs error nodes). `.save(path)` writes
-        the graph JSON."""
-        targets = [target] if isinstance(target, (str, int)) else target
-        views = [] if clt else [self.sae(s) for s in sae_ids or self.sae_ids]
-        return graph_service.graph(self.ctx, views, text, chosen=bool(sae_ids), targets=targets,
-                                   max_logits=max_logits, cumulative_prob=cumulative_prob,
-                                   node_threshold=node_threshold, edge_threshold=edge_threshold,
-                                   supernode_groups=supernodes, by_position=by_position,
-                                   interventions=interventions or [], top=top, freeze_mlps=freeze_mlps,
-                                   clt=clt)
+        the graph JSON. The parameters are `api.operations.graph.GraphParams`; `sae_ids` and
+        `target` are their deprecated old names, and `supernodes="geometry"` / `None` the old
+        spellings of True / False."""
+        if supernodes is None or isinstance(supernodes, str):
+            warnings.warn("supernodes='geometry' / None are deprecated: pass True / False", DeprecationWarning,
+                          stacklevel=2)
+            supernodes = supernodes == "geometry"
+        single = (targets if targets is not None else target)
+        if isinstance(single, (str, int)):
+            targets, target = [single], None
+        params = GraphParams.of(text=text, targets=targets, target=target, saes=saes, sae_ids=sae_ids,
+                                max_logits=max_logits, cumulative_prob=cumulative_prob, node_threshold=node_threshold,
+                                edge_threshold=edge_threshold, supernodes=supernodes, by_position=by_position,
+                                interventions=interventions or [], top=top, freeze_mlps=freeze_mlps, clt=clt)
+        views = [] if params.clt else [self.sae(s) for s in params.saes or self.sae_ids]
+        return graph_service.graph(self.ctx, views, params)
 
     def steering_features(self, target: Any, *, saes: list[str] | None = None, k: int = 10,
                           mode: SteerMode = "add", ratio: float = 3.0, kl_bound: float = 1.0, n_prompts: int = 16,

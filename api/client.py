@@ -108,11 +108,11 @@ class AtlasClient:
         body = {"vector": [float(v) for v in vector], "sae_id": sae_id, "k": k}
         return pl.DataFrame(self._call("POST", "/search/vector", json=body))
 
-    def search_text(self, text: str, *, sae_ids: list[str] | None = None, k: int = 5,
+    def search_text(self, text: str, *, saes: list[str] | None = None, k: int = 5,
                     include_special: bool = False) -> dict[str, Any]:
         """Per token of `text`, the most active features of each SAE (BOS and the model's
         other special tokens left out unless `include_special`)."""
-        return self._call("POST", "/search/text", json={"text": text, "sae_ids": sae_ids, "k": k,
+        return self._call("POST", "/search/text", json={"text": text, "saes": saes, "k": k,
                                                          "include_special": include_special})
 
     def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> dict[str, Any]:
@@ -129,7 +129,7 @@ class AtlasClient:
         """Features separating two sets of texts (`Atlas.contrast`; options: k, pool,
         n_permutations, alpha, duplicate_threshold, seed)."""
         return self._call("POST", "/search/contrast", json={"texts_a": texts_a, "texts_b": texts_b,
-                                                           "sae_ids": saes, **options})
+                                                           "saes": saes, **options})
 
     def concept_search(self, concept: str | dict[str, Any], *, saes: list[str] | None = None,
                        **options: Any) -> dict[str, Any]:

@@ -16,38 +16,42 @@ from sae_atlas.store.errors import InvalidInputError
 def graph_command(
     atlas: Path = typer.Argument(..., help="Atlas directory."),
     text: str = typer.Argument(..., help="The prompt."),
-    target: list[str] = typer.Option(None, "--target", help="Target token (repeatable; default: the top "
-                                     "predictions up to --cumulative-prob)."),
-    out: Path = typer.Option(Path("graph.json"), "--out", help="Where to write the graph JSON."),
-    sae: list[str] = typer.Option(None, "--sae", help="Dictionaries of the graph (repeatable; default: the "
-                                  "atlas's CLT, else its transcoders, else its residual-stream SAEs)."),
-    max_logits: int = typer.Option(5, min=1, max=10, help="Most logit nodes without --target."),
-    cumulative_prob: float = typer.Option(0.95, min=0.0, max=1.0, help="Logit nodes up to this probability."),
-    node_threshold: float = typer.Option(0.8, min=0.0, max=1.0, help="Cumulative influence of the kept nodes."),
-    edge_threshold: float = typer.Option(0.98, min=0.0, max=1.0, help="Cumulative influence of the kept edges."),
+    targets: list[str] = typer.Option(None, "--target", help="Target token (repeatable; default: the top "
+                                      "predictions up to --cumulative-prob)."),
+    saes: list[str] = typer.Option(None, "--sae", help="Dictionaries of the graph (repeatable; default: the "
+                                   "atlas's CLT, else its transcoders, else its residual-stream SAEs)."),
+    max_logits: int = typer.Option(5, help="Most logit nodes without --target (1..10)."),
+    cumulative_prob: float = typer.Option(0.95, help="Logit nodes up to this probability (0, 1]."),
+    node_threshold: float = typer.Option(0.8, help="Cumulative influence of the kept nodes [0, 1]."),
+    edge_threshold: float = typer.Option(0.98, help="Cumulative influence of the kept edges [0, 1]."),
     supernodes: bool = typer.Option(True, help="Collapse stored circles, concept spans and lobes."),
-    intervene: list[str] = typer.Option(None, "--intervene", help="A node edit as JSON, e.g. "
-                                        '\'{"node": "1_12_5", "kind": "ablate"}\' (repeatable).'),
+    by_position: bool = typer.Option(False, "--by-position", help="One supernode per group and position."),
+    interventions: list[str] = typer.Option(None, "--intervene", help="A node edit as JSON, e.g. "
+                                            '\'{"node": "1_12_5", "kind": "ablate"}\' (repeatable).'),
+    top: int = typer.Option(20, help="Influential nodes to list (1..200)."),
     freeze_mlps: bool = typer.Option(False, "--freeze-mlps", help="Transcoders at some layers only: freeze the "
                                      "other MLPs (their outputs become error nodes)."),
     clt: str = typer.Option(None, "--clt", help="Cross-layer transcoder of the graph (default: the atlas's only "
                             "CLT, if it has one)."),
+    out: Path = typer.Option(Path("graph.json"), "--out", help="Where to write the graph JSON."),
     store: str = typer.Option(None, "--store", help="Also store the graph in the atlas as analyses/graph/RUN "
                               "(the explorer's Graph page shows stored graphs without the model)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Attribution graph (circuit-tracer's method): direct effects among active features,
-    errors, tokens and logits with attention and norms frozen, pruned by influence."""
+    errors, tokens and logits with attention and norms frozen, pruned by influence. The
+    options are `api.operations.graph.GraphParams`, checked there (as `Atlas.graph` and
+    `POST /graph`; tests/api/test_operation_agreement.py holds them equal)."""
     edits = []
-    for item in intervene or []:
+    for item in interventions or []:
         try:
             edits.append(json.loads(item))
         except json.JSONDecodeError as exc:
             raise InvalidInputError(f"--intervene {item!r} is not valid JSON: {exc}") from exc
-    result = open_atlas(atlas).graph(text, target or None, sae_ids=sae or None, max_logits=max_logits,
-                                cumulative_prob=cumulative_prob, node_threshold=node_threshold,
-                                edge_threshold=edge_threshold, supernodes="geometry" if supernodes else None,
-                                interventions=edits, freeze_mlps=freeze_mlps, clt=clt)
+    result = open_atlas(atlas).graph(text, targets or None, saes=saes or None, max_logits=max_logits,
+                                     cumulative_prob=cumulative_prob, node_threshold=node_threshold,
+                                     edge_threshold=edge_threshold, supernodes=supernodes, by_position=by_position,
+                                     interventions=edits, top=top, freeze_mlps=freeze_mlps, clt=clt)
     path = result.save(out)
     if store:
         from sae_atlas.api.services.graphs import store_graph

@@ -77,16 +77,19 @@ def _read_vector(value: str) -> list[float]:
 @search_app.command("text")
 @handle_errors
 def text_command(atlas: Path = ATLAS, text: str = typer.Argument(...),
-                 sae_id: list[str] = typer.Option([], help="SAE to encode with (repeatable; default all)."),
-                 k: int = typer.Option(3, "-k", "--k", min=1, max=100), json_out: bool = JSON,
+                 saes: list[str] = typer.Option([], "--sae", "--sae-id",
+                                                help="SAE to encode with (repeatable; default all)."),
+                 k: int = typer.Option(5, "-k", "--k", help="Features per token and SAE (1..100)."),
+                 json_out: bool = JSON,
                  include_special: bool = typer.Option(False, "--include-special",
                                                       help="Keep BOS and the model's other special tokens."),
                  device: str = device_option("cpu"), model_dtype: str = model_dtype_option()) -> None:
-    """Which features fire on each token of a text (runs the model; BOS left out)."""
+    """Which features fire on each token of a text (runs the model; BOS left out). The
+    options are `api.operations.search.TextSearchParams`, checked there."""
     from sae_atlas.saes.devices import use_by_default
 
     use_by_default(device, model_dtype)
-    result = open_atlas(atlas).search_text(text, sae_ids=list(sae_id) or None, k=k, include_special=include_special)
+    result = open_atlas(atlas).search_text(text, saes=saes or None, k=k, include_special=include_special)
     if json_out:
         print_json(result.to_dict())
         return
@@ -136,17 +139,21 @@ def contrast_command(
     atlas: Path = ATLAS,
     texts_a: str = typer.Argument(..., help="Set A: a .json list of strings or a text file, one text per line."),
     texts_b: str = typer.Argument(..., help="Set B, the same way."),
-    sae_id: list[str] = typer.Option([], help="SAE to encode with (repeatable; default all)."),
-    k: int = typer.Option(20, "-k", "--k", min=1, max=100, help="Number of results."),
+    saes: list[str] = typer.Option([], "--sae", "--sae-id", help="SAE to encode with (repeatable; default all)."),
+    k: int = typer.Option(20, "-k", "--k", help="Number of results (1..100)."),
     pool: str = typer.Option("max", help="Pooling of a text's token activations: max or mean."),
-    permutations: int = typer.Option(20_000, min=1, help="Most permutations per feature."),
+    n_permutations: int = typer.Option(20_000, "--n-permutations", "--permutations",
+                                       help="Most permutations per feature (1..1,000,000)."),
     alpha: float = typer.Option(0.05, help="False discovery rate for 'significant'."),
+    duplicate_threshold: float = typer.Option(0.9, help="Decoder cosine at which features group as duplicates."),
     seed: int = typer.Option(0, help="Seed of the permutations."),
     json_out: bool = JSON,
 ) -> None:
-    """Features that separate two sets of texts (AUROC, effect size, permutation p, BH q)."""
-    result = open_atlas(atlas).contrast(_read_texts(texts_a), _read_texts(texts_b), saes=list(sae_id) or None, k=k,
-                                   pool=pool, n_permutations=permutations, alpha=alpha, seed=seed)
+    """Features that separate two sets of texts (AUROC, effect size, permutation p, BH q).
+    The options are `api.operations.search.ContrastParams`, checked there."""
+    result = open_atlas(atlas).contrast(_read_texts(texts_a), _read_texts(texts_b), saes=saes or None, k=k,
+                                        pool=pool, n_permutations=n_permutations, alpha=alpha,
+                                        duplicate_threshold=duplicate_threshold, seed=seed)
     if json_out:
         print_json(result.to_dict())
         return

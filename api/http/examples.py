@@ -113,14 +113,14 @@ def body_examples(sample: AtlasSample) -> dict[type[BaseModel], list[dict[str, A
     sae = sample.sae_id
     steer = {"kind": "steer", "sae": sae, "feature": 0, "alpha": 2.0}
     return examples | {
-        TextQuery: [{"text": TEXT, "sae_ids": [sae], "k": 3}],
+        TextQuery: [{"text": TEXT, "saes": [sae], "k": 3}],
         VectorQuery: [{"vector": [1.0] * int(sample.d_in or 1), "sae_id": sae, "k": 3}],
         ConceptQuery: [{"concept": "weekdays", "sae_ids": [sae], "max_features": 2}],
         CircularRequest: [{"sae_id": sae, "max_tokens": 256}],
         RunRequest: [{"text": TEXT, "edits": [steer], "sae_ids": [sae], "k": 3}],
         SteerRequest: [{"text": TEXT, "edits": [steer], "max_new_tokens": 4}],
         AttributeRequest: [{"text": TEXT, "target": {"kind": "loss"}, "sae_ids": [sae], "top": 5, "verify": 1}],
-        GraphRequest: [*examples[GraphRequest], graph | {"sae_ids": [sae]}] if sample.clt else examples[GraphRequest],
+        GraphRequest: [*examples[GraphRequest], graph | {"saes": [sae]}] if sample.clt else examples[GraphRequest],
         SteeringQuery: [{"target": sample.token or "the", "sae_ids": [sae], "k": 3, "n_prompts": 4,
                          "candidates": 4}],
     }

@@ -13,27 +13,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
-from sae_atlas.api.bounds import MAX_K, MAX_SAES_PER_QUERY, MAX_TEXT_CHARS, MAX_VECTOR
+from sae_atlas.api.bounds import MAX_K, MAX_VECTOR
+from sae_atlas.api.operations.fields import JsonInt, SafeId, integral
+from sae_atlas.api.operations.search import TextSearchParams
 from sae_atlas.api.results.feature import ExampleContext
 from sae_atlas.api.results.wire import Number
 from sae_atlas.geometry.maps import Basis
-from sae_atlas.store.layout import ID_PATTERN, MAX_ID_LENGTH
-
-
-def _integral(value: Any) -> Any:
-    """A JSON number with no fraction (`3.0`) as an int, also inside lists and objects;
-    anything else unchanged."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_integral(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _integral(item) for key, item in value.items()}
-    return value
-
-
-JsonInt = Annotated[int, BeforeValidator(_integral)]
-"""An integer as JSON Schema means it: `3` or `3.0`, never `true` or `"3"` (with `_Strict`)."""
 
 
 def json_strict(annotation: Any) -> Any:
@@ -41,9 +26,7 @@ def json_strict(annotation: Any) -> Any:
     fields of the models it holds, which pydantic validates by their own, lax,
     configuration: `true` is not 1 and `3.0` is 3 there too."""
     adapter = TypeAdapter(annotation)
-    return Annotated[annotation, BeforeValidator(lambda value: adapter.validate_python(_integral(value), strict=True))]
-SafeId = Annotated[str, Field(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)]
-"""An id as `store.layout.check_id` accepts it (SAE id, analysis kind or run)."""
+    return Annotated[annotation, BeforeValidator(lambda value: adapter.validate_python(integral(value), strict=True))]
 
 
 class _Strict(BaseModel):
@@ -53,14 +36,9 @@ class _Strict(BaseModel):
 
 
 # requests ------------------------------------------------------------------------------
-class TextQuery(_Strict):
-    """Which features fire on each token of `text`."""
-
-    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, description="text to run through the model")
-    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
-                                         description="SAEs to encode with (default: all)")
-    k: JsonInt = Field(default=5, ge=1, le=MAX_K, description="features per token and SAE")
-    include_special: bool = Field(default=False, description="keep BOS and the model's other special tokens")
+class TextQuery(TextSearchParams):
+    """Which features fire on each token of `text` (`api.operations.search.TextSearchParams`;
+    the old field name `sae_ids` is still accepted)."""
 
 
 class VectorQuery(_Strict):

@@ -10,32 +10,25 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from sae_atlas.api.bounds import (
     MAX_HTTP_PERMUTATIONS,
-    MAX_K,
     MAX_SAES_PER_QUERY,
-    MAX_TEXT_CHARS,
     MAX_TEXTS_PER_SET,
 )
 from sae_atlas.api.http.schemas import JsonInt, SafeId, _Strict
+from sae_atlas.api.operations.fields import Text
+from sae_atlas.api.operations.search import ContrastParams
 from sae_atlas.api.results.feature import GeometryRecord
 
-PY_WHITESPACE = "\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS, pattern=f"[^{PY_WHITESPACE}]",
-                            description="a text with at least one non-space character")]
 
-
-class ContrastQuery(_Strict):
-    """Which features separate the texts of `texts_a` from those of `texts_b`."""
+class ContrastQuery(ContrastParams):
+    """Which features separate the texts of `texts_a` from those of `texts_b`
+    (`api.operations.search.ContrastParams`, with fewer texts and permutations than Python
+    takes so that one request stays cheap; the old field name `sae_ids` is still accepted)."""
 
     texts_a: list[Text] = Field(min_length=2, max_length=MAX_TEXTS_PER_SET, description="first set of texts")
     texts_b: list[Text] = Field(min_length=2, max_length=MAX_TEXTS_PER_SET, description="second set of texts")
-    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
-                                         description="SAEs to encode with (default: all)")
-    k: JsonInt = Field(default=20, ge=1, le=MAX_K, description="features returned")
-    pool: Literal["max", "mean"] = Field(default="max", description="pooling of a text's token activations")
-    n_permutations: JsonInt = Field(default=20_000, ge=100, le=MAX_HTTP_PERMUTATIONS)
-    alpha: float = Field(default=0.05, gt=0, lt=1, description="false discovery rate for 'significant'")
-    duplicate_threshold: float = Field(default=0.9, ge=-1, le=1, description="decoder cosine of duplicates")
-    seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
+    n_permutations: JsonInt = Field(default=ContrastParams.default("n_permutations"), ge=100,
+                                    le=MAX_HTTP_PERMUTATIONS,
+                                    description="most permutations per feature (fewer where a p-value is clear)")
 
 
 def _distinct(values: list[str]) -> list[str]:

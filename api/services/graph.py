@@ -12,12 +12,12 @@ from typing import Any
 
 from sae_atlas.api.bounds import (
     MAX_GRAPH_FEATURES,
-    MAX_GRAPH_NODE_EDITS,
-    MAX_GRAPH_TARGETS,
     MAX_GRAPH_TOKENS,
     check_int,
 )
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.graph import GraphParams
+from sae_atlas.api.operations.graph import NodeEdit as NodeEditParams
 from sae_atlas.api.results.graph import GraphNode, GraphView, NodeIntervention
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.interventions import _tokenize
@@ -46,7 +46,7 @@ def graph_saes(ctx: AtlasContext, views: list[SaeView], *, chosen: bool, freeze_
     if clt is not None:
         module = load_atlas_clt(ctx.root, clt)  # NotFoundError naming the valid ids first
         if chosen:
-            raise InvalidInputError("a graph is over SAEs / transcoders (sae_ids) or over a cross-layer transcoder "
+            raise InvalidInputError("a graph is over SAEs / transcoders (saes) or over a cross-layer transcoder "
                                     "(clt), not both")
         return {clt: module}
     clts = ctx.layout.clt_ids()
@@ -119,10 +119,9 @@ def _top_nodes(graph: Graph, pruned: Pruned, ids: list[str], labels: dict[tuple[
     return out
 
 
-def _edit(graph: Graph, ids: list[str], groups: list[Supernode], spec: Any) -> tuple[NodeEdit, dict[str, Any]]:
-    spec = dict(spec.model_dump() if hasattr(spec, "model_dump") else spec)
-    node, kind = spec.get("node"), spec.get("kind", "ablate")
-    value, recompute = float(spec.get("value", 0.0)), bool(spec.get("recompute", True))
+def _edit(graph: Graph, ids: list[str], groups: list[Supernode], spec: NodeEditParams
+          ) -> tuple[NodeEdit, dict[str, Any]]:
+    node, kind, value, recompute = spec.node, spec.kind, spec.value, spec.recompute
     by_label = {s.label: s.members for s in groups}
     if node in by_label:
         members = by_label[node]
@@ -134,57 +133,32 @@ def _edit(graph: Graph, ids: list[str], groups: list[Supernode], spec: Any) -> t
     return NodeEdit(kind, members, value), {"node": node, "kind": kind, "value": value, "recompute": recompute}
 
 
-def graph(
-    ctx: AtlasContext,
-    views: list[SaeView],
-    text: str,
-    *,
-    chosen: bool = False,
-    targets: Sequence[str | int] | None = None,
-    max_logits: int = 5,
-    cumulative_prob: float = 0.95,
-    node_threshold: float = 0.8,
-    edge_threshold: float = 0.98,
-    supernode_groups: str | dict[str, Group] | None = "geometry",
-    by_position: bool = False,
-    interventions: Sequence[Any] = (),
-    top: int = 20,
-    batch_size: int = 64,
-    freeze_mlps: bool = False,
-    clt: str | None = None,
-) -> GraphView:
-    """The pruned attribution graph of the next token after `text` (see `Atlas.graph`)."""
-    targets = list(targets or [])
-    if len(targets) > MAX_GRAPH_TARGETS:
-        raise InvalidInputError(f"{len(targets)} targets; at most {MAX_GRAPH_TARGETS}")
-    max_logits = check_int(max_logits, "max_logits", 1, MAX_GRAPH_TARGETS)
-    top = check_int(top, "top", 1, 200)
+def graph(ctx: AtlasContext, views: list[SaeView], params: GraphParams, *, batch_size: int = 64) -> GraphView:
+    """The pruned attribution graph of the next token after `params.text` over `views`
+    (chosen by the caller when `params.saes` names them; see `Atlas.graph`)."""
     batch_size = check_int(batch_size, "batch_size", 1, 1024)
-    if len(interventions) > MAX_GRAPH_NODE_EDITS:
-        raise InvalidInputError(f"{len(interventions)} node interventions; at most {MAX_GRAPH_NODE_EDITS}")
-    for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
-        if not 0.0 <= float(v) <= 1.0:
-            raise InvalidInputError(f"{name} must be in [0, 1], got {v!r}")
-    if not 0.0 < float(cumulative_prob) <= 1.0:
-        raise InvalidInputError(f"cumulative_prob must be in (0, 1], got {cumulative_prob!r}")
+    text, targets, top = params.text, list(params.targets or []), params.top
+    node_threshold, edge_threshold = params.node_threshold, params.edge_threshold
+    freeze_mlps, clt = params.freeze_mlps, params.clt
     handle = ctx.model()
     tokens_T, _ = _tokenize(handle, text)
     if len(tokens_T) > MAX_GRAPH_TOKENS:
         raise InvalidInputError(f"the prompt is {len(tokens_T)} tokens; a graph takes at most {MAX_GRAPH_TOKENS}")
-    saes = graph_saes(ctx, views, chosen=chosen, freeze_mlps=freeze_mlps, clt=clt)
+    saes = graph_saes(ctx, views, chosen=bool(params.saes), freeze_mlps=freeze_mlps, clt=clt)
     started = time.perf_counter()
     with ctx.model_lock:
-        g = build_graph(handle, saes, tokens_T, targets=targets or None, max_logits=max_logits,
-                        cumulative_prob=float(cumulative_prob), batch_size=batch_size, max_features=MAX_GRAPH_FEATURES,
-                        freeze_mlps=freeze_mlps)
+        g = build_graph(handle, saes, tokens_T, targets=targets or None, max_logits=params.max_logits,
+                        cumulative_prob=params.cumulative_prob, batch_size=batch_size,
+                        max_features=MAX_GRAPH_FEATURES, freeze_mlps=freeze_mlps)
     seconds = time.perf_counter() - started
-    p = prune(g, float(node_threshold), float(edge_threshold))
+    p = prune(g, node_threshold, edge_threshold)
     ids = node_ids(g)
-    groups = supernode_groups if isinstance(supernode_groups, dict) else (
-        _geometry_groups(views, g.dictionaries) if supernode_groups == "geometry" else {})
-    sns = supernodes(g, groups, by_position=by_position)
+    chosen_groups = params.supernodes
+    groups = chosen_groups if isinstance(chosen_groups, dict) else (
+        _geometry_groups(views, g.dictionaries) if chosen_groups else {})
+    sns = supernodes(g, groups, by_position=params.by_position)
     kept_sn = [[s.label, *[ids[i] for i in s.members if p.node_mask[i]]] for s in sns]
-    edits = [_edit(g, ids, sns, spec) for spec in interventions]
+    edits = [_edit(g, ids, sns, spec) for spec in params.interventions]
     done: list[NodeIntervention] = []
     with ctx.model_lock:
         for edit, desc in edits:
@@ -195,8 +169,8 @@ def graph(
     after = scores(g, pruned_adj)
     data = graph_json(g, p, slug=re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48] or "graph",
                       scan=handle.name, scores=full, labels=labels,
-                      supernodes=[s for s in kept_sn if len(s) > 1], node_threshold=float(node_threshold),
-                      edge_threshold=float(edge_threshold))
+                      supernodes=[s for s in kept_sn if len(s) > 1], node_threshold=node_threshold,
+                      edge_threshold=edge_threshold)
     size = {"nodes": g.n_nodes, "edges": int((g.adjacency != 0).sum()), "kept_nodes": len(data["nodes"]),
             "kept_edges": len(data["links"]), "features": g.n_features}
     lt = g.logits

@@ -5,21 +5,20 @@ per-feature geometry records built from the stored analyses. The statistics are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from sae_atlas.api.bounds import MAX_PROMPTS, MAX_SPAN, MAX_TEXT_CHARS, MAX_TEXTS, check_k
+from sae_atlas.api.bounds import MAX_PROMPTS, MAX_SPAN
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.search import ContrastParams
 from sae_atlas.api.results.meaning import ConceptResult, ContrastResult
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.labels import with_labels
 from sae_atlas.geometry.concept_search import search_concept
 from sae_atlas.geometry.contrast import (
-    MAX_PERMUTATIONS,
     benjamini_hochberg,
     contrast_stats,
     duplicate_groups,
@@ -28,7 +27,7 @@ from sae_atlas.geometry.contrast import (
 from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
 from sae_atlas.geometry.results import write_analysis
 from sae_atlas.saes.encoding.concepts import concept_feature_acts
-from sae_atlas.saes.encoding.texts import POOLS, Pool, pooled_feature_acts
+from sae_atlas.saes.encoding.texts import pooled_feature_acts
 from sae_atlas.saes.intervene.concepts import CategoryConcept, load_concept
 from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.feature_records import geometry_mask
@@ -40,34 +39,12 @@ CONCEPT_COLUMNS = ["sae_id", "hook", "latent", "selective", "selectivity", "fire
                    "span_order"]
 
 
-def check_texts(texts: Sequence[str], what: str) -> list[str]:
-    """`texts` as a list if it is 2..MAX_TEXTS non-empty strings of at most MAX_TEXT_CHARS."""
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise InvalidInputError(f"{what} must be a list of strings")
-    texts = list(texts)
-    if not 2 <= len(texts) <= MAX_TEXTS:
-        raise InvalidInputError(f"{what} must hold 2..{MAX_TEXTS} texts, got {len(texts)}")
-    for t in texts:
-        if not isinstance(t, str) or not t.strip():
-            raise InvalidInputError(f"{what}: every text must be a non-empty string")
-        if len(t) > MAX_TEXT_CHARS:
-            raise InvalidInputError(f"{what}: a text has {len(t)} characters; the maximum is {MAX_TEXT_CHARS}")
-    return texts
-
-
-def contrast(ctx: AtlasContext, views: list[SaeView], texts_a: Sequence[str], texts_b: Sequence[str], *, k: int,
-             pool: Pool, n_permutations: int, alpha: float, duplicate_threshold: float, seed: int) -> ContrastResult:
+def contrast(ctx: AtlasContext, views: list[SaeView], params: ContrastParams) -> ContrastResult:
     """Rank the features of `views` by how well they separate `texts_a` from `texts_b`
     (`geometry.contrast`), q-values over every tested feature of every SAE, the top `k`
     grouped into near-duplicates by decoder cosine, with their labels."""
-    texts_a, texts_b = check_texts(texts_a, "texts_a"), check_texts(texts_b, "texts_b")
-    k = check_k(k)
-    if not 0 < alpha < 1:
-        raise InvalidInputError(f"alpha must be in (0, 1), got {alpha}")
-    if not 1 <= n_permutations <= MAX_PERMUTATIONS:  # checked before the model runs
-        raise InvalidInputError(f"n_permutations must be in 1..{MAX_PERMUTATIONS}, got {n_permutations}")
-    if pool not in POOLS:
-        raise InvalidInputError(f"unknown pooling {pool!r}; valid: {', '.join(POOLS)}")
+    texts_a, texts_b, pool, alpha = params.texts_a, params.texts_b, params.pool, params.alpha
+    n_permutations, duplicate_threshold = params.n_permutations, params.duplicate_threshold
     modules = {view.sae_id: view.module() for view in views}
     hooks = {view.sae_id: view.hook for view in views}
     handle = ctx.model()
@@ -75,12 +52,12 @@ def contrast(ctx: AtlasContext, views: list[SaeView], texts_a: Sequence[str], te
     n_a = len(texts_a)
     frames, n_tested = [], {}
     for sid, acts_NF in acts.items():
-        stats = contrast_stats(acts_NF[:n_a], acts_NF[n_a:], n_permutations=n_permutations, seed=seed)
+        stats = contrast_stats(acts_NF[:n_a], acts_NF[n_a:], n_permutations=n_permutations, seed=params.seed)
         n_tested[sid] = int(stats.tested_F.sum())
         frames.append(stats.frame().with_columns(pl.lit(sid).alias("sae_id"), pl.lit(hooks[sid]).alias("hook")))
     table = pl.concat(frames)
     table = table.with_columns(pl.Series("q_value", benjamini_hochberg(table["p_value"].to_numpy())))
-    top = ranked(table, k, alpha=alpha)
+    top = ranked(table, params.k, alpha=alpha)
     rows_KD = [modules[s].W_dec[i].detach().float().cpu().numpy()
                for s, i in zip(top["sae_id"], top["latent"], strict=True)]
     one_width = len({len(r) for r in rows_KD}) == 1

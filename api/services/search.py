@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sae_atlas.api.bounds import MAX_TEXT_CHARS, check_k
+from sae_atlas.api.bounds import check_k
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.search import TextSearchParams
 from sae_atlas.api.results.search import TextSearch, TokenFeatures
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services import saes
@@ -135,17 +136,13 @@ def _summary_vocab(ctx: AtlasContext) -> dict[str, int]:
     return ctx.cache.get(("vocab",), load)
 
 
-def search_text(ctx: AtlasContext, text: str, views: list[SaeView], k: int, *,
-                include_special: bool = False) -> TextSearch:
-    """Run the model on `text` and encode each token with each SAE: per token, the `k`
-    most active features with their labels; tokens are shown decoded (`' October'`). The
-    model's special tokens (BOS, EOS, padding: the positions summaries and evals leave
-    out, whose activations dwarf every real token's) are left out unless `include_special`."""
-    if not isinstance(text, str) or not text:
-        raise InvalidInputError("text must be a non-empty string")
-    if len(text) > MAX_TEXT_CHARS:
-        raise InvalidInputError(f"text is {len(text)} characters; the maximum is {MAX_TEXT_CHARS}")
-    k = check_k(k)
+def search_text(ctx: AtlasContext, views: list[SaeView], params: TextSearchParams) -> TextSearch:
+    """Run the model on `params.text` and encode each token with each SAE of `views`: per
+    token, the `k` most active features with their labels; tokens are shown decoded
+    (`' October'`). The model's special tokens (BOS, EOS, padding: the positions summaries
+    and evals leave out, whose activations dwarf every real token's) are left out unless
+    `include_special`."""
+    text, k, include_special = params.text, params.k, params.include_special
     if not views:
         raise NotFoundError(f"the atlas {ctx.root} has no SAEs yet")
     modules = {view.sae_id: view.module() for view in views}

@@ -79,7 +79,7 @@ def test_vector_and_flow(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
 
 def test_search_text_matches_direct_encoding(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
     sae = small_atlas["sae_ids"][1]
-    result = atlas.search_text("the cat sat on the mat", sae_ids=[sae], k=3)
+    result = atlas.search_text("the cat sat on the mat", saes=[sae], k=3)
     assert result.tokens == ["the", "cat", "sat", "on", "the", "mat"] and result.positions == [1, 2, 3, 4, 5, 6]
     handle = atlas.model()
     _, cache = handle.bridge.run_with_cache(handle.to_tokens("the cat sat on the mat"),
@@ -91,7 +91,7 @@ def test_search_text_matches_direct_encoding(atlas: Atlas, small_atlas: dict[str
     frame = result.frame()
     assert frame.height == sum(len(x) for x in result.features[sae])
     assert "cat" in result._repr_html_()
-    with pytest.raises(InvalidInputError, match="maximum"):
+    with pytest.raises(InvalidInputError, match="text: String should have at most 2000 characters"):
         atlas.search_text("a " * 2000)
 
 

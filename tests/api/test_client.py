@@ -24,9 +24,9 @@ def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
         assert client.flow(a, 4, k=2)["latent"].to_list() == atlas.flow(a, 4, k=2)["latent"].to_list()
         vec = [0.1 * i for i in range(32)]
         assert client.search_vector(vec, k=4)["latent"].to_list() == atlas.search_vector(vec, k=4)["latent"].to_list()
-        text = client.search_text("the dog ran", sae_ids=[b], k=2)
-        assert text == atlas.search_text("the dog ran", sae_ids=[b], k=2).to_dict()
-        assert client.search_text("the dog", sae_ids=[b], include_special=True)["tokens"][0] == "<s>"
+        text = client.search_text("the dog ran", saes=[b], k=2)
+        assert text == atlas.search_text("the dog ran", saes=[b], k=2).to_dict()
+        assert client.search_text("the dog", saes=[b], include_special=True)["tokens"][0] == "<s>"
         assert client.search_token("dog", k=3) == atlas.search_token("dog", k=3).to_dict()
         dog = atlas.search_token("dog", k=3).token_id
         assert client.search_token(dog, k=3) == atlas.search_token(dog, k=3).to_dict()

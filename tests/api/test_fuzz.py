@@ -58,7 +58,7 @@ MODEL_BOUND = {("POST", "/run"), ("POST", "/steer"), ("POST", "/steer/stream"), 
                ("GET", "/steering/search"), ("POST", "/steering/search")}
 """Operations whose input only the model, the graph or the steering tables can judge: a prompt
 of too many tokens, a position or token match outside it, a target that is not one token, a
-node the graph lacks, a prompt set that leaves too few confirmation prompts for the target.
+node or a supernode's dictionary the graph lacks, a prompt set that leaves too few confirmation prompts for the target.
 Their documented 400 answers to such schema-valid requests are accepted (`schemathesis.toml`),
 and must say which of these it was."""
 MODEL_BOUND_400 = re.compile(r"the prompt is \d+ tokens|outside the prompt|no prompt token matches|"
@@ -67,7 +67,7 @@ MODEL_BOUND_400 = re.compile(r"the prompt is \d+ tokens|outside the prompt|no pr
                              r"not a feature node or supernode|features are active on this prompt|the same token twice|"
                              r"not a token of the model's vocabulary|drew the steering table's prompts|"
                              r"no token occurs at least twice|the confirmation set|user prompt\(s\): half rank|"
-                             r"no ranking prompts for styles")
+                             r"no ranking prompts for styles|names .*, which is not in the graph")
 GATED = {("POST", "/analyses/circular"), *MODEL_BOUND}
 """Off on a read-only server: the documented 403."""
 
@@ -326,8 +326,8 @@ def test_cross_field_rules_are_in_the_schema(open_server: LiveServer, small_atla
     schema-valid request never breaks them: a graph over SAEs or a CLT, not both; a ranking
     confirmed on 0 or at least 2 prompts."""
     schemas = httpx.get(open_server.url + "/openapi.json").json()["components"]["schemas"]
-    assert schemas["GraphRequest"]["not"]["required"] == ["sae_ids", "clt"]
+    assert schemas["GraphRequest"]["not"]["required"] == ["saes", "clt"]
     assert schemas["SteeringQuery"]["properties"]["confirm_prompts"]["not"] == {"const": 1}
-    both = {"text": "the cat sat", "sae_ids": small_atlas["sae_ids"][:1], "clt": CLT}
+    both = {"text": "the cat sat", "saes": small_atlas["sae_ids"][:1], "clt": CLT}
     answer = httpx.post(open_server.url + "/graph", json=both, timeout=60)
     assert answer.status_code == 400 and "not both" in answer.json()["detail"], answer.text

@@ -33,7 +33,7 @@ def planted(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp("graph") / "atlas"
     shutil.copytree(small_atlas["root"], root)
     sid = small_atlas["sae_ids"][1]
-    g = Atlas(root).graph(TEXT, "dog", supernodes=None).circuit
+    g = Atlas(root).graph(TEXT, "dog", supernodes=False).circuit
     d = g.dictionaries.index(sid)
     active = g.features.latent[(g.features.dictionary == d) & (g.features.pos == g.n_pos - 1)].tolist()
     circle = sorted(set(active))[:3]

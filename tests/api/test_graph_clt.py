@@ -40,14 +40,14 @@ def atlas(tmp_path_factory) -> Path:
 
 def test_the_atlas_clt_is_the_default(atlas):
     assert Atlas(atlas).clt_ids == ["clt-exact"]
-    view = Atlas(atlas).graph(PROMPT, supernodes=None)
+    view = Atlas(atlas).graph(PROMPT, supernodes=False)
     assert view.kind == "clt" and view.linear and view.dictionaries == ["clt-exact@0", "clt-exact@1"]
     assert view.scores["replacement"] == pytest.approx(1.0, abs=1e-4)
     jsonschema.validate(view.graph, SCHEMA)
     features = [n for n in view.graph["nodes"] if n["feature_type"] == "cross layer transcoder"]
     assert features and all("sae_id" not in n and n["dictionary"].startswith("clt-exact@") for n in features)
     node = next(n["node_id"] for n in view.top_nodes if n["kind"] == "feature")
-    edited = Atlas(atlas).graph(PROMPT, supernodes=None, interventions=[{"node": node, "kind": "ablate"}])
+    edited = Atlas(atlas).graph(PROMPT, supernodes=False, interventions=[{"node": node, "kind": "ablate"}])
     assert edited.interventions[0]["measured"] == pytest.approx(edited.interventions[0]["total"], abs=1e-3)
 
 
@@ -69,8 +69,8 @@ def test_cli_http_and_choosing_among_clts(atlas, tmp_path):
     _store(two, "clt-b", random_clt(handle))
     with pytest.raises(InvalidInputError, match="several cross-layer transcoders"):
         Atlas(two).graph(PROMPT)
-    assert Atlas(two).graph(PROMPT, clt="clt-b", supernodes=None).dictionaries == ["clt-b@0", "clt-b@1"]
+    assert Atlas(two).graph(PROMPT, clt="clt-b", supernodes=False).dictionaries == ["clt-b@0", "clt-b@1"]
     with pytest.raises(NotFoundError, match="valid: clt-a, clt-b"):
         Atlas(two).graph(PROMPT, clt="clt-c")
     with pytest.raises(InvalidInputError, match="not both"):
-        Atlas(two).graph(PROMPT, clt="clt-a", sae_ids=["x"])
+        Atlas(two).graph(PROMPT, clt="clt-a", saes=["x"])

@@ -66,9 +66,9 @@ def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, A
     assert themap["basis"] == "decoder" and "cooc_x" not in themap
     vec = http.post("/search/vector", json={"vector": [0.5] * 32, "sae_id": b, "k": 3}).json()
     assert len(vec) == 3 and all(v["sae_id"] == b for v in vec)
-    text = http.post("/search/text", json={"text": "the cat sat", "sae_ids": [a], "k": 2}).json()
+    text = http.post("/search/text", json={"text": "the cat sat", "saes": [a], "k": 2}).json()
     assert text["tokens"] == ["the", "cat", "sat"] and len(text["features"][a]) == 3 and text["positions"] == [1, 2, 3]
-    everything = http.post("/search/text", json={"text": "the cat sat", "sae_ids": [a], "include_special": True}).json()
+    everything = http.post("/search/text", json={"text": "the cat sat", "saes": [a], "include_special": True}).json()
     assert everything["tokens"] == ["<s>", "the", "cat", "sat"] and everything["special"] == [True, False, False, False]
     token = http.get("/search/token", params={"token": "cat", "k": 3}).json()
     assert token["token"] == "cat" and len(token["promoting"]) == 3
@@ -143,7 +143,8 @@ def test_bad_get_requests(http: httpx.Client, small_atlas: dict[str, Any], path:
     ("/search/text", {"text": "x" * 5000}, 422, "text"),
     ("/search/text", {"text": 12}, 422, "text"),
     ("/search/text", {"text": "the", "k": 1000}, 422, "k"),
-    ("/search/text", {"text": "the", "sae_ids": ["../x"]}, 422, "sae_ids"),
+    ("/search/text", {"text": "the", "saes": ["../x"]}, 422, "saes"),
+    ("/search/text", {"text": "the", "sae_ids": ["../x"]}, 422, "saes"),  # the old name, checked as the new one
     ("/search/text", {"text": "the", "k": True}, 422, "k"),
     ("/search/text", {"text": "the", "k": "2"}, 422, "k"),
     ("/search/text", {"text": "the", "k": 2.5}, 422, "k"),

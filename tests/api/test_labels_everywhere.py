@@ -50,7 +50,7 @@ def test_cli_feature_prints_the_label(small_atlas: dict[str, Any]) -> None:
 
 def test_cli_text_search_prints_labels_and_leaves_bos_out(small_atlas: dict[str, Any]) -> None:
     sae = small_atlas["sae_ids"][1]
-    found = Atlas(small_atlas["root"]).search_text("the cat sat", sae_ids=[sae], k=2)
+    found = Atlas(small_atlas["root"]).search_text("the cat sat", saes=[sae], k=2)
     out = CliRunner().invoke(app, ["search", "text", str(small_atlas["root"]), "the cat sat", "--sae-id", sae, "-k", "2"],
                              env={"COLUMNS": "250"})
     assert out.exit_code == 0, out.output

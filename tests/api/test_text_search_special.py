@@ -23,13 +23,13 @@ def test_a_loud_bos_is_left_out_unless_asked_for(small_atlas: dict[str, Any]) ->
     atlas = Atlas(small_atlas["root"], model=_loud_bos_model())
     sae = small_atlas["sae_ids"][1]
     text = "the cat sat on the mat </s> the dog"  # an EOS in the middle is special too
-    everything = atlas.search_text(text, sae_ids=[sae], k=3, include_special=True)
+    everything = atlas.search_text(text, saes=[sae], k=3, include_special=True)
     frame = everything.frame().sort("act", descending=True)
     assert frame["token"][0] == "<s>" and frame["pos"][0] == 0  # the plant: BOS fires hardest of all
     assert frame["act"][0] > 5 * frame.filter(frame["token"] != "<s>")["act"].max()
     assert everything.special[0] and everything.special.count(True) == 2
     assert everything._repr_html_().count("rgba(255,140,0,1.00)") >= 2  # scaled by real tokens: not BOS alone at 1
-    found = atlas.search_text(text, sae_ids=[sae], k=3)
+    found = atlas.search_text(text, saes=[sae], k=3)
     assert "<s>" not in found.tokens and "</s>" not in found.tokens and not any(found.special)
     assert found.positions[0] == 1 and len(found.positions) == len(everything.positions) - 2
     top = found.frame().sort("act", descending=True)

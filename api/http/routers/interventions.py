@@ -28,7 +28,7 @@ from sae_atlas.api.http.deps import AtlasDep, ModelQueueDep, SettingsDep
 from sae_atlas.api.http.json_body import json_body
 from sae_atlas.api.http.routers.params import DATA_ERRORS, error_responses
 from sae_atlas.api.http.schemas import ErrorBody, JsonInt, SafeId, _Strict, json_strict
-from sae_atlas.api.http.schemas_meaning import PY_WHITESPACE
+from sae_atlas.api.operations.fields import PY_WHITESPACE
 from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
 from sae_atlas.saes.intervene.attribution import AttributionMode, Target
 from sae_atlas.saes.intervene.edits import Edit

@@ -45,20 +45,14 @@ async def search_vector(atlas: AtlasDep, query: VectorQuery) -> Response:
 @router.post("/search/text", summary="Features firing on each token of a text", response_model=TextSearch,
              responses=POSTED)
 async def search_text(atlas: AtlasDep, queue: ModelQueueDep, query: TextQuery) -> Response:
-    ids = query.sae_ids or None
-    result = await asyncio.get_running_loop().run_in_executor(
-        queue, lambda: atlas.search_text(query.text, sae_ids=ids, k=query.k,
-                                         include_special=query.include_special))
+    result = await asyncio.get_running_loop().run_in_executor(queue, lambda: atlas.search_text(**dict(query)))
     return json_body(result)
 
 
 @router.post("/search/contrast", summary="Features separating two sets of texts", response_model=ContrastResult,
              responses=POSTED)
 async def search_contrast(atlas: AtlasDep, queue: ModelQueueDep, query: ContrastQuery) -> Response:
-    ids = query.sae_ids or None
-    options = query.model_dump(exclude={"texts_a", "texts_b", "sae_ids"})
-    result = await asyncio.get_running_loop().run_in_executor(
-        queue, lambda: atlas.contrast(query.texts_a, query.texts_b, saes=ids, **options))
+    result = await asyncio.get_running_loop().run_in_executor(queue, lambda: atlas.contrast(**dict(query)))
     return json_body(result.to_dict())
 
 
