@@ -44,9 +44,9 @@ from sae_atlas.saes.train.atlas import (
     to_train,
 )
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.loop import Distribute, train_dictionaries
+from sae_atlas.saes.train.dictionary import Dictionary
+from sae_atlas.saes.train.loop import Distribute, LoopRun, train_dictionaries
 from sae_atlas.saes.train.stream_source import StreamSource
-from sae_atlas.saes.train.trainer import SAEDictionary
 from sae_atlas.saes.transcoders.sites import mlp_output_hook
 from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
@@ -112,7 +112,7 @@ class _Progress:
     """tokens/s, the forward's share of the time and, at each log step, every dictionary's
     FVU, L0 and dead fraction (main rank)."""
 
-    def __init__(self, source: StreamSource, dictionaries: list[SAEDictionary], total: int, enabled: bool) -> None:
+    def __init__(self, source: StreamSource, dictionaries: list[Dictionary], total: int, enabled: bool) -> None:
         self.source, self.dictionaries, self.total, self.enabled = source, dictionaries, total, enabled
         self.bar: Any = None
         self.started, self.first_step = time.perf_counter(), 0
@@ -131,7 +131,7 @@ class _Progress:
         for d in logged:
             last = d.history[-1]
             self.bar.write(f"step {step} {d.name}: FVU {last.get('fvu', float('nan')):.3f}  "
-                           f"L0 {last.get('l0', float('nan')):.1f}  dead {last['dead_fraction']:.1%}")
+                           f"L0 {last.get('l0', float('nan')):.1f}  dead {last.get('dead_fraction', float('nan')):.1%}")
 
     def close(self) -> None:
         if self.bar is not None:
@@ -191,31 +191,38 @@ def train_from_model(
     return _register(layout, planned, train_cfg, ctx)
 
 
-def _train_streamed(handle: ModelHandle, todo: list[Planned], train_cfg: TrainConfig, stream: StreamOptions,
-                    folder: Path, distribute: Distribute, ctx: DistContext | None, stop_after_steps: int | None) -> None:
-    """Stream, train the SAEs of `todo` in one loop and save each."""
-    steps, batch = train_cfg.total_steps, train_cfg.batch_size
+def _stream_and_train(handle: ModelHandle, dictionaries: list[Dictionary], train_cfg: TrainConfig,
+                      stream: StreamOptions, folder: Path, distribute: Distribute, ctx: DistContext | None,
+                      stop_after_steps: int | None) -> tuple[LoopRun, StreamSource]:
+    """Stream the hooks the dictionaries read and train them in one loop (checkpoints in `folder`)."""
     heldout = (stream.heldout_tokens if stream.heldout_tokens is not None
                else min(HELDOUT_EVAL_TOKENS, max(stream.corpus.context_size, train_cfg.total_tokens // 10)))
-    hooks = [h for p in todo for h in (p.hook, p.hook_out) if h]
-    source = StreamSource(handle, stream.corpus, hooks, batch_size=batch, steps=steps, batch_blocks=stream.batch_blocks,
-                          buffer_tokens=stream.buffer_tokens, heldout_tokens=heldout, lanes=stream.lanes,
-                          seed=train_cfg.seed, ctx=ctx)
-    device = train_cfg.device if ctx is None else ctx.device(train_cfg.device)
-    dictionaries = sae_dictionaries(todo, train_cfg, device)
-    main = ctx is None or ctx.is_main
-    progress = _Progress(source, dictionaries, steps, train_cfg.progress and main)
-    autocast = torch.autocast(torch.device(device).type, dtype=getattr(torch, stream.dict_dtype),
-                              enabled=stream.dict_dtype != "float32")
+    hooks = list(dict.fromkeys(h for d in dictionaries for h in d.hooks))
+    source = StreamSource(handle, stream.corpus, hooks, batch_size=train_cfg.batch_size, steps=train_cfg.total_steps,
+                          batch_blocks=stream.batch_blocks, buffer_tokens=stream.buffer_tokens,
+                          heldout_tokens=heldout, lanes=stream.lanes, seed=train_cfg.seed, ctx=ctx)
+    progress = _Progress(source, dictionaries, train_cfg.total_steps, train_cfg.progress and (ctx is None or ctx.is_main))
+    device_type = torch.device(dictionaries[0].device).type
+    autocast = torch.autocast(device_type, dtype=getattr(torch, stream.dict_dtype), enabled=stream.dict_dtype != "float32")
     try:
         with autocast:
             run = train_dictionaries(dictionaries, source, checkpoint_dir=folder, ctx=ctx, distribute=distribute,
                                      stop_after_steps=stop_after_steps, on_step=progress)
     finally:
         progress.close()
+    return run, source
+
+
+def _train_streamed(handle: ModelHandle, todo: list[Planned], train_cfg: TrainConfig, stream: StreamOptions,
+                    folder: Path, distribute: Distribute, ctx: DistContext | None, stop_after_steps: int | None) -> None:
+    """Stream, train the SAEs of `todo` in one loop and save each."""
+    device = train_cfg.device if ctx is None else ctx.device(train_cfg.device)
+    run, source = _stream_and_train(handle, list(sae_dictionaries(todo, train_cfg, device)), train_cfg, stream,
+                                    folder, distribute, ctx, stop_after_steps)
     if not run.finished:
         return
-    rows = _heldout_rows(source, batch) if main or distribute == "modules" else {}
+    main = ctx is None or ctx.is_main
+    rows = _heldout_rows(source, train_cfg.batch_size) if main or distribute == "modules" else {}
 
     def eval_rows(p: Planned) -> list[torch.Tensor] | None:
         x = rows.get(p.hook)
