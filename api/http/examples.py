@@ -42,12 +42,14 @@ class AtlasSample:
     crosscoder: str | None = None
     clt: str | None = None
     graph: str | None = None
+    depth_run: str | None = None
 
 
 def atlas_sample(atlas: Atlas) -> AtlasSample:
     """The first served SAE (with a token its summaries promote and its first stored eval),
     the first stored run that is served and has a figure, the first stored comparison, the
-    first stored crosscoder, the first cross-layer transcoder and the first stored graph."""
+    first stored crosscoder, the first cross-layer transcoder, the first stored graph and the
+    first depth run that is served."""
     served = [row for row in atlas.saes().to_dicts() if row.get("status") == "ok"]
     runs = [row for row in atlas.analyses().to_dicts() if row["status"] == "ok" and row["figures"]]
     sae = served[0] if served else {}
@@ -56,13 +58,14 @@ def atlas_sample(atlas: Atlas) -> AtlasSample:
     evals = stored_evals(atlas.root, sae["sae_id"]) if sae else []
     comparisons = atlas.comparisons()
     crosscoders = atlas.crosscoders()
+    depth = [row["run"] for row in atlas.depth_runs() if row["status"] == "ok"]
     return AtlasSample(sae_id=sae.get("sae_id"), d_in=sae.get("d_in"), token=token, token_id=token_id,
                        kind=run.get("kind"), run=run.get("run"), figure=run["figures"][0] if run else None,
                        eval_name=evals[0] if evals else None,
                        comparison=comparisons[0]["run"] if comparisons else None,
                        crosscoder=crosscoders[0]["crosscoder"] if crosscoders else None,
                        clt=atlas.clt_ids[0] if atlas.clt_ids else None,
-                       graph=_first_graph(atlas))
+                       graph=_first_graph(atlas), depth_run=depth[0] if depth else None)
 
 
 def _first_graph(atlas: Atlas) -> str | None:
@@ -92,7 +95,7 @@ def parameter_examples(sample: AtlasSample) -> dict[tuple[str, ...], Any]:
                 ("path", "token_id"): sample.token_id, ("path", "kind"): sample.kind, ("path", "run"): sample.run,
                 ("path", "name"): sample.figure, ("path", "eval_name"): sample.eval_name,
                 ("path", "comparison"): sample.comparison, ("path", "crosscoder"): sample.crosscoder,
-                ("/graphs/{run}", "path", "run"): sample.graph}
+                ("/graphs/{run}", "path", "run"): sample.graph, ("/depth/{run}", "path", "run"): sample.depth_run}
     return {key: value for key, value in examples.items() if value is not None}
 
 

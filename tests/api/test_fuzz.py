@@ -40,6 +40,7 @@ from sae_atlas.saes.transcoders.clt_store import clt_record, register_clt, save_
 from sae_atlas.store.layout import AtlasLayout
 from tests.api.conftest import TOKEN, LiveServer
 from tests.api.test_compare_pages import CC, planted_crosscoder
+from tests.api.test_depth_page import planted_run
 from tests.api.test_steering_http import add_steering_tables
 from tests.saes.graph_fixtures import random_clt
 
@@ -76,7 +77,8 @@ GATED = {("POST", "/analyses/circular"), *MODEL_BOUND}
 def fuzz_atlas(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the small atlas with every kind of result the routes read: steering tables,
     the first SAE's core, MDL and meta-SAE evals, a stored comparison of the two SAEs, a
-    planted crosscoder, a cross-layer transcoder of the model and a graph over it, stored."""
+    planted crosscoder, a cross-layer transcoder of the model and a graph over it, stored, and a
+    planted depth run joining the first SAE."""
     root = Path(shutil.copytree(small_atlas["root"], tmp_path_factory.mktemp("fuzz") / "atlas"))
     a, b = small_atlas["sae_ids"]
     add_steering_tables(root, [a, b])
@@ -92,6 +94,7 @@ def fuzz_atlas(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFac
     Atlas(root).compare(root, sae=a, other_sae=b, run="layers", n_tokens=1024, sample_tokens=256, n_perm=10,
                         corpus=CorpusSpec(context_size=32))
     planted_crosscoder(root, small_atlas["sae_ids"], small_atlas["hooks"])
+    planted_run(root, a)
     return root
 
 
@@ -247,6 +250,8 @@ def _live_requests(a: str, b: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", "/graph", {"body": {"text": "the cat sat", "max_logits": 2, "clt": CLT}}),
         ("GET", "/graphs", {}),
         ("GET", "/graphs/{run}", {"path_parameters": {"run": GRAPH}}),
+        ("GET", "/depth", {}),
+        ("GET", "/depth/{run}", {"path_parameters": {"run": "planted"}}),
     ]
 
 
