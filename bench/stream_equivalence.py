@@ -6,8 +6,9 @@
 On the demo model's blocks.15.hook_resid_post, a TopK SAE of the demo's shape (4608
 latents, k 32, batches of 4096, seed 0, the same `--tokens`) is trained twice:
 
-- cached: `sae-atlas cache --tokens <cache-tokens>` (its train split must hold the training
-  tokens; the cache is resumed if present), then `sae-atlas train` from that cache;
+- cached: `sae-atlas cache --tokens <cache-tokens>` (its train split should hold the training
+  tokens, else the trainer repeats some; the cache is resumed if present; `--cache-tokens 0`
+  takes `--cached-atlas`'s cache as it is), then `sae-atlas train` from that cache;
 - streamed: `sae-atlas train --from-model` (mixing buffer `--buffer-tokens`), or the layer-15
   SAE of an earlier streamed run of the same configuration given with `--streamed-sae` (a
   multi-hook streamed run trains each SAE on the same batches as a one-hook run).
@@ -52,7 +53,7 @@ def run(cmd: list[str], log: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=61440)
-    ap.add_argument("--cache-tokens", type=int, default=73728)
+    ap.add_argument("--cache-tokens", type=int, default=73728, help="0: use --cached-atlas's cache as it is")
     ap.add_argument("--buffer-tokens", type=int, default=65536)
     ap.add_argument("--eval-tokens", type=int, default=8192)
     ap.add_argument("--work", type=Path, default=Path("/tmp/trainbench/equiv"))
@@ -62,8 +63,9 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     log = args.work / "steps.log"
     cached_atlas = args.cached_atlas or args.work / "cached"
-    run(["cache", "--atlas", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.cache_tokens), "--device", "cpu"],
-        log)
+    if args.cache_tokens:
+        run(["cache", "--atlas", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.cache_tokens), "--device",
+             "cpu"], log)
     run(["train", "--atlas", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.tokens), *SHAPE], log)
     cached_sae = cached_atlas / "saes" / f"{HOOK}-topk-{D_SAE}"
     streamed_sae = args.streamed_sae

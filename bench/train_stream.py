@@ -1,108 +1,140 @@
-"""Streamed training throughput against its two parts, and its memory against the token count.
+"""Streamed training throughput and memory: `train --from-model` of the demo's three SAEs
+against the bare stopped forward and the cached trainer, all measured in one run.
 
-In ONE process, on the demo's model and SAEs (SmolLM2-135M, TopK 4608 latents, k=32, at
-blocks 8/15/22 hook_resid_post, batches of 4096 tokens):
-- forward: the bare forward stopped after layer 22, capturing the three hooks (tokens/s);
-- train: the cached trainer training the three SAEs together from a cache of the same
-  tokens (tokens/s of its loop, from training.json);
-- stream: `train --from-model` training the same three SAEs (tokens/s of its loop, which
-  includes every forward);
-- the bound 1 / (1/forward + 1/train), what a stream that overlaps nothing can reach, and
-  stream / bound.
-Then peak RSS of streamed training at two token counts, each in a fresh process.
+    PYTHONPATH=. python bench/train_stream.py [--atlas /tmp/democlone/atlas-demo] \
+        [--work /tmp/trainbench/stream] [--tokens 16384 [--tokens 32768]] [--buffer-tokens 17408]
 
-    PYTHONPATH=. python bench/train_stream.py [--tokens 65536 --rss-tokens 32768 131072]
+In this process, on the demo model (SmolLM2-135M, stopped after the deepest hook) and the
+demo's hooks (blocks.{8,15,22}.hook_resid_post), TopK SAEs of the demo's shape (4608
+latents, k 32, batches of 4096, seed 0):
+
+- forward: the bare stopped forward's training rows per second (BOS and separators left
+  out, as training leaves them out) over `--forward-tokens` corpus tokens;
+- train: the cached trainer's rows per second, all three SAEs stepped together from the
+  demo's cache (`train_dictionaries` over a `CachedSource`, nothing written);
+- streamed: `sae-atlas train --from-model` of the three SAEs, once per `--tokens`, each in a
+  child process (fresh atlas under `--work`); its rows per second are the training loop's
+  (training.json's tokens / wall_seconds: streaming, mixing and stepping), and its peak RSS
+  is the child's `ru_maxrss` (model, buffer, SAEs and optimizer included).
+
+Printed: streamed / (1 / (1/forward + 1/train)) for each run (target >= 0.9, the rate of a
+pipeline that first runs the forward and then trains on its rows, with no overlap) and the
+peak RSS of each token count (target: flat in the token count). The default buffer (17,408
+tokens: 136 blocks keep ~17,000 rows on the builtin corpus, 4 whole batches) makes each
+`--tokens` a multiple of 16,384 a whole number of windows.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
+import re
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from sae_atlas.saes.cache import cache_activations
-from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
-from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import load_model
-from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.streaming import stream_activations
+from sae_atlas.saes.train.atlas import hook_seed
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.from_model import StreamOptions, train_from_model
+from sae_atlas.saes.train.loop import train_dictionaries
+from sae_atlas.saes.train.sources import CachedSource
+from sae_atlas.saes.train.trainer import SAEDictionary
+from sae_atlas.store.activations import ActivationReader
 
-HOOKS = [f"blocks.{layer}.hook_resid_post" for layer in (8, 15, 22)]
-SAE = {"d_sae": 4608, "k": 32}
-CORPUS = CorpusSpec(context_size=128)
-
-
-def _train_cfg(tokens: int) -> TrainConfig:
-    return TrainConfig(total_tokens=tokens, batch_size=4096, progress=False)
+HOOKS = ("blocks.8.hook_resid_post", "blocks.15.hook_resid_post", "blocks.22.hook_resid_post")
+D_SAE, K, BATCH = 4608, 32, 4096
 
 
-def _loop_tokens_per_second(root: Path, tokens: int) -> float:
-    """Tokens per second of the training loop (the slowest of the three SAEs' records)."""
-    walls = [json.loads((root / "saes" / f"{hook}-topk-4608" / "training.json").read_text())
-             ["final_metrics"]["wall_seconds"] for hook in HOOKS]
-    return tokens // 4096 * 4096 / max(walls)
+def forward_rate(handle, n_tokens: int, context: int) -> float:
+    """Training rows per second of the bare forward over the three hooks, stopped after the deepest."""
+    rows, started = 0, time.perf_counter()
+    for batch in stream_activations(handle, CorpusSpec(context_size=context), HOOKS, n_blocks=n_tokens // context,
+                                    batch_blocks=8, progress=False):
+        rows += int((~batch.excluded).sum())
+    return rows / (time.perf_counter() - started)
 
 
-def forward_tokens_per_second(handle, tokens: int, batch_blocks: int) -> float:
-    """The bare stopped forward over `tokens` corpus tokens, all three hooks captured."""
-    batches = list(iter_blocks(handle.tokenizer, CORPUS, max_blocks=tokens // CORPUS.context_size,
-                               batch_blocks=batch_blocks))
+def trainer_rate(atlas: Path, n_tokens: int) -> float:
+    """Rows per second of the three SAEs stepped together from the demo's cache."""
+    train = TrainConfig(total_tokens=n_tokens, batch_size=BATCH, seed=0, progress=False, checkpoint_every_tokens=0)
+    dictionaries = []
+    for hook in HOOKS:
+        cfg = SAEConfig("topk", 576, D_SAE, k=K, hook_name=hook, seed=hook_seed(0, hook))
+        torch.manual_seed(0)
+        dictionaries.append(SAEDictionary(cfg, train.resolve(576, D_SAE), "cpu", name=hook))
+    source = CachedSource({hook: ActivationReader(atlas, hook) for hook in HOOKS}, BATCH, seed=0)
+    run = train_dictionaries(dictionaries, source)
+    return train.total_steps * BATCH / run.wall_seconds
+
+
+def streamed_run(work: Path, tokens: int, buffer_tokens: int, heldout_tokens: int) -> dict[str, float]:
+    """`sae-atlas train --from-model` of the three SAEs in a child process: the loop's rows
+    per second, its last reported forward share and the child's peak RSS (MiB)."""
+    atlas = work / f"stream-{tokens}"
+    shutil.rmtree(atlas, ignore_errors=True)
+    log = work / f"stream-{tokens}.log"
+    cmd = [sys.executable, "-m", "sae_atlas", "train", "--from-model", "--atlas", str(atlas),
+           *[a for hook in HOOKS for a in ("--hook", hook)], "--arch", "topk", "--d-sae", str(D_SAE), "--k", str(K),
+           "--tokens", str(tokens), "--batch-size", str(BATCH), "--seed", "0", "--buffer-tokens", str(buffer_tokens),
+           "--heldout-tokens", str(heldout_tokens), "--device", "cpu"]
     started = time.perf_counter()
-    for batch in batches:
-        run_hooks(handle, batch.token_ids, HOOKS)
-    return sum(b.token_ids.numel() for b in batches) / (time.perf_counter() - started)
-
-
-def streamed(root: Path, tokens: int, batch_blocks: int, buffer_tokens: int) -> float:
-    """Train the three SAEs from the stream; the loop's tokens/s."""
-    handle = load_model("smollm2-135m", device="cpu", dtype="float32")
-    stream = StreamOptions(CORPUS, batch_blocks=batch_blocks, buffer_tokens=buffer_tokens, heldout_tokens=4096)
-    train_from_model(handle, root, HOOKS, train_cfg=_train_cfg(tokens), stream=stream, **SAE)
-    return _loop_tokens_per_second(root, tokens)
+    with log.open("w") as out:
+        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed; see {log}")
+    record = json.loads((atlas / "saes" / f"{HOOKS[1]}-topk-{D_SAE}" / "training.json").read_text())
+    final = record["final_metrics"]
+    shares = re.findall(r"forward (\d+)%", log.read_text())
+    return {"tokens": final["tokens"], "rate": final["tokens"] / final["wall_seconds"],
+            "loop_seconds": final["wall_seconds"], "child_seconds": time.perf_counter() - started,
+            "forward_share": int(shares[-1]) / 100 if shares else float("nan"),
+            "peak_rss_mib": usage.ru_maxrss / 1024, "heldout_fvu_l15": record["heldout_metrics"]["fvu"]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=65536)
-    parser.add_argument("--rss-tokens", type=int, nargs=2, default=[32768, 131072])
-    parser.add_argument("--batch-blocks", type=int, default=8)
-    parser.add_argument("--buffer-tokens", type=int, default=65536)
-    parser.add_argument("--rss-only", type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    if args.rss_only:
-        with tempfile.TemporaryDirectory() as tmp:
-            streamed(Path(tmp) / "atlas", args.rss_only, args.batch_blocks, args.buffer_tokens)
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # MiB
-        return
-    handle = load_model("smollm2-135m", device="cpu", dtype="float32")
-    forward = forward_tokens_per_second(handle, args.tokens, args.batch_blocks)
-    with tempfile.TemporaryDirectory() as tmp:
-        cached = Path(tmp) / "cached"
-        cache_activations(handle, cached, HOOKS, corpus=CORPUS, n_tokens=args.tokens * 10 // 9 + 4 * 4096,
-                          batch_blocks=args.batch_blocks, progress=False)
-        train_saes(cached, HOOKS, train_cfg=_train_cfg(args.tokens), **SAE)
-        train = _loop_tokens_per_second(cached, args.tokens)
-        stream = streamed(Path(tmp) / "stream", args.tokens, args.batch_blocks, args.buffer_tokens)
-    bound = 1 / (1 / forward + 1 / train)
-    print(f"tokens {args.tokens}, threads {torch.get_num_threads()}")
-    print(f"forward (stopped after layer 22, 3 hooks): {forward:,.0f} tok/s")
-    print(f"cached trainer (3 SAEs, one loop):          {train:,.0f} tok/s")
-    print(f"streamed training (3 SAEs):                {stream:,.0f} tok/s")
-    print(f"bound 1/(1/forward + 1/train):             {bound:,.0f} tok/s; stream / bound = {stream / bound:.2f}")
-    for tokens in args.rss_tokens:
-        out = subprocess.run([sys.executable, __file__, "--rss-only", str(tokens), "--batch-blocks",
-                              str(args.batch_blocks), "--buffer-tokens", str(args.buffer_tokens)],
-                             capture_output=True, text=True, check=True)
-        print(f"peak RSS of streamed training at {tokens:,} tokens: {out.stdout.split()[-1]} MiB")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--atlas", type=Path, default=Path("/tmp/democlone/atlas-demo"), help="the demo atlas (read)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/trainbench/stream"))
+    ap.add_argument("--tokens", type=int, action="append", help="streamed runs' training tokens (repeatable)")
+    ap.add_argument("--buffer-tokens", type=int, default=17408)
+    ap.add_argument("--heldout-tokens", type=int, default=1024)
+    ap.add_argument("--forward-tokens", type=int, default=2048)
+    ap.add_argument("--train-tokens", type=int, default=16384, help="cached trainer's tokens")
+    args = ap.parse_args()
+    tokens = args.tokens or [16384]
+    args.work.mkdir(parents=True, exist_ok=True)
+    context = json.loads((args.atlas / "atlas.json").read_text())["corpus"]["context_size"]
+    handle = load_model("smollm2-135m", device="cpu")
+    forward = forward_rate(handle, args.forward_tokens, context)
+    print(f"bare stopped forward (3 hooks, to layer 22): {forward:,.1f} rows/s", flush=True)
+    train = trainer_rate(args.atlas, args.train_tokens)
+    print(f"cached trainer (3 SAEs together): {train:,.1f} rows/s", flush=True)
+    serial = 1 / (1 / forward + 1 / train)
+    print(f"forward then train, no overlap: 1/(1/forward + 1/train) = {serial:,.1f} rows/s", flush=True)
+    runs = []
+    for n in tokens:
+        run = streamed_run(args.work, n, args.buffer_tokens, args.heldout_tokens)
+        runs.append(run)
+        print(f"streamed {run['tokens']:,} tokens: {run['rate']:,.1f} rows/s in the loop "
+              f"({run['loop_seconds']:.0f} s; child {run['child_seconds']:.0f} s with model load and held-out), "
+              f"forward share {run['forward_share']:.0%}, ratio {run['rate'] / serial:.2f} (target >= 0.9), "
+              f"peak RSS {run['peak_rss_mib']:,.0f} MiB, held-out FVU layer 15 {run['heldout_fvu_l15']:.4f}",
+              flush=True)
+    if len(runs) > 1:
+        low, high = runs[0], runs[-1]
+        print(f"peak RSS {low['peak_rss_mib']:,.0f} MiB at {low['tokens']:,} tokens vs {high['peak_rss_mib']:,.0f} MiB "
+              f"at {high['tokens']:,} ({high['tokens'] / low['tokens']:.1f}x the tokens): "
+              f"{high['peak_rss_mib'] / low['peak_rss_mib']:.3f}x")
+    print(json.dumps({"forward": forward, "train": train, "serial": serial, "runs": runs}))
 
 
 if __name__ == "__main__":

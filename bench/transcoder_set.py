@@ -19,7 +19,7 @@ graph of the same prompts.
    `--residual-atlas`; replacement and completeness of the full and the pruned graph; the
    target's demeaned logit change when the graph's 5 most influential feature nodes are
    ablated vs 5 density-matched random active feature nodes (seeded). `Atlas.graph` itself
-   is called once on the first prompt and its dictionaries and scores printed.
+   is called last on the first prompt and its dictionaries and scores printed.
 Target: pruned replacement >= 0.6 on the bench prompt.
 """
 
@@ -164,11 +164,6 @@ def main() -> None:
           f"{a['ce_clean']:.3f}, zero-ablated {a['ce_zero_ablated']:.3f}; CE recovered {a['ce_recovered']:.3f}; "
           f"KL {a['kl_replaced']:.3f} (zero-ablated {a['kl_zero_ablated']:.3f})", flush=True)
 
-    view = atlas.graph(PROMPTS[0][0], targets=PROMPTS[0][1])
-    print(f"Atlas.graph on {args.atlas}: {len(view.dictionaries)} dictionaries ({view.dictionaries[0]} ...), "
-          f"replacement {view.scores['replacement']:.3f} (pruned {view.pruned_scores['replacement']:.3f})", flush=True)
-    result["atlas_graph"] = {"dictionaries": view.dictionaries, "scores": view.scores,
-                             "pruned_scores": view.pruned_scores}
     residual = Atlas(args.residual_atlas)
     result["graphs"] = []
     for prompt, target in PROMPTS:
@@ -182,6 +177,11 @@ def main() -> None:
                   f"{row['pruned_completeness']:.3f}; ablating the top 5 nodes moves the target logit "
                   f"{row['top5_change']:+.3f}, 5 density-matched random active features {row['random5_change']:+.3f} "
                   f"(clean {row['clean_logit']:.3f})", flush=True)
+    view = atlas.graph(PROMPTS[0][0], targets=PROMPTS[0][1])
+    print(f"Atlas.graph on {args.atlas}: {len(view.dictionaries)} dictionaries ({view.dictionaries[0]} ...), "
+          f"replacement {view.scores['replacement']:.3f} (pruned {view.pruned_scores['replacement']:.3f})", flush=True)
+    result["atlas_graph"] = {"dictionaries": view.dictionaries, "scores": view.scores,
+                             "pruned_scores": view.pruned_scores}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
 
