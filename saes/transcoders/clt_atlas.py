@@ -10,10 +10,11 @@ torchrun the ranks train it data-parallel (`train_clt`) and rank 0 writes and re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sae_atlas.saes.distributed import barrier, init_distributed
+from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
 from sae_atlas.saes.train.checkpoint import remove_checkpoints
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.transcoders.clt import CLTArchitecture, CLTConfig
@@ -43,6 +44,66 @@ def clt_input_site(hooks: list[str]) -> str:
     return sites.pop()
 
 
+@dataclass(frozen=True)
+class PlannedCLT:
+    """A CLT of a call: its config, id and folder."""
+
+    cfg: CLTConfig
+    clt_id: str
+    folder: Path
+
+
+def plan_clt(layout: AtlasLayout, hooks: list[str], *, d_model: int, model_name: str, context_size: int,
+             dataset_path: str, architecture: CLTArchitecture = "jumprelu", d_sae: int | None = None,
+             expansion: int = 8, k: int | None = 32, options: dict[str, Any] | None = None,
+             seed: int = 0) -> PlannedCLT:
+    """The CLT reading `hooks` (every layer's MLP input from 0, checked) and writing every
+    `blocks.l.hook_mlp_out`: its config, id `clt-<site>-<architecture>-<F>` and folder."""
+    site = clt_input_site(hooks)
+    cfg = CLTConfig(architecture=architecture, n_layers=len(hooks), d_model=d_model,
+                    d_sae=d_sae or expansion * d_model, k=k if architecture == "topk" else None,
+                    model_name=model_name, input_site=site, output_site=MLP_OUT, context_size=context_size,
+                    dataset_path=dataset_path, seed=seed, **(options or {}))
+    clt_id = check_id(f"clt-{site}-{architecture}-{cfg.d_sae}", "CLT id")
+    return PlannedCLT(cfg, clt_id, layout.clt_dir(clt_id))
+
+
+def clt_outputs(n_layers: int) -> list[str]:
+    """The MLP outputs a CLT over `n_layers` layers writes."""
+    return [f"blocks.{layer}.{MLP_OUT}" for layer in range(n_layers)]
+
+
+def clt_to_train(planned: PlannedCLT, train_cfg: TrainConfig, overwrite: bool, ctx: DistContext | None
+                 ) -> dict[str, Any] | None:
+    """The training record when this exact CLT already finished, else None (train it): an
+    overwritten CLT is cleared first, one saved with another configuration is refused."""
+    folder = planned.folder
+    record = None if overwrite else _finished(folder, planned.cfg, train_cfg)
+    if record is None:
+        if overwrite and (ctx is None or ctx.is_main):
+            for name in (CFG_FILE, TRAINING_FILE):
+                (folder / name).unlink(missing_ok=True)
+            remove_checkpoints(folder)
+        elif not overwrite and (folder / TRAINING_FILE).exists():
+            raise InvalidInputError(f"CLT {planned.clt_id!r} already exists with a different configuration; pass "
+                                    "overwrite=True (`--overwrite`) to replace it")
+        barrier(ctx)  # rank 0 cleared an overwritten CLT before any rank looks for checkpoints
+    return record
+
+
+def register_trained_clt(root: str | Path, planned: PlannedCLT, record: dict[str, Any],
+                         ctx: DistContext | None) -> dict[str, Any]:
+    """The CLT's atlas.json entry from its training record (rank 0 registers it)."""
+    heldout_metrics = record.get("heldout_metrics") or {}
+    entry = clt_record(planned.clt_id, planned.cfg, heldout_metrics, tokens=record["train_config"]["total_tokens"],
+                       train_fvu=record["final_metrics"].get("fvu"), train_l0=record["final_metrics"].get("l0"),
+                       dead_fraction=heldout_metrics.get("dead_fraction"))
+    if ctx is None or ctx.is_main:
+        register_clt(root, entry)
+    barrier(ctx)
+    return entry
+
+
 def train_atlas_clt(
     root: str | Path, hooks: list[str], *, architecture: CLTArchitecture = "jumprelu", d_sae: int | None = None,
     expansion: int = 8, k: int | None = 32, options: dict[str, Any] | None = None, train_cfg: TrainConfig | None = None,
@@ -52,8 +113,8 @@ def train_atlas_clt(
     atlas.json under `clts`; returns its record. `options` holds other `CLTConfig` fields
     (`l0_coefficient`, `jumprelu_bandwidth`, ...)."""
     layout = AtlasLayout(root)
-    site = clt_input_site(hooks)
-    outputs = [f"blocks.{layer}.{MLP_OUT}" for layer in range(len(hooks))]
+    clt_input_site(hooks)
+    outputs = clt_outputs(len(hooks))
     missing = [h for h in hooks + outputs if h not in layout.cached_hooks()]
     if missing:
         raise UnknownHookError(f"hooks {missing} are not cached in {root}; cache every MLP input and output in one "
@@ -61,37 +122,19 @@ def train_atlas_clt(
     reader = CLTReader(root, hooks, outputs)
     corpus = reader.manifest.get("extra", {}).get("corpus", {})
     train_cfg = train_cfg or TrainConfig()
-    cfg = CLTConfig(architecture=architecture, n_layers=len(hooks), d_model=reader.d,
-                    d_sae=d_sae or expansion * reader.d, k=k if architecture == "topk" else None,
-                    model_name=reader.model, input_site=site, output_site=MLP_OUT, context_size=reader.context_size,
-                    dataset_path=str(corpus.get("source", "")), seed=train_cfg.seed, **(options or {}))
-    clt_id = check_id(f"clt-{site}-{architecture}-{cfg.d_sae}", "CLT id")
-    folder = layout.clt_dir(clt_id)
+    planned = plan_clt(layout, hooks, d_model=reader.d, model_name=reader.model, context_size=reader.context_size,
+                       dataset_path=str(corpus.get("source", "")), architecture=architecture, d_sae=d_sae,
+                       expansion=expansion, k=k, options=options, seed=train_cfg.seed)
     ctx = init_distributed()
-    record = None if overwrite else _finished(folder, cfg, train_cfg)
+    record = clt_to_train(planned, train_cfg, overwrite, ctx)
     if record is None:
-        if overwrite and (ctx is None or ctx.is_main):
-            for name in (CFG_FILE, TRAINING_FILE):
-                (folder / name).unlink(missing_ok=True)
-            remove_checkpoints(folder)
-        elif not overwrite and (folder / TRAINING_FILE).exists():
-            raise InvalidInputError(f"CLT {clt_id!r} already exists with a different configuration; pass "
-                                    "overwrite=True (`--overwrite`) to replace it")
-        barrier(ctx)  # rank 0 cleared an overwritten CLT before any rank looks for checkpoints
         B, seed = train_cfg.batch_size, train_cfg.seed
         n_heldout = min(HELDOUT_TOKENS, reader.count_tokens("heldout"))
         heldout = next(reader.batches(n_heldout, seed=seed, split="heldout"), None) if n_heldout else None
-        record = train_clt(cfg, lambda skip: reader.batches(B, seed=seed, split="train", repeat=True,
-                                                            skip_batches=skip),
-                           train_cfg, out_dir=folder, eval_rows=heldout, ctx=ctx).record
-    heldout_metrics = record.get("heldout_metrics") or {}
-    entry = clt_record(clt_id, cfg, heldout_metrics, tokens=record["train_config"]["total_tokens"],
-                       train_fvu=record["final_metrics"].get("fvu"), train_l0=record["final_metrics"].get("l0"),
-                       dead_fraction=heldout_metrics.get("dead_fraction"))
-    if ctx is None or ctx.is_main:
-        register_clt(root, entry)
-    barrier(ctx)
-    return entry
+        record = train_clt(planned.cfg, lambda skip: reader.batches(B, seed=seed, split="train", repeat=True,
+                                                                    skip_batches=skip),
+                           train_cfg, out_dir=planned.folder, eval_rows=heldout, ctx=ctx).record
+    return register_trained_clt(root, planned, record, ctx)
 
 
 def _finished(folder: Path, cfg: CLTConfig, train_cfg: TrainConfig) -> dict[str, Any] | None:
