@@ -157,16 +157,20 @@ def train_command(
     if cross_layer and not transcode:
         raise InvalidInputError("--cross-layer trains a cross-layer transcoder: add --transcode")
     if from_model:
-        if cross_layer:
-            raise InvalidInputError("--from-model trains SAEs and per-layer transcoders; a cross-layer transcoder "
-                                    "trains from cached activations (drop --from-model)")
         from sae_atlas.saes.corpus import CorpusSpec
         from sae_atlas.saes.train.from_model import StreamOptions
 
         stream = StreamOptions(CorpusSpec(source=corpus, text_field=text_field, context_size=context,
                                           prepend_bos=not no_bos, seed=corpus_seed), batch_blocks=batch_blocks,
                                buffer_tokens=buffer_tokens, heldout_tokens=heldout_tokens, dict_dtype=dict_dtype)
-        _train_from_model(atlas, options, stream, model=model, model_dtype=model_dtype, transcode=transcode,
+        if cross_layer and distribute_modules:
+            raise InvalidInputError("--distribute-modules deals dictionaries to the ranks; one cross-layer transcoder "
+                                    "trains data-parallel (drop --distribute-modules)")
+        handle = _streamed_model(atlas, model, model_dtype, options["device"])
+        if cross_layer:
+            _train_clt(atlas, options, overwrite, json_out, handle=handle, stream=stream)
+            return
+        _train_from_model(atlas, options, handle, stream, transcode=transcode,
                           distribute="modules" if distribute_modules else "data", overwrite=overwrite,
                           json_out=json_out)
         return
@@ -205,11 +209,21 @@ def _print_results(results: dict[str, dict[str, Any]], json_out: bool) -> None:
     )
 
 
-def _train_from_model(atlas: Path, options: dict[str, Any], stream: Any, *, model: str, model_dtype: str,
-                      transcode: bool, distribute: Any, overwrite: bool, json_out: bool) -> None:
-    """`--from-model`: load the model (on this rank's device) and train from its stream."""
+def _streamed_model(atlas: Path, model: str, model_dtype: str, device: str) -> Any:
+    """`--from-model`'s model (the named one, else the atlas's, else the default) on this
+    rank's device, its weights in `model_dtype`."""
     from sae_atlas.api.commands.common import model_of_atlas
     from sae_atlas.saes.devices import use_by_default
+    from sae_atlas.saes.distributed import init_distributed
+
+    ctx = init_distributed()
+    where = use_by_default(device, model_dtype)
+    return model_of_atlas(model, atlas, device=ctx.device(str(where)) if ctx else str(where))
+
+
+def _train_from_model(atlas: Path, options: dict[str, Any], handle: Any, stream: Any, *, transcode: bool,
+                      distribute: Any, overwrite: bool, json_out: bool) -> None:
+    """`--from-model`: train SAEs (or per-layer transcoders) from the model's stream."""
     from sae_atlas.saes.distributed import init_distributed
     from sae_atlas.saes.train.config import TrainConfig
     from sae_atlas.saes.train.from_model import train_from_model
@@ -223,9 +237,6 @@ def _train_from_model(atlas: Path, options: dict[str, Any], stream: Any, *, mode
     train_opts.setdefault("progress", not json_out)
     train_cfg = TrainConfig(**train_opts)
     ctx = init_distributed()
-    where = use_by_default(train_cfg.device, model_dtype)
-    device = ctx.device(str(where)) if ctx else str(where)
-    handle = model_of_atlas(model, atlas, device=device)
     results = train_from_model(handle, atlas, hooks, architecture=architecture, d_sae=width, expansion=expand,
                                k=k_value, sae_options=options, train_cfg=train_cfg, stream=stream,
                                transcode=transcode, distribute=distribute, overwrite=overwrite)
@@ -233,9 +244,13 @@ def _train_from_model(atlas: Path, options: dict[str, Any], stream: Any, *, mode
         _print_results(results, json_out)
 
 
-def _train_clt(atlas: Path, options: dict[str, Any], overwrite: bool, json_out: bool) -> None:
-    """`--transcode --cross-layer`: train one CLT over the hooks (every layer's MLP input)."""
+def _train_clt(atlas: Path, options: dict[str, Any], overwrite: bool, json_out: bool, *, handle: Any = None,
+               stream: Any = None) -> None:
+    """`--transcode --cross-layer`: train one CLT over the hooks (every layer's MLP input),
+    from the cache, or from the stream of `handle` (`--from-model`)."""
+    from sae_atlas.saes.distributed import init_distributed
     from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.train.from_model import train_clt_from_model
     from sae_atlas.saes.transcoders.clt import CLTConfig
     from sae_atlas.saes.transcoders.clt_atlas import train_atlas_clt
 
@@ -244,14 +259,19 @@ def _train_clt(atlas: Path, options: dict[str, Any], overwrite: bool, json_out: 
     width, expand, k_value = options.pop("d_sae", None), options.pop("expansion", None), options.pop("k", 32)
     train_opts = {key: options.pop(key) for key in list(options) if key in _train_keys()}
     train_opts.setdefault("progress", not json_out)
-    if "total_tokens" not in train_opts:
+    if "total_tokens" not in train_opts and handle is None:
         train_opts["total_tokens"] = min(TrainConfig.total_tokens, _one_pass_tokens(atlas, hooks))
     clt_keys = {f.name for f in dataclasses.fields(CLTConfig)}
     unusable = sorted(key for key in options if key not in clt_keys)
     if unusable:
         raise InvalidInputError(f"options {unusable} do not apply to a cross-layer transcoder")
-    record = train_atlas_clt(atlas, hooks, architecture=architecture, d_sae=width, expansion=expand or 8, k=k_value,
-                             options=options, train_cfg=TrainConfig(**train_opts), overwrite=overwrite)
+    args = {"architecture": architecture, "d_sae": width, "expansion": expand or 8, "k": k_value, "options": options,
+            "train_cfg": TrainConfig(**train_opts), "overwrite": overwrite}
+    record = (train_atlas_clt(atlas, hooks, **args) if handle is None
+              else train_clt_from_model(handle, atlas, hooks, stream=stream, **args))
+    ctx = init_distributed()
+    if ctx is not None and not ctx.is_main:
+        return
     if json_out:
         print_json(record)
         return

@@ -47,6 +47,15 @@ from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.dictionary import Dictionary
 from sae_atlas.saes.train.loop import Distribute, LoopRun, train_dictionaries
 from sae_atlas.saes.train.stream_source import StreamSource
+from sae_atlas.saes.transcoders.clt import CLTArchitecture
+from sae_atlas.saes.transcoders.clt_atlas import (
+    clt_input_site,
+    clt_outputs,
+    clt_to_train,
+    plan_clt,
+    register_trained_clt,
+)
+from sae_atlas.saes.transcoders.clt_train import CLTDictionary
 from sae_atlas.saes.transcoders.sites import mlp_output_hook
 from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
@@ -229,6 +238,57 @@ def _train_streamed(handle: ModelHandle, todo: list[Planned], train_cfg: TrainCo
         return None if x is None else [torch.cat([x, rows[p.hook_out]], -1) if p.hook_out else x]
 
     save_trained(run, todo, eval_rows, ctx, distribute)
+
+
+def train_clt_from_model(
+    handle: ModelHandle,
+    atlas_root: str | Path,
+    hooks: Sequence[str],
+    *,
+    architecture: CLTArchitecture = "jumprelu",
+    d_sae: int | None = None,
+    expansion: int = 8,
+    k: int | None = 32,
+    options: dict[str, Any] | None = None,
+    train_cfg: TrainConfig | None = None,
+    stream: StreamOptions | None = None,
+    overwrite: bool = False,
+    stop_after_steps: int | None = None,
+) -> dict[str, Any]:
+    """Train a cross-layer transcoder reading `hooks` (every layer's MLP input from 0) and
+    writing every MLP output from `train_cfg.total_tokens` tokens streamed through `handle`,
+    save it and record it in atlas.json as `train_atlas_clt` does; returns its entry (an
+    empty dict when stopped early). Runs data-parallel under torchrun."""
+    layout = AtlasLayout(atlas_root)
+    train_cfg = train_cfg or TrainConfig()
+    stream = stream or StreamOptions()
+    hooks = list(hooks)
+    clt_input_site(hooks)
+    for hook in [*hooks, *clt_outputs(len(hooks))]:
+        handle.check_hook(hook)
+    planned = plan_clt(layout, hooks, d_model=hook_widths(handle, hooks[:1])[hooks[0]], model_name=handle.name,
+                       context_size=stream.corpus.context_size, dataset_path=stream.corpus.source,
+                       architecture=architecture, d_sae=d_sae, expansion=expansion, k=k, options=options,
+                       seed=train_cfg.seed)
+    ctx = init_distributed()
+    if ctx is None or ctx.is_main:
+        _check_model(layout, handle)
+    record = clt_to_train(planned, train_cfg, overwrite, ctx)
+    if record is None:
+        resolved = train_cfg.resolve(planned.cfg.d_model, planned.cfg.d_sae)
+        torch.manual_seed(resolved.seed)
+        clt = CLTDictionary(planned.cfg, resolved, train_cfg.device if ctx is None else ctx.device(train_cfg.device))
+        run, source = _stream_and_train(handle, [clt], train_cfg, stream, planned.folder, "data", ctx,
+                                        stop_after_steps)
+        if not run.finished:
+            return {}
+        main = ctx is None or ctx.is_main
+        rows = _heldout_rows(source, train_cfg.batch_size) if main else {}
+        eval_rows = (torch.stack([torch.stack([rows[h] for h in hs], 1) for hs in (clt.cfg.hooks_in, clt.cfg.hooks_out)],
+                                 1) if rows else None)
+        record = clt.finish(planned.folder, eval_rows, wall_seconds=run.wall_seconds,
+                            world_size=1 if ctx is None else ctx.world_size, write=main).record
+    return register_trained_clt(layout.root, planned, record, ctx)
 
 
 def _register(layout: AtlasLayout, planned: list[Planned], train_cfg: TrainConfig,

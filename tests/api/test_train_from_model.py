@@ -131,3 +131,22 @@ def test_bfloat16_dictionaries_train(tmp_path: Path) -> None:
     assert result.exit_code == 0, (result.output, result.exception)
     assert json.loads(result.output)[HOOKS[0]]["fvu"] < 1
     assert torch.isfinite(load_atlas_sae(tmp_path / "a", f"{HOOKS[0]}-topk-32").W_dec).all()
+
+
+def test_a_streamed_cross_layer_transcoder_is_saved_and_registered_like_a_cached_one(tmp_path: Path) -> None:
+    ins = [f"blocks.{layer}.ln2.hook_normalized" for layer in range(2)]
+    clt = ["--transcode", "--cross-layer", "--arch", "topk", *_hooks(ins)]
+    root, cached = tmp_path / "stream", tmp_path / "cached"
+    result = _train(root, *clt)
+    assert result.exit_code == 0, (result.output, result.exception)
+    record = json.loads(result.output)
+    outs = [f"blocks.{layer}.hook_mlp_out" for layer in range(2)]
+    assert CliRunner().invoke(app, ["cache", "--atlas", str(cached), "--model", MODEL, *_hooks(ins + outs),
+                                    "--tokens", "640", "--context", "16", "--json"]).exit_code == 0
+    done = CliRunner().invoke(app, ["train", "--atlas", str(cached), *clt, *SIZES[:-4], "--json"])
+    assert done.exit_code == 0, done.output
+    reference = json.loads(done.output)
+    assert set(record) == set(reference) and record["clt_id"] == reference["clt_id"]
+    assert record["fvu"] < 1 and AtlasLayout(root).read_meta()["clts"][record["clt_id"]]["fvu"] == record["fvu"]
+    folders = [layout.clt_dir(record["clt_id"]) for layout in (AtlasLayout(root), AtlasLayout(cached))]
+    assert sorted(p.name for p in folders[0].iterdir()) == sorted(p.name for p in folders[1].iterdir())
