@@ -45,6 +45,8 @@ from typing import Any
 import polars as pl
 
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.compare import CompareOptions
+from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 from sae_atlas.api.results.analysis import AnalysisResult
@@ -83,6 +85,7 @@ from sae_atlas.api.services.steer_stream import SteerStream, steer_stream
 from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
 from sae_atlas.geometry.maps import Basis
 from sae_atlas.saes.compare.crosscoder import LatentClass
+from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.encoding.texts import Pool
 from sae_atlas.saes.intervene.attribution import AttributionMode
 from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
@@ -255,9 +258,13 @@ class Atlas:
                                    duplicate_threshold=duplicate_threshold, seed=seed)
         return meaning.contrast(self.ctx, self._views(params.saes), params)
 
-    def concept_search(self, concept: Any, *, saes: list[str] | None = None, min_fire_rate: float = 0.5,
-                       min_selectivity: float = 0.5, target: float = 0.9, max_features: int = 8, seed: int = 0,
-                       save: str | None = None) -> ConceptResult:
+    def concept_search(self, concept: Any, *, saes: list[str] | None = None,
+                       min_fire_rate: float = ConceptSearchParams.default("min_fire_rate"),
+                       min_selectivity: float = ConceptSearchParams.default("min_selectivity"),
+                       target: float = ConceptSearchParams.default("target"),
+                       max_features: int = ConceptSearchParams.default("max_features"),
+                       seed: int = ConceptSearchParams.default("seed"), save: str | None = None,
+                       sae_ids: list[str] | None = None) -> ConceptResult:
         """Which features carry a concept (runs the model on its prompts): per SAE the
         features that fire on the concept tokens and vary with the value, the smallest
         group whose decoder span explains `target` of the variation across values, and the
@@ -265,10 +272,12 @@ class Atlas:
         held-out LDA accuracy for categories). `concept`: a built-in name (weekdays,
         months, colours), a dict or JSON file (`values`, `templates`, `kind`), or a concept
         object. Writes with `save`: the result as analysis run `concept_search/<save>`, and
-        the rebuilt geometry records."""
-        return meaning.concept_search(self.ctx, self._views(saes), concept, min_fire_rate=min_fire_rate,
-                                      min_selectivity=min_selectivity, target=target,
-                                      max_features=max_features, seed=seed, save=save)
+        the rebuilt geometry records. The parameters are
+        `api.operations.concept.ConceptSearchParams` (`sae_ids`: the deprecated old name of `saes`)."""
+        params = ConceptSearchParams.of(concept=concept, saes=saes, sae_ids=sae_ids, min_fire_rate=min_fire_rate,
+                                        min_selectivity=min_selectivity, target=target, max_features=max_features,
+                                        seed=seed, save=save)
+        return meaning.concept_search(self.ctx, self._views(params.saes), params)
 
     def geometry_features(self, sae_id: str | None = None, *, in_circle: bool | None = None,
                           period: float | None = None, lobe: int | None = None, kind: str | None = None) -> pl.DataFrame:
@@ -446,18 +455,26 @@ class Atlas:
 
     # comparisons ----------------------------------------------------------------------------
     def compare(self, other: str | Path | Atlas, *, sae: str | None = None, other_sae: str | None = None,
-                n_tokens: int = 20_000, device: str = "cpu", decoder: bool | None = None, groups: str | None = None,
-                run: str | None = None, **options: Any) -> CompareResult:
+                n_tokens: int = CompareOptions.default("n_tokens"),
+                batch_blocks: int = CompareOptions.default("batch_blocks"),
+                sample_tokens: int = CompareOptions.default("sample_tokens"),
+                max_items: int = CompareOptions.default("max_items"), n_perm: int = CompareOptions.default("n_perm"),
+                n_rotations: int = CompareOptions.default("n_rotations"),
+                min_fires: int = CompareOptions.default("min_fires"), seed: int = CompareOptions.default("seed"),
+                decoder: bool | None = None, groups: str | None = None, run: str | None = None,
+                corpus: CorpusSpec | None = None, device: str = "cpu") -> CompareResult:
         """Writes: compare SAE `sae` of this atlas with `other_sae` of `other` (an atlas, its
-        path, or this one; each the atlas's only SAE when None) over `n_tokens` corpus tokens:
-        MCC and mutual nearest neighbours of activation correlations, decoder matching, SVCCA /
-        RSA beside their nulls; stored as `analyses/compare/<run>`. `options`: the other
-        `saes.compare.saes_pair.CompareParams` fields and `corpus` (a `CorpusSpec`)."""
+        path, or this one; each the atlas's only SAE when None) over `n_tokens` tokens of
+        `corpus` on `device`: MCC and mutual nearest neighbours of activation correlations,
+        decoder matching, SVCCA / RSA beside their nulls; stored as `analyses/compare/<run>`.
+        The parameters are `api.operations.compare.CompareOptions`."""
+        options = CompareOptions.of(n_tokens=n_tokens, batch_blocks=batch_blocks, sample_tokens=sample_tokens,
+                                    max_items=max_items, n_perm=n_perm, n_rotations=n_rotations, min_fires=min_fires,
+                                    seed=seed, decoder=decoder, groups=groups, run=run)
         other_ctx = other.ctx if isinstance(other, Atlas) else self.ctx.other(other)
         return compare_service.compare_atlases(compare_service.side_sae(self.ctx, sae),
-                                               compare_service.side_sae(other_ctx, other_sae),
-                                               n_tokens=n_tokens, device=device, decoder=decoder, groups=groups,
-                                               run=run, **options)
+                                               compare_service.side_sae(other_ctx, other_sae), options,
+                                               corpus=corpus, device=device)
 
     def comparisons(self) -> list[CompareRunRow]:
         """The stored comparisons of this atlas with their headline scores and `status`: "ok",

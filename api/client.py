@@ -135,7 +135,7 @@ class AtlasClient:
                        **options: Any) -> dict[str, Any]:
         """Features carrying a concept, their span and its geometry (`Atlas.concept_search`;
         a built-in name or a spec with kind, values, templates)."""
-        return self._call("POST", "/search/concept", json={"concept": concept, "sae_ids": saes, **options})
+        return self._call("POST", "/search/concept", json={"concept": concept, "saes": saes, **options})
 
     def geometry_features(self, sae_id: str | None = None, **filters: Any) -> pl.DataFrame:
         """Features by the geometry results they belong to (in_circle, period, lobe, kind)."""

@@ -29,18 +29,20 @@ if TYPE_CHECKING:
 def compare_command(
     side_a: str = typer.Argument(..., metavar="A[:SAE]", help="Atlas directory and SAE id (the only SAE if omitted)."),
     side_b: str = typer.Argument(..., metavar="B[:SAE]", help="The other side; may be the same atlas."),
-    tokens: int = typer.Option(20_000, "--tokens", min=2, help="Corpus tokens to stream (shared or aligned)."),
+    n_tokens: int = typer.Option(20_000, "--n-tokens", "--tokens", help="Corpus tokens to stream (shared or "
+                                 "aligned; at least 2)."),
     corpus: str = corpus_option(),
     text_field: str = text_field_option(),
     context: int = context_option(),
     no_bos: bool = no_bos_option(),
-    batch_blocks: int = batch_blocks_option(),
-    sample_tokens: int = typer.Option(2048, min=3, help="Tokens whose codes feed the activation-space scores."),
-    max_items: int = typer.Option(1024, min=3, help="Matched pairs entering SVCCA / RSA (a seeded subset beyond)."),
-    n_perm: int = typer.Option(50, min=1, help="Null draws per space score."),
-    rotations: int = typer.Option(1, min=1, help="Rotation-null accumulators streamed beside the real one "
-                                                 "(20 or more for an MCC p-value below 0.05)."),
-    min_fires: int = typer.Option(10, min=0, help="Leave latents firing on fewer tokens out of the matching."),
+    batch_blocks: int = typer.Option(8, help="Blocks per forward pass (at least 1)."),
+    sample_tokens: int = typer.Option(2048, help="Tokens whose codes feed the activation-space scores (at least 3)."),
+    max_items: int = typer.Option(1024, help="Matched pairs entering SVCCA / RSA (a seeded subset beyond; at "
+                                             "least 3)."),
+    n_perm: int = typer.Option(50, help="Null draws per space score (at least 1)."),
+    n_rotations: int = typer.Option(1, "--n-rotations", "--rotations", help="Rotation-null accumulators streamed "
+                                    "beside the real one (20 or more for an MCC p-value below 0.05)."),
+    min_fires: int = typer.Option(10, help="Leave latents firing on fewer tokens out of the matching."),
     decoder: bool = typer.Option(None, "--decoder/--no-decoder",
                                  help="Match decoder cosines too (default: when the SAEs share d_model)."),
     groups: str = typer.Option(None, help="Score per group of A's latents from a stored run KIND/RUN[:COLUMN], "
@@ -56,24 +58,24 @@ def compare_command(
     decoder matching, SVCCA / RSA beside their nulls.
 
     Under `torchrun --nproc_per_node=R -m sae_atlas compare ...` the ranks split the tokens and
-    rank 0 merges the statistics and stores the run."""
+    rank 0 merges the statistics and stores the run. The options are
+    `api.operations.compare.CompareOptions`, checked there (as `Atlas.compare`)."""
+    from sae_atlas.api.operations.compare import CompareOptions
     from sae_atlas.api.services.compare import open_side, run_compare, summary_rows
-    from sae_atlas.saes.compare.saes_pair import CompareParams
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.devices import use_by_default
     from sae_atlas.saes.distributed import init_distributed
 
     dist = init_distributed()
     where = use_by_default(device, model_dtype)
-    params = CompareParams(n_tokens=tokens, batch_blocks=batch_blocks, sample_tokens=sample_tokens,
-                           max_items=max_items, n_perm=n_perm, n_rotations=rotations, min_fires=min_fires,
-                           seed=seed)
+    options = CompareOptions.of(n_tokens=n_tokens, batch_blocks=batch_blocks, sample_tokens=sample_tokens,
+                                max_items=max_items, n_perm=n_perm, n_rotations=n_rotations, min_fires=min_fires,
+                                seed=seed, decoder=decoder, groups=groups, run=run)
     a = open_side(side_a)
-    result = run_compare(a, open_side(side_b, near=a.ctx),
+    result = run_compare(a, open_side(side_b, near=a.ctx), options,
                          corpus=CorpusSpec(source=corpus, text_field=text_field, context_size=context,
                                            prepend_bos=not no_bos),
-                         params=params, device=str(where), decoder=decoder, groups=groups, run=run, dist=dist,
-                         progress=not json_out)
+                         device=str(where), dist=dist, progress=not json_out)
     if result is None:
         return
     if json_out:

@@ -166,16 +166,20 @@ def contrast_command(
 def concept_command(
     atlas: Path = ATLAS,
     concept: str = typer.Argument(..., help="weekdays, months, colours, or a JSON file (values, templates, kind)."),
-    sae_id: list[str] = typer.Option([], help="SAE to search (repeatable; default all)."),
-    min_selectivity: float = typer.Option(0.5, help="Share of a feature's variance the value must explain."),
-    target: float = typer.Option(0.9, help="Explained variance at which the span stops growing."),
-    max_features: int = typer.Option(8, min=1, max=32, help="Largest span."),
+    saes: list[str] = typer.Option([], "--sae", "--sae-id", help="SAE to search (repeatable; default all)."),
+    min_fire_rate: float = typer.Option(0.5, help="Share of a value's prompts a feature must fire on (0, 1]."),
+    min_selectivity: float = typer.Option(0.5, help="Share of a feature's variance the value must explain (0, 1]."),
+    target: float = typer.Option(0.9, help="Explained variance at which the span stops growing (0, 1]."),
+    max_features: int = typer.Option(8, help="Largest span (1..32)."),
+    seed: int = typer.Option(0, help="Seed of the held-out split."),
     save: str = typer.Option(None, help="Store the result as analysis run concept_search/<SAVE>."),
     json_out: bool = JSON,
 ) -> None:
-    """Features that carry a concept, the few whose decoder span captures it, and its geometry."""
-    result = open_atlas(atlas).concept_search(concept, saes=list(sae_id) or None, min_selectivity=min_selectivity,
-                                         target=target, max_features=max_features, save=save)
+    """Features that carry a concept, the few whose decoder span captures it, and its geometry.
+    The options are `api.operations.concept.ConceptSearchParams`, checked there."""
+    result = open_atlas(atlas).concept_search(concept, saes=saes or None, min_fire_rate=min_fire_rate,
+                                              min_selectivity=min_selectivity, target=target,
+                                              max_features=max_features, seed=seed, save=save)
     if json_out:
         print_json(result.to_dict())
         return

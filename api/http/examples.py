@@ -118,7 +118,7 @@ def body_examples(sample: AtlasSample) -> dict[type[BaseModel], list[dict[str, A
     return examples | {
         TextQuery: [{"text": TEXT, "saes": [sae], "k": 3}],
         VectorQuery: [{"vector": [1.0] * int(sample.d_in or 1), "sae_id": sae, "k": 3}],
-        ConceptQuery: [{"concept": "weekdays", "sae_ids": [sae], "max_features": 2}],
+        ConceptQuery: [{"concept": "weekdays", "saes": [sae], "max_features": 2}],
         CircularRequest: [{"sae_id": sae, "max_tokens": 256}],
         RunRequest: [{"text": TEXT, "edits": [steer], "sae_ids": [sae], "k": 3}],
         SteerRequest: [{"text": TEXT, "edits": [steer], "max_new_tokens": 4}],

@@ -10,10 +10,10 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from sae_atlas.api.bounds import (
     MAX_HTTP_PERMUTATIONS,
-    MAX_SAES_PER_QUERY,
     MAX_TEXTS_PER_SET,
 )
-from sae_atlas.api.http.schemas import JsonInt, SafeId, _Strict
+from sae_atlas.api.http.schemas import JsonInt, _Strict
+from sae_atlas.api.operations.concept import ConceptSearchQuery
 from sae_atlas.api.operations.fields import Text
 from sae_atlas.api.operations.search import ContrastParams
 from sae_atlas.api.results.feature import GeometryRecord
@@ -69,18 +69,13 @@ class CategoryConceptSpec(_Strict):
 ConceptSpec = Annotated[OrderedConceptSpec | CategoryConceptSpec, Field(discriminator="kind")]
 
 
-class ConceptQuery(_Strict):
-    """Which features carry a concept, and which few span it."""
+class ConceptQuery(ConceptSearchQuery):
+    """Which features carry a concept, and which few span it
+    (`api.operations.concept.ConceptSearchQuery`: a built-in name or a concept given inline,
+    never a file of the server; the old field name `sae_ids` is still accepted)."""
 
     concept: Literal["weekdays", "months", "colours"] | ConceptSpec = Field(
         description="a built-in concept name or a concept of your own")
-    sae_ids: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
-                                         description="SAEs to search (default: all)")
-    min_fire_rate: float = Field(default=0.5, gt=0, le=1, description="share of a value's prompts a feature fires on")
-    min_selectivity: float = Field(default=0.5, gt=0, le=1, description="share of variance the value explains")
-    target: float = Field(default=0.9, gt=0, le=1, description="explained variance at which the span stops")
-    max_features: JsonInt = Field(default=8, ge=1, le=32)
-    seed: JsonInt = Field(default=0, ge=0, le=2**31 - 1)
 
 
 class GeometryFeature(GeometryRecord):

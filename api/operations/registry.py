@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sae_atlas.api.operations.base import Operation
+from sae_atlas.api.operations.compare import CompareOptions
+from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 
@@ -28,9 +30,18 @@ class Surfaces:
     """Options of the verb that are not the operation's: its output (`--json`, `--out`) and
     where the model runs (`--device`)."""
     http_narrowed: tuple[str, ...] = ()
-    """Parameters HTTP bounds more tightly than Python (to keep one request cheap)."""
+    """Parameters HTTP bounds more tightly than Python (to keep one request cheap, or to
+    take no server file)."""
+    python_only: tuple[str, ...] = ()
+    """Keywords of the `Atlas` method that are not the operation's: what it runs on (the other
+    atlas and its SAE, the corpus, the device)."""
+    http_absent: tuple[str, ...] = ()
+    """Parameters HTTP does not take (what writes to the atlas: a server does not write)."""
     example: dict[str, object] = field(default_factory=dict)
-    """Values of the required parameters, for calls that check the bounds."""
+    """Values of the required parameters (and Python-only keywords), for calls that check the
+    bounds; "{atlas}" stands for the atlas the check runs on."""
+    cli_example: tuple[str, ...] = ()
+    """Arguments of the verb that are not parameters, after the atlas ("{atlas}" as above)."""
 
 
 OPERATIONS: tuple[Surfaces, ...] = (
@@ -41,10 +52,15 @@ OPERATIONS: tuple[Surfaces, ...] = (
     Surfaces(ContrastParams, "contrast", ("search", "contrast"), ("POST", "/search/contrast"),
              cli_arguments=("texts_a", "texts_b"), http_narrowed=("texts_a", "texts_b", "n_permutations"),
              example={"texts_a": ["the cat sat", "a cat ran"], "texts_b": ["the dog sat", "a dog ran"]}),
+    Surfaces(ConceptSearchParams, "concept_search", ("search", "concept"), ("POST", "/search/concept"),
+             cli_arguments=("concept",), http_narrowed=("concept",), http_absent=("save",),
+             example={"concept": "weekdays"}),
+    Surfaces(CompareOptions, "compare", ("compare",), None, python_only=("other", "sae", "other_sae", "corpus", "device"),
+             cli_only=("side_a", "side_b", "corpus", "text_field", "context", "no_bos", "top", "json_out", "device",
+                       "model_dtype"), example={"other": "{atlas}"}, cli_example=("{atlas}",)),
 )
 
 NOT_CONVERTED: dict[str, str] = {
-    "concept_search": "keywords typed in the method, ConceptQuery over HTTP, options in `search concept`",
     "search_vector": "keywords typed in the method, VectorQuery over HTTP, options in `search vector`",
     "search_token": "keywords typed in the method, query parameters over HTTP",
     "search_labels": "keywords typed in the method, query parameters over HTTP",
@@ -55,7 +71,6 @@ NOT_CONVERTED: dict[str, str] = {
     "crosscoder_latents": "keywords typed in the method, query parameters over HTTP",
     "crosscoder_latent": "keywords typed in the method, query parameters over HTTP",
     "compared_feature": "keywords typed in the method, query parameters over HTTP",
-    "compare": "CompareParams (saes.compare) plus keywords and **options; no HTTP route",
     "compare_circle": "keywords and **options; no HTTP route",
     "emergence": "keywords and **options; no HTTP route",
     "train_crosscoder": "keywords and **options; no HTTP route",

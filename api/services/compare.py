@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from sae_atlas.api.context import AtlasContext, models_locked
+from sae_atlas.api.operations.compare import STREAMED, CompareOptions
 from sae_atlas.api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
 from sae_atlas.api.results.compare import Side as CompareSide
 from sae_atlas.api.sae_view import SaeView, open_sae
@@ -116,25 +117,22 @@ def default_run(sae_a: str, root_b: Path, sae_b: str, same_atlas: bool) -> str:
     return check_id(f"{sae_a}--{b}"[:128], "run name")
 
 
-def compare_atlases(a: SaeView, b: SaeView, *, n_tokens: int = 20_000, corpus: CorpusSpec | None = None,
-                    device: str = "cpu", decoder: bool | None = None, groups: str | None = None,
-                    run: str | None = None, **options: Any) -> CompareResult:
-    """`run_compare` on one process, `options` being the other `CompareParams` fields."""
-    result = run_compare(a, b, corpus=corpus or CorpusSpec(), params=CompareParams(n_tokens=n_tokens, **options),
-                         device=device, decoder=decoder, groups=groups, run=run, progress=False)
+def compare_atlases(a: SaeView, b: SaeView, options: CompareOptions, *, corpus: CorpusSpec | None = None,
+                    device: str = "cpu") -> CompareResult:
+    """`run_compare` on one process."""
+    result = run_compare(a, b, options, corpus=corpus or CorpusSpec(), device=device, progress=False)
     assert result is not None  # one process is rank 0
     return result
 
 
-def run_compare(
-    a: SaeView, b: SaeView, *, corpus: CorpusSpec, params: CompareParams, device: str = "cpu",
-    decoder: bool | None = None, groups: str | None = None, run: str | None = None, dist: DistContext | None = None,
-    progress: bool = True,
-) -> CompareResult | None:
+def run_compare(a: SaeView, b: SaeView, options: CompareOptions, *, corpus: CorpusSpec, device: str = "cpu",
+                dist: DistContext | None = None, progress: bool = True) -> CompareResult | None:
     """Compare SAE `a` with SAE `b` (of this atlas or another, each over its atlas's context:
-    its model, lock and caches) over `params.n_tokens` tokens of `corpus` on `device` and
+    its model, lock and caches) over `options.n_tokens` tokens of `corpus` on `device` and
     store the run in A's atlas; the stored result (None on a torchrun rank other than 0,
     which streams its share)."""
+    params = CompareParams(**options.model_dump(include=set(STREAMED)))
+    decoder, groups, run = options.decoder, options.groups, options.run
     ctx_a, ctx_b = a.ctx, b.ctx
     same_atlas = ctx_a.root.resolve() == ctx_b.root.resolve()
     if same_atlas and a.sae_id == b.sae_id:

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sae_atlas.api.bounds import MAX_PROMPTS, MAX_SPAN
+from sae_atlas.api.bounds import MAX_PROMPTS
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.search import ContrastParams
 from sae_atlas.api.results.meaning import ConceptResult, ContrastResult
 from sae_atlas.api.sae_view import SaeView
@@ -71,20 +72,16 @@ def contrast(ctx: AtlasContext, views: list[SaeView], params: ContrastParams) ->
     )
 
 
-def concept_search(ctx: AtlasContext, views: list[SaeView], concept: Any, *, min_fire_rate: float,
-                   min_selectivity: float, target: float, max_features: int, seed: int,
-                   save: str | None) -> ConceptResult:
+def concept_search(ctx: AtlasContext, views: list[SaeView], params: ConceptSearchParams) -> ConceptResult:
     """Concept features, greedy span and its fit in each SAE (`geometry.concept_search`);
-    the best SAE is the one with the best held-out fit. `concept`: a built-in name, a dict
-    or JSON file, or a concept object. `save` stores the result as analysis run
+    the best SAE is the one with the best held-out fit. `params.concept`: a built-in name, a
+    dict or JSON file, or a concept object. `params.save` stores the result as analysis run
     `concept_search/<save>` and rebuilds the geometry records."""
+    concept = params.concept
     if not hasattr(concept, "prompts"):
         concept = load_concept(concept, categories=True)
-    for name, value in (("min_fire_rate", min_fire_rate), ("min_selectivity", min_selectivity), ("target", target)):
-        if not 0 < value <= 1:
-            raise InvalidInputError(f"{name} must be in (0, 1], got {value}")
-    if not 1 <= max_features <= MAX_SPAN:
-        raise InvalidInputError(f"max_features must be in 1..{MAX_SPAN}, got {max_features}")
+    options = {name: getattr(params, name) for name in ("min_fire_rate", "min_selectivity", "target",
+                                                        "max_features", "seed")}
     kind = "categories" if isinstance(concept, CategoryConcept) else "ordered"
     n_prompts = len(concept.prompts())
     if n_prompts > MAX_PROMPTS:
@@ -97,8 +94,7 @@ def concept_search(ctx: AtlasContext, views: list[SaeView], concept: Any, *, min
     for sid, sae in modules.items():
         fit = search_concept(acts.residual[hooks[sid]], acts.features[sid], acts.values_N,
                              sae.W_dec.detach().float().cpu().numpy(), kind, len(concept.values),
-                             min_fire_rate=min_fire_rate, min_selectivity=min_selectivity, target=target,
-                             max_features=max_features, seed=seed)
+                             **options)
         per_sae[sid] = {"hook": hooks[sid], **fit.summary()}
         order = {latent: i for i, latent in enumerate(fit.span.latents)}
         frames.append(fit.features.with_columns(
@@ -109,10 +105,8 @@ def concept_search(ctx: AtlasContext, views: list[SaeView], concept: Any, *, min
     best = max(per_sae, key=lambda s: (_score(per_sae[s]), -len(per_sae[s]["span"])))
     features = pl.concat(frames).select(CONCEPT_COLUMNS).sort(["selective", "selectivity"], descending=[True, True])
     result = ConceptResult(concept=concept.to_dict(), kind=kind, per_sae=per_sae, best=best, features=features)
-    if save is not None:
-        options = {"min_fire_rate": min_fire_rate, "min_selectivity": min_selectivity, "target": target,
-                   "max_features": max_features, "seed": seed}
-        save_concept_run(ctx.root, save, result, {"saes": list(modules), **options})
+    if params.save is not None:
+        save_concept_run(ctx.root, params.save, result, {"saes": list(modules), **options})
         rebuild_geometry_records(ctx.root)
     result.features = with_labels(ctx, result.features, {view.sae_id: view for view in views}).drop("explanations")
     return result

@@ -93,7 +93,7 @@ def test_python_takes_the_parameters_with_their_defaults(op: Surfaces) -> None:
         given = signature[name].default
         assert _empty(None if given is inspect.Parameter.empty else given) == _default(op.params, name), (
             f"Atlas.{op.python}({name}=...) defaults to {given!r}, the operation to {_default(op.params, name)!r}")
-    extra = set(signature) - {"self", *op.params.model_fields, *op.params.renamed}
+    extra = set(signature) - {"self", *op.params.model_fields, *op.params.renamed, *op.python_only}
     assert not extra, f"Atlas.{op.python} takes {extra} that {op.params.__name__} does not define"
     assert not any(p.kind is p.VAR_KEYWORD for p in signature.values()), f"Atlas.{op.python} forwards **options"
 
@@ -138,7 +138,8 @@ def test_http_states_the_parameters_with_their_defaults_and_bounds(op: Surfaces,
     method, path = op.http
     body = openapi["paths"][path][method.lower()]["requestBody"]["content"]["application/json"]["schema"]
     served = _resolve(body, openapi)["properties"]
-    own = op.params.model_json_schema()["properties"]
+    own = {name: prop for name, prop in op.params.model_json_schema()["properties"].items()
+           if name not in op.http_absent}
     assert set(served) == set(own), f"{method} {path} takes {set(served) ^ set(own)} beside {op.params.__name__}"
     for name, prop in own.items():
         if name not in op.http_narrowed:
@@ -156,9 +157,10 @@ def test_http_states_the_parameters_with_their_defaults_and_bounds(op: Surfaces,
 def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surfaces, small_atlas: dict[str, Any],
                                                                      tmp_path: Path) -> None:
     root = small_atlas["root"]
-    arguments = []
+    example = {name: str(root) if value == "{atlas}" else value for name, value in op.example.items()}
+    arguments = [str(root) if value == "{atlas}" else value for value in op.cli_example]
     for name in op.cli_arguments:  # a list argument is a file on the command line
-        value = op.example[name]
+        value = example[name]
         if isinstance(value, list):
             (tmp_path / f"{name}.json").write_text(json.dumps(value))
             value = tmp_path / f"{name}.json"
@@ -170,7 +172,7 @@ def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surface
         for name in bounded:
             for bad in _outside(op.params, name):
                 with pytest.raises(InvalidInputError, match=name):
-                    getattr(atlas, op.python)(**op.example, **{name: bad})
+                    getattr(atlas, op.python)(**example, **{name: bad})
                 if op.cli:
                     flag = next(p for p in _command(op.cli).params if p.name == name).opts[0]
                     args = [*op.cli, str(root), *arguments, flag, str(bad)]
@@ -178,7 +180,7 @@ def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surface
                     assert out.exit_code == 2 and name in out.output, (args, out.output)
                 if op.http:
                     method, path = op.http
-                    answer = http.request(method, path, json={**op.example, name: bad})
+                    answer = http.request(method, path, json={**example, name: bad})
                     assert answer.status_code == 422 and name in answer.text, (name, bad, answer.text)
 
 

@@ -23,11 +23,9 @@ router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(
 @router.post("/search/concept", summary="Features carrying a concept, its span and geometry",
              response_model=ConceptResult)
 async def search_concept(atlas: AtlasDep, queue: ModelQueueDep, query: ConceptQuery) -> Response:
-    ids = query.sae_ids or None
     concept = query.concept if isinstance(query.concept, str) else query.concept.model_dump()
-    options = query.model_dump(exclude={"concept", "sae_ids"})
     result = await asyncio.get_running_loop().run_in_executor(
-        queue, lambda: atlas.concept_search(concept, saes=ids, **options))
+        queue, lambda: atlas.concept_search(**{**dict(query), "concept": concept}))
     return json_body(result.to_dict())
 
 
