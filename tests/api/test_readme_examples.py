@@ -231,7 +231,7 @@ def workdir(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
         compute_steering_scores(handle, root, sae_id, SteeringParams(n_prompts=4, prompt_tokens=8, chunk=64),
                                 progress=False)
     shutil.copytree(root, folder / "atlas-small")
-    graph = atlas.graph("Let's do some days of the week math. Two days from Monday is", target=" Wednesday")
+    graph = atlas.graph("Let's do some days of the week math. Two days from Monday is", targets=" Wednesday")
     node = next(n["node_id"] for n in graph.top_nodes if n["kind"] == "feature")
     atlas.compare(root, sae=small_atlas["sae_ids"][0], other_sae=small_atlas["sae_ids"][1], n_tokens=2048,
                   sample_tokens=256, n_perm=5, run="demo-comparison")  # the demo stores one
@@ -312,7 +312,9 @@ def test_readme_prose_commands_name_real_verbs_and_options(page: Path) -> None:
     for span in prose_commands(page):
         words = [w.split("|")[0] for w in shlex.split(span)]
         verbs, command, rest = resolve(words)
+        if words == ["--help"]:  # the command line's own help
+            continue
         assert verbs and not isinstance(command, typer.core.TyperGroup), f"`sae-atlas {span}`: no such verb"
-        known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+        known = {"--help", *(o for p in command.params for o in (*p.opts, *p.secondary_opts))}
         unknown = [w for w in rest if w.startswith("--") and w.split("=")[0] not in known]
         assert not unknown, f"`sae-atlas {span}`: {verbs} has no option {unknown}"
