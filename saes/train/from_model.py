@@ -148,9 +148,9 @@ class _Progress:
 
 
 def _heldout_rows(source: StreamSource, n_tokens: int) -> dict[str, torch.Tensor]:
-    """The held-out blocks' rows of every hook (CPU, float32)."""
+    """The held-out blocks' rows of every hook (CPU, float32; none without held-out tokens)."""
     parts = list(source.heldout_batches(max(1, n_tokens)))
-    return {hook: torch.cat([p[hook] for p in parts]).cpu() if parts else torch.zeros(0) for hook in source.hooks}
+    return {hook: torch.cat([p[hook] for p in parts]).cpu() for hook in source.hooks} if parts else {}
 
 
 def train_from_model(

@@ -242,6 +242,8 @@ class StreamSource:
     def heldout_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """Rows of the held-out blocks (after the training blocks), `batch_size` at a time, in
         corpus order, on one process (float32 on the model's device)."""
+        if not self.plan.heldout_blocks:
+            return
         stream = stream_activations(self.handle, self.corpus, self.hooks,
                                     n_blocks=self.plan.n_blocks + self.plan.heldout_blocks,
                                     batch_blocks=self.batch_blocks, resume_blocks=self.plan.n_blocks,
@@ -257,7 +259,7 @@ class StreamSource:
                 yield {hook: r[:batch_size] for hook, r in rows.items()}
                 rows = {hook: r[batch_size:] for hook, r in rows.items()}
             pending = {hook: [r] for hook, r in rows.items()}
-        if len(pending[self.hooks[0]][0]):
+        if pending[self.hooks[0]] and len(pending[self.hooks[0]][0]):
             yield {hook: parts[0] for hook, parts in pending.items()}
 
     def state_dict(self) -> dict[str, Any]:

@@ -112,6 +112,7 @@ def test_heldout_rows_come_after_the_training_blocks(handle: ModelHandle) -> Non
     after = direct[HOOKS[1]][direct["block"] >= source.plan.n_blocks]
     rows = torch.cat([b[HOOKS[1]] for b in held])
     assert len(rows) >= 40 and torch.allclose(rows, after[:len(rows)], atol=1e-5)
+    assert list(_source(handle, heldout_tokens=0).heldout_batches(16)) == []
 
 
 def test_unknown_hook_is_refused(handle: ModelHandle) -> None:
