@@ -7,6 +7,7 @@ hooks, or per-layer transcoders (each MLP input paired with its MLP output,
 `saes.transcoders.sites`). The SAEs are saved, registered in `atlas.json` and checkpointed
 exactly as cached training does it (`saes.train.atlas`), so summarize / index / eval take
 them like any other; held-out metrics come from the blocks right after the training blocks.
+`train_clt_from_model` does the same for a cross-layer transcoder (`saes.transcoders.clt_atlas`).
 
 A killed run resumes from its checkpoint to the same final weights: the checkpoint holds
 the number of batches streamed, and the current mixing window is recomputed by re-running
