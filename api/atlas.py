@@ -39,6 +39,7 @@ Reading never writes. These methods write, and say so: `add_sae`, `build_labels`
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ import polars as pl
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
+from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 from sae_atlas.api.results.analysis import AnalysisResult
@@ -82,6 +84,7 @@ from sae_atlas.api.services import graph as graph_service
 from sae_atlas.api.services import steering as steering_service
 from sae_atlas.api.services.evals import eval_result
 from sae_atlas.api.services.steer_stream import SteerStream, steer_stream
+from sae_atlas.geometry.emergence_options import Metric
 from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
 from sae_atlas.geometry.maps import Basis
 from sae_atlas.saes.compare.crosscoder import LatentClass
@@ -511,36 +514,48 @@ class Atlas:
         rows are nearest to the side's decoder row (with their labels)."""
         return crosscoder_reads.crosscoder_latent(self.ctx, crosscoder, latent, k=k)
 
-    def emergence(self, members: list[str | SaeView], concepts: list[Any] | None = None, *, metric: str = "auroc",
-                  threshold: float = 0.9, **options: Any) -> AnalysisResult:
+    def emergence(self, members: list[str | SaeView],
+                  concepts: Sequence[Any] | None = tuple(EmergenceParams.default("concepts")), *,
+                  metric: Metric = EmergenceParams.default("metric"),
+                  threshold: float = EmergenceParams.default("threshold"),
+                  test_frac: float = EmergenceParams.default("test_frac"), seed: int = EmergenceParams.default("seed"),
+                  run: str | None = None, device: str = "cpu") -> AnalysisResult:
         """Writes: where each concept's features emerge over a series of SAEs (`members`: SAE
         ids or views of this atlas, or `ATLAS:SAE` of others (each opened once, beside this
-        one), in series order): per member the held-out AUROC of
-        the best single latent and the k=1 / full probe accuracies (concept prompts against
-        control prompts), the first member reaching `threshold` on `metric`, gaps and
-        re-appearances; stored with a heat map as `analyses/emergence/<run>` of the first
-        member's atlas. `concepts` default to weekdays, months, numbers and colours;
-        `options`: test_frac, seed, run, device."""
+        one), in series order): per member the held-out AUROC of the best single latent and
+        the k=1 / full probe accuracies (concept prompts against control prompts), the first
+        member reaching `threshold` on `metric`, gaps and re-appearances; stored with a heat
+        map as `analyses/emergence/<run>` of the first member's atlas. `concepts` default to
+        weekdays, months, numbers and colours. The parameters are
+        `api.operations.concepts_across.EmergenceParams`."""
+        params = EmergenceParams.of(concepts=list(concepts or EmergenceParams.default("concepts")), metric=metric,
+                                    threshold=threshold, test_frac=test_frac, seed=seed, run=run)
         sides = [m if isinstance(m, SaeView) else self.sae(m) if m in self.sae_ids
                  else compare_service.open_side(m, near=self.ctx) for m in members]
-        return emergence_service.run_emergence(sides, concepts or emergence_service.DEFAULT_CONCEPTS,
-                                               metric=metric, threshold=threshold, **options)  # type: ignore[arg-type]
+        return emergence_service.run_emergence(sides, params, device=device)
 
     def compare_circle(self, circle: str, other: str | Path | Atlas | None = None, *, sae: str | None = None,
                        other_sae: str | None = None, model_b: str | None = None, hook_b: str | None = None,
-                       run: str | None = None, **options: Any) -> AnalysisResult:
+                       n_components: int = CircleTransferParams.default("n_components"),
+                       n_null: int = CircleTransferParams.default("n_null"),
+                       n_random: int = CircleTransferParams.default("n_random"),
+                       alpha: float = CircleTransferParams.default("alpha"),
+                       seed: int = CircleTransferParams.default("seed"), run: str | None = None,
+                       device: str = "cpu") -> AnalysisResult:
         """Writes: does the circle of this atlas's stored run `circle` (`circular/<run>`, a
         concept run, or `concept_search/<run>`) exist in `other` (an atlas, its path or this
         one; SAE `other_sae`) or in `model_b` at `hook_b`? The circle probe and concept span
         fitted again in both, beside nulls, with the cyclic order and period; stored as
-        `analyses/circle_transfer/<run>`. `options`: n_components, n_null, n_random, alpha,
-        seed, device."""
+        `analyses/circle_transfer/<run>`. The parameters are
+        `api.operations.concepts_across.CircleTransferParams`."""
+        params = CircleTransferParams.of(circle=circle, model_b=model_b, hook_b=hook_b, n_components=n_components,
+                                         n_null=n_null, n_random=n_random, alpha=alpha, seed=seed, run=run)
         side_b = None
         if other is not None:
             other_ctx = other.ctx if isinstance(other, Atlas) else self.ctx.other(other)
             side_b = compare_service.side_sae(other_ctx, other_sae)
-        return circle_service.run_circle_transfer(compare_service.side_sae(self.ctx, sae), side_b, circle,
-                                                  model_b=model_b, hook_b=hook_b, run=run, **options)
+        return circle_service.run_circle_transfer(compare_service.side_sae(self.ctx, sae), side_b, params,
+                                                  device=device)
 
     def train_crosscoder(self, hook_a: str, hook_b: str, *, model_b: str | dict[str, Any] | None = None,
                          **options: Any) -> AnalysisResult:

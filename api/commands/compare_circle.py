@@ -29,10 +29,10 @@ def compare_circle_command(
     model_b: str = typer.Option(None, help="Look in this model's activations instead of an atlas (a Hugging "
                                            "Face id or folder, a .gguf, tiny JSON)."),
     hook_b: str = typer.Option(None, help="With --model-b: the hook (default A's SAE's hook)."),
-    n_components: int = typer.Option(5, min=2, help="Principal components fed to the circle probe."),
-    n_null: int = typer.Option(200, min=1, help="Relabelled-value draws of the probe nulls."),
-    n_random: int = typer.Option(50, min=0, help="Random-direction spans of the span null."),
-    alpha: float = typer.Option(0.05, help="p-value at which B counts as holding the circle."),
+    n_components: int = typer.Option(5, help="Principal components fed to the circle probe (at least 2)."),
+    n_null: int = typer.Option(200, help="Relabelled-value draws of the probe nulls (at least 1)."),
+    n_random: int = typer.Option(50, help="Random-direction spans of the span null (at least 0)."),
+    alpha: float = typer.Option(0.05, help="p-value at which B counts as holding the circle (between 0 and 1)."),
     seed: int = typer.Option(0, help="Seed of the nulls."),
     run: str = typer.Option(None, help="Run name (default <concept>-<sae_a>--<B>)."),
     json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
@@ -41,15 +41,20 @@ def compare_circle_command(
 ) -> None:
     """Fit the circle of A's stored concept run in B and in A: circle-probe R^2 on the
     activations, on the concept search's span of SAE features, and (same width) A's probe and
-    span read unchanged on B, each beside its null, with the cyclic order and period."""
+    span read unchanged on B, each beside its null, with the cyclic order and period. The
+    options are `api.operations.concepts_across.CircleTransferParams`, checked there (as
+    `Atlas.compare_circle`)."""
+    from sae_atlas.api.operations.concepts_across import CircleTransferParams
     from sae_atlas.api.services.circle_transfer import run_circle_transfer
     from sae_atlas.api.services.compare import open_side
     from sae_atlas.saes.devices import use_by_default
 
+    params = CircleTransferParams.of(circle=circle, model_b=model_b, hook_b=hook_b, n_components=n_components,
+                                     n_null=n_null, n_random=n_random, alpha=alpha, seed=seed, run=run)
     where = use_by_default(device, model_dtype)
     a = open_side(side_a)
-    result = run_circle_transfer(a, open_side(side_b, near=a.ctx) if side_b is not None else None, circle, model_b=model_b, hook_b=hook_b, n_components=n_components,
-                                 n_null=n_null, n_random=n_random, alpha=alpha, seed=seed, run=run, device=str(where))
+    result = run_circle_transfer(a, open_side(side_b, near=a.ctx) if side_b is not None else None, params,
+                                 device=str(where))
     if json_out:
         print_json(result.to_dict())
         return

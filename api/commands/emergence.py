@@ -18,11 +18,11 @@ SCORES = ["auroc", "latent", "k1_accuracy", "probe_accuracy", "baseline", "value
 def emergence_command(
     members: list[str] = typer.Argument(..., metavar="ATLAS[:SAE]...",
                                         help="The series in order, e.g. A:sae8 A:sae15 A:sae22 or checkpoints."),
-    concept: list[str] = typer.Option(list(DEFAULT_CONCEPTS), "--concept",
-                                      help="weekdays, months, numbers, colours or a JSON file (repeatable)."),
+    concepts: list[str] = typer.Option(list(DEFAULT_CONCEPTS), "--concept",
+                                       help="weekdays, months, numbers, colours or a JSON file (repeatable)."),
     metric: str = typer.Option("auroc", help=f"Score the threshold applies to: {', '.join(METRICS)}."),
     threshold: float = typer.Option(0.9, help="A member 'has' the concept when its score reaches this."),
-    test_frac: float = typer.Option(0.25, help="Held-out share of the prompts."),
+    test_frac: float = typer.Option(0.25, help="Held-out share of the prompts (between 0 and 1)."),
     seed: int = typer.Option(0, help="Seed of the train / held-out split."),
     run: str = typer.Option(None, help="Run name (default <concepts>--<saes>)."),
     json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
@@ -32,16 +32,19 @@ def emergence_command(
     """Where each concept's features emerge over a series of SAEs: per member the held-out
     AUROC of the best single latent, the k=1 sparse-probe and full-probe accuracies (concept
     prompts against the same templates with other words); first member at the threshold,
-    gaps and re-appearances."""
+    gaps and re-appearances. The options are `api.operations.concepts_across.EmergenceParams`,
+    checked there (as `Atlas.emergence`)."""
+    from sae_atlas.api.operations.concepts_across import EmergenceParams
     from sae_atlas.api.services.compare import open_side
     from sae_atlas.api.services.emergence import run_emergence
     from sae_atlas.saes.devices import use_by_default
 
+    params = EmergenceParams.of(concepts=concepts, metric=metric, threshold=threshold, test_frac=test_frac,
+                                seed=seed, run=run)
     where = use_by_default(device, model_dtype)
     first = open_side(members[0])
     views = [first, *(open_side(m, near=first.ctx) for m in members[1:])]
-    result = run_emergence(views, concept, metric=metric, threshold=threshold, test_frac=test_frac, seed=seed,
-                           run=run, device=str(where))  # type: ignore[arg-type]
+    result = run_emergence(views, params, device=str(where))
     if json_out:
         print_json(result.to_dict())
         return

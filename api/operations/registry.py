@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from sae_atlas.api.operations.base import Operation
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
+from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 
@@ -58,6 +59,13 @@ OPERATIONS: tuple[Surfaces, ...] = (
     Surfaces(CompareOptions, "compare", ("compare",), None, python_only=("other", "sae", "other_sae", "corpus", "device"),
              cli_only=("side_a", "side_b", "corpus", "text_field", "context", "no_bos", "top", "json_out", "device",
                        "model_dtype"), example={"other": "{atlas}"}, cli_example=("{atlas}",)),
+    Surfaces(EmergenceParams, "emergence", ("emergence",), None, python_only=("members", "device"),
+             cli_only=("members", "json_out", "device", "model_dtype"), example={"members": ["a", "b"]},
+             cli_example=("{atlas}:a", "{atlas}:b")),
+    Surfaces(CircleTransferParams, "compare_circle", ("compare-circle",), None,
+             python_only=("other", "sae", "other_sae", "device"),
+             cli_only=("side_a", "side_b", "json_out", "device", "model_dtype"),
+             example={"circle": "circular/none"}, cli_example=("--circle", "circular/none")),
 )
 
 NOT_CONVERTED: dict[str, str] = {
@@ -71,8 +79,6 @@ NOT_CONVERTED: dict[str, str] = {
     "crosscoder_latents": "keywords typed in the method, query parameters over HTTP",
     "crosscoder_latent": "keywords typed in the method, query parameters over HTTP",
     "compared_feature": "keywords typed in the method, query parameters over HTTP",
-    "compare_circle": "keywords and **options; no HTTP route",
-    "emergence": "keywords and **options; no HTTP route",
     "train_crosscoder": "keywords and **options; no HTTP route",
     "latent_scaling": "keywords and **options; no HTTP route",
     "run_circular": "keyword typed in the method, CircularRequest over HTTP",

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sae_atlas.api.operations.concepts_across import CircleTransferParams
 from sae_atlas.api.results.analysis import AnalysisResult
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services import analyses
@@ -54,18 +55,16 @@ def reference_concept(root: Path, ref: str) -> tuple[OrderedConcept, dict[str, A
     return concept, {k: parameters[k] for k in SEARCH_OPTIONS if k in parameters}
 
 
-def run_circle_transfer(
-    side_a: SaeView, side_b: SaeView | None, circle: str, *, model_b: str | None = None,
-    hook_b: str | None = None, n_components: int = 5, n_null: int = 200, n_random: int = 50, alpha: float = 0.05,
-    seed: int = 0, run: str | None = None, device: str = "cpu",
-) -> AnalysisResult:
-    """Fit the circle of run `circle` of A (an SAE of an opened atlas) in B (an SAE of this
-    or another opened atlas, or `model_b` at `hook_b`, default A's hook, loaded through A's
-    context) and in A; store and return the run."""
+def run_circle_transfer(side_a: SaeView, side_b: SaeView | None, params: CircleTransferParams, *,
+                        device: str = "cpu") -> AnalysisResult:
+    """Fit the circle of run `params.circle` of A (an SAE of an opened atlas) in B (an SAE
+    of this or another opened atlas, or `params.model_b` at `params.hook_b`, default A's
+    hook, loaded through A's context) and in A; store and return the run."""
+    circle, model_b, hook_b, run = params.circle, params.model_b, params.hook_b, params.run
+    n_components, n_null, n_random, alpha, seed = (params.n_components, params.n_null, params.n_random,
+                                                   params.alpha, params.seed)
     if (side_b is None) == (model_b is None):
         raise InvalidInputError("name B as ATLAS[:SAE] or as a model (--model-b), not both")
-    if not 0 < alpha < 1 or n_null < 1 or n_random < 0 or n_components < 2:
-        raise InvalidInputError("need alpha in (0, 1), n_null >= 1, n_random >= 0 and n_components >= 2")
     a = atlas_side(side_a, device=device)
     assert a.root is not None
     concept, search = reference_concept(a.root, circle)

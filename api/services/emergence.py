@@ -9,11 +9,11 @@ with a heat map."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import polars as pl
 
 from sae_atlas.api.bounds import MAX_PROMPTS
+from sae_atlas.api.operations.concepts_across import EmergenceParams
 from sae_atlas.api.results.analysis import AnalysisResult
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services import analyses
@@ -22,13 +22,10 @@ from sae_atlas.api.services.concept_sides import atlas_side, concept_acts
 from sae_atlas.geometry import results
 from sae_atlas.geometry.canvas import save_png
 from sae_atlas.geometry.emergence import (
-    METRICS,
     SCORE_SCHEMA,
-    Metric,
     emergence_tables,
     member_scores,
 )
-from sae_atlas.geometry.emergence_options import DEFAULT_CONCEPTS
 from sae_atlas.geometry.figures_emergence import emergence_figure
 from sae_atlas.saes.intervene.concepts import control_concept, load_concept
 from sae_atlas.store.errors import InvalidInputError
@@ -38,21 +35,14 @@ KIND = "emergence"
 MAX_MEMBERS = 64
 
 
-def run_emergence(
-    members: Sequence[SaeView], concepts: Sequence[Any] = DEFAULT_CONCEPTS, *, metric: Metric = "auroc",
-    threshold: float = 0.9, test_frac: float = 0.25, seed: int = 0, run: str | None = None, device: str = "cpu",
-) -> AnalysisResult:
-    """Score every concept (a built-in name, a dict or JSON file as concept search takes, or a
-    concept object) on every member (an SAE of an opened atlas; each atlas's model loaded
-    through its context) and store the run; the stored result."""
+def run_emergence(members: Sequence[SaeView], params: EmergenceParams, *, device: str = "cpu") -> AnalysisResult:
+    """Score every concept of `params` (a built-in name, a dict or JSON file as concept
+    search takes, or a concept object) on every member (an SAE of an opened atlas; each
+    atlas's model loaded through its context) and store the run; the stored result."""
+    metric, threshold, test_frac, seed, run = params.metric, params.threshold, params.test_frac, params.seed, params.run
     if not 2 <= len(members) <= MAX_MEMBERS:
         raise InvalidInputError(f"name 2..{MAX_MEMBERS} members (ATLAS[:SAE]) in series order, got {len(members)}")
-    if not concepts:
-        raise InvalidInputError("name at least one concept")
-    if metric not in METRICS:
-        raise InvalidInputError(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
-    if not 0 < test_frac < 1:
-        raise InvalidInputError(f"test_frac must be in (0, 1), got {test_frac}")
+    concepts = params.concepts
     loaded = [c if hasattr(c, "prompts") else load_concept(c, categories=True) for c in concepts]
     names = [c.name for c in loaded]
     if len(set(names)) != len(names):

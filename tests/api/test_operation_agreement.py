@@ -30,8 +30,11 @@ BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "min
 
 
 def _empty(value: Any) -> Any:
-    """None for the 'nothing given' spellings of a list parameter ([], (), None)."""
-    return None if value in ([], (), None) else value
+    """None for the 'nothing given' spellings of a list parameter ([], (), None); a list as
+    a tuple."""
+    if value in ([], (), None):
+        return None
+    return tuple(value) if isinstance(value, list | tuple) else value
 
 
 def _default(params: type[Operation], name: str) -> Any:
@@ -158,7 +161,7 @@ def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surface
                                                                      tmp_path: Path) -> None:
     root = small_atlas["root"]
     example = {name: str(root) if value == "{atlas}" else value for name, value in op.example.items()}
-    arguments = [str(root) if value == "{atlas}" else value for value in op.cli_example]
+    arguments = [value.replace("{atlas}", str(root)) for value in op.cli_example]
     for name in op.cli_arguments:  # a list argument is a file on the command line
         value = example[name]
         if isinstance(value, list):
