@@ -5,7 +5,7 @@ prompts and counted on held-out prompts of every style.
 
     PYTHONPATH=. nice python bench/steering_aim.py --atlas /tmp/atlas-demo \
         [--targets ' Monday' ' Friday' ' March' ' July' ' seven' ' three' ' red' ' dog'] [--sae ID ...] \
-        [--prompts 8] [--confirm-prompts 8] [--candidates 12] [--prompts-file mine.txt] [--ratio 3] \
+        [--prompts 8] [--confirm-prompts 8] [--candidates 12] [--combine 3] [--prompts-file mine.txt] [--ratio 3] \
         [--kl-bound 1] [--out results.json] [--plot bench.png] [--threads 2]
     PYTHONPATH=. python bench/steering_aim.py --report part1.json part2.json   # pool earlier runs' --out
 
@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--confirm-prompts", type=int, default=8)
     parser.add_argument("--prompts-file", type=Path)
     parser.add_argument("--candidates", type=int, default=12)
+    parser.add_argument("--combine", type=int, default=3, help="features in the fitted combination")
     parser.add_argument("--ratio", type=float, default=3.0)
     parser.add_argument("--kl-bound", type=float, default=1.0)
     parser.add_argument("--out", type=Path)
@@ -98,7 +99,7 @@ def main() -> None:
     for target in args.targets:  # one at a time: each target's rows are written as it finishes
         one = atlas.steer_bench([target], saes=saes, ratio=args.ratio, kl_bound=args.kl_bound, n_prompts=args.prompts,
                                 candidates=args.candidates, confirm_prompts=args.confirm_prompts,
-                                prompts=args.prompts_file or ())
+                                prompts=args.prompts_file or (), combine=args.combine)
         if result is None:
             result = one
         else:
