@@ -49,6 +49,7 @@ from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
+from sae_atlas.api.operations.crosscoder import CrosscoderParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 from sae_atlas.api.results.analysis import AnalysisResult
@@ -558,19 +559,32 @@ class Atlas:
                                                   device=device)
 
     def train_crosscoder(self, hook_a: str, hook_b: str, *, model_b: str | dict[str, Any] | None = None,
-                         **options: Any) -> AnalysisResult:
+                         d_sae: int = CrosscoderParams.default("d_sae"), k: int = CrosscoderParams.default("k"),
+                         n_tokens: int = CrosscoderParams.default("n_tokens"), pass_tokens: int | None = None,
+                         batch_size: int = CrosscoderParams.default("batch_size"),
+                         batch_blocks: int = CrosscoderParams.default("batch_blocks"),
+                         seed: int = CrosscoderParams.default("seed"), cc_id: str | None = None,
+                         scaling_tokens: int = CrosscoderParams.default("scaling_tokens"),
+                         corpus: CorpusSpec | None = None, device: str = "cpu",
+                         progress: bool = True) -> AnalysisResult:
         """Writes: a crosscoder between `hook_a` of this atlas's model and `hook_b` of `model_b`
         (default the same model) in `crosscoders/<id>/`, its relative decoder norms (and with
-        `scaling_tokens` > 0 its Latent Scaling) as `analyses/crosscoder/<id>`. `options`: the
-        other keywords of `api.services.crosscoder.run_train_crosscoder`."""
-        return crosscoder_service.run_train_crosscoder(self.ctx, hook_a, hook_b, model_b=model_b, **options)
+        `scaling_tokens` > 0 its Latent Scaling) as `analyses/crosscoder/<id>`. The parameters
+        are `api.operations.crosscoder.CrosscoderParams`."""
+        params = CrosscoderParams.of(hook_a=hook_a, hook_b=hook_b, model_b=model_b, d_sae=d_sae, k=k,
+                                     n_tokens=n_tokens, pass_tokens=pass_tokens, batch_size=batch_size,
+                                     batch_blocks=batch_blocks, seed=seed, cc_id=cc_id, scaling_tokens=scaling_tokens)
+        return crosscoder_service.run_train_crosscoder(self.ctx, params, corpus=corpus, device=device,
+                                                       progress=progress)
 
-    def latent_scaling(self, cc_id: str, *, n_tokens: int = 50_000, **options: Any) -> AnalysisResult:
+    def latent_scaling(self, cc_id: str, *, n_tokens: int = 50_000, corpus: CorpusSpec | None = None,
+                       batch_blocks: int = 8, device: str = "cpu") -> AnalysisResult:
         """Writes: Latent Scaling (Minder et al. 2025) of the latents of
-        crosscoder `cc_id` over `n_tokens` corpus tokens, as the columns `beta_error_a/b`,
-        `beta_recon_a/b`, `nu_error`, `nu_recon`, `scaling_active_tokens` of
-        `analyses/crosscoder/<id>`. `options`: `corpus`, `batch_blocks`, `device`."""
-        return crosscoder_service.run_latent_scaling(self.ctx, cc_id, n_tokens=n_tokens, **options)
+        crosscoder `cc_id` over `n_tokens` tokens of `corpus` (default: its training corpus), as
+        the columns `beta_error_a/b`, `beta_recon_a/b`, `nu_error`, `nu_recon`,
+        `scaling_active_tokens` of `analyses/crosscoder/<id>`."""
+        return crosscoder_service.run_latent_scaling(self.ctx, cc_id, n_tokens=n_tokens, corpus=corpus,
+                                                     batch_blocks=batch_blocks, device=device)
 
     def depth_runs(self) -> list[DepthRunRow]:
         """The stored depth runs (`analyze depth`): what each streamed, its headline and `status`

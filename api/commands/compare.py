@@ -100,18 +100,18 @@ def train_crosscoder_command(
     hook_b: str = typer.Option(..., help="Hook of model B (another layer, or the same layer of --model-b)."),
     model_b: str = typer.Option(None, help="Model B (smollm2-135m, a Hugging Face id or folder, a .gguf, tiny "
                                            "JSON); default: the atlas's model."),
-    d_sae: int = typer.Option(4096, min=1, help="Crosscoder latents."),
-    k: int = typer.Option(32, min=1, help="Mean active latents per token (BatchTopK)."),
-    tokens: int = typer.Option(200_000, "--tokens", min=1, help="Training tokens."),
-    pass_tokens: int = typer.Option(None, min=2, help="Corpus tokens per pass (default --tokens; passes repeat)."),
-    batch_size: int = typer.Option(1024, min=1, help="Rows per training step."),
+    d_sae: int = typer.Option(4096, help="Crosscoder latents (at least 1)."),
+    k: int = typer.Option(32, help="Mean active latents per token (BatchTopK; at least 1)."),
+    n_tokens: int = typer.Option(200_000, "--n-tokens", "--tokens", help="Training tokens (at least 1)."),
+    pass_tokens: int = typer.Option(None, help="Corpus tokens per pass (default --n-tokens; passes repeat)."),
+    batch_size: int = typer.Option(1024, help="Rows per training step (at least 1)."),
     corpus: str = corpus_option(),
     text_field: str = text_field_option(),
     context: int = context_option(),
-    batch_blocks: int = batch_blocks_option(),
+    batch_blocks: int = typer.Option(8, help="Blocks per forward pass (at least 1)."),
     seed: int = typer.Option(0, help="Seed of the shuffle and the initialisation."),
     cc_id: str = typer.Option(None, "--id", help="Crosscoder id (default <hook_a>--<hook_b>-<d_sae>)."),
-    scaling_tokens: int = typer.Option(0, "--latent-scaling-tokens", min=0,
+    scaling_tokens: int = typer.Option(0, "--latent-scaling-tokens",
                                        help="Then run Latent Scaling of every latent over this many "
                                             "corpus tokens (0: skip; needs one d_model on both sides)."),
     json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
@@ -120,18 +120,21 @@ def train_crosscoder_command(
 ) -> None:
     """Train an acausal BatchTopK crosscoder on paired activations of two models (or two
     hooks of one model) at the same tokens; store it in crosscoders/<id>/ and each latent's
-    relative decoder norm (A-only / shared / B-only) as analyses/crosscoder/<id>."""
+    relative decoder norm (A-only / shared / B-only) as analyses/crosscoder/<id>. The options
+    are `api.operations.crosscoder.CrosscoderParams`, checked there (as `Atlas.train_crosscoder`)."""
     from sae_atlas.api.context import AtlasContext
+    from sae_atlas.api.operations.crosscoder import CrosscoderParams
     from sae_atlas.api.services.crosscoder import run_train_crosscoder
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.devices import use_by_default
 
+    params = CrosscoderParams.of(hook_a=hook_a, hook_b=hook_b, model_b=model_b, d_sae=d_sae, k=k, n_tokens=n_tokens,
+                                 pass_tokens=pass_tokens, batch_size=batch_size, batch_blocks=batch_blocks,
+                                 seed=seed, cc_id=cc_id, scaling_tokens=scaling_tokens)
     where = use_by_default(device, model_dtype)
-    result = run_train_crosscoder(AtlasContext(atlas), hook_a, hook_b, model_b=model_b, d_sae=d_sae, k=k, n_tokens=tokens,
-                                  pass_tokens=pass_tokens, batch_size=batch_size,
+    result = run_train_crosscoder(AtlasContext(atlas), params,
                                   corpus=CorpusSpec(source=corpus, text_field=text_field, context_size=context),
-                                  batch_blocks=batch_blocks, device=str(where), cc_id=cc_id, seed=seed,
-                                  scaling_tokens=scaling_tokens, progress=not json_out)
+                                  device=str(where), progress=not json_out)
     if json_out:
         print_json(result.to_dict(max_rows=0))
         return

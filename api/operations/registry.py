@@ -10,6 +10,7 @@ from sae_atlas.api.operations.base import Operation
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
+from sae_atlas.api.operations.crosscoder import CrosscoderParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 
@@ -41,6 +42,8 @@ class Surfaces:
     example: dict[str, object] = field(default_factory=dict)
     """Values of the required parameters (and Python-only keywords), for calls that check the
     bounds; "{atlas}" stands for the atlas the check runs on."""
+    cli_atlas: str = ""
+    """How the verb takes the atlas: "" as its first argument, else this option (`--atlas`)."""
     cli_example: tuple[str, ...] = ()
     """Arguments of the verb that are not parameters, after the atlas ("{atlas}" as above)."""
 
@@ -66,6 +69,10 @@ OPERATIONS: tuple[Surfaces, ...] = (
              python_only=("other", "sae", "other_sae", "device"),
              cli_only=("side_a", "side_b", "json_out", "device", "model_dtype"),
              example={"circle": "circular/none"}, cli_example=("--circle", "circular/none")),
+    Surfaces(CrosscoderParams, "train_crosscoder", ("train-crosscoder",), None,
+             python_only=("corpus", "device", "progress"),
+             cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"), cli_atlas="--atlas",
+             example={"hook_a": "x", "hook_b": "y"}, cli_example=("--hook-a", "x", "--hook-b", "y")),
 )
 
 NOT_CONVERTED: dict[str, str] = {
@@ -79,8 +86,7 @@ NOT_CONVERTED: dict[str, str] = {
     "crosscoder_latents": "keywords typed in the method, query parameters over HTTP",
     "crosscoder_latent": "keywords typed in the method, query parameters over HTTP",
     "compared_feature": "keywords typed in the method, query parameters over HTTP",
-    "train_crosscoder": "keywords and **options; no HTTP route",
-    "latent_scaling": "keywords and **options; no HTTP route",
+    "latent_scaling": "explicit keywords, no parameter object yet; no HTTP route",
     "run_circular": "keyword typed in the method, CircularRequest over HTTP",
     "run": "keywords typed in the method, RunRequest over HTTP, options in `steer`",
     "steer": "keywords typed in the method, SteerRequest over HTTP, options in `steer`",

@@ -16,6 +16,7 @@ import polars as pl
 import torch
 
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.crosscoder import CrosscoderParams
 from sae_atlas.api.results.analysis import AnalysisResult
 from sae_atlas.api.services.analyses import analysis, analysis_run
 from sae_atlas.geometry.results import write_analysis
@@ -103,17 +104,17 @@ def _with_scaling(table: pl.DataFrame, result: LatentScaling) -> pl.DataFrame:
     return kept.with_columns(**{k: pl.Series(k, v) for k, v in result.columns(table.height).items()})
 
 
-def run_train_crosscoder(
-    ctx: AtlasContext, hook_a: str, hook_b: str, *, model_b: str | dict[str, Any] | None = None, d_sae: int = 4096,
-    k: int = 32, n_tokens: int = 200_000, pass_tokens: int | None = None, batch_size: int = 1024,
-    corpus: CorpusSpec | None = None, batch_blocks: int = 8, device: str = "cpu", cc_id: str | None = None,
-    seed: int = 0, scaling_tokens: int = 0, progress: bool = True,
-) -> AnalysisResult:
+def run_train_crosscoder(ctx: AtlasContext, params: CrosscoderParams, *, corpus: CorpusSpec | None = None,
+                         device: str = "cpu", progress: bool = True) -> AnalysisResult:
     """Train a crosscoder between `hook_a` of the atlas's model and `hook_b` of `model_b`
     (default: the same model) on `n_tokens` training tokens, streamed in passes of
     `pass_tokens` corpus tokens (default `n_tokens`), and store it with its relative norms;
     with `scaling_tokens` > 0 also the Latent Scaling of its latents over that many corpus
     tokens."""
+    hook_a, hook_b, model_b, d_sae, k = params.hook_a, params.hook_b, params.model_b, params.d_sae, params.k
+    n_tokens, pass_tokens, batch_size, batch_blocks = (params.n_tokens, params.pass_tokens, params.batch_size,
+                                                       params.batch_blocks)
+    cc_id, seed, scaling_tokens = params.cc_id, params.seed, params.scaling_tokens
     model_b = _model_b_spec(model_b)
     root = ctx.root
     a, b = _sides(ctx, hook_a, hook_b, model_b, device)

@@ -178,7 +178,8 @@ def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surface
                     getattr(atlas, op.python)(**example, **{name: bad})
                 if op.cli:
                     flag = next(p for p in _command(op.cli).params if p.name == name).opts[0]
-                    args = [*op.cli, str(root), *arguments, flag, str(bad)]
+                    atlas_args = [op.cli_atlas, str(root)] if op.cli_atlas else [str(root)]
+                    args = [*op.cli, *atlas_args, *arguments, flag, str(bad)]
                     out = CliRunner().invoke(app, args)
                     assert out.exit_code == 2 and name in out.output, (args, out.output)
                 if op.http:
