@@ -10,8 +10,9 @@ captured, accumulating what the depth analysis needs in bounded memory:
 BOS and separator positions are left out everywhere.
 
 Resumable: with a `state_dir`, every `checkpoint_every` batches (by default every
-`checkpoint_seconds`, and right after the tuned lens is fitted) a rank writes everything it
-has gathered, atomically, to `<state_dir>/<fingerprint of the arguments>/rank-NNNN.pt`; after
+`checkpoint_seconds` or ten times the last write's duration, whichever is longer, so writing
+stays under a tenth of the time: the state holds the CKA sums, 1.2 GB for 30 layers of 576;
+and right after the tuned lens is fitted) a rank writes everything it has gathered, atomically, to `<state_dir>/<fingerprint of the arguments>/rank-NNNN.pt`; after
 kill -9 the same call skips the batches already counted and ends with the same sums, so the
 same tables. The caller removes the folder (`clear_state`) once the run is stored.
 
@@ -166,7 +167,7 @@ def stream_depth(
     hooks = {layer: f"blocks.{layer}.hook_resid_post" for layer in sorted({*layers, last})}
     path = None if state is None else state / f"rank-{rank:04d}.pt"
     g = _load_state(path, _Gathered(len(layers), handle.d_model), ctx, handle.device)
-    last_saved = time.monotonic()
+    last_saved, save_cost = time.monotonic(), 0.0
     for batch in stream_activations(handle, corpus, list(hooks.values()), n_blocks=n_blocks,
                                     batch_blocks=batch_blocks, resume_blocks=g.done * batch_blocks, desc="depth",
                                     progress=progress, ctx=ctx):
@@ -180,13 +181,16 @@ def stream_depth(
             if g.tuned is None:
                 _sum_fitter(g.fitter, ctx, handle.device)
                 g.tuned, fitted_now = g.fitter.fit(), True
+                g.fitter = TunedLensFitter()  # its sums are spent: not checkpointed again
             score_lenses(handle, lens_rows, next_ids, g.scores, g.tuned)
         g.done += 1
         due = (g.done % checkpoint_every == 0 if checkpoint_every is not None
-               else time.monotonic() - last_saved >= checkpoint_seconds)
+               else time.monotonic() - last_saved >= max(checkpoint_seconds, 10 * save_cost))
         if due or fitted_now:
+            started = time.monotonic()
             _save_state(path, g)
             last_saved = time.monotonic()
+            save_cost = last_saved - started
     assert g.tuned is not None  # every rank has n_fit < n_batches batches, so it scored held-out ones
     scores, keys, kept, seen, cka = g.scores, g.keys, g.kept, g.seen, g.cka
     for key in [key for key in scores.n if key[1] not in layers]:  # the last layer scored only as the reference
