@@ -2,26 +2,27 @@
 against the bare stopped forward and the cached trainer, all measured in one run.
 
     PYTHONPATH=. python bench/train_stream.py [--atlas /tmp/democlone/atlas-demo] \
-        [--work /tmp/trainbench/stream] [--tokens 16384 [--tokens 32768]] [--buffer-tokens 17408]
+        [--stream-tokens 16384] [--rss-tokens 16384 --rss-tokens 65536] [--buffer-tokens 17408]
 
 In this process, on the demo model (SmolLM2-135M, stopped after the deepest hook) and the
 demo's hooks (blocks.{8,15,22}.hook_resid_post), TopK SAEs of the demo's shape (4608
-latents, k 32, batches of 4096, seed 0):
+latents, k 32, batches of 4096, seed 0), per wall second and per CPU second of this process
+(on a loaded shared machine the CPU seconds are the steadier measure):
 
-- forward: the bare stopped forward's training rows per second (BOS and separators left
-  out, as training leaves them out) over `--forward-tokens` corpus tokens;
-- train: the cached trainer's rows per second, all three SAEs stepped together from the
-  demo's cache (`train_dictionaries` over a `CachedSource`, nothing written);
-- streamed: `sae-atlas train --from-model` of the three SAEs, once per `--tokens`, each in a
-  child process (fresh atlas under `--work`); its rows per second are the training loop's
-  (training.json's tokens / wall_seconds: streaming, mixing and stepping), and its peak RSS
-  is the child's `ru_maxrss` (model, buffer, SAEs and optimizer included).
+- forward: the bare stopped forward's training rows (BOS and separators left out, as
+  training leaves them out) over `--forward-tokens` corpus tokens, measured before and
+  after the streamed run (their mean is used);
+- train: the three SAEs stepped together by `train_dictionaries` from the demo's cache
+  (`CachedSource`, nothing written);
+- streamed: the same loop over a `StreamSource` (the model's forward, the mixing window,
+  the steps: what `train --from-model` runs) for `--stream-tokens` tokens.
 
-Printed: streamed / (1 / (1/forward + 1/train)) for each run (target >= 0.9, the rate of a
-pipeline that first runs the forward and then trains on its rows, with no overlap) and the
-peak RSS of each token count (target: flat in the token count). The default buffer (17,408
-tokens: 136 blocks keep ~17,000 rows on the builtin corpus, 4 whole batches) makes each
-`--tokens` a multiple of 16,384 a whole number of windows.
+Printed: streamed / (1 / (1/forward + 1/train)) (target >= 0.9: the rate of forwarding and
+then training with no overlap). Each `--rss-tokens` then runs `sae-atlas train --from-model`
+of the three SAEs in a child process (fresh atlas under `--work`) and records its peak RSS
+(`ru_maxrss`: model, buffer, SAEs and optimizer; target: flat in the token count). The
+default buffer (17,408 tokens: 136 blocks keep ~17,000 rows on the builtin corpus, 4 whole
+batches) makes every multiple of 16,384 tokens a whole number of windows.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from sae_atlas.saes.train.atlas import hook_seed
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import train_dictionaries
 from sae_atlas.saes.train.sources import CachedSource
+from sae_atlas.saes.train.stream_source import StreamSource
 from sae_atlas.saes.train.trainer import SAEDictionary
 from sae_atlas.store.activations import ActivationReader
 
@@ -53,31 +55,45 @@ HOOKS = ("blocks.8.hook_resid_post", "blocks.15.hook_resid_post", "blocks.22.hoo
 D_SAE, K, BATCH = 4608, 32, 4096
 
 
-def forward_rate(handle, n_tokens: int, context: int) -> float:
-    """Training rows per second of the bare forward over the three hooks, stopped after the deepest."""
-    rows, started = 0, time.perf_counter()
-    for batch in stream_activations(handle, CorpusSpec(context_size=context), HOOKS, n_blocks=n_tokens // context,
-                                    batch_blocks=8, progress=False):
-        rows += int((~batch.excluded).sum())
-    return rows / (time.perf_counter() - started)
+def _timed(fn) -> tuple[object, float, float]:
+    """`fn()`, its wall seconds and this process's CPU seconds (all threads)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def trainer_rate(atlas: Path, n_tokens: int) -> float:
-    """Rows per second of the three SAEs stepped together from the demo's cache."""
-    train = TrainConfig(total_tokens=n_tokens, batch_size=BATCH, seed=0, progress=False, checkpoint_every_tokens=0)
+def forward_rate(handle, n_tokens: int, context: int) -> tuple[float, float]:
+    """Training rows per wall and per CPU second of the bare forward over the three hooks,
+    stopped after the deepest."""
+    def run() -> int:
+        return sum(int((~b.excluded).sum()) for b in stream_activations(
+            handle, CorpusSpec(context_size=context), HOOKS, n_blocks=n_tokens // context, batch_blocks=8,
+            progress=False))
+    rows, wall, cpu = _timed(run)
+    return rows / wall, rows / cpu
+
+
+def _dictionaries(train: TrainConfig) -> list[SAEDictionary]:
     dictionaries = []
     for hook in HOOKS:
         cfg = SAEConfig("topk", 576, D_SAE, k=K, hook_name=hook, seed=hook_seed(0, hook))
         torch.manual_seed(0)
         dictionaries.append(SAEDictionary(cfg, train.resolve(576, D_SAE), "cpu", name=hook))
-    source = CachedSource({hook: ActivationReader(atlas, hook) for hook in HOOKS}, BATCH, seed=0)
-    run = train_dictionaries(dictionaries, source)
-    return train.total_steps * BATCH / run.wall_seconds
+    return dictionaries
+
+
+def loop_rate(source, n_tokens: int) -> tuple[float, float]:
+    """Rows per wall and per CPU second of the three SAEs stepped together from `source`
+    (the whole `train_dictionaries` call: first batches, initialisation, every step)."""
+    train = TrainConfig(total_tokens=n_tokens, batch_size=BATCH, seed=0, progress=False, checkpoint_every_tokens=0)
+    dictionaries = _dictionaries(train)
+    _, wall, cpu = _timed(lambda: train_dictionaries(dictionaries, source))
+    return train.total_steps * BATCH / wall, train.total_steps * BATCH / cpu
 
 
 def streamed_run(work: Path, tokens: int, buffer_tokens: int, heldout_tokens: int) -> dict[str, float]:
-    """`sae-atlas train --from-model` of the three SAEs in a child process: the loop's rows
-    per second, its last reported forward share and the child's peak RSS (MiB)."""
+    """`sae-atlas train --from-model` of the three SAEs in a child process: its peak RSS
+    (MiB), wall seconds, last reported forward share and layer-15 held-out FVU."""
     atlas = work / f"stream-{tokens}"
     shutil.rmtree(atlas, ignore_errors=True)
     log = work / f"stream-{tokens}.log"
@@ -94,8 +110,7 @@ def streamed_run(work: Path, tokens: int, buffer_tokens: int, heldout_tokens: in
     record = json.loads((atlas / "saes" / f"{HOOKS[1]}-topk-{D_SAE}" / "training.json").read_text())
     final = record["final_metrics"]
     shares = re.findall(r"forward (\d+)%", log.read_text())
-    return {"tokens": final["tokens"], "rate": final["tokens"] / final["wall_seconds"],
-            "loop_seconds": final["wall_seconds"], "child_seconds": time.perf_counter() - started,
+    return {"tokens": final["tokens"], "child_seconds": time.perf_counter() - started,
             "forward_share": int(shares[-1]) / 100 if shares else float("nan"),
             "peak_rss_mib": usage.ru_maxrss / 1024, "heldout_fvu_l15": record["heldout_metrics"]["fvu"]}
 
@@ -104,37 +119,53 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--atlas", type=Path, default=Path("/tmp/democlone/atlas-demo"), help="the demo atlas (read)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/trainbench/stream"))
-    ap.add_argument("--tokens", type=int, action="append", help="streamed runs' training tokens (repeatable)")
+    ap.add_argument("--stream-tokens", type=int, default=16384, help="tokens of the in-process streamed run")
+    ap.add_argument("--rss-tokens", type=int, action="append",
+                    help="tokens of a `train --from-model` child whose peak RSS is recorded (repeatable)")
     ap.add_argument("--buffer-tokens", type=int, default=17408)
     ap.add_argument("--heldout-tokens", type=int, default=1024)
     ap.add_argument("--forward-tokens", type=int, default=2048)
     ap.add_argument("--train-tokens", type=int, default=16384, help="cached trainer's tokens")
     args = ap.parse_args()
-    tokens = args.tokens or [16384]
+    tokens = args.rss_tokens or []
     args.work.mkdir(parents=True, exist_ok=True)
     context = json.loads((args.atlas / "atlas.json").read_text())["corpus"]["context_size"]
     handle = load_model("smollm2-135m", device="cpu")
-    forward = forward_rate(handle, args.forward_tokens, context)
-    print(f"bare stopped forward (3 hooks, to layer 22): {forward:,.1f} rows/s", flush=True)
-    train = trainer_rate(args.atlas, args.train_tokens)
-    print(f"cached trainer (3 SAEs together): {train:,.1f} rows/s", flush=True)
-    serial = 1 / (1 / forward + 1 / train)
-    print(f"forward then train, no overlap: 1/(1/forward + 1/train) = {serial:,.1f} rows/s", flush=True)
+    before = forward_rate(handle, args.forward_tokens, context)
+    print(f"bare stopped forward (3 hooks, to layer 22): {before[0]:,.1f} rows/s, {before[1]:,.1f} rows/CPU-s",
+          flush=True)
+    cached = CachedSource({hook: ActivationReader(args.atlas, hook) for hook in HOOKS}, BATCH, seed=0)
+    train = loop_rate(cached, args.train_tokens)
+    print(f"cached trainer (3 SAEs together): {train[0]:,.1f} rows/s, {train[1]:,.1f} rows/CPU-s", flush=True)
+    steps = args.stream_tokens // BATCH
+    source = StreamSource(handle, CorpusSpec(context_size=context), list(HOOKS), batch_size=BATCH, steps=steps,
+                          buffer_tokens=args.buffer_tokens, seed=0)
+    stream = loop_rate(source, steps * BATCH)
+    print(f"streamed trainer (3 SAEs from the model, buffer {args.buffer_tokens:,}): {stream[0]:,.1f} rows/s, "
+          f"{stream[1]:,.1f} rows/CPU-s, {source.forward_seconds / (steps * BATCH / stream[0]):.0%} of its wall "
+          "time in the forward", flush=True)
+    after = forward_rate(handle, args.forward_tokens, context)
+    print(f"bare stopped forward again: {after[0]:,.1f} rows/s, {after[1]:,.1f} rows/CPU-s", flush=True)
+    result: dict[str, object] = {"forward_before": before, "forward_after": after, "train": train, "stream": stream}
+    for i, unit in enumerate(("wall", "CPU")):
+        forward = (before[i] + after[i]) / 2
+        serial = 1 / (1 / forward + 1 / train[i])
+        result[f"ratio_{unit}"] = stream[i] / serial
+        print(f"per {unit} second: forward {forward:,.1f} (mean of both), train {train[i]:,.1f}, "
+              f"1/(1/forward + 1/train) = {serial:,.1f}; streamed {stream[i]:,.1f}: ratio {stream[i] / serial:.2f} "
+              "(target >= 0.9)", flush=True)
     runs = []
     for n in tokens:
         run = streamed_run(args.work, n, args.buffer_tokens, args.heldout_tokens)
         runs.append(run)
-        print(f"streamed {run['tokens']:,} tokens: {run['rate']:,.1f} rows/s in the loop "
-              f"({run['loop_seconds']:.0f} s; child {run['child_seconds']:.0f} s with model load and held-out), "
-              f"forward share {run['forward_share']:.0%}, ratio {run['rate'] / serial:.2f} (target >= 0.9), "
-              f"peak RSS {run['peak_rss_mib']:,.0f} MiB, held-out FVU layer 15 {run['heldout_fvu_l15']:.4f}",
-              flush=True)
+        print(f"`train --from-model`, {run['tokens']:,} tokens: peak RSS {run['peak_rss_mib']:,.0f} MiB, "
+              f"child {run['child_seconds']:.0f} s, held-out FVU layer 15 {run['heldout_fvu_l15']:.4f}", flush=True)
     if len(runs) > 1:
         low, high = runs[0], runs[-1]
         print(f"peak RSS {low['peak_rss_mib']:,.0f} MiB at {low['tokens']:,} tokens vs {high['peak_rss_mib']:,.0f} MiB "
               f"at {high['tokens']:,} ({high['tokens'] / low['tokens']:.1f}x the tokens): "
               f"{high['peak_rss_mib'] / low['peak_rss_mib']:.3f}x")
-    print(json.dumps({"forward": forward, "train": train, "serial": serial, "runs": runs}))
+    print(json.dumps({**result, "rss_runs": runs}))
 
 
 if __name__ == "__main__":
