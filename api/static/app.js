@@ -118,7 +118,7 @@ async function textView() {
     sessionStorage.setItem("sae-atlas-sae", select.value);
     out.replaceChildren(el("span", { class: "muted" }, "running the model..."));
     try {
-      const result = await api("/search/text", { text: input.value, sae_ids: [select.value], k: 8,
+      const result = await api("/search/text", { text: input.value, saes: [select.value], k: 8,
         include_special: special.checked });
       renderTextResult(out, result, select.value);
     } catch (err) {

@@ -222,7 +222,7 @@ def _live_requests(a: str, b: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", "/search/text", {"body": {"text": "the cat sat", "k": 2}}),
         ("POST", "/search/contrast", {"body": {"texts_a": ["the cat sat", "a cat ran"], "n_permutations": 100,
                                                "texts_b": ["the dog sat", "a dog ran"], "k": 3}}),
-        ("POST", "/search/concept", {"body": {"concept": "weekdays", "sae_ids": [a]}}),
+        ("POST", "/search/concept", {"body": {"concept": "weekdays", "saes": [a]}}),
         ("GET", "/search/geometry", {"query": {"sae_id": a}}),
         ("GET", "/search/labels", {"query": {"q": "cat"}}),
         ("GET", "/analyses", {}),

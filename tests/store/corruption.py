@@ -414,7 +414,7 @@ CLT_PROMPT = "the cat sat on the mat"
 
 
 def _clt_graph(root: Path) -> Any:
-    view = _atlas(root).graph(CLT_PROMPT, supernodes=None, clt=CLT_ID)
+    view = _atlas(root).graph(CLT_PROMPT, supernodes=False, clt=CLT_ID)
     return {"dictionaries": view.dictionaries, "scores": view.scores, "nodes": len(view.graph["nodes"])}
 
 
