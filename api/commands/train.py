@@ -119,7 +119,7 @@ def train_command(
     corpus_seed: int = typer.Option(0, help=f"{_FROM_MODEL}: seed of the document order."),
     batch_blocks: int = batch_blocks_option(_FROM_MODEL),
     buffer_tokens: int = typer.Option(None, min=1, help=f"{_FROM_MODEL}: tokens of the mixing buffer that shuffles "
-                                      "across documents (default: 262,144, at most a quarter of free memory)."),
+                                      "across documents (default: 262,144, at most a quarter of free memory and the run's tokens)."),
     heldout_tokens: int = typer.Option(None, min=0, help=f"{_FROM_MODEL}: tokens after the training tokens kept "
                                        "for held-out metrics (default: a tenth of --tokens, at most 262,144)."),
     checkpoint_every: int = typer.Option(None, min=1, help="Training tokens between resumable checkpoints "

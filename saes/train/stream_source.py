@@ -65,15 +65,18 @@ def buffer_bytes_per_token(handle: ModelHandle, hooks: list[str]) -> int:
 
 
 def resolve_buffer_tokens(requested: int | None, handle: ModelHandle, hooks: list[str], batch_size: int,
-                          windows: int = 1) -> int:
+                          windows: int = 1, run_tokens: int | None = None) -> int:
     """The mixing buffer's size in tokens: `requested`, or by default the cached reader's
-    buffer (262,144 tokens) capped at a quarter of the free memory, at least two batches.
+    buffer (262,144 tokens) capped at a quarter of the free memory and at what one lane's
+    share of the run needs (`run_tokens`, plus a sixteenth for the BOS and separators left
+    out, so a short run forwards one window, not a whole default one), at least two batches.
     InvalidInputError when it holds less than one batch or when the `windows` this process
     holds at once (one per lane it streams) need more than 80% of the free memory."""
     per_token = buffer_bytes_per_token(handle, hooks) * windows
     free = available_memory(handle.device)
     if requested is None:
-        return max(2 * batch_size, min(DEFAULT_BUFFER_TOKENS, int(free * DEFAULT_MEMORY_SHARE) // per_token))
+        run_cap = DEFAULT_BUFFER_TOKENS if run_tokens is None else run_tokens + run_tokens // 16
+        return max(2 * batch_size, min(DEFAULT_BUFFER_TOKENS, run_cap, int(free * DEFAULT_MEMORY_SHARE) // per_token))
     if requested < batch_size:
         raise InvalidInputError(f"--buffer-tokens {requested} holds less than one batch ({batch_size} tokens)")
     if requested * per_token > free * MAX_MEMORY_SHARE:
@@ -187,7 +190,8 @@ class StreamSource:
         per_rank = self.lanes // world
         self._lanes = [_Lane(lane) for lane in range(rank * per_rank, (rank + 1) * per_rank)]
         self.device = handle.device
-        self.buffer_tokens = resolve_buffer_tokens(buffer_tokens, handle, list(self.hooks), batch_size, per_rank)
+        self.buffer_tokens = resolve_buffer_tokens(buffer_tokens, handle, list(self.hooks), batch_size, per_rank,
+                                                   run_tokens=steps * self.lane_rows)
         self.plan = plan_stream(handle, corpus, steps=steps, batch_size=batch_size, batch_blocks=batch_blocks,
                                 buffer_tokens=self.buffer_tokens, heldout_tokens=heldout_tokens, lanes=self.lanes)
         self.batches = 0  # global batches handed out

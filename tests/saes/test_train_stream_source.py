@@ -127,6 +127,17 @@ def test_buffer_larger_than_memory_is_refused(handle: ModelHandle, monkeypatch: 
     assert _source(handle, buffer_tokens=None).buffer_tokens == 64  # the default shrinks to two batches
 
 
+def test_the_default_buffer_of_a_short_run_is_sized_to_the_run(handle: ModelHandle) -> None:
+    source = _source(handle, steps=9, buffer_tokens=None)  # 9 x 32 rows: 306 tokens with the margin
+    assert source.buffer_tokens == 9 * 32 + 9 * 32 // 16
+    # not one 262,144-token window for a 288-token run: at most two run-sized windows (the
+    # 16-token blocks of short documents lose about a fifth of their tokens to BOS and separators)
+    assert len(source.plan.per_window[0]) <= 2
+    assert source.plan.n_blocks * CORPUS.context_size <= 3 * 9 * 32
+    long_run = stream_source.resolve_buffer_tokens(None, handle, HOOKS, 32, run_tokens=10**7)
+    assert long_run == stream_source.DEFAULT_BUFFER_TOKENS
+
+
 def test_buffer_smaller_than_a_batch_is_refused(handle: ModelHandle) -> None:
     with pytest.raises(InvalidInputError, match="less than one batch"):
         _source(handle, buffer_tokens=16)
