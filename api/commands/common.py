@@ -35,6 +35,38 @@ def model_of_atlas(model: str, atlas: Path | None, device: str | None = None) ->
     return load_model(model or DEFAULT_MODEL, device=device)
 
 
+ATLAS_HELP = "Atlas directory."
+
+
+def atlas_argument(default: Path | None = None, help: str = ATLAS_HELP) -> Any:
+    """The atlas as every verb takes it: its first argument. With a `default` (verbs with no
+    other argument) it may be left out; pass the same default to `the_atlas`. Pair it with
+    `OLD_ATLAS_OPTION`."""
+    if default is None:
+        return typer.Argument(None, metavar="ATLAS", help=help, show_default=False)
+    return typer.Argument(None, metavar="[ATLAS]", help=f"{help} [default: {default}]", show_default=False)
+
+
+OLD_ATLAS_OPTION: Any = typer.Option(None, "--atlas", hidden=True, help="Deprecated: give the atlas as the first argument.")
+"""The old `--atlas` option, still accepted (with a warning) where the atlas is now the first argument."""
+
+
+def the_atlas(argument: Path | None, old_option: Path | None, default: Path | None = None) -> Path:
+    """The atlas a verb was given: its first argument, or the deprecated `--atlas` (a warning
+    on stderr), else `default`; InvalidInputError when both name different atlases or no atlas
+    is given and there is no default."""
+    if old_option is not None:
+        typer.secho("warning: --atlas is deprecated; give the atlas as the first argument", fg="yellow", err=True)
+        if argument is not None and argument != old_option:
+            raise InvalidInputError(f"two atlases given: {argument} (argument) and {old_option} (--atlas); give one")
+        return old_option
+    if argument is not None:
+        return argument
+    if default is None:
+        raise InvalidInputError("no atlas given: name the atlas directory as the first argument")
+    return default
+
+
 def handle_errors(fn: F) -> F:
     """Print an AtlasError as one red line and exit with status 2 instead of a traceback."""
 
