@@ -107,6 +107,16 @@ class Atlas:
         """Open the atlas at `root`; `model` (a ModelHandle or spec) overrides atlas.json's."""
         self.ctx = AtlasContext(root, model)
 
+    @classmethod
+    def create(cls, root: str | Path, *, model: Any = None) -> Atlas:
+        """An atlas to build at `root` (`cache`, training from the model): the existing one
+        when `root` has an atlas.json, else one that need not exist yet, whose write operations
+        create it and run `model` (a spec or ModelHandle; default the recorded model, else
+        `saes.models.DEFAULT_MODEL`). Writes nothing itself."""
+        atlas = cls.__new__(cls)
+        atlas.ctx = AtlasContext.create(root, model)
+        return atlas
+
     def __repr__(self) -> str:
         return f"Atlas({str(self.root)!r}, saes={self.sae_ids})"
 

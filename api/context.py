@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sae_atlas.saes.models import ModelHandle, load_model, normalize_spec
+from sae_atlas.saes.models import DEFAULT_MODEL, ModelHandle, load_model, normalize_spec
 from sae_atlas.store.errors import IntegrityError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.search import FeatureSearch
@@ -57,22 +57,33 @@ class ResourceCache:
 class AtlasContext:
     """One opened atlas directory and the resources loaded from it (kept for its lifetime)."""
 
-    def __init__(self, root: str | Path, model: Any = None) -> None:
+    def __init__(self, root: str | Path, model: Any = None, *, new: bool = False) -> None:
         """Open the atlas at `root` (NotFoundError if it has no atlas.json); `model` (a
-        ModelHandle or a model spec) overrides the spec atlas.json records."""
+        ModelHandle or a model spec) overrides the spec atlas.json records. `new`: for the
+        operations that build an atlas (`create`)."""
         self.layout = AtlasLayout(root)
         self.root = self.layout.root
-        if not self.layout.atlas_json.exists():
+        exists = self.layout.atlas_json.exists()
+        if not exists and not new:
             raise NotFoundError(f"{self.root} is not an atlas (no atlas.json); create one with `sae-atlas cache`")
-        self.meta = self.layout.read_meta()
+        self.meta = self.layout.read_meta() if exists else {}
         self.cache = ResourceCache()
-        self.model_override = model
+        self.model_override = model if model is not None or exists else DEFAULT_MODEL
         self.model_lock = threading.Lock()
         """Held while the model runs: one model run at a time per atlas."""
 
+    @classmethod
+    def create(cls, root: str | Path, model: Any = None) -> AtlasContext:
+        """The atlas at `root` for the operations that build one; writes nothing itself.
+        Opened as usual when it has an atlas.json; else over a root that need not exist yet
+        (empty `meta`) whose model is `model` or `saes.models.DEFAULT_MODEL`: the first write
+        operation (cache, training from the model) creates the folder and atlas.json."""
+        return cls(root, model, new=True)
+
     def reread_meta(self) -> None:
-        """Read atlas.json again (after this process registered an SAE)."""
-        self.meta = self.layout.read_meta()
+        """Read atlas.json again (after this process registered an SAE or created the atlas;
+        still empty while nothing created it)."""
+        self.meta = self.layout.read_meta() if self.layout.atlas_json.exists() else {}
 
     def sae_ids(self) -> list[str]:
         """Ids of the SAEs with saved weights or registered in atlas.json."""
