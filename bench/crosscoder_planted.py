@@ -44,6 +44,7 @@ from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.services.crosscoder import crosscoder_dir
 from sae_atlas.saes.builtin_text import builtin_documents
 from sae_atlas.saes.compare.crosscoder import SideScales, read_crosscoder_sides
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import DEFAULT_MODEL, load_model
@@ -79,7 +80,7 @@ def codes_at(sides: list[tuple], sae, scales: SideScales, texts: list[str]) -> t
         ids = torch.tensor([[tok.bos_token_id, *tok(text, add_special_tokens=False).input_ids]])
         x = [run_hooks(h, ids, [hook])[hook][0, -1].float().cpu() for h, hook in sides]
         rows.append(torch.cat(x))
-    return sae.encode(scales.apply(torch.stack(rows)))
+    return sae_codes(sae, scales.apply(torch.stack(rows)))
 
 
 def evaluate(root: Path, cc_id: str, model_b: str, n_prompts: int, top: int, top_b: int = 10) -> dict:

@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=49152)
     args = parser.parse_args()
 
+    from sae_atlas.saes.encoding.codes import sae_codes
     from sae_atlas.saes.sae.base import SAEConfig
     from sae_atlas.saes.sae.registry import build_sae
     from sae_atlas.saes.summary.accumulator import SummaryParams
@@ -65,7 +66,7 @@ def main() -> None:
         start = time.perf_counter()
         with torch.no_grad():
             for chunk in block_batches(reader.blocks("all"), batch_blocks):
-                sae.encode(chunk.acts.reshape(-1, args.d_in))
+                sae_codes(sae, chunk.acts.reshape(-1, args.d_in))
         encode_s = time.perf_counter() - start
         AtlasLayout(root).sae_dir("bench").mkdir(parents=True)
         occurrence = OccurrenceWriter(root, "bench", args.d_sae)

@@ -49,6 +49,7 @@ from sae_atlas.geometry.results import MAIN, read_analysis, write_analysis
 from sae_atlas.geometry.spectra import Spectra, cluster_by_period, fourier_power
 from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
 from sae_atlas.saes.encoding.cached import sae_activation_matrix
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.intervene.answers import answer_metrics, patched_logits
 from sae_atlas.saes.intervene.concepts import (
     OrderedConcept,
@@ -359,6 +360,6 @@ def concept_spectra(
     X = analysis.acts[layer]
     if sae is not None:
         with torch.inference_mode():
-            X = sae.encode(torch.tensor(X, dtype=sae.W_enc.dtype)).float().numpy()
+            X = sae_codes(sae, torch.as_tensor(X)).float().cpu().numpy()
     spectra = fourier_power(X, analysis.values, analysis.concept.period)
     return spectra, cluster_by_period(spectra, min_share=min_share)

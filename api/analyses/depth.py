@@ -41,6 +41,7 @@ from sae_atlas.saes.depth.families import family_depth, read_families
 from sae_atlas.saes.depth.pair import stream_pair
 from sae_atlas.saes.depth.stream import DepthStream, clear_state, state_folder, stream_depth
 from sae_atlas.saes.distributed import DistContext, rank_and_world
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.encoding.tokens import piece_text
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.store.errors import InvalidInputError
@@ -148,7 +149,7 @@ def _load_saes(atlas: str | Path, sae_ids: list[str], layers: list[int]) -> dict
 def _feature_codes(sae: Any, layer: int, stream: DepthStream) -> np.ndarray:
     """Codes `[M, F]` of `sae` on the subsampled tokens' states at `layer`."""
     with torch.inference_mode():
-        return sae.encode(torch.from_numpy(stream.states[:, stream.layers.index(layer)]).float()).float().numpy()
+        return sae_codes(sae, torch.from_numpy(stream.states[:, stream.layers.index(layer)])).float().cpu().numpy()
 
 
 def _trajectory_plot(stream: DepthStream, tokens: pl.DataFrame, handle: ModelHandle) -> Figure:

@@ -14,6 +14,7 @@ from sae_atlas.geometry.figures import probe_figure
 from sae_atlas.geometry.probes import compare_sparse_probes, probe_layers
 from sae_atlas.geometry.results import write_analysis
 from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.errors import InvalidInputError
 
@@ -66,7 +67,7 @@ def run_probe(
         hook = sae.cfg.hook_name
         X = layers[hook] if hook in layers else _hook_acts(atlas, hook, n)[0][:n]
         with torch.inference_mode():
-            latents = sae.encode(torch.from_numpy(X).float()).numpy()
+            latents = sae_codes(sae, torch.as_tensor(X)).float().cpu().numpy()
         tables["sparse"] = compare_sparse_probes({"neurons": X, "latents": latents}, labels, ks, seed=seed)
         figures.append(run_figure(probe_figure(tables["sparse"], f"k-sparse probes: {target}"), atlas, "probe", run, "sparse"))
     figures.append(run_figure(probe_figure(per_layer, f"{kind} probe: {target}"), atlas, "probe", run, "layers"))

@@ -50,6 +50,7 @@ def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> N
     import torch
 
     from sae_atlas.saes.atlas_saes import load_atlas_sae
+    from sae_atlas.saes.encoding.codes import sae_codes
     from sae_atlas.saes.forward import run_hooks
     from sae_atlas.store.search import FeatureSearch
 
@@ -62,7 +63,7 @@ def _example_searches(handle: ModelHandle, atlas: Path, sae_ids: list[str]) -> N
     rows = []
     for sae_id, sae in saes.items():
         with torch.no_grad():
-            code = sae.encode(acts[sae.cfg.hook_name][0, position])
+            code = sae_codes(sae, acts[sae.cfg.hook_name][0, position])
         values, latents = code.topk(3)
         for value, latent in zip(values.tolist(), latents.tolist(), strict=True):
             near = search.similar(sae_id, latent, k=3)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from sae_atlas.saes.circuits.dictionaries import Dictionary, DictionarySet, decode_at
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.store.errors import InvalidInputError
 
@@ -59,7 +60,7 @@ def reconstruction(dset: DictionarySet, j: int, codes: dict[int, torch.Tensor], 
 
 def encode(d: Dictionary, x_in: torch.Tensor) -> torch.Tensor:
     """The dictionary's code of `x_in`, in the input's dtype."""
-    return d.sae.encode(x_in.to(d.sae.W_dec.dtype)).to(x_in.dtype)
+    return sae_codes(d.sae, x_in).to(x_in.dtype)
 
 
 def frozen_forward(

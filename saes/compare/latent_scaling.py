@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.errors import InvalidInputError
 
@@ -116,11 +117,10 @@ class LatentScalingSums:
     @torch.no_grad()
     def update(self, rows_BD: torch.Tensor) -> None:
         """Add one batch of rows `[B, d_a + d_b]` (scaled as the crosscoder was trained)."""
-        x = rows_BD.to(self.sae.W_dec.device, self.sae.W_dec.dtype)
-        f_BF = self.sae.encode(x)
-        recon = self.sae.decode(f_BF).double()
+        f_BF = sae_codes(self.sae, rows_BD)
+        recon = self.sae.decode(f_BF).double().cpu()
         f_BJ = f_BF[:, torch.as_tensor(self.latents, device=f_BF.device)].double().cpu()
-        recon, x = recon.cpu(), x.double().cpu()
+        x = rows_BD.to(f_BF.dtype).double().cpu()
         self.sum_f2 += (f_BJ**2).sum(0)
         self.active += (f_BJ > 0).sum(0)
         for side, cols in (("a", slice(None, self.d_a)), ("b", slice(self.d_a, None))):

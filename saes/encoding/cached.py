@@ -6,6 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.activations import ActivationReader, Split
 from sae_atlas.store.errors import InvalidInputError
@@ -24,7 +25,7 @@ def sae_activation_matrix(
     CSR matrix `[tokens, d_sae]` of feature activations (non-zeros only) and the token ids."""
     chunks, ids = [], []
     for rows in reader.rows(split, max_tokens=max_tokens, exclude_bos=exclude_bos):
-        f = sae.encode(rows.acts.to(sae.W_enc.dtype)).float().numpy()
+        f = sae_codes(sae, rows.acts).float().cpu().numpy()
         chunks.append(sp.csr_matrix(np.where(f > 0, f, 0.0).astype(np.float32)))
         ids.append(rows.token_ids.numpy())
     if sum(len(i) for i in ids) == 0:

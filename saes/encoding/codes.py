@@ -1,13 +1,25 @@
-"""The SAE codes of activations captured from the model, computed on the SAE's device."""
+"""The one way to encode activations with a dictionary: cast them to its weights' dtype and
+device, then `encode`. Every caller goes through `sae_codes`."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
-from sae_atlas.saes.sae.base import SAE
+
+class Encoder(Protocol):
+    """What `sae_codes` encodes with: an SAE, or one layer of a cross-layer transcoder."""
+
+    @property
+    def W_enc(self) -> torch.Tensor: ...
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
-def sae_codes(sae: SAE, x: torch.Tensor) -> torch.Tensor:
-    """Feature activations `[..., d_sae]` of the activations `x` `[..., d_in]` (cast to
-    float32 and moved to the SAE's device), on the SAE's device."""
-    return sae.encode(x.float().to(sae.W_enc.device))
+def sae_codes(sae: Encoder, x: torch.Tensor) -> torch.Tensor:
+    """Feature activations `[..., d_sae]` of the activations `x` `[..., d_in]`, cast to the
+    encoder's dtype and moved to its device; the codes stay there, in that dtype. The
+    autograd graph is kept: callers that need none run under `torch.no_grad()`."""
+    W = sae.W_enc
+    return sae.encode(x.to(device=W.device, dtype=W.dtype))

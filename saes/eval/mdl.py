@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.activations import ActivationReader
@@ -63,11 +64,10 @@ class SparseCodes:
 @torch.no_grad()
 def sparse_codes(sae: SAE, rows_iter: Iterable[torch.Tensor], batch_size: int = 4096) -> SparseCodes:
     """Encode activation rows `[n, d_in]` with `sae` and keep only the non-zero entries."""
-    param = sae.W_enc
     rows, cols, values, xs, offset = [], [], [], [], 0
     for chunk in rows_iter:
         for x in chunk.split(batch_size):
-            f = sae.encode(x.to(param.device, param.dtype)).double().cpu()
+            f = sae_codes(sae, x).double().cpu()
             r, c = f.nonzero(as_tuple=True)
             rows.append(r + offset)
             cols.append(c)

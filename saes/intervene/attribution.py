@@ -29,14 +29,14 @@ from __future__ import annotations
 import re
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.encoding.tokens import decoded_tokens
 from sae_atlas.saes.hook_fns import in_residual
 from sae_atlas.saes.intervene.edits import AblateEdit, compile_edit
@@ -50,36 +50,30 @@ _LAYER = re.compile(r"\.(?:h|layers|blocks)\.(\d+)\.")
 _UPSTREAM = ("embed", "wte", "wpe")
 
 
-TokenRef = Annotated[str, Field(min_length=1)] | Annotated[int, Field(ge=0)]
+TokenRef = str | int
 """A token: a string that should be exactly one token, or an id."""
-_NAMED = {"not": {"type": "null"}}
-_TOKENS_BY_KIND = {"anyOf": [
-    {"properties": {"kind": {"const": "loss"}}, "required": ["kind"]},
-    {"properties": {"kind": {"const": "logit"}, "token": _NAMED}, "required": ["token"]},
-    {"properties": {"kind": {"const": "logit_diff"}, "token": _NAMED, "other": _NAMED},
-     "required": ["kind", "token", "other"]},
-]}
-"""`Target`'s cross-field rule in its JSON schema: logit targets name `token`, logit_diff
-targets also `other`."""
 
 
-class Target(BaseModel):
+@dataclass(frozen=True)
+class Target:
     """What to attribute: a token's logit, a logit difference `token - other`, or the
-    mean next-token loss over the prompt. Logit targets read the prediction at `position`."""
+    mean next-token loss over the prompt. Logit targets read the prediction at `position`
+    (`api.operations.interventions.AttributionTarget` validates a JSON target into one)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_TOKENS_BY_KIND)
     kind: Literal["logit", "logit_diff", "loss"] = "logit"
     token: TokenRef | None = None
     other: TokenRef | None = None
     position: int = -1
 
-    @model_validator(mode="after")
-    def _tokens_named(self) -> Target:
+    def __post_init__(self) -> None:
+        if self.kind not in ("logit", "logit_diff", "loss"):
+            raise InvalidInputError(f"unknown target kind {self.kind!r}; valid: logit, logit_diff, loss")
         if self.kind != "loss" and self.token is None:
-            raise ValueError(f"a {self.kind} target needs a token")
+            raise InvalidInputError(f"a {self.kind} target needs a token")
         if self.kind == "logit_diff" and self.other is None:
-            raise ValueError("a logit_diff target needs 'other', the token to subtract")
-        return self
+            raise InvalidInputError("a logit_diff target needs 'other', the token to subtract")
+        if any(t == "" for t in (self.token, self.other)):
+            raise InvalidInputError("a target token must be a non-empty string or a token id")
 
 
 def token_id(tokenizer: Any, token: str | int) -> int:
@@ -236,7 +230,7 @@ def attribute(
                 if h != name:
                     continue
                 x = act.to(sae.W_dec.dtype)
-                f = sae.encode(x).detach().requires_grad_(True)
+                f = sae_codes(sae, x).detach().requires_grad_(True)
                 rec = sae.decode(f)
                 leaves[sid] = {"f": f, "err": (x - rec).detach()}
                 out = out + (rec - rec.detach()).to(act.dtype)
@@ -291,7 +285,7 @@ def attribute(
     agreement = _agreement(np.array([v["attribution"] for v in verification]),
                            np.array([v["ablation_effect"] for v in verification]))
     tokens = decoded_tokens(handle.tokenizer, token_ids_T.tolist())
-    return Attribution(tokens, target.model_dump(), total, features, token_attr, token_error, parts,
+    return Attribution(tokens, asdict(target), total, features, token_attr, token_error, parts,
                        verification, agreement, {"atol": ATOL, "rtol": RTOL}, mode)
 
 

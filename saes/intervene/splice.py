@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.hook_fns import in_residual
 from sae_atlas.saes.intervene.edits import (
     CirclePlane,
@@ -92,7 +93,7 @@ class Splice:
                 x = (x + pending.pop(sid).to(x.device)).to(act.dtype)
             for sid, sae in at_hook:
                 xs = x.to(sae.W_dec.dtype)
-                f = sae.encode(xs)
+                f = sae_codes(sae, xs)
                 before = sae.decode(f)
                 for e in self.edits:
                     if e.on_code and e.spec.sae == sid:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.intervene.steering_effects import (
     BOOTSTRAP_SAMPLES,
@@ -184,7 +185,7 @@ def bench_target(handle: ModelHandle, sources: Sequence[SteeringSource], target:
 
     W = source.sae.W_dec.detach().float().cpu()
     with torch.inference_mode():
-        codes = source.sae.encode(on.to(W)).float().cpu()
+        codes = sae_codes(source.sae, on).float().cpu()
     live = np.isfinite(source.mean_active_act_F) & (source.mean_active_act_F > 0)
     if source.density_F is not None:
         live &= np.nan_to_num(source.density_F, nan=0.0) >= sp.density_floor

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.intervene.output_scores import last_token_steering
 from sae_atlas.saes.intervene.steering_prompts import PromptSet
 from sae_atlas.saes.intervene.strength import residual_norms
@@ -161,7 +162,7 @@ def direction_deltas(unit_ND: torch.Tensor, fractions: np.ndarray, resid_norm: f
 def clamp_deltas(sae: SAE, x_last_PD: torch.Tensor, latents: Sequence[int], values_NG: np.ndarray) -> torch.Tensor:
     """The per-prompt shifts `[N * G, P, D]` that clamp each latent to each of its values."""
     with torch.inference_mode():
-        f_PF = sae.encode(x_last_PD.to(sae.W_dec))[:, list(latents)].float().cpu()
+        f_PF = sae_codes(sae, x_last_PD)[:, list(latents)].float().cpu()
     W_ND = sae.W_dec.detach()[list(latents)].float().cpu()
     values = torch.as_tensor(values_NG, dtype=torch.float32)
     shift_NGP = values[:, :, None] - f_PF.T[:, None, :]

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
+from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.labels import auto_labels
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.summary.accumulator import SummaryAccumulator, SummaryParams
@@ -104,7 +105,7 @@ def summarize_chunk(sae: SAE, acc: SummaryAccumulator, chunk: Blocks, occurrence
     param = next(sae.parameters())
     n, T, D = chunk.acts.shape
     with torch.no_grad():
-        f = sae.encode(chunk.acts.reshape(n * T, D).to(param.device, param.dtype)).float()
+        f = sae_codes(sae, chunk.acts.reshape(n * T, D)).float()
     info = BatchInfo(
         token_ids=chunk.token_ids.reshape(-1).to(param.device),
         block=chunk.block_index[:, None].expand(n, T).reshape(-1).to(param.device),
