@@ -4,7 +4,7 @@ neighbours, map position, geometry) and its row types."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import NotRequired, TypedDict
@@ -42,6 +42,56 @@ class ExampleContext(TypedDict):
     centre: int
     tokens: list[str | None]
     acts: list[Number]
+
+
+class StoredExample(ExampleContext):
+    """A stored example (top-k or an activation band) with its token ids and source
+    (`Atlas.examples` rows)."""
+
+    latent: int
+    kind: Literal["top", "band"]
+    band: int | None
+    band_lo: Number
+    band_hi: Number
+    rank: int
+    token_id: int
+    doc_id: int | None
+    token_ids: list[int]
+
+
+class FeatureRow(TypedDict):
+    """One row of the per-latent table as its pages send it (`GET /saes/{id}/features`)."""
+
+    latent: int
+    n_active: int
+    density: Number
+    mean_act: Number
+    mean_active_act: Number
+    max_act: Number
+    label: Annotated[str | None, Field(description="the latent's offline label")]
+
+
+class LatentSummary(TypedDict):
+    """One latent's row of an SAE's summary table (`features.parquet`, `sae-atlas summarize`):
+    activation statistics, quantiles at the table's levels, the histogram's top edge and
+    counts, the decoder norm and the tokens its decoder direction most promotes / suppresses."""
+
+    latent: int
+    n_active: int
+    density: Number
+    mean_act: Number
+    mean_active_act: Number
+    max_act: Number
+    quantiles: list[Number] | None
+    hist_top: Number
+    hist_counts: list[int] | None
+    decoder_norm: Number
+    top_logit_ids: list[int] | None
+    top_logit_values: list[Number] | None
+    top_logit_tokens: list[str | None] | None
+    bottom_logit_ids: list[int] | None
+    bottom_logit_values: list[Number] | None
+    bottom_logit_tokens: list[str | None] | None
 
 
 class LogitEffect(TypedDict):

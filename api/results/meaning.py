@@ -10,8 +10,25 @@ import polars as pl
 from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
+from sae_atlas.api.results.feature import GeometryRecord
 from sae_atlas.api.results.jsonable import to_jsonable
 from sae_atlas.api.results.wire import FrameRows, JsonResult, Number
+
+
+class GeometryFeature(GeometryRecord):
+    """A geometry record with its SAE (`Atlas.geometry_features` rows)."""
+
+    sae_id: str
+
+
+class LabelHit(TypedDict):
+    """A label-search hit (BM25 over the offline label and the imported explanations)."""
+
+    sae_id: str
+    latent: int
+    score: float
+    label: str | None
+    explanations: list[str]
 
 
 class ContrastFeature(TypedDict):
