@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
-from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.eval.downstream import downstream_metrics
 from sae_atlas.saes.eval.evaluate import evaluate_sae
 from sae_atlas.saes.eval.transcoder import replacement_metrics
-from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.streaming import stream_activations
 from sae_atlas.saes.transcoders.pairs import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.layout import AtlasLayout
@@ -46,21 +46,19 @@ class ImportActivations:
         return self._streamed_width
 
     def _stream(self) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """A sample of the hook streamed through the model over the atlas's corpus."""
+        """A sample of the hook streamed through the model over the atlas's corpus
+        (`saes.streaming`; BOS and separator positions left out, as in a cache)."""
         if self._streamed is None:
             handle = self._model()
             spec = CorpusSpec(**(self.layout.read_meta().get("corpus") or {}))
             n_blocks = max(1, math.ceil(self.n_tokens / spec.context_size))
             rows, batches = [], []
             hooks = [self.hook, self.hook_out] if self.hook_out else [self.hook]
-            for blocks in iter_blocks(handle.tokenizer, spec, max_blocks=n_blocks):
-                captured = run_hooks(handle, blocks.token_ids, hooks)
-                self._streamed_width = captured[self.hook].shape[-1]
-                acts = torch.cat([captured[h] for h in hooks], dim=-1).float().cpu()
-                is_bos = torch.zeros_like(blocks.token_ids, dtype=torch.bool)
-                is_bos[:, 0] = spec.prepend_bos
-                rows.append(acts[~is_bos])
-                batches.append((blocks.token_ids, is_bos))
+            for batch in stream_activations(handle, spec, hooks, n_blocks=n_blocks, batch_blocks=8, progress=False):
+                self._streamed_width = batch.acts[self.hook].shape[-1]
+                acts = torch.cat([batch.acts[h] for h in hooks], dim=-1).float().cpu()
+                rows.append(acts[~batch.excluded])
+                batches.append((batch.token_ids, batch.excluded))
             self._streamed = (torch.cat(rows)[: self.n_tokens], batches)
         return self._streamed
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
-from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.streaming import stream_activations
 from sae_atlas.saes.transcoders.clt import CLTConfig, CrossLayerTranscoder
 from sae_atlas.saes.transcoders.pairs import check_same_tokens
 from sae_atlas.store.activations import ActivationReader, Split
@@ -48,14 +48,13 @@ class CLTReader:
 
 
 def streamed_rows(handle: ModelHandle, cfg: CLTConfig, spec: CorpusSpec, n_tokens: int) -> torch.Tensor:
-    """Up to `n_tokens` non-BOS rows `[n, 2, L, d]` streamed through the model over `spec`."""
+    """Up to `n_tokens` rows `[n, 2, L, d]` streamed through the model over `spec`
+    (`saes.streaming`), BOS and separator positions left out as in a cache's rows."""
     hooks = cfg.hooks_in + cfg.hooks_out
     rows, left = [], n_tokens
-    for blocks in iter_blocks(handle.tokenizer, spec, max_blocks=max(1, math.ceil(n_tokens / spec.context_size))):
-        captured = run_hooks(handle, blocks.token_ids, hooks)
-        acts = torch.stack([captured[h].float().cpu() for h in hooks], dim=2)  # [B, T, 2L, d]
-        if spec.prepend_bos:
-            acts = acts[:, 1:]
+    n_blocks = max(1, math.ceil(n_tokens / spec.context_size))
+    for batch in stream_activations(handle, spec, hooks, n_blocks=n_blocks, batch_blocks=8, progress=False):
+        acts = torch.stack([batch.acts[h].float().cpu() for h in hooks], dim=2)[~batch.excluded]  # [m, 2L, d]
         rows.append(acts.reshape(-1, 2, cfg.n_layers, acts.shape[-1])[:left])
         left -= rows[-1].shape[0]
         if left <= 0:
