@@ -3,7 +3,7 @@
 ```python
 from sae_atlas import Atlas
 atlas = Atlas("atlas-demo")
-atlas.saes()                          # polars frame, one row per SAE
+atlas.saes()                          # one typed row per SAE (`.frame`: as a polars frame)
 sae = atlas.sae(sae_id)               # one SAE, its id checked once: info, tables, map, labels
 f = atlas.feature(sae_id, 12)         # stats, histogram, top examples, logits, neighbours, map
 atlas.similar(sae_id, 12, k=10)       # decoder-direction neighbours (FAISS)
@@ -52,14 +52,17 @@ from sae_atlas.api.operations.concepts_across import CircleTransferParams, Emerg
 from sae_atlas.api.operations.crosscoder import CrosscoderParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
-from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
+from sae_atlas.api.results.board import Board
 from sae_atlas.api.results.compare import CompareResult, CompareRunRow, Side
 from sae_atlas.api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
 from sae_atlas.api.results.depth import DepthRun, DepthRunRow
-from sae_atlas.api.results.feature import Feature
+from sae_atlas.api.results.feature import Feature, LatentSummary, Match, StoredExample
+from sae_atlas.api.results.feature_map import MapPoint
 from sae_atlas.api.results.graph import GraphView
 from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
-from sae_atlas.api.results.meaning import ConceptResult, ContrastResult
+from sae_atlas.api.results.meaning import ConceptResult, ContrastResult, GeometryFeature, LabelHit
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import SaeInfo, SaeStatus
 from sae_atlas.api.results.search import TextSearch, TokenFeatures
 from sae_atlas.api.results.steering import SteerBench, SteeringSearch
@@ -157,15 +160,16 @@ class Atlas:
             raise NotFoundError(f"the atlas {self.root} has no SAEs yet")
         return [self.sae(sae_id) for sae_id in ids]
 
-    def saes(self) -> pl.DataFrame:
+    def saes(self) -> Rows[SaeStatus]:
         """One row per SAE: id, hook, architecture, widths, held-out metrics and `status`:
         "ok"; "damaged" with `problem` naming the damaged file and its repair; or
         "unregistered" (a folder atlas.json does not list) with the `sae-atlas register` command."""
         return saes.listing(self.ctx)
 
-    def board(self) -> pl.DataFrame:
+    def board(self) -> Board:
         """The eval board: one row per SAE (`sae_id`, `status`, `problem`), one `<eval>/<metric>`
-        column per metric of its verified `evals/<eval>.json` results (`sae-atlas eval --suite`)."""
+        column per metric of its verified `evals/<eval>.json` results (`sae-atlas eval --suite`);
+        `.frame` is the same board as one polars frame."""
         return board.board(self.ctx)
 
     def eval_result(self, sae_id: str, name: str) -> dict[str, Any]:
@@ -212,21 +216,21 @@ class Atlas:
         nearest decoder neighbours in its SAE, best cross-layer matches and map position."""
         return features.feature_page(self.sae(sae_id), index, examples=examples, neighbours=neighbours)
 
-    def examples(self, sae_id: str, index: int, kind: str | None = None) -> pl.DataFrame:
+    def examples(self, sae_id: str, index: int, kind: str | None = None) -> Rows[StoredExample]:
         """All stored example contexts of a feature (top-k and activation bands)."""
         return features.examples(self.sae(sae_id), index, kind)
 
-    def features(self, sae_id: str) -> pl.DataFrame:
+    def features(self, sae_id: str) -> Rows[LatentSummary]:
         """The SAE's per-latent summary table (features.parquet)."""
-        return self.sae(sae_id).tables().features
+        return Rows(LatentSummary, self.sae(sae_id).tables().features)
 
     # searches -----------------------------------------------------------------------------
-    def similar(self, sae_id: str, index: int, k: int = 10) -> pl.DataFrame:
+    def similar(self, sae_id: str, index: int, k: int = 10) -> Rows[Match]:
         """The `k` latents of the same SAE whose decoder directions are nearest (cosine)."""
         return search.similar(self.sae(sae_id), index, k)
 
     def search_vector(self, vector: Any, *, sae_id: str | None = None, k: int = 10, in_circle: bool | None = None,
-                      period: float | None = None, lobe: int | None = None) -> pl.DataFrame:
+                      period: float | None = None, lobe: int | None = None) -> Rows[Match]:
         """Latents whose decoder directions are nearest to `vector` (length d_in), in one SAE
         or, by default, in every SAE of that width; columns sae_id, latent, cosine. The
         geometry filters (`in_circle`, `period`, `lobe`) keep the features whose geometry
@@ -234,7 +238,7 @@ class Atlas:
         views = [self.sae(sae_id)] if sae_id is not None else [self.sae(s) for s in self.sae_ids]
         return search.by_vector(self.ctx, vector, views, k, Filters(in_circle=in_circle, period=period, lobe=lobe))
 
-    def flow(self, sae_id: str, index: int, k: int = 5) -> pl.DataFrame:
+    def flow(self, sae_id: str, index: int, k: int = 5) -> Rows[Match]:
         """Cross-layer flow: the best-matching latents of this feature in the other SAEs of the
         model (by decoder cosine); columns sae_id, hook, latent, cosine."""
         return search.flow(self.sae(sae_id), index, k)
@@ -294,7 +298,8 @@ class Atlas:
         return meaning.concept_search(self.ctx, self._views(params.saes), params)
 
     def geometry_features(self, sae_id: str | None = None, *, in_circle: bool | None = None,
-                          period: float | None = None, lobe: int | None = None, kind: str | None = None) -> pl.DataFrame:
+                          period: float | None = None, lobe: int | None = None,
+                          kind: str | None = None) -> Rows[GeometryFeature]:
         """Geometry records (circles, concept spans, hierarchy nodes, lobes) of the features
         that pass the filters, e.g. every feature of a period-7 circle: `in_circle=True,
         period=7`. Built from the stored analyses by `rebuild_geometry()`."""
@@ -316,7 +321,7 @@ class Atlas:
         path = Path(path)
         return labels.import_explanations(self.sae(sae_id), path, source or path.stem)
 
-    def search_labels(self, query: str, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
+    def search_labels(self, query: str, *, sae_id: str | None = None, k: int = 10) -> Rows[LabelHit]:
         """Features whose label or imported explanations match `query` (BM25, local): columns
         sae_id, latent, score, label, explanations."""
         views = [self.sae(sae_id)] if sae_id is not None else [self.sae(s) for s in self.sae_ids]
@@ -433,26 +438,24 @@ class Atlas:
         return self.ctx.model()
 
     # maps and analyses --------------------------------------------------------------------
-    def map(self, sae_id: str, basis: Basis = "decoder") -> pl.DataFrame:
+    def map(self, sae_id: str, basis: Basis = "decoder") -> Rows[MapPoint]:
         """The SAE's 2-D feature map in one basis ("decoder": UMAP of the decoder rows;
         "cooccurrence": UMAP of the activation co-occurrence graph): latent, x, y, knn_overlap,
         group columns such as cluster when present, and each feature's offline `label`."""
         view = self.sae(sae_id)
         frame = view.map(basis).with_columns(pl.lit(view.sae_id).alias("sae_id"))
-        return labels.with_labels(self.ctx, frame, {view.sae_id: view}).drop("sae_id", "explanations")
+        return Rows(MapPoint, labels.with_labels(self.ctx, frame, {view.sae_id: view}).drop("sae_id", "explanations"))
 
     def map_scores(self, sae_id: str) -> MapScores:
         """Per built map basis: mean kNN overlap on its own neighbours, the chance level, and
         the share of the other basis' neighbours it keeps (`geometry.maps.map_scores`)."""
         return self.sae(sae_id).map_scores()
 
-    def analyses(self) -> pl.DataFrame:
+    def analyses(self) -> Rows[AnalysisRunFiles]:
         """Stored geometry results: kind, run, table file, figure files, and `status`: "ok",
         "damaged" (the `problem`: which file, what is wrong, the repair) or "unregistered" (a
         run its kind's runs.json does not list; the `problem` names `sae-atlas register`)."""
-        schema = {"kind": pl.String, "run": pl.String, "table": pl.String, "figures": pl.List(pl.String),
-                  "status": pl.String, "problem": pl.String}
-        return pl.DataFrame(analyses.analysis_runs(self.root), schema=schema)
+        return Rows.of(AnalysisRunFiles, analyses.analysis_runs(self.root))
 
     def analysis(self, kind: str, run: str) -> AnalysisResult:
         """One geometry result: its parameters/summary (json), table (with each latent's

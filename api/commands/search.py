@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
 from sae_atlas.api.commands.device_options import device_option, model_dtype_option
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.store.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ JSON = typer.Option(False, "--json", help="Print JSON.")
 K = typer.Option(10, "-k", "--k", min=1, max=100, help="Number of results.")
 
 
-def _show(title: str, frame: pl.DataFrame, json_out: bool) -> None:
+def _show(title: str, table: pl.DataFrame | Rows[Any], json_out: bool) -> None:
+    frame = table.frame if isinstance(table, Rows) else table
     if json_out:
         print_json(frame.to_dicts())
     else:

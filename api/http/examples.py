@@ -80,10 +80,10 @@ def _first_graph(atlas: Atlas) -> str | None:
 def _summary_token(atlas: Atlas, sae_id: str) -> tuple[str | None, int | None]:
     """The first token the SAE's first latent promotes (from its summaries), or Nones."""
     try:
-        first = atlas.features(sae_id).select("top_logit_tokens", "top_logit_ids").row(0)
+        first = atlas.features(sae_id)[0]
     except AtlasError:  # not summarized
         return None, None
-    tokens, ids = first
+    tokens, ids = first["top_logit_tokens"], first["top_logit_ids"]
     return (tokens[0], int(ids[0])) if tokens and ids else (None, None)
 
 

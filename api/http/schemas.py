@@ -1,6 +1,6 @@
 """The HTTP contract: request bodies (with the limits that keep one request cheap) and the
-answers only the service sends (errors, health, pages of tables, map columns). The results
-of the Atlas (`api.results`) are their own response models.
+answers only the service sends (errors, health, pages of tables). The results of the
+Atlas (`api.results`), their row types included, are their own response models.
 
 Handlers render bodies with `json_body` (orjson) rather than through these models, so the
 models must say exactly what is sent: floats that may be NaN are nullable (NaN is sent as
@@ -16,9 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 from sae_atlas.api.bounds import MAX_K, MAX_VECTOR
 from sae_atlas.api.operations.fields import JsonInt, SafeId, integral
 from sae_atlas.api.operations.search import TextSearchParams
-from sae_atlas.api.results.feature import ExampleContext
-from sae_atlas.api.results.wire import Number
-from sae_atlas.geometry.maps import Basis
+from sae_atlas.api.results.feature import FeatureRow
 
 
 def json_strict(annotation: Any) -> Any:
@@ -89,61 +87,9 @@ class Health(BaseModel):
                                   "'KIND/RUN' -> the command that registers it again")
 
 
-class FeatureRow(BaseModel):
-    """One row of the per-latent table."""
-
-    latent: int
-    n_active: int
-    density: Number
-    mean_act: Number
-    mean_active_act: Number
-    max_act: Number
-    label: str | None = Field(description="the latent's offline label")
-
-
 class FeaturePage(BaseModel):
     """A page of the per-latent table."""
 
     total: int
     offset: int
     rows: list[FeatureRow]
-
-
-class StoredExample(ExampleContext):
-    """A stored example (top-k or an activation band) with its token ids and source
-    (`Atlas.examples` rows)."""
-
-    latent: int
-    kind: Literal["top", "band"]
-    band: int | None
-    band_lo: Number
-    band_hi: Number
-    rank: int
-    token_id: int
-    doc_id: int | None
-    token_ids: list[int]
-
-
-class MapScore(BaseModel):
-    """How faithful one map basis is: the mean share of each feature's k nearest neighbours
-    in that basis kept among its k nearest on the map, the chance level, and the mean share
-    of the other basis' neighbours the map keeps (null: not measured)."""
-
-    knn_overlap_mean: Number
-    chance: Number
-    other_basis_overlap_mean: Number
-
-
-class MapColumns(BaseModel):
-    """A 2-D map in one basis as columns of equal length (group columns such as `cluster`
-    when present), with the kNN-overlap scores of every basis built for the SAE."""
-
-    model_config = ConfigDict(extra="allow")
-
-    basis: Basis = Field(description="decoder: UMAP of the decoder rows; cooccurrence: of the co-occurrence graph")
-    scores: dict[Basis, MapScore] = Field(description="per built basis, how well its map keeps neighbourhoods")
-    latent: list[int]
-    x: list[Number]
-    y: list[Number]
-    knn_overlap: list[Number]
-    label: list[str | None] = Field(description="each feature's offline label (null where none is stored)")

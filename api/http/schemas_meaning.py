@@ -1,12 +1,12 @@
 """The HTTP contract of the meaning searches (contrast, concept search, label search):
-request bodies with the limits that keep one request bounded, and the answers only the
-service sends (geometry and label hits); the results are `api.results.meaning`'s."""
+request bodies with the limits that keep one request bounded; the results, geometry and
+label hits included, are `api.results.meaning`'s."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, Field
 
 from sae_atlas.api.bounds import (
     MAX_HTTP_PERMUTATIONS,
@@ -16,7 +16,6 @@ from sae_atlas.api.http.schemas import JsonInt, _Strict
 from sae_atlas.api.operations.concept import ConceptSearchQuery
 from sae_atlas.api.operations.fields import Text
 from sae_atlas.api.operations.search import ContrastParams
-from sae_atlas.api.results.feature import GeometryRecord
 
 
 class ContrastQuery(ContrastParams):
@@ -76,19 +75,3 @@ class ConceptQuery(ConceptSearchQuery):
 
     concept: Literal["weekdays", "months", "colours"] | ConceptSpec = Field(
         description="a built-in concept name or a concept of your own")
-
-
-class GeometryFeature(GeometryRecord):
-    """A geometry record with its SAE."""
-
-    sae_id: str
-
-
-class LabelHit(BaseModel):
-    """A label-search hit (BM25 over the offline label and the imported explanations)."""
-
-    sae_id: str
-    latent: int
-    score: float
-    label: str | None
-    explanations: list[str]

@@ -8,10 +8,9 @@ from typing import Any
 import polars as pl
 
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.board import BOARD_KEYS, Board
 from sae_atlas.saes.eval.results import read_result, stored_evals
 from sae_atlas.store.errors import IntegrityError
-
-BOARD_KEYS = ("sae_id", "status", "problem")
 
 
 def board_row(ctx: AtlasContext, sae_id: str, unregistered: set[str]) -> dict[str, Any]:
@@ -40,14 +39,15 @@ def board_row(ctx: AtlasContext, sae_id: str, unregistered: set[str]) -> dict[st
     return row
 
 
-def board(ctx: AtlasContext) -> pl.DataFrame:
-    """The board frame: `sae_id`, `status`, `problem`, then the metric columns sorted by
-    name (null where an SAE has no result of that eval)."""
+def board(ctx: AtlasContext) -> Board:
+    """The board: one row per SAE, its metrics by `<eval>/<metric>` column (`Board.frame`:
+    `sae_id`, `status`, `problem`, then the metric columns sorted by name, null where an SAE
+    has no result of that eval)."""
     unregistered = set(ctx.layout.unregistered_sae_ids())  # read atlas.json once, not per row
     rows = [board_row(ctx, sae_id, unregistered) for sae_id in ctx.sae_ids()]
     metrics = sorted({key for row in rows for key in row} - set(BOARD_KEYS))
     schema = {"sae_id": pl.String, "status": pl.String, "problem": pl.String}
     if not rows:
-        return pl.DataFrame(schema=schema)
+        return Board.of(pl.DataFrame(schema=schema))
     frame = pl.from_dicts(rows, infer_schema_length=None)
-    return frame.select(*BOARD_KEYS, *metrics).cast(schema)  # type: ignore[arg-type]
+    return Board.of(frame.select(*BOARD_KEYS, *metrics).cast(schema))  # type: ignore[arg-type]

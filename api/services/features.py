@@ -7,7 +7,8 @@ from typing import Any
 import polars as pl
 
 from sae_atlas.api.bounds import MAX_EXAMPLES, check_k
-from sae_atlas.api.results.feature import Feature
+from sae_atlas.api.results.feature import Feature, StoredExample
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.depth_runs import feature_depth
 from sae_atlas.api.services.labels import with_labels
@@ -86,6 +87,6 @@ def _logits(row: dict[str, Any], side: str) -> list[dict[str, Any]]:
     return [{"token_id": i, "token": t, "value": v} for i, t, v in zip(ids, tokens, values, strict=False)]
 
 
-def examples(view: SaeView, latent: int, kind: str | None) -> pl.DataFrame:
+def examples(view: SaeView, latent: int, kind: str | None) -> Rows[StoredExample]:
     """All stored example contexts of a feature (top-k and activation bands)."""
-    return view.tables().examples_for(view.latent(latent), kind)
+    return Rows(StoredExample, view.tables().examples_for(view.latent(latent), kind))

@@ -11,6 +11,8 @@ import polars as pl
 
 from sae_atlas.api.bounds import check_k
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.meaning import LabelHit
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.saes.explanations import read_explanations
 from sae_atlas.saes.labels import auto_labels
@@ -47,7 +49,7 @@ def labelled_token_features(ctx: AtlasContext, features: dict[str, list[list[dic
             for sid, per_token in features.items()}
 
 
-def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -> pl.DataFrame:
+def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -> Rows[LabelHit]:
     """Features whose label or imported explanations match `query` (BM25, local): columns
     sae_id, latent, score, label, explanations."""
     k = check_k(k)
@@ -61,8 +63,8 @@ def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -
     index = ctx.cache.current(("label-index", *sorted(labels)), versions,
                               lambda: LabelIndex(pl.concat(list(labels.values()))))
     hits = index.search(query, k)
-    return with_labels(ctx, hits, {view.sae_id: view for view in views}).with_columns(
-        pl.col("explanations").fill_null([]))
+    return Rows(LabelHit, with_labels(ctx, hits, {view.sae_id: view for view in views}).with_columns(
+        pl.col("explanations").fill_null([])))
 
 
 def build_labels(view: SaeView) -> int:

@@ -15,7 +15,8 @@ from sae_atlas.api.bounds import MAX_PROMPTS
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.search import ContrastParams
-from sae_atlas.api.results.meaning import ConceptResult, ContrastResult
+from sae_atlas.api.results.meaning import ConceptResult, ContrastResult, GeometryFeature
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.labels import with_labels
 from sae_atlas.geometry.concept_search import search_concept
@@ -125,7 +126,7 @@ def save_concept_run(root: Path, run: str, result: ConceptResult, parameters: di
 
 
 def geometry_features(views: list[SaeView], *, in_circle: bool | None, period: float | None, lobe: int | None,
-                      kind: str | None) -> pl.DataFrame:
+                      kind: str | None) -> Rows[GeometryFeature]:
     """The geometry records of the features of `views` that pass the geometry filters
     (`store.search.Filters` semantics), optionally of one kind."""
     frames = []
@@ -134,4 +135,4 @@ def geometry_features(views: list[SaeView], *, in_circle: bool | None, period: f
         mask = geometry_mask(records, view.d_sae, in_circle=in_circle, period=period, lobe=lobe)
         selected = records.filter(pl.Series(mask[records["latent"].to_numpy()]))
         frames.append(selected if kind is None else selected.filter(pl.col("kind") == kind))
-    return pl.concat(frames) if frames else pl.DataFrame()
+    return Rows(GeometryFeature, pl.concat(frames) if frames else pl.DataFrame())

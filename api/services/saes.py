@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import SaeStatus, Status
 from sae_atlas.api.sae_view import open_sae
 from sae_atlas.saes.importing.pipeline import import_sae
@@ -55,10 +54,9 @@ def _row(sae_id: str, record: dict[str, Any], state: Status, problem: str, steer
                      suspect=bool(record.get("suspect")), steering_table=steering, status=state, problem=problem)
 
 
-def listing(ctx: AtlasContext) -> pl.DataFrame:
+def listing(ctx: AtlasContext) -> Rows[SaeStatus]:
     """One row per SAE (`status`)."""
-    rows = [status(ctx, sae_id) for sae_id in ctx.sae_ids()]
-    return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"sae_id": pl.String})
+    return Rows.of(SaeStatus, [status(ctx, sae_id) for sae_id in ctx.sae_ids()])
 
 
 def damaged(ctx: AtlasContext) -> dict[str, str]:

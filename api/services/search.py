@@ -13,6 +13,8 @@ import polars as pl
 from sae_atlas.api.bounds import check_k
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.search import TextSearchParams
+from sae_atlas.api.results.feature import Match as MatchRow
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.search import TextSearch, TokenFeatures
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services import saes
@@ -22,16 +24,16 @@ from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundEr
 from sae_atlas.store.search import Filters, Match, matches_frame
 
 
-def similar(view: SaeView, latent: int, k: int) -> pl.DataFrame:
+def similar(view: SaeView, latent: int, k: int) -> Rows[MatchRow]:
     """The `k` latents of the same SAE whose decoder directions are nearest (cosine)."""
     matches = view.ctx.search().similar(view.sae_id, view.latent(latent), check_k(k))
-    return with_labels(view.ctx, matches_frame(matches), {view.sae_id: view})
+    return Rows(MatchRow, with_labels(view.ctx, matches_frame(matches), {view.sae_id: view}))
 
 
-def flow(view: SaeView, latent: int, k: int) -> pl.DataFrame:
+def flow(view: SaeView, latent: int, k: int) -> Rows[MatchRow]:
     """The latent's best matches in every other SAE of the same width, by layer."""
     matches = view.ctx.search().flow(view.sae_id, view.latent(latent), k=check_k(k))
-    return with_labels(view.ctx, matches_frame(matches), {view.sae_id: view})
+    return Rows(MatchRow, with_labels(view.ctx, matches_frame(matches), {view.sae_id: view}))
 
 
 def cross_layer_card(view: SaeView, latent: int, k: int) -> tuple[list[Match], dict[str, str] | None]:
@@ -48,7 +50,7 @@ def cross_layer_card(view: SaeView, latent: int, k: int) -> tuple[list[Match], d
     return search.flow(view.sae_id, latent, k=k, filters=Filters(sae_ids=healthy)), broken
 
 
-def by_vector(ctx: AtlasContext, vector: Any, views: list[SaeView], k: int, filters: Filters) -> pl.DataFrame:
+def by_vector(ctx: AtlasContext, vector: Any, views: list[SaeView], k: int, filters: Filters) -> Rows[MatchRow]:
     """The `k` latents over `views` whose decoder directions are nearest to `vector` (of
     length d_in; SAEs of another width are left out) and pass `filters`."""
     k = check_k(k)
@@ -60,7 +62,7 @@ def by_vector(ctx: AtlasContext, vector: Any, views: list[SaeView], k: int, filt
         matches = search.by_vector(vector_D, k, sae_id=matching[0], filters=filters)
     else:
         matches = search.by_vector(vector_D, k, filters=replace(filters, sae_ids=matching))
-    return with_labels(ctx, matches_frame(matches), {view.sae_id: view for view in views})
+    return Rows(MatchRow, with_labels(ctx, matches_frame(matches), {view.sae_id: view for view in views}))
 
 
 def _direction(values: Any, widths: set[int]) -> np.ndarray:

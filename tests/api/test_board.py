@@ -45,7 +45,7 @@ def evaluated(tmp_path_factory):
 
 
 def test_board_has_one_row_per_sae_and_one_column_per_metric(evaluated):
-    frame = Atlas(evaluated).board()
+    frame = Atlas(evaluated).board().frame
     assert frame["sae_id"].to_list() == ["a", "b", "unevaluated"]
     assert frame.columns[:3] == ["sae_id", "status", "problem"]
     assert {"ground_truth/mcc", "ground_truth/frac_recovered", "mdl/description_length", "mdl/num_bins"} <= set(
@@ -72,7 +72,7 @@ def test_a_damaged_result_marks_its_row_and_names_the_file(evaluated, tmp_path):
     shutil.copytree(evaluated, root)
     path, _ = result_paths(root, "b", "mdl")
     path.write_text(path.read_text()[:-20])
-    frame = Atlas(root).board()
+    frame = Atlas(root).board().frame
     row = frame.row(1, named=True)
     assert row["status"] == "damaged" and "saes/b/evals/mdl.json" in row["problem"]
     assert "sae-atlas eval" in row["problem"] and row["mdl/description_length"] is None
@@ -102,7 +102,7 @@ def test_an_unregistered_sae_is_marked_on_the_board(evaluated, tmp_path):
     meta = layout.read_meta()
     del meta["saes"]["b"]
     layout.write_meta(meta)
-    rows = {r["sae_id"]: r for r in Atlas(root).board().to_dicts()}
+    rows = {r["sae_id"]: r for r in Atlas(root).board().frame.to_dicts()}
     assert rows["a"]["status"] == "ok"
     assert rows["b"]["status"] == "unregistered" and "sae-atlas register" in rows["b"]["problem"]
     assert rows["b"]["ground_truth/mcc"] == rows["b"]["ground_truth/mcc"]  # its results are still shown
@@ -127,7 +127,7 @@ def test_a_result_without_its_sidecar_is_named_for_every_eval(evaluated, tmp_pat
         shutil.copyfile(result, orphan)
         assert not missing.exists()
     atlas = Atlas(root)
-    rows = {r["sae_id"]: r for r in atlas.board().to_dicts()}
+    rows = {r["sae_id"]: r for r in atlas.board().frame.to_dicts()}
     assert rows["a"]["status"] == "damaged" and rows["a"]["ground_truth/mcc"] is None
     assert "saes/a/evals/ground_truth.json: has no sidecar ground_truth.sha256.json" in rows["a"]["problem"]
     assert rows["a"]["mdl/description_length"] is not None  # its verified result is still shown

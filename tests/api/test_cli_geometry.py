@@ -61,7 +61,7 @@ def test_geometry_verbs_write_results_the_atlas_serves(atlas_copy: tuple[Path, l
     atlas = Atlas(root)
     kinds = set(atlas.analyses()["kind"].to_list())
     assert {"galaxy", "probe", "lobes", "crystals", "hierarchy"} <= kinds
-    assert atlas.map(sae_ids[0]).height == atlas.map(sae_ids[0], "cooccurrence").height == 64
+    assert len(atlas.map(sae_ids[0])) == len(atlas.map(sae_ids[0], "cooccurrence")) == 64
 
 
 def test_geometry_verbs_refuse_bad_arguments(atlas_copy: tuple[Path, list[str]]) -> None:

@@ -19,7 +19,7 @@ def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
         assert client.saes()["sae_id"].to_list() == atlas.saes()["sae_id"].to_list()
         assert client.sae_info(a) == atlas.sae_info(a)
         assert client.feature(a, 4, examples=3)["stats"] == atlas.feature(a, 4, examples=3).to_dict()["stats"]
-        assert client.examples(a, 4).height == atlas.examples(a, 4).height
+        assert client.examples(a, 4).height == len(atlas.examples(a, 4))
         assert client.similar(a, 4, k=5)["latent"].to_list() == atlas.similar(a, 4, k=5)["latent"].to_list()
         assert client.flow(a, 4, k=2)["latent"].to_list() == atlas.flow(a, 4, k=2)["latent"].to_list()
         vec = [0.1 * i for i in range(32)]
@@ -31,7 +31,7 @@ def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
         dog = atlas.search_token("dog", k=3).token_id
         assert client.search_token(dog, k=3) == atlas.search_token(dog, k=3).to_dict()
         assert client.map(b).height == small_atlas["d_sae"]
-        assert client.map(b, "cooccurrence").equals(atlas.map(b, "cooccurrence"), null_equal=True)
+        assert client.map(b, "cooccurrence").equals(atlas.map(b, "cooccurrence").frame, null_equal=True)
         assert client.map_scores(b) == atlas.map_scores(b)
         assert client.analyses()["run"].to_list() == ["demo-run"]
         assert client.analysis("planted", "demo-run")["n_rows"] == 2

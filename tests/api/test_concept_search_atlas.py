@@ -131,7 +131,7 @@ def test_saved_concept_run_becomes_geometry_records(atlas: Atlas, small_atlas: d
     result = atlas.concept_search("weekdays", saes=[sae_id], min_selectivity=0.3, save="week-geom")
     selective = set(result.features.filter(result.features["selective"])["latent"].to_list())
     assert selective
-    records = atlas.geometry_features(sae_id, kind="concept").filter(pl.col("run") == "week-geom")
+    records = atlas.geometry_features(sae_id, kind="concept").frame.filter(pl.col("run") == "week-geom")
     assert set(records["latent"].to_list()) == selective
     cyclic = bool(result.per_sae[sae_id]["fit"].get("cyclic_order"))
     assert set(atlas.geometry_features(sae_id, in_circle=True)["latent"].to_list()) >= (selective if cyclic else set())

@@ -170,7 +170,7 @@ def test_the_map_names_each_points_label(small_atlas: dict[str, Any], browser: A
     labels = _labels(small_atlas["root"], sae)
     frame = Atlas(small_atlas["root"]).map(sae)
     assert frame["label"].to_list() == [labels.get(latent) for latent in frame["latent"]]
-    assert frame["label"].null_count() < frame.height
+    assert frame["label"].null_count() < len(frame)
     with LiveServer(small_atlas["root"]) as live:
         assert httpx.get(live.url + f"/saes/{sae}/map").json()["label"] == frame["label"].to_list()
         page = _page(browser, live.url)

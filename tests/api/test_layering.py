@@ -32,7 +32,7 @@ def validations(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 def _hot_latent(small_atlas: dict[str, Any], atlas: Atlas, sae_id: str) -> int:
-    return int(atlas.features(sae_id).sort("n_active", descending=True)["latent"][0])
+    return int(atlas.features(sae_id).frame.sort("n_active", descending=True)["latent"][0])
 
 
 def test_a_python_feature_page_validates_its_sae_id_once(small_atlas: dict[str, Any],

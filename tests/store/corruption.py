@@ -284,7 +284,7 @@ PROBES: dict[str, Callable[[Path], Any]] = {
     "map": lambda root: _atlas(root).map(SAE1).to_dicts(),
     "occurrence": lambda root: [m.sum() for m in load_occurrence(root, SAE1)],
     "analyses": _analysis,
-    "board": lambda root: _atlas(root).board().to_dicts(),
+    "board": lambda root: _atlas(root).board().frame.to_dicts(),
     "eval_result": lambda root: {name: _atlas(root).eval_result(SAE1, name) for name in EVAL_NAMES},
     "activations": _activations,
     "http": _http,

@@ -117,7 +117,7 @@ def test_sidecars_written_before_weights_were_recorded_are_read_as_before(atlas_
         del record[WEIGHTS_SHA256]
         (folder / sidecar).write_text(json.dumps(record))
     after = Atlas(atlas_copy)
-    assert after.feature(SAE1, FEATURE).to_dict() == page and after.map(SAE1).equals(table)
+    assert after.feature(SAE1, FEATURE).to_dict() == page and after.map(SAE1) == table
     assert read_eval(atlas_copy, SAE1)["metrics"]
 
 

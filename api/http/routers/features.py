@@ -11,8 +11,8 @@ from sae_atlas.api.bounds import MAX_EXAMPLES, MAX_INDEX, MAX_K, MAX_LIST
 from sae_atlas.api.http.deps import AtlasDep
 from sae_atlas.api.http.json_body import json_body
 from sae_atlas.api.http.routers.params import DATA_ERRORS, Index, SaeId, error_responses
-from sae_atlas.api.http.schemas import FeaturePage, StoredExample
-from sae_atlas.api.results.feature import Feature
+from sae_atlas.api.http.schemas import FeaturePage
+from sae_atlas.api.results.feature import Feature, StoredExample
 from sae_atlas.api.services.features import table_page
 
 router = APIRouter(tags=["features"], responses={**DATA_ERRORS, **error_responses(400, 404)})

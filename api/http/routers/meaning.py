@@ -14,8 +14,8 @@ from fastapi.responses import Response
 from sae_atlas.api.http.deps import AtlasDep, ModelQueueDep
 from sae_atlas.api.http.json_body import json_body
 from sae_atlas.api.http.routers.params import DATA_ERRORS, K, OneSae, error_responses
-from sae_atlas.api.http.schemas_meaning import ConceptQuery, GeometryFeature, LabelHit
-from sae_atlas.api.results.meaning import ConceptResult
+from sae_atlas.api.http.schemas_meaning import ConceptQuery
+from sae_atlas.api.results.meaning import ConceptResult, GeometryFeature, LabelHit
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404, 413)})
 

@@ -8,7 +8,7 @@ from fastapi.responses import Response
 from sae_atlas.api.http.deps import AtlasDep
 from sae_atlas.api.http.json_body import json_body
 from sae_atlas.api.http.routers.params import DATA_ERRORS, SaeId, error_responses
-from sae_atlas.api.http.schemas import MapColumns
+from sae_atlas.api.results.feature_map import MapColumns, map_columns
 from sae_atlas.api.results.sae import SaeInfo, SaeStatus
 from sae_atlas.geometry.maps import Basis
 
@@ -31,5 +31,4 @@ async def get_sae(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
 async def get_map(atlas: AtlasDep, sae_id: str = SaeId, basis: Basis = Query(
         "decoder", description="decoder: UMAP of the decoder rows; cooccurrence: of the activation co-occurrence graph",
 )) -> Response:
-    columns = atlas.map(sae_id, basis).to_dict(as_series=False)
-    return json_body({"basis": basis, "scores": atlas.map_scores(sae_id)} | columns)
+    return json_body(map_columns(basis, atlas.map_scores(sae_id), atlas.map(sae_id, basis)))
