@@ -17,6 +17,7 @@ from typing import Literal, get_args
 import numpy as np
 from sklearn.covariance import LedoitWolf
 
+from sae_atlas.geometry.splits import split_rows
 from sae_atlas.store.errors import InvalidInputError
 
 Estimator = Literal["lda", "mean"]
@@ -65,14 +66,6 @@ class ConceptFit:
     random_projection: float  # mean projection of random non-concept tokens (~0)
 
 
-def split_tokens(token_ids: np.ndarray, heldout_frac: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded `(train, heldout)` split of a token set (at least 2 train, 1 held out)."""
-    ids = rng.permutation(np.unique(np.asarray(token_ids, dtype=np.int64)))
-    n_out = int(round(len(ids) * heldout_frac))
-    n_out = min(max(n_out, 1), len(ids) - 2) if heldout_frac > 0 else 0
-    return ids[n_out:], ids[:n_out]
-
-
 def fit_concepts(
     g_VD: np.ndarray,
     concepts: dict[str, np.ndarray],
@@ -99,7 +92,7 @@ def fit_concepts(
             raise InvalidInputError(
                 f"concept {name!r}: needs >= 3 distinct token ids in [0, {len(g)}), got {len(ids)}"
             )
-        train, held = split_tokens(ids, heldout_frac, rng)
+        train, held = (ids[part] for part in split_rows(len(ids), heldout_frac, rng))
         vector = concept_vector(g[train], estimator=estimator)
         outside = np.setdiff1d(rng.choice(len(g), size=min(n_random, len(g)), replace=False), ids)
         fits[name] = ConceptFit(

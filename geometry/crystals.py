@@ -20,6 +20,7 @@ from sklearn.decomposition import PCA
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import silhouette_score
 
+from sae_atlas.geometry.splits import stratified_split
 from sae_atlas.geometry.trees import single_token_id
 from sae_atlas.store.errors import InvalidInputError
 
@@ -56,19 +57,6 @@ def difference_vectors(X_VD: np.ndarray, pairs_P2: np.ndarray) -> np.ndarray:
     if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.min() < 0 or pairs.max() >= len(X):
         raise InvalidInputError(f"pairs must be [P, 2] row indices in [0, {len(X)}), got shape {pairs.shape}")
     return X[pairs[:, 0]] - X[pairs[:, 1]]
-
-
-def stratified_split(labels: np.ndarray, test_frac: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded split keeping >= 2 training and >= 1 test row of every label."""
-    train, test = [], []
-    for lab in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == lab))
-        if len(idx) < 3:
-            raise InvalidInputError(f"relation {lab!r} has {len(idx)} pairs; each needs at least 3")
-        n_test = min(max(int(round(len(idx) * test_frac)), 1), len(idx) - 2)
-        test.extend(idx[:n_test])
-        train.extend(idx[n_test:])
-    return np.array(train), np.array(test)
 
 
 def _lda_silhouettes(

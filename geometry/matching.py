@@ -27,6 +27,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.vectors import unit_rows
 
 RECOVERY_THRESHOLD = 0.9
 CHANCE_STREAM = 0x3CC  # keeps the chance dictionary's draws apart from other seeded arrays
@@ -44,17 +45,6 @@ class DictionaryMatch:
     matched_cosine: np.ndarray  # [G] its cosine (nan when unmatched)
 
 
-def unit_rows(W_ND: np.ndarray, what: str) -> np.ndarray:
-    """Rows scaled to unit norm (InvalidInputError for a non-2-D array or a zero row)."""
-    W = np.asarray(W_ND, dtype=np.float64)
-    if W.ndim != 2 or W.shape[0] == 0:
-        raise InvalidInputError(f"{what} must be a non-empty [n, d] array, got shape {W.shape}")
-    norms = np.linalg.norm(W, axis=1, keepdims=True)
-    if (norms == 0).any():
-        raise InvalidInputError(f"{what} has {int((norms == 0).sum())} zero rows; directions need a norm")
-    return W / norms
-
-
 def hungarian_mcc(cos_FG: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """`(mcc, rows, cols)`: the one-to-one matching maximising the summed cosine, its mean."""
     rows, cols = linear_sum_assignment(cos_FG, maximize=True)
@@ -64,12 +54,13 @@ def hungarian_mcc(cos_FG: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
 def match_dictionaries(learned_FD: np.ndarray, atoms_GD: np.ndarray, *, threshold: float = RECOVERY_THRESHOLD,
                        seed: int = 0) -> DictionaryMatch:
     """MCC, its chance level and atom recovery of learned directions against true atoms."""
-    A, B = unit_rows(learned_FD, "the learned dictionary"), unit_rows(atoms_GD, "the ground-truth dictionary")
+    A = unit_rows(learned_FD, np.float64, zero_rows="refuse", what="the learned dictionary")
+    B = unit_rows(atoms_GD, np.float64, zero_rows="refuse", what="the ground-truth dictionary")
     if A.shape[1] != B.shape[1]:
         raise InvalidInputError(f"the dictionaries live in different spaces: d={A.shape[1]} vs d={B.shape[1]}")
     cos = A @ B.T
     mcc, rows, cols = hungarian_mcc(cos)
-    random = unit_rows(np.random.default_rng((CHANCE_STREAM, seed)).standard_normal(A.shape), "the random dictionary")
+    random = unit_rows(np.random.default_rng((CHANCE_STREAM, seed)).standard_normal(A.shape), np.float64)
     chance, _, _ = hungarian_mcc(random @ B.T)
     best = cos.max(axis=0)
     matched_latent = np.full(B.shape[0], -1, dtype=np.int64)

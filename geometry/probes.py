@@ -19,6 +19,7 @@ from scipy import sparse
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import r2_score
 
+from sae_atlas.geometry.splits import split_rows
 from sae_atlas.store.errors import InvalidInputError
 
 ProbeKind = Literal["diff_means", "logistic", "ridge"]
@@ -40,12 +41,11 @@ class ProbeResult:
 
 
 def train_test_split(n: int, test_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded `(train, test)` index split of `n` rows."""
+    """Seeded `(train, test)` index split of `n` rows for a probe (`geometry.splits`; a probe
+    needs >= 4 rows)."""
     if not 0 < test_frac < 1 or n < 4:
         raise InvalidInputError(f"need >= 4 rows and test_frac in (0, 1), got n={n}, test_frac={test_frac}")
-    perm = np.random.default_rng(seed).permutation(n)
-    n_test = min(max(int(round(n * test_frac)), 1), n - 2)
-    return perm[n_test:], perm[:n_test]
+    return split_rows(n, test_frac, np.random.default_rng(seed))
 
 
 def _check(X: np.ndarray, y: np.ndarray, binary: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sae_atlas.geometry.matching import FeatureMatch, match_features, unit_rows
+from sae_atlas.geometry.matching import FeatureMatch, match_features
 from sae_atlas.geometry.similarity import (
     NullScore,
     null_test,
@@ -50,6 +50,7 @@ from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.vectors import unit_rows
 
 ROTATION_STREAM = 0x5CC  # keeps the rotation nulls' draws apart from other seeded arrays
 MIN_GROUP_PAIRS = 3
@@ -162,7 +163,8 @@ def decoder_match(W_dec_a: np.ndarray, W_dec_b: np.ndarray, *, n_rotations: int 
                   seed: int = 0) -> tuple[FeatureMatch, NullScore]:
     """Matching by the cosine of unit decoder rows, beside the MCC of `n_rotations`
     randomly rotated copies of B (InvalidInputError when the SAEs live in different spaces)."""
-    A, B = unit_rows(W_dec_a, "A's decoder"), unit_rows(W_dec_b, "B's decoder")
+    A = unit_rows(W_dec_a, np.float64, zero_rows="refuse", what="A's decoder")
+    B = unit_rows(W_dec_b, np.float64, zero_rows="refuse", what="B's decoder")
     check_shared_d_model(A.shape[1], B.shape[1])
     match = match_features(A @ B.T)
     rng = np.random.default_rng((ROTATION_STREAM, seed))

@@ -3,7 +3,7 @@ concept from the model's activations?
 
 SAEBench's `scr_and_tpp` (Karvonen et al. 2025) on built-in sets (no hub): texts are
 mean-pooled over their tokens (`saes.eval.sparse_probing.pooled_activations`), each
-label group split into training and held-out rows (`geometry.crystals.stratified_split`),
+label group split into training and held-out rows (`geometry.splits.stratified_split`),
 probes fitted on the pooled residual and scored held out; `geometry.scr_tpp` has the
 arithmetic.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sae_atlas.geometry.crystals import stratified_split
 from sae_atlas.geometry.scr_tpp import BinaryTask, Pooled, scr_metrics, tpp_metrics
+from sae_atlas.geometry.splits import stratified_split
 from sae_atlas.saes.eval.probe_data import topics_set
 from sae_atlas.saes.eval.sparse_probing import binary_tasks, pooled_activations
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
