@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 MAX_K = 100
 """Results of a search, neighbours on a feature page."""

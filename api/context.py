@@ -14,8 +14,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sae_atlas.errors import IntegrityError, NotFoundError
 from sae_atlas.saes.models import DEFAULT_MODEL, ModelHandle, load_model, normalize_spec
-from sae_atlas.store.errors import IntegrityError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.search import FeatureSearch
 

@@ -26,13 +26,13 @@ import polars as pl
 
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.sae import SaeInfo
+from sae_atlas.errors import AtlasError, IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.geometry.maps import MAP_FILE, MAP_META, Basis, basis_frame, map_scores, read_map
 from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from sae_atlas.saes.devices import resolve_device
 from sae_atlas.saes.formats.saelens import CFG_FILE, true_architecture
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.atomic import file_version, read_json
-from sae_atlas.store.errors import AtlasError, IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.feature_records import AUTO_LABELS, RecordTable, read_records, record_files
 from sae_atlas.store.index import index_built, sae_index_path
 from sae_atlas.store.integrity import verify_sae_weights

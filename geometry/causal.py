@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 Metric = Literal["causal", "euclidean"]
 METRICS: tuple[Metric, ...] = get_args(Metric)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.spectra import check_concept_values
-from sae_atlas.store.errors import InvalidInputError
 
 TWO_PI = 2.0 * np.pi
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.circle import (
     CircleProbe,
     circular_order,
@@ -38,7 +39,6 @@ from sae_atlas.geometry.circle import (
     value_angle,
 )
 from sae_atlas.geometry.concept_search import search_concept, span_fit
-from sae_atlas.store.errors import InvalidInputError
 
 SIDES = ("A", "B")
 SCHEMA = {"side": pl.String, "space": pl.String, "dimension": pl.Int64, "r2": pl.Float64, "r2_loo": pl.Float64,

@@ -20,10 +20,10 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry import results
 from sae_atlas.geometry.clusters import graph_clusters, spectral_clusters
 from sae_atlas.geometry.irreducibility import irreducibility
-from sae_atlas.store.errors import InvalidInputError
 
 ANALYSIS_KIND = "circular"
 ClusterMethod = Literal["graph", "spectral"]

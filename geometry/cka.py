@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 
 def _hsic(n: float, cross_sq: float, sum_x: np.ndarray, sum_y: np.ndarray, C: np.ndarray, a_xy: np.ndarray,

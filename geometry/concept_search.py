@@ -29,8 +29,8 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.circle import fit_circle_probe
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.vectors import unit_rows
 
 MIN_PER_CATEGORY = 3

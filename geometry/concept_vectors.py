@@ -17,8 +17,8 @@ from typing import Literal, get_args
 import numpy as np
 from sklearn.covariance import LedoitWolf
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.splits import split_rows
-from sae_atlas.store.errors import InvalidInputError
 
 Estimator = Literal["lda", "mean"]
 ESTIMATORS: tuple[Estimator, ...] = get_args(Estimator)

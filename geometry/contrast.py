@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.stats import rankdata
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.store.vectors import unit_rows
 
 MIN_TEXTS = 2

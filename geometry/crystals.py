@@ -20,9 +20,9 @@ from sklearn.decomposition import PCA
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import silhouette_score
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.splits import stratified_split
 from sae_atlas.geometry.trees import single_token_id
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass

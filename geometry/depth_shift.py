@@ -23,12 +23,12 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.intrinsic_dimension import (
     inverse_estimates,
     local_dimension,
     twonn_dimension,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 ShiftStatistic = Literal["mean", "inverse_mean"]  # LID: mean of per-token values; MLE: 1 / mean of inverses
 

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.concept_search import concept_features
 from sae_atlas.geometry.contrast import auroc
 from sae_atlas.geometry.emergence_options import METRICS, Metric
-from sae_atlas.store.errors import InvalidInputError
 
 SCORE_SCHEMA = {"auroc": pl.Float64, "train_auroc": pl.Float64, "latent": pl.Int64, "k1_accuracy": pl.Float64,
                 "probe_accuracy": pl.Float64, "baseline": pl.Float64, "value_selectivity": pl.Float64,

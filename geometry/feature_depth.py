@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 from scipy import sparse
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 
 def feature_depth_table(codes_MF: np.ndarray | sparse.spmatrix, token_metrics: dict[str, np.ndarray], *,

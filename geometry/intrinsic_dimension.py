@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 
 def _checked_cloud(X_ND: np.ndarray, what: str, min_rows: int) -> np.ndarray:

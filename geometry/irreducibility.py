@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 
 def _check_points(X: np.ndarray) -> np.ndarray:

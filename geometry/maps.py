@@ -27,10 +27,10 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.geometry.clusters import knn_cosine
 from sae_atlas.geometry.lobes import cooccurrence_knn
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.integrity import check_weights_record, weights_record
 from sae_atlas.store.layout import AtlasLayout, created_with
 from sae_atlas.store.vectors import unit_rows

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.store.vectors import unit_rows
 
 RECOVERY_THRESHOLD = 0.9

@@ -19,8 +19,8 @@ from scipy import sparse
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import r2_score
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.splits import split_rows
-from sae_atlas.store.errors import InvalidInputError
 
 ProbeKind = Literal["diff_means", "logistic", "ridge"]
 KINDS: tuple[ProbeKind, ...] = get_args(ProbeKind)

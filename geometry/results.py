@@ -30,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.atomic import (
     atomic_path,
     atomic_write_json,
@@ -37,7 +38,6 @@ from sae_atlas.store.atomic import (
     remove_temporaries,
     sha256_file,
 )
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.integrity import verify_file
 from sae_atlas.store.layout import AtlasLayout, check_id, created_with, is_id
 

@@ -24,8 +24,8 @@ from typing import Literal
 
 import numpy as np
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.probes import ProbeResult, logistic_probe
-from sae_atlas.store.errors import InvalidInputError
 
 EffectMode = Literal["scr", "tpp"]
 PROBE_TEST_FRAC = 0.1  # the probe's own held-out share of the training rows

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.stats import rankdata
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 SpaceScore = Literal["svcca", "rsa"]
 SPACE_SCORES: tuple[str, ...] = ("svcca", "rsa")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 TrajectorySpace = Literal["raw", "unit"]
 

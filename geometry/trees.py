@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.errors import InvalidInputError, NotFoundError
 
 # name: (words, children). Each word appears once; ambiguous words (bat, bass, crane,
 # orange, palm, ...) are left out on purpose.

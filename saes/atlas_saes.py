@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.devices import resolve_device
 from sae_atlas.saes.formats.saelens import CFG_FILE, load_saelens
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.hooks import cfg_hook_name
 from sae_atlas.store.integrity import sae_cfg, verify_sae_weights
 from sae_atlas.store.layout import AtlasLayout

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
 from sae_atlas.saes.models import ModelHandle
@@ -33,7 +34,6 @@ from sae_atlas.saes.streaming import separator_ids, stream_activations, whole_bl
 from sae_atlas.store.activations import ActivationWriter
 from sae_atlas.store.atomic import atomic_write_bytes
 from sae_atlas.store.dtypes import parse_dtype
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
 

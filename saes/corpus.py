@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.builtin_text import builtin_documents
-from sae_atlas.store.errors import InvalidInputError
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
 

@@ -19,7 +19,7 @@ from typing import Literal
 
 import torch
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]  # plus "cuda:N"
 ModelDtype = Literal["auto", "float32", "float16", "bfloat16"]

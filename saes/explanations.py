@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 EXPLANATION_SCHEMA = {"latent": pl.Int64, "text": pl.String}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.hook_fns import capture_hooks
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 
 def run_hooks(handle: ModelHandle, tokens: torch.Tensor, hooks: list[str]) -> dict[str, torch.Tensor]:

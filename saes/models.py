@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.store.hooks import BLOCK_HOOK, hook_layer
 
 if TYPE_CHECKING:  # torch is imported by the functions that load a model, so that CLI start-up stays light

@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.eval.evaluate import EVAL_FILE
 from sae_atlas.saes.formats.saelens import CFG_FILE, OUR_KEY
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.store.atomic import read_json
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 
 TRAINING_FILE = "training.json"

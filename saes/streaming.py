@@ -23,12 +23,12 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.distributed import DistContext, rank_and_world, rank_shards, rank_share
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.store.activations import Blocks, excluded_positions
-from sae_atlas.store.errors import InvalidInputError
 
 
 def separator_ids(tokenizer: Any) -> list[int]:

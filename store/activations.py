@@ -26,9 +26,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from sae_atlas.store.dtypes import dtype_name, parse_dtype
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout, created_with
 from sae_atlas.store.safetensors_io import MappedSafetensors, save_deterministic
 

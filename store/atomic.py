@@ -84,7 +84,7 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
 
 def read_json(path: str | os.PathLike[str], repair: str) -> Any:
     """Read a JSON file, raising IntegrityError (with `repair` advice) if missing or corrupt."""
-    from sae_atlas.store.errors import IntegrityError
+    from sae_atlas.errors import IntegrityError
 
     p = Path(path)
     if not p.exists():

@@ -7,7 +7,7 @@ from typing import Literal, cast
 
 import torch
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 DTypeName = Literal["float32", "float16", "bfloat16"]
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

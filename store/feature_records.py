@@ -20,8 +20,8 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
+from sae_atlas.errors import IntegrityError
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import IntegrityError
 from sae_atlas.store.frames import conform
 from sae_atlas.store.integrity import check_weights_record, weights_record
 from sae_atlas.store.layout import AtlasLayout, created_with

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 
 def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:

@@ -27,8 +27,8 @@ from typing import Any
 import faiss
 import numpy as np
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 from sae_atlas.store.hooks import cfg_hook_name, hook_layer
 from sae_atlas.store.index_params import APPROX_THRESHOLD
 from sae_atlas.store.int8_scan import Int8Scan

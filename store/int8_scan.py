@@ -28,7 +28,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 # Float32 rounding of the scaled integer scores, far above its real size (~1e-7 relative).
 _ROUNDING = 1e-5

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sae_atlas.errors import IntegrityError
 from sae_atlas.store.atomic import read_json, sha256_file
-from sae_atlas.store.errors import IntegrityError
 from sae_atlas.store.layout import AtlasLayout
 
 CFG_FILE = "cfg.json"

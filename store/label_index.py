@@ -15,7 +15,7 @@ from collections import Counter
 import numpy as np
 import polars as pl
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 _WORD = re.compile(r"[a-z0-9]+")
 K1, B = 1.2, 0.75

@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.atomic import atomic_write_json, read_json
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 
 SCHEMA_VERSION = 1
 MAX_ID_LENGTH = 128

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.errors import IntegrityError
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import IntegrityError
 from sae_atlas.store.layout import AtlasLayout
 
 TABLE_K = 16  # neighbours kept per latent in a neighbour table

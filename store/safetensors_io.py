@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sae_atlas.store.errors import IntegrityError
+from sae_atlas.errors import IntegrityError
 
 _NUMPY_DTYPES = {
     "F32": np.float32,

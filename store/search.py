@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.atomic import file_version
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.feature_records import geometry_mask, read_records, record_paths
 from sae_atlas.store.index import (
     SearchIndex,

@@ -25,8 +25,8 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.feature_records import replace_auto_labels
 from sae_atlas.store.frames import conform
 from sae_atlas.store.integrity import check_weights_record, weights_record

@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import DTypeLike
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 ZeroRows = Literal["keep", "refuse"]
 

@@ -16,6 +16,7 @@ import torch
 from sae_atlas.api.analyses.circular import run_circle_analysis, write_concept_run
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.services.interventions import AtlasEditSources
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.builtin_text import (
     WEEKDAYS,
     concept_document,
@@ -27,7 +28,6 @@ from sae_atlas.saes.intervene.concepts import value_token_ids, weekdays
 from sae_atlas.saes.intervene.edits import RotateEdit, resolve_positions
 from sae_atlas.saes.intervene.splice import build_splice, run_spliced
 from sae_atlas.store.activations import ActivationReader
-from sae_atlas.store.errors import InvalidInputError
 
 pytestmark = pytest.mark.slow
 

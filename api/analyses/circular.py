@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.geometry.canvas import save_png
 from sae_atlas.geometry.circle import (
     TWO_PI,
@@ -62,7 +63,6 @@ from sae_atlas.saes.intervene.edits import CirclePlane
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.activations import ActivationReader, Split
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 
 # --------------------------------------------------------------------------- discovery
 

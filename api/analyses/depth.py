@@ -24,6 +24,7 @@ import torch
 from matplotlib.figure import Figure
 
 from sae_atlas.api.analyses.run_files import run_figure
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.depth_shift import depth_shift_table
 from sae_atlas.geometry.feature_depth import feature_depth_table
 from sae_atlas.geometry.figures_depth import (
@@ -44,7 +45,6 @@ from sae_atlas.saes.distributed import DistContext, rank_and_world
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.encoding.tokens import piece_text
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.hooks import hook_layer
 
 KIND = "depth"

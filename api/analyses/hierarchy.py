@@ -12,6 +12,7 @@ from typing import Any, Literal
 import polars as pl
 
 from sae_atlas.api.analyses.run_files import encoder_of, run_figure
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.geometry.causal import Metric, causal_basis, unembedding_rows
 from sae_atlas.geometry.concept_vectors import Estimator, concept_vector
 from sae_atlas.geometry.figures import hierarchy_figure
@@ -35,7 +36,6 @@ from sae_atlas.geometry.trees import (
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.encoding.cached import sae_activation_matrix
 from sae_atlas.store.activations import ActivationReader, Split
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 
 TREES = ("curated", "wordnet")
 Match = Literal["decoder", "activation"]  # how a concept finds its SAE latent

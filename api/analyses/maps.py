@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from sae_atlas.errors import IntegrityError
 from sae_atlas.geometry.canvas import save_png
 from sae_atlas.geometry.figures import map_figure
 from sae_atlas.geometry.maps import (
@@ -21,7 +22,6 @@ from sae_atlas.geometry.maps import (
     write_map,
 )
 from sae_atlas.saes.atlas_saes import load_atlas_sae
-from sae_atlas.store.errors import IntegrityError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import OCCURRENCE_FILE, load_occurrence
 

@@ -18,7 +18,7 @@ from sae_atlas.api.commands.corpus_options import (
     text_field_option,
 )
 from sae_atlas.api.commands.device_options import device_option, model_dtype_option
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 TABLE_COLUMNS = ["layer", "twonn", "mle", "mle_low", "mle_high", "lid_q50", "curvature", "cosine_to_final",
                  "logit_top1", "logit_kl", "tuned_top1", "tuned_kl", "tuned_fit_loss"]

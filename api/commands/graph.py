@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 
 @handle_errors

@@ -20,7 +20,7 @@ from sae_atlas.api.commands.corpus_options import (
     text_field_option,
 )
 from sae_atlas.api.commands.device_options import device_option, model_dtype_option
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
 _FROM_MODEL = "With --from-model"

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Route
 
-from sae_atlas.store.errors import AtlasError, IntegrityError, without_root
+from sae_atlas.errors import AtlasError, IntegrityError, without_root
 
 log = logging.getLogger("sae_atlas.http")
 
@@ -33,7 +33,7 @@ def error_response(status: int, kind: str, detail: str, **extra: Any) -> JSONRes
 
 def atlas_error_body(exc: AtlasError, root: Path) -> dict[str, Any]:
     """The JSON body of an error raised on purpose, with the atlas's location left out
-    (`store.errors.without_root`): files named relative to the atlas at `root`, `<atlas>` for
+    (`sae_atlas.errors.without_root`): files named relative to the atlas at `root`, `<atlas>` for
     it in repair commands; an IntegrityError also gives the file and the repair apart."""
     if isinstance(exc, IntegrityError):
         return {"error": "integrity", "detail": exc.describe(root), "path": exc.relative_path(root),

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 ENV_ROOT = "SAE_ATLAS_ROOT"
 ENV_TOKEN = "SAE_ATLAS_TOKEN"

@@ -25,7 +25,7 @@ from pydantic import TypeAdapter
 
 from sae_atlas.api.http.errors import atlas_error_body
 from sae_atlas.api.http.json_body import dumps
-from sae_atlas.store.errors import AtlasError
+from sae_atlas.errors import AtlasError
 
 log = logging.getLogger("sae_atlas.http")
 

@@ -15,7 +15,7 @@ import signal
 import socket
 from typing import Any
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 log = logging.getLogger("sae_atlas.http")
 

@@ -9,8 +9,8 @@ import polars as pl
 
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.board import BOARD_KEYS, Board
+from sae_atlas.errors import IntegrityError
 from sae_atlas.saes.eval.results import read_result, stored_evals
-from sae_atlas.store.errors import IntegrityError
 
 
 def board_row(ctx: AtlasContext, sae_id: str, unregistered: set[str]) -> dict[str, Any]:

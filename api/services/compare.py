@@ -26,6 +26,7 @@ from sae_atlas.api.results.compare import Side as CompareSide
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services.analyses import run_states
 from sae_atlas.api.services.labels import with_labels
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.geometry import results
 from sae_atlas.saes.atlas_saes import atlas_sae_output_width, hook_of
 from sae_atlas.saes.compare.pairs import Side, paired_activations
@@ -38,7 +39,6 @@ from sae_atlas.saes.compare.saes_pair import (
 )
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout, check_id
 
 KIND = "compare"

@@ -13,12 +13,12 @@ import numpy as np
 
 from sae_atlas.api.context import AtlasContext, models_locked
 from sae_atlas.api.sae_view import SaeView
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import hook_of
 from sae_atlas.saes.encoding.concepts import concept_feature_acts
 from sae_atlas.saes.intervene.concepts import CategoryConcept, OrderedConcept
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import InvalidInputError
 
 Concept = OrderedConcept | CategoryConcept
 

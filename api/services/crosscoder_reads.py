@@ -28,6 +28,7 @@ from sae_atlas.api.results.crosscoder import (
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services import search
 from sae_atlas.api.services.crosscoder import KIND, crosscoder_dir
+from sae_atlas.errors import AtlasError, InvalidInputError, NotFoundError
 from sae_atlas.geometry import results
 from sae_atlas.saes.compare.crosscoder import (
     A_ONLY_BELOW,
@@ -38,7 +39,6 @@ from sae_atlas.saes.compare.crosscoder import (
 )
 from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.store.atomic import file_version
-from sae_atlas.store.errors import AtlasError, InvalidInputError, NotFoundError
 from sae_atlas.store.layout import check_id
 from sae_atlas.store.search import Filters
 

@@ -21,6 +21,7 @@ from sae_atlas.api.operations.graph import NodeEdit as NodeEditParams
 from sae_atlas.api.results.graph import GraphNode, GraphView, NodeIntervention
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.interventions import _tokenize
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.circuits.build import build_graph
 from sae_atlas.saes.circuits.export import graph_json, node_ids
 from sae_atlas.saes.circuits.graph import Graph
@@ -30,7 +31,6 @@ from sae_atlas.saes.circuits.supernodes import Group, Supernode, supernodes
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
 from sae_atlas.saes.transcoders.clt_store import load_atlas_clt
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.hooks import hook_layer
 
 _USABLE_SAE = re.compile(r"^blocks\.\d+\.hook_resid_(pre|post)$")

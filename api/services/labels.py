@@ -14,9 +14,9 @@ from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.meaning import LabelHit
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.sae_view import SaeView, open_sae
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.explanations import read_explanations
 from sae_atlas.saes.labels import auto_labels
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.feature_records import AUTO_LABELS, replace_auto_labels, update_labels
 from sae_atlas.store.label_index import LabelIndex
 from sae_atlas.store.locks import tables_lock

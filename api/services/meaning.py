@@ -19,6 +19,7 @@ from sae_atlas.api.results.meaning import ConceptResult, ContrastResult, Geometr
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.labels import with_labels
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.concept_search import search_concept
 from sae_atlas.geometry.contrast import (
     benjamini_hochberg,
@@ -31,7 +32,6 @@ from sae_atlas.geometry.results import write_analysis
 from sae_atlas.saes.encoding.concepts import concept_feature_acts
 from sae_atlas.saes.encoding.texts import pooled_feature_acts
 from sae_atlas.saes.intervene.concepts import CategoryConcept, load_concept
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.feature_records import geometry_mask
 
 CONCEPT_KIND = "concept_search"

@@ -19,8 +19,8 @@ from sae_atlas.api.results.search import TextSearch, TokenFeatures
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services import saes
 from sae_atlas.api.services.labels import labelled_token_features, with_labels
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.encoding.tokens import token_features
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.search import Filters, Match, matches_frame
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.circuits.dictionaries import Dictionary, decoders, dictionary_set, frozen_mlps
 from sae_atlas.saes.circuits.graph import FeatureNodes, Graph
 from sae_atlas.saes.circuits.replacement import capture, frozen_forward
@@ -32,7 +33,6 @@ from sae_atlas.saes.encoding.tokens import decoded_tokens
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
-from sae_atlas.store.errors import InvalidInputError
 
 
 def _active(dset_items: tuple[Dictionary, ...], codes: dict[str, torch.Tensor]) -> FeatureNodes:

@@ -23,6 +23,7 @@ from typing import Literal
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE, SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
@@ -33,7 +34,6 @@ from sae_atlas.saes.transcoders.sites import (
     mlp_output_layer,
     valid_inputs,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 GraphKind = Literal["transcoders", "clt", "residual"]
 _RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|post)$")

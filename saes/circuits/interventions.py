@@ -21,10 +21,10 @@ from typing import Literal
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.circuits.graph import Graph
 from sae_atlas.saes.circuits.perturb import node_values
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 NodeEditKind = Literal["ablate", "clamp", "steer"]
 

@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.circuits.graph import Graph
-from sae_atlas.store.errors import InvalidInputError
 
 
 def normalized(adjacency: torch.Tensor) -> torch.Tensor:

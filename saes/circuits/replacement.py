@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.circuits.dictionaries import Dictionary, DictionarySet, decode_at
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 _FROZEN = ("attn.hook_pattern", "hook_scale")
 EMBED_HOOK, FINAL_HOOK = "hook_embed", "unembed.hook_in"

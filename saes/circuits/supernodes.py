@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.circuits.graph import Graph
-from sae_atlas.store.errors import InvalidInputError
 
 Group = list[tuple[str, int]]  # (dictionary id, latent)
 

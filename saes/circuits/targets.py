@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.tokens import decoded_tokens
 from sae_atlas.saes.intervene.attribution import token_id
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.similarity import pearson_from_sums
 from sae_atlas.saes.distributed import DistContext, all_reduce_
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass

@@ -18,13 +18,13 @@ from typing import NamedTuple
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.align import align_spans, token_spans
 from sae_atlas.saes.corpus import CorpusSpec, iter_documents
 from sae_atlas.saes.distributed import DistContext, rank_and_world
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.streaming import stream_activations, whole_blocks
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass(frozen=True)

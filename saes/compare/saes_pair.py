@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.matching import FeatureMatch, match_features
 from sae_atlas.geometry.similarity import (
     NullScore,
@@ -49,7 +50,6 @@ from sae_atlas.saes.compare.pairs import PairedActs
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.vectors import unit_rows
 
 ROTATION_STREAM = 0x5CC  # keeps the rotation nulls' draws apart from other seeded arrays

@@ -22,8 +22,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 LensKind = Literal["logit", "tuned"]
 

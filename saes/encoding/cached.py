@@ -6,10 +6,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.activations import ActivationReader, Split
-from sae_atlas.store.errors import InvalidInputError
 
 
 @torch.inference_mode()

@@ -15,11 +15,11 @@ from typing import Literal
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import InvalidInputError
 
 Pool = Literal["max", "mean"]
 POOLS: tuple[str, ...] = ("max", "mean")

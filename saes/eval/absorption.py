@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.absorption import AbsorptionThresholds, absorption_scores, letter_absorption
 from sae_atlas.geometry.probes import train_test_split
 from sae_atlas.saes.encoding.codes import sae_codes
@@ -36,7 +37,6 @@ from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import InvalidInputError
 
 LETTERS = string.ascii_lowercase
 

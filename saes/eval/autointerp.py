@@ -35,6 +35,7 @@ from typing import Any, Literal, cast, get_args
 import numpy as np
 import polars as pl
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.eval.autointerp_backends import (
     KEY_ENV,
     AutointerpBackend,
@@ -54,7 +55,6 @@ from sae_atlas.saes.eval.autointerp_scoring import (
 )
 from sae_atlas.saes.eval.results import read_result, result_paths, result_repair
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.search import FeatureSearch
 from sae_atlas.store.tables import (
     EXAMPLES_FILE,

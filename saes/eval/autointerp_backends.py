@@ -28,9 +28,9 @@ import numpy as np
 import polars as pl
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.autointerp_scoring import Judgement, Sample, ScorerName, Window
 from sae_atlas.saes.labels import auto_labels
-from sae_atlas.store.errors import InvalidInputError
 
 BackendName = Literal["lexical", "openai", "hf"]
 LEXICAL_PROXY = "lexical proxy"

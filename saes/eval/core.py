@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.evaluate import (
     DEFAULT_CE_BLOCKS,
     DEFAULT_TOKENS,
@@ -21,7 +22,6 @@ from sae_atlas.saes.eval.evaluate import (
     read_eval,
 )
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
-from sae_atlas.store.errors import InvalidInputError
 
 CATEGORIES: dict[str, dict[str, str]] = {  # SAEBench category -> {SAEBench name: our metric}
     "model_behavior_preservation": {"kl_div_score": "kl_div_score", "kl_div_with_ablation": "kl_div_with_ablation",

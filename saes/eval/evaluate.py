@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
 from sae_atlas.saes.eval.downstream import downstream_metrics
 from sae_atlas.saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS
@@ -35,7 +36,6 @@ from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.transcoders.pairs import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import atomic_write_json, read_json
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 from sae_atlas.store.integrity import (
     WEIGHTS_FILE,
     WEIGHTS_SHA256,

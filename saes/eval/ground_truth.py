@@ -17,10 +17,10 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.matching import RECOVERY_THRESHOLD, match_dictionaries
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
 from sae_atlas.store.atomic import sha256_file
-from sae_atlas.store.errors import InvalidInputError
 
 GROUND_TRUTH_KEY = "W_dec"
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 RowLoader = Callable[[str, str | None], Iterable[dict[str, Any]]]  # (dataset, config) -> rows
 MAX_ROWS_SCANNED = 400_000

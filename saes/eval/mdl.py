@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.activations import ActivationReader
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass(frozen=True)

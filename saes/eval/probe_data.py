@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.builtin_text import (
     CATEGORIES,
     MONTHS,
@@ -26,7 +27,6 @@ from sae_atlas.saes.builtin_text import (
     stdlib_source_files,
 )
 from sae_atlas.saes.corpus import jsonl_records
-from sae_atlas.store.errors import InvalidInputError
 
 BuiltinProbeSet = Literal["topics", "code_vs_prose"]
 BUILTIN_PROBE_SETS: tuple[BuiltinProbeSet, ...] = get_args(BuiltinProbeSet)

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.transcoders.pairs import input_and_target
-from sae_atlas.store.errors import InvalidInputError
 
 DENSE_DENSITY = 0.1
 HISTOGRAM_EDGES = np.arange(-8.0, 0.0001, 0.5)  # log10 density bins, fixed so SAEs compare

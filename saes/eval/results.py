@@ -18,9 +18,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sae_atlas.errors import IntegrityError
 from sae_atlas.saes.eval.spec import EVAL_NAMES, EvalName, EvalOutcome, EvalSpec
 from sae_atlas.store.atomic import atomic_write_json, read_json, remove_temporaries
-from sae_atlas.store.errors import IntegrityError
 from sae_atlas.store.integrity import (
     CHECKSUM_SECTION,
     WEIGHTS_SHA256,

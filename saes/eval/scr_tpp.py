@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.scr_tpp import BinaryTask, Pooled, scr_metrics, tpp_metrics
 from sae_atlas.geometry.splits import stratified_split
 from sae_atlas.saes.eval.probe_data import topics_set
 from sae_atlas.saes.eval.sparse_probing import binary_tasks, pooled_activations
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
-from sae_atlas.store.errors import InvalidInputError
 
 SCR_DATASET = "profession_gender"
 MALE_NAMES = ("James", "John", "Robert", "Michael", "David", "William", "Richard", "Thomas", "Daniel", "Paul")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.probes import sparse_probing_accuracies
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.encoding.texts import pool_tokens, tokenize_texts
@@ -38,7 +39,6 @@ from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.atomic import sha256_file
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass(frozen=True)

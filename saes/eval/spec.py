@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
 from sae_atlas.saes.eval.names import (
     EVAL_NAMES as EVAL_NAMES,  # re-exported: the suite and its readers
@@ -24,7 +25,6 @@ from sae_atlas.saes.eval.names import (
 from sae_atlas.saes.eval.names import EvalName
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import InvalidInputError
 
 Config = TypeVar("Config")
 

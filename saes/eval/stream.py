@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext
@@ -32,7 +33,6 @@ from sae_atlas.saes.eval.evaluate import write_eval
 from sae_atlas.saes.eval.reconstruction import ReconstructionStats
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.streaming import stream_activations, whole_blocks
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
 

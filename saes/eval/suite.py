@@ -20,6 +20,7 @@ from typing import Any
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.distributed import DistContext, rank_and_world
 from sae_atlas.saes.eval.absorption import ABSORPTION
 from sae_atlas.saes.eval.autointerp import AUTOINTERP
@@ -32,7 +33,6 @@ from sae_atlas.saes.eval.scr_tpp import SCR, TPP
 from sae_atlas.saes.eval.sparse_probing import SPARSE_PROBING
 from sae_atlas.saes.eval.spec import EVAL_NAMES, EvalInputs, EvalName, EvalSpec
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 EVALS: dict[EvalName, EvalSpec[Any]] = {spec.name: spec for spec in (CORE, SPARSE_PROBING, META, MDL, GROUND_TRUTH,
                                                                     ABSORPTION, AUTOINTERP, SCR, TPP)}

@@ -22,11 +22,11 @@ from typing import Any, Literal, get_args
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.downstream import DownstreamStats
 from sae_atlas.saes.hook_fns import HookFn, capture_hook, replace_hook
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
-from sae_atlas.store.errors import InvalidInputError
 
 Ablation = Literal["zero", "mean"]
 ABLATIONS: tuple[Ablation, ...] = get_args(Ablation)

@@ -9,6 +9,7 @@ from typing import Literal
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.formats.circuit_tracer import is_circuit_tracer_file, load_circuit_tracer
 from sae_atlas.saes.formats.common import read_config
 from sae_atlas.saes.formats.dictionary_learning import (
@@ -26,7 +27,6 @@ from sae_atlas.saes.formats.saelens import (
 )
 from sae_atlas.saes.formats.sparsify import is_sparsify_folder, load_sparsify
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import InvalidInputError
 
 __all__ = ["Layout", "declared_normalization", "detect_layout", "load_any", "load_circuit_tracer",
            "load_dictionary_learning",

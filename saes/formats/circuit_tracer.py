@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.formats.common import (
     assemble_sae,
     check_d_in,
@@ -36,7 +37,6 @@ from sae_atlas.saes.formats.common import (
     take,
 )
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 CONFIG_FILE = "config.yaml"
 _REPAIR = "re-download the circuit-tracer transcoder set (config.yaml and the layer files)"

@@ -18,10 +18,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.sae.base import SAE, SAEConfig, architecture_class
 from sae_atlas.store.atomic import read_json
 from sae_atlas.store.dtypes import DTYPES, dtype_name  # noqa: F401 (the format readers' dtype helpers)
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 
 def read_config(path: Path, repair: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.formats.common import (
     assemble_sae,
     check_d_in,
@@ -38,7 +39,6 @@ from sae_atlas.saes.formats.common import (
 )
 from sae_atlas.saes.formats.foreign_hooks import hook_from_module
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 WEIGHTS_FILE = "ae.pt"
 CONFIG_FILE = "config.json"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sae_atlas.store.errors import UnknownHookError
+from sae_atlas.errors import UnknownHookError
 from sae_atlas.store.hooks import BLOCK_HOOK
 
 _HF_MODULE = re.compile(

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sae_atlas.errors import IntegrityError
 from sae_atlas.saes.formats.common import (
     assemble_sae,
     check_d_in,
@@ -28,7 +29,6 @@ from sae_atlas.saes.formats.common import (
     take,
 )
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import IntegrityError
 
 WEIGHTS_FILE = "params.npz"
 _REPAIR = "re-download the Gemma Scope params.npz"

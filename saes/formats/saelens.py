@@ -30,6 +30,7 @@ from typing import Any, get_args
 
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.formats.common import (
     DTYPES,
     assemble_sae,
@@ -46,7 +47,6 @@ from sae_atlas.saes.formats.common import (
 )
 from sae_atlas.saes.sae.base import SAE, SAEConfig, SAELensArchitecture
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, sha256_file
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 from sae_atlas.store.integrity import cached_sha256
 from sae_atlas.store.layout import created_with
 from sae_atlas.store.safetensors_io import save_deterministic

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.formats.common import (
     assemble_sae,
     check_d_in,
@@ -32,7 +33,6 @@ from sae_atlas.saes.formats.common import (
 )
 from sae_atlas.saes.formats.foreign_hooks import hook_from_module, module_input_hook
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae.safetensors"

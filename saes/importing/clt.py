@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt, load_circuit_tracer_clt
@@ -32,7 +33,6 @@ from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
 from sae_atlas.saes.transcoders.clt_data import clt_metrics, streamed_rows
 from sae_atlas.saes.transcoders.clt_store import clt_record, load_clt_folder, register_clt, save_clt
 from sae_atlas.store.atomic import atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout, check_id, created_with
 
 DEFAULT_TOKENS = 2048

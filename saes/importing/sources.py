@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.formats.circuit_tracer import is_circuit_tracer_file
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 
 DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "data" / "pretrained_saes.yaml"
 HF_PREFIX = "hf://"

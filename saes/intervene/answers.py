@@ -14,9 +14,9 @@ from typing import cast
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.intervene.concepts import Patch, TokenizedPrompts, run_prompts
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass

@@ -36,13 +36,13 @@ import numpy as np
 import polars as pl
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.encoding.tokens import decoded_tokens
 from sae_atlas.saes.hook_fns import in_residual
 from sae_atlas.saes.intervene.edits import AblateEdit, compile_edit
 from sae_atlas.saes.intervene.splice import Splice, run_spliced
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 ATOL, RTOL = 1e-3, 1e-3
 AttributionMode = Literal["linearized", "gradient"]

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.hook_fns import in_residual
 from sae_atlas.saes.intervene.splice import HookPositions, Splice
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 PAD_ID = 0  # any valid token id: padding is masked out of attention and never edited
 

@@ -21,11 +21,11 @@ from typing import Any, TypeVar
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.tokens import piece_text
 from sae_atlas.saes.intervene.decode import cached_decoding
 from sae_atlas.saes.intervene.splice import Splice, stack_splices
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass

@@ -50,6 +50,7 @@ import polars as pl
 import torch
 from tqdm.auto import tqdm
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from sae_atlas.saes.builtin_text import builtin_documents
 from sae_atlas.saes.distributed import DistContext, all_reduce_, barrier, rank_and_world
@@ -59,7 +60,6 @@ from sae_atlas.saes.intervene.splice import Splice
 from sae_atlas.saes.intervene.steering_params import SteeringParams
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.summary.logits import logit_directions
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.steering import STEERING_FILE, SteeringChunks, steering_is_current
 from sae_atlas.store.tables import FeatureTables, summarize_repair

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.hook_fns import in_residual
 from sae_atlas.saes.intervene.edits import (
@@ -39,7 +40,6 @@ from sae_atlas.saes.intervene.edits import (
 )
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.errors import InvalidInputError
 
 
 class EditSources(Protocol):

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.intervene.steering_effects import (
@@ -66,7 +67,6 @@ from sae_atlas.saes.intervene.steering_search import (
 )
 from sae_atlas.saes.intervene.strength import geometric_grid
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 ARMS = ("top_result", "feature_add", "feature_clamp", "combination", "top_activating", "diff_means", "probe",
         "random_feature", "prompting")

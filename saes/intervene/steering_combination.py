@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.hook_fns import in_residual
 from sae_atlas.saes.intervene.decode import cache_arguments
 from sae_atlas.saes.intervene.steering_prompts import PromptSet
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 
 @dataclass(frozen=True)

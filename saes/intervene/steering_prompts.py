@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.builtin_text import CATEGORIES, MONTHS, NUMBER_WORDS, WEEKDAYS
-from sae_atlas.store.errors import InvalidInputError
 
 if TYPE_CHECKING:  # imported where used: the CLI's options read this module's names without torch
     import torch

@@ -29,11 +29,11 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.intervene.generate import generate_batch
 from sae_atlas.saes.intervene.splice import Splice
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.store.errors import InvalidInputError
 
 StrengthUnit = Literal["alpha", "act_multiple", "norm_fraction"]
 STRENGTH_UNITS: tuple[StrengthUnit, ...] = get_args(StrengthUnit)

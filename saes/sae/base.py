@@ -28,9 +28,9 @@ from typing import Any, ClassVar, Literal, NamedTuple, TypeVar, get_args
 import torch
 from torch import nn
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.losses import StepInfo, TrainStep
 from sae_atlas.store.dtypes import DTypeName, dtype_name
-from sae_atlas.store.errors import InvalidInputError
 
 C = TypeVar("C")
 SAELensArchitecture = Literal["standard", "topk", "jumprelu"]

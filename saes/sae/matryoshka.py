@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.batchtopk import BatchTopKSAE
 from sae_atlas.saes.sae.losses import StepInfo, normalised_error
-from sae_atlas.store.errors import InvalidInputError
 
 
 def matryoshka_prefixes(cfg: SAEConfig) -> list[int]:

@@ -9,12 +9,12 @@ import numpy as np
 import polars as pl
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.summary.bands import BandSampler
 from sae_atlas.saes.summary.batch import ActiveEntries, BatchInfo
 from sae_atlas.saes.summary.logits import LogitEffects
 from sae_atlas.saes.summary.stats import LatentStats, OctaveScale, histogram_quantiles
 from sae_atlas.saes.summary.top import TopExamples
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.tables import EXAMPLES_SCHEMA, FEATURES_SCHEMA, padded_list
 
 QUANTILE_LEVELS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999)

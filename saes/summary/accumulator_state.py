@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.summary.accumulator import SummaryAccumulator, SummaryParams
 from sae_atlas.saes.summary.slots import SlotTable
 from sae_atlas.saes.summary.stats import _UNSET
-from sae_atlas.store.errors import InvalidInputError
 
 _STAT_FIELDS = ("n_active", "sum", "max", "counts")
 

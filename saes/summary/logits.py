@@ -16,8 +16,8 @@ from typing import Literal, get_args
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.tokens import REPLACEMENT, piece_text
-from sae_atlas.store.errors import InvalidInputError
 
 NormKind = Literal["rms", "layer", "none"]  # the final norm before the unembedding
 NORM_KINDS: tuple[NormKind, ...] = get_args(NormKind)

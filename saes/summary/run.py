@@ -21,6 +21,7 @@ import polars as pl
 import torch
 from tqdm.auto import tqdm
 
+from sae_atlas.errors import AtlasError, InvalidInputError
 from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.labels import auto_labels
@@ -30,7 +31,6 @@ from sae_atlas.saes.summary.batch import BatchInfo
 from sae_atlas.saes.summary.logits import NormKind, logit_effects, split_piece_ids, vocab_strings
 from sae_atlas.saes.summary.token_text import whole_characters
 from sae_atlas.store.activations import ActivationReader, Blocks
-from sae_atlas.store.errors import AtlasError, InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import OccurrenceWriter, read_sidecar, read_table, write_tables
 

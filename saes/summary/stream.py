@@ -34,6 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext, barrier, rank_and_world
@@ -54,7 +55,6 @@ from sae_atlas.saes.summary.run import (
     write_summary,
 )
 from sae_atlas.store.atomic import atomic_path
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import OccurrenceWriter
 

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.base import config_from_dict
-from sae_atlas.store.errors import InvalidInputError
 
 BDecInit = Literal["geometric_median", "mean", "zero"]
 B_DEC_INITS: tuple[BDecInit, ...] = get_args(BDecInit)

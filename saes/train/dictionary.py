@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.distributed import DistContext, all_reduce_
 from sae_atlas.saes.sae.losses import StepInfo, TrainStep
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.schedule import make_scheduler
 from sae_atlas.saes.train.sources import Batch
-from sae_atlas.store.errors import InvalidInputError
 
 _UNCHECKED_ON_RESUME = ("progress", "device", "log_every_steps")
 

@@ -18,10 +18,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.train.distributed import rank_slice
 from sae_atlas.store.activations import ActivationReader, Split
-from sae_atlas.store.errors import InvalidInputError
 
 Batch = dict[str, torch.Tensor]  # hook -> [rows, d_hook]
 # Rows as the single-dictionary trainers took them: an iterable of tensors, or a function

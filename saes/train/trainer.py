@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.distributed import DistContext, all_reduce_
 from sae_atlas.saes.eval.reconstruction import reconstruction_stats
 from sae_atlas.saes.formats.saelens import save_saelens
@@ -41,7 +42,6 @@ from sae_atlas.saes.train.scaling import fold_input_scale, input_scale
 from sae_atlas.saes.train.sources import RowSource, RowStream
 from sae_atlas.saes.transcoders.pairs import row_width
 from sae_atlas.store.atomic import atomic_write_json
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import created_with
 
 BatchSource = RowStream  # the rows `train_sae` takes ([B, d_in], or [B, d_in + d_out] for a transcoder)

@@ -28,12 +28,12 @@ from typing import Any, Literal, get_args
 import torch
 from torch import nn
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.base import SAEOutput, config_from_dict
 from sae_atlas.saes.sae.jumprelu import jumprelu_ste, step_ste
 from sae_atlas.saes.sae.losses import StepInfo, TrainStep, step_metrics
 from sae_atlas.saes.sae.topk import topk_code
 from sae_atlas.store.dtypes import DTypeName, dtype_name
-from sae_atlas.store.errors import InvalidInputError
 
 CLTArchitecture = Literal["jumprelu", "topk"]
 CLT_ARCHITECTURES: tuple[CLTArchitecture, ...] = get_args(CLTArchitecture)

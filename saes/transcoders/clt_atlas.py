@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
 from sae_atlas.saes.train.checkpoint import remove_checkpoints
 from sae_atlas.saes.train.config import TrainConfig
@@ -23,7 +24,6 @@ from sae_atlas.saes.transcoders.clt_store import CFG_FILE, clt_record, register_
 from sae_atlas.saes.transcoders.clt_train import TRAINING_FILE, train_clt
 from sae_atlas.saes.transcoders.sites import MLP_OUT, check_mlp_input
 from sae_atlas.store.atomic import read_json
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 from sae_atlas.store.hooks import BLOCK_HOOK
 from sae_atlas.store.layout import AtlasLayout, check_id
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.devices import resolve_device
 from sae_atlas.saes.formats.common import read_safetensors
 from sae_atlas.saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.integrity import cached_sha256
 from sae_atlas.store.layout import AtlasLayout, created_with
 from sae_atlas.store.safetensors_io import save_deterministic

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.sae.losses import StepInfo
 from sae_atlas.saes.train.checkpoint import remove_checkpoints
@@ -41,7 +42,6 @@ from sae_atlas.saes.transcoders.clt import (
 from sae_atlas.saes.transcoders.clt_data import clt_metrics
 from sae_atlas.saes.transcoders.clt_store import save_clt
 from sae_atlas.store.atomic import atomic_write_json
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import created_with
 
 CLTBatches = Callable[[int], Iterator[torch.Tensor]]  # skip -> batches [B, 2, L, d]

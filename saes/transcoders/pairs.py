@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.store.activations import ActivationReader, Blocks, Split, TokenRows
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.safetensors_io import MappedSafetensors
 
 

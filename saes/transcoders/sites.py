@@ -11,7 +11,7 @@ output it would predict, so a transcoder reading it replaces nothing.
 
 from __future__ import annotations
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.store.hooks import BLOCK_HOOK, hook_layer
 
 MLP_OUT = "hook_mlp_out"

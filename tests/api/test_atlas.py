@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from sae_atlas import Atlas
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.formats import load_any
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import FeatureTables
 

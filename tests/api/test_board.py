@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import save_file
 
 from sae_atlas.api.atlas import Atlas
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.ground_truth import ground_truth_config
 from sae_atlas.saes.eval.mdl import MdlConfig
 from sae_atlas.saes.eval.results import result_paths
@@ -14,7 +15,6 @@ from sae_atlas.saes.eval.suite import run_suite
 from sae_atlas.saes.formats import save_saelens
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from tests.api.conftest import LiveServer
 from tests.saes.planted import planted_atoms, write_planted_atlas
@@ -113,9 +113,9 @@ def test_a_result_without_its_sidecar_is_named_for_every_eval(evaluated, tmp_pat
     on the board and refused by name by `eval_result` and over HTTP, never "not evaluated"."""
     import shutil
 
+    from sae_atlas.errors import IntegrityError
     from sae_atlas.saes.eval.results import read_result
     from sae_atlas.saes.eval.spec import EVAL_NAMES
-    from sae_atlas.store.errors import IntegrityError
 
     root = tmp_path / "copy"
     shutil.copytree(evaluated, root)

@@ -69,7 +69,7 @@ def test_client_names_an_unreachable_service() -> None:
 def test_worker_settings_from_a_bad_environment(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
                                                 needle: str) -> None:
     from sae_atlas.api.http.settings import ServerSettings
-    from sae_atlas.store.errors import InvalidInputError
+    from sae_atlas.errors import InvalidInputError
 
     for name in ("SAE_ATLAS_ROOT", "SAE_ATLAS_THREADS", "SAE_ATLAS_MAX_BODY_BYTES"):
         monkeypatch.delenv(name, raising=False)

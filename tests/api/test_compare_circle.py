@@ -19,13 +19,13 @@ from sae_atlas.api.analyses.circular import run_circle_analysis, write_concept_r
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.cli import app
 from sae_atlas.api.http import ServerSettings, create_app
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.circle import fit_circle_probe
 from sae_atlas.saes.intervene.concepts import (
     collect_concept_activations,
     tokenize_prompts,
     weekdays,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 TINY_B = json.dumps({"kind": "tiny", "n_layers": 2, "d_model": 32, "seed": 7})
 

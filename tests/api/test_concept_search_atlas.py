@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 
 from sae_atlas import Atlas
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.concept_search import concept_features
 from sae_atlas.saes.formats import load_any
 from sae_atlas.saes.intervene.concepts import CategoryConcept, colours, load_concept
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from sae_atlas import Atlas
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.geometry.contrast import auroc
 from sae_atlas.saes.formats import load_any
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "purple", "brown"]

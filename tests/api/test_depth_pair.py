@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from sae_atlas.api.analyses.depth import run_depth_pair
 from sae_atlas.api.cli import app
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import load_causal_lm, tiny_model
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.test_compare_align import split_tokenizer
 
 MODEL = {"kind": "tiny", "arch": "llama", "n_layers": 4, "seed": 3}

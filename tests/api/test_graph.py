@@ -18,7 +18,7 @@ from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.bounds import MAX_GRAPH_TOKENS
 from sae_atlas.api.cli import app
 from sae_atlas.api.services.graph import graph_saes
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.feature_records import write_records
 from tests.api.conftest import LiveServer
 

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.cli import app
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.models import load_model
 from sae_atlas.saes.transcoders.clt_store import clt_record, register_clt, save_clt
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 from tests.api.conftest import LiveServer
 from tests.saes.graph_fixtures import PROMPT, exact_clt, random_clt

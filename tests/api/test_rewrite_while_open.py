@@ -19,7 +19,7 @@ import pytest
 import sae_atlas.store.tables as tables_module
 from sae_atlas import Atlas
 from sae_atlas.api.context import ResourceCache
-from sae_atlas.store.errors import IntegrityError
+from sae_atlas.errors import IntegrityError
 from sae_atlas.store.feature_records import read_records, write_records
 from sae_atlas.store.index import build_lock_path, build_marker_path
 from sae_atlas.store.layout import AtlasLayout

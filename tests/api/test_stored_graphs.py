@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sae_atlas.api.cli import app
 from sae_atlas.api.services.graphs import stored_graph, stored_graphs
-from sae_atlas.store.errors import IntegrityError
+from sae_atlas.errors import IntegrityError
 from tests.api.conftest import LiveServer
 
 TEXT = "the cat sat on the mat and the dog"

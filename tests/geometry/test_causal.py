@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.causal import causal_basis, cosine, unembedding_rows
 from sae_atlas.geometry.concept_vectors import concept_vector, fit_concepts, projections
-from sae_atlas.store.errors import InvalidInputError
 
 
 def test_whitening_and_embed_pairing():

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.circle import (
     TWO_PI,
     circle_coords,
@@ -12,7 +13,6 @@ from sae_atlas.geometry.circle import (
     subspace_replace,
 )
 from sae_atlas.geometry.spectra import cluster_by_period, fourier_power
-from sae_atlas.store.errors import InvalidInputError
 
 
 def planted(period=7, reps=7, d=40, noise=0.15, radius=2.0, offset=10.0, seed=0):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.circle_transfer import SideActivations, circle_transfer, same_cycle
 from sae_atlas.geometry.figures_circular import circle_transfer_figure
-from sae_atlas.store.errors import InvalidInputError
 
 DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 P, REPEATS, D, F = 7, 7, 64, 40

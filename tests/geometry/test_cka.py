@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.cka import CKAAccumulator, debiased_cka
-from sae_atlas.store.errors import InvalidInputError
 
 
 def layers(n=600, seed=0):

@@ -4,8 +4,8 @@ and categories on separate directions."""
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.concept_search import concept_features, greedy_span, search_concept
-from sae_atlas.store.errors import InvalidInputError
 
 D, N_RANDOM, PER_VALUE = 32, 73, 30
 

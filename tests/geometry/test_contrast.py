@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.contrast import (
     auroc,
     benjamini_hochberg,
@@ -11,7 +12,6 @@ from sae_atlas.geometry.contrast import (
     duplicate_groups,
     ranked,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 N_TEXTS, N_FEATURES, PLANTED = 40, 300, 12
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.crystals import crystal_quality, difference_vectors
-from sae_atlas.store.errors import InvalidInputError
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ one distribution sit at the null."""
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.depth_shift import depth_shift_table, paired_shift
-from sae_atlas.store.errors import InvalidInputError
 
 
 def manifold(n: int, d: int, D: int = 32, seed: int = 0) -> np.ndarray:

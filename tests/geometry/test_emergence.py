@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.emergence import SCORE_SCHEMA, emergence_tables, member_scores, onsets
 from sae_atlas.geometry.figures_emergence import emergence_figure
-from sae_atlas.store.errors import InvalidInputError
 
 MEMBERS = ["m0", "m1", "m2", "m3", "m4"]
 N, F = 60, 30

@@ -4,8 +4,8 @@ negative LID shift with a large |z|; one firing at random does not."""
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.feature_depth import feature_depth_table
-from sae_atlas.store.errors import InvalidInputError
 
 
 def test_planted_feature_fires_where_dimension_is_low():

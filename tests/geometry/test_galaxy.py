@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.galaxy import covariance_spectrum, power_law_fit
 from sae_atlas.geometry.intrinsic_dimension import twonn_dimension
-from sae_atlas.store.errors import InvalidInputError
 
 
 def planted_spectrum(alpha, n=20000, d=256, seed=0):

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.causal import causal_basis
 from sae_atlas.geometry.hierarchy import (
     feature_hierarchy,
@@ -21,7 +22,6 @@ from sae_atlas.geometry.trees import (
     tokenize_tree,
     tree_from_json,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 D, N_BG = 32, 30000
 SIZES = {"mammal": 240, "bird": 110, "fish": 40}

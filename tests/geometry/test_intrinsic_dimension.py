@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
-from sae_atlas.store.errors import InvalidInputError
 
 
 def embedded(d, n=3000, D=64, noise=1e-4, seed=0):

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.irreducibility import (
     irreducibility,
     mixture_index,
     mutual_information_bits,
     separability_index,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 N = 4000
 

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.lobes import (
     binary_occurrence,
     compare_labels,
     cooccurrence_knn,
     spectral_lobes,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 
 def planted_lobes(n_blocks=1500, n_lobes=4, per=50, seed=0):

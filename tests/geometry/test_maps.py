@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.geometry.maps import (
     attach_labels,
     basis_frame,
@@ -20,7 +21,6 @@ from sae_atlas.geometry.maps import (
     write_map,
 )
 from sae_atlas.geometry.results import list_runs, read_analysis, write_analysis
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from tests.store.sae_folders import write_sae
 
 

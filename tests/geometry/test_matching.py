@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.matching import match_dictionaries
-from sae_atlas.store.errors import InvalidInputError
 
 
 def atoms(n: int, d: int, seed: int) -> np.ndarray:

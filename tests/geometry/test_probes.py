@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.probes import (
     compare_sparse_probes,
     diff_means_probe,
@@ -11,7 +12,6 @@ from sae_atlas.geometry.probes import (
     probe_layers,
     ridge_probe,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.scr_tpp import (
     BinaryTask,
     Pooled,
@@ -16,7 +17,6 @@ from sae_atlas.geometry.scr_tpp import (
     top_latents,
     tpp_metrics,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 N_VALUES = (2, 5, 500)
 D = 8  # planted latents

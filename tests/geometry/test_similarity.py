@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.matching import match_features, mutual_nearest
 from sae_atlas.geometry.similarity import (
     null_test,
@@ -14,7 +15,6 @@ from sae_atlas.geometry.similarity import (
     shuffled_rows,
     svcca,
 )
-from sae_atlas.store.errors import InvalidInputError
 
 
 def test_correlation_from_running_sums_is_pearson_and_dead_latents_are_zero():

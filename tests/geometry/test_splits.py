@@ -4,8 +4,8 @@ when stratified) and the one zero-row rule of `unit_rows`."""
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.splits import split_rows, stratified_split
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.vectors import unit_rows
 
 

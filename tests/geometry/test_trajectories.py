@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.trajectories import trajectory_geometry
-from sae_atlas.store.errors import InvalidInputError
 
 
 def test_straight_line_has_zero_curvature_and_equal_steps():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.saes.importing.guard import check_sae
@@ -37,7 +38,6 @@ from sae_atlas.saes.sae.registry import ARCHITECTURES, build_sae
 from sae_atlas.saes.train.atlas import train_saes
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.store.activations import ActivationReader
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401
 

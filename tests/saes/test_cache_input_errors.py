@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import ModelHandle, tiny_model
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.kill_points import tree_hashes
 
 SMALL = {"d_model": 16, "n_heads": 2, "d_mlp": 32}

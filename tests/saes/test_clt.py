@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.transcoders.clt import CLTConfig, build_clt, fold_layer_scales
 from sae_atlas.saes.transcoders.clt_store import WEIGHTS_FILE, clt_dir, load_atlas_clt, save_clt
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 
 L, D, F = 3, 5, 7

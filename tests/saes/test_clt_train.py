@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.eval.transcoder import replacement_metrics
@@ -21,7 +22,6 @@ from sae_atlas.saes.transcoders.clt_atlas import train_atlas_clt
 from sae_atlas.saes.transcoders.clt_data import CLTReader, clt_metrics
 from sae_atlas.saes.transcoders.clt_store import load_atlas_clt
 from sae_atlas.saes.transcoders.clt_train import train_clt
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 

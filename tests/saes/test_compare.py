@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.pairs import PairedActs
 from sae_atlas.saes.compare.saes_pair import (
     CompareParams,
@@ -12,7 +13,6 @@ from sae_atlas.saes.compare.saes_pair import (
     decoder_match,
     stream_statistics,
 )
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.compare_fixtures import (  # noqa: F401 (one_thread: a fixture)
     one_thread,
     planted_atoms,

@@ -4,9 +4,9 @@ import pytest
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.align import align_spans, align_texts, token_spans
 from sae_atlas.saes.models import TINY_WORDS, _tiny_tokenizer
-from sae_atlas.store.errors import InvalidInputError
 
 TEXT = "The cat sat on the mat. Monday, or Tuesday!"
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.crosscoder import (
     read_crosscoder_sides,
     relative_norms,
@@ -14,7 +15,6 @@ from sae_atlas.saes.compare.crosscoder import (
     train_crosscoder,
 )
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 from tests.saes.planted import planted_atoms
 

@@ -6,10 +6,10 @@ import polars as pl
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.builtin_text import builtin_documents
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks, iter_documents
 from sae_atlas.saes.models import tiny_model
-from sae_atlas.store.errors import InvalidInputError
 
 
 @pytest.fixture(scope="module")

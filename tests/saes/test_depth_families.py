@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.depth.families import family_depth, read_families
 from sae_atlas.saes.models import TINY_WORDS, tiny_model
-from sae_atlas.store.errors import InvalidInputError
 
 WORDS = [w for w in TINY_WORDS if w.isalpha()]
 

@@ -4,6 +4,7 @@ and a tuned lens fitted on one split beats it in KL at the early layers of anoth
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.depth.lens import (
     LensScores,
     TunedLensFitter,
@@ -13,7 +14,6 @@ from sae_atlas.saes.depth.lens import (
 )
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import tiny_model
-from sae_atlas.store.errors import InvalidInputError
 
 N_LAYERS = 4
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.cka import debiased_cka
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.depth.stream import check_layers, stream_depth
 from sae_atlas.saes.models import tiny_model
-from sae_atlas.store.errors import InvalidInputError
 
 CORPUS = CorpusSpec(context_size=32)
 REPO = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from sae_atlas.api.cli import app
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.devices import (
     ENV_DEVICE,
     ENV_DTYPE,
@@ -19,7 +20,6 @@ from sae_atlas.saes.devices import (
 )
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import load_model
-from sae_atlas.store.errors import InvalidInputError
 
 TINY = {"kind": "tiny", "n_layers": 2, "d_model": 16, "n_heads": 2, "d_mlp": 32}
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")

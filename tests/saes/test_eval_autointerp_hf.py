@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.autointerp import AutointerpConfig, autointerp_config, build_backend
 from sae_atlas.saes.eval.autointerp_backends import LEXICAL_PROXY
 from sae_atlas.saes.eval.autointerp_scoring import Sample
 from sae_atlas.saes.eval.suite import run_suite
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.test_eval_autointerp import atlas, no_model  # noqa: F401 (the planted atlas fixture)
 
 TINY = json.dumps({"kind": "tiny", "n_layers": 1, "d_model": 32, "context": 512, "seed": 3})

@@ -7,6 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.autointerp import (
     AutointerpConfig,
     NegativesSource,
@@ -15,7 +16,6 @@ from sae_atlas.saes.eval.autointerp import (
 )
 from sae_atlas.saes.eval.autointerp_scoring import latent_examples
 from sae_atlas.saes.eval.suite import run_suite
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.index import build_atlas_indexes
 from sae_atlas.store.tables import FeatureTables, OccurrenceWriter, write_tables
 from tests.saes.autointerp_planted import PLANTED, planted_examples, planted_features

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.probe_data import (
     code_vs_prose_set,
     file_probe_set,
@@ -17,7 +18,6 @@ from sae_atlas.saes.eval.suite import run_suite
 from sae_atlas.saes.formats import save_saelens
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.formats import (
     load_any,
     load_dictionary_learning,
@@ -18,7 +19,6 @@ from sae_atlas.saes.formats import (
 )
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ARCHS = ["standard", "topk", "batchtopk", "jumprelu", "matryoshka"]

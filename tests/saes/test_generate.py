@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.tokens import decoded_tokens
 from sae_atlas.saes.intervene.decode import cached_decoding
 from sae_atlas.saes.intervene.edits import (
@@ -31,7 +32,6 @@ from sae_atlas.saes.intervene.splice import Splice, run_spliced, stack_splices
 from sae_atlas.saes.models import tiny_model
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
-from sae_atlas.store.errors import InvalidInputError
 
 TEXT = "the cat sat on the mat and the dog ran"
 PROMPTS = [TEXT, "a red car", "one two three four five six"]

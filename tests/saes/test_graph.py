@@ -4,10 +4,10 @@ its source (attention and norms frozen), completeness, batching, targets and bad
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.circuits.build import build_graph
 from sae_atlas.saes.circuits.perturb import node_values
 from sae_atlas.saes.circuits.prune import scores
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.graph_fixtures import (
     PROMPT,
     exact_transcoders,

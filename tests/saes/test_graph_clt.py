@@ -5,11 +5,11 @@ an exact CLT of a ReLU model has zero errors and full scores, node edits and bad
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.circuits.build import build_graph
 from sae_atlas.saes.circuits.interventions import NodeEdit, intervene
 from sae_atlas.saes.circuits.perturb import node_values
 from sae_atlas.saes.circuits.prune import scores
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.graph_fixtures import (
     PROMPT,
     exact_clt,

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.saes.importing.pipeline import MisloadError, import_sae
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import sha256_file
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 from sae_atlas.store.layout import AtlasLayout
 from tests.fixtures.import_atlas import (
     D_SAE,

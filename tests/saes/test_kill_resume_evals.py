@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.absorption import AbsorptionConfig
 from sae_atlas.saes.eval.meta import MetaConfig
 from sae_atlas.saes.eval.scr_tpp import ScrTppConfig
@@ -28,7 +29,6 @@ from sae_atlas.saes.formats import save_saelens
 from sae_atlas.saes.models import tiny_model
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import OccurrenceWriter, write_tables
 from tests.saes.autointerp_planted import PLANTED, planted_examples, planted_features

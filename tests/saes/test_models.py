@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.models import load_model, tiny_model
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.intervene.steer_bench import (
     ARMS,
     BenchParams,
@@ -18,7 +19,6 @@ from sae_atlas.saes.intervene.steer_bench import (
     steer_bench,
 )
 from sae_atlas.saes.intervene.steering_search import SearchParams
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import DETECTOR, PROMOTER, TOKEN, planted_steering
 

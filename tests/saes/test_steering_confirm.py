@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.intervene.steering_prompts import (
     SetSpec,
     category_tokens,
@@ -25,7 +26,6 @@ from sae_atlas.saes.intervene.steering_search import (
     rank_features,
     resolve_target,
 )
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import (
     CLASS,

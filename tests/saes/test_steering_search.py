@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
 from sae_atlas.saes.intervene.splice import Splice, run_spliced
 from sae_atlas.saes.intervene.steering_effects import (
@@ -30,7 +31,6 @@ from sae_atlas.saes.intervene.strength import (
     geometric_grid,
     require_reached,
 )
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.steering_planted import DETECTOR, HOOK, PROMOTER, TOKEN, Planted, planted_steering
 

@@ -100,8 +100,8 @@ def test_only_the_runs_of_split_pieces_are_read_again(tokenizer: Any) -> None:
 
 
 def test_steering_targets_show_partial_pieces_as_bytes(tokenizer: Any) -> None:
+    from sae_atlas.errors import InvalidInputError
     from sae_atlas.saes.intervene.steering_search import resolve_target
-    from sae_atlas.store.errors import InvalidInputError
 
     pieces = _ids(tokenizer, "你")
     target = resolve_target(tokenizer, pieces[:2], len(tokenizer))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.crosscoder import train_crosscoder
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.train.atlas import train_saes
@@ -26,7 +27,6 @@ from sae_atlas.saes.train.sources import CachedSource
 from sae_atlas.saes.train.trainer import SAEDictionary, train_sae
 from sae_atlas.saes.transcoders.clt_train import train_clt
 from sae_atlas.store.activations import ActivationReader
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes import loop_worker as w
 from tests.saes.kill_points import KillPoint, fresh_copy, run_until_killed, timeless_tree
 from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401

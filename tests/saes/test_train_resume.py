@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.train.checkpoint import load_latest_checkpoint
 from sae_atlas.saes.train.trainer import train_sae
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes import resume_worker as w
 from tests.saes.planted import one_thread  # noqa: F401
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import ARCHITECTURES, build_sae
 from sae_atlas.saes.train.config import (
@@ -22,7 +23,6 @@ from sae_atlas.saes.train.geometric_median import geometric_median
 from sae_atlas.saes.train.scaling import fold_input_scale
 from sae_atlas.saes.train.schedule import lr_factor
 from sae_atlas.saes.train.trainer import TrainResult, train_sae
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import (  # noqa: F401
     one_thread,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.eval.evaluate import evaluate_atlas_sae, read_eval
@@ -17,7 +18,6 @@ from sae_atlas.saes.models import tiny_model
 from sae_atlas.saes.train.atlas import train_saes
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.store.activations import ActivationReader
-from sae_atlas.store.errors import InvalidInputError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.test_transcoder import mlp_transcoder
 

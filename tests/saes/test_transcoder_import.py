@@ -14,12 +14,12 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats import detect_layout, load_any
 from sae_atlas.saes.importing.pipeline import MisloadError, import_sae
 from sae_atlas.saes.models import tiny_model
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats import load_saelens
@@ -20,7 +21,6 @@ from sae_atlas.saes.train.trainer import train_sae
 from sae_atlas.saes.transcoders.clt_atlas import train_atlas_clt
 from sae_atlas.saes.transcoders.pairs import PairedReader
 from sae_atlas.saes.transcoders.sites import mlp_output_hook
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 

@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from sae_atlas.errors import AtlasError
 from sae_atlas.saes.eval.spec import EVAL_NAMES
-from sae_atlas.store.errors import AtlasError
 from sae_atlas.store.tables import load_occurrence
 from tests.api.small_atlas import HOOKS, PLANTED_KIND, PLANTED_RUN, build_small_atlas
 

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.activations import ActivationReader, ActivationWriter
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 
 HOOK = "blocks.0.hook_resid_post"
 

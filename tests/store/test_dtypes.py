@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.store.dtypes import dtype_name, parse_dtype
-from sae_atlas.store.errors import InvalidInputError
 
 
 def test_names_torch_prefixes_and_dtypes_map_to_one_canonical_name():

@@ -14,9 +14,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from sae_atlas.api.atlas import Atlas
+from sae_atlas.errors import IntegrityError
 from sae_atlas.saes.eval.evaluate import read_eval
 from sae_atlas.saes.summary.run import summarize_sae
-from sae_atlas.store.errors import IntegrityError
 from sae_atlas.store.feature_records import read_records, write_records
 from sae_atlas.store.index import build_atlas_indexes
 from sae_atlas.store.integrity import WEIGHTS_SHA256, verify_sae_weights

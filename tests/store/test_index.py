@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.index import (
     build_atlas_indexes,
     build_index,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.store.index import build_atlas_indexes, load_index, sae_index_path
 from sae_atlas.store.int8_scan import Int8Scan, quantize_rows
 from sae_atlas.store.search import FeatureSearch

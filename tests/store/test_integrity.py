@@ -14,9 +14,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from sae_atlas.api.atlas import Atlas
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import sha256_file
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 from sae_atlas.store.index import (
     build_atlas_indexes,
     build_marker_path,

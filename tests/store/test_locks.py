@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import sae_atlas.store.index as index_module
-from sae_atlas.store.errors import IntegrityError
+from sae_atlas.errors import IntegrityError
 from sae_atlas.store.index import (
     build_atlas_indexes,
     build_index,

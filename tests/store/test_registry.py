@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.geometry.results import (
     RUNS_FILE,
     analysis_kinds,
@@ -24,7 +25,6 @@ from sae_atlas.saes.formats.saelens import save_saelens
 from sae_atlas.saes.registry import SOURCE_FILE, TRAINING_FILE, register_sae
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.layout import MAX_ID_LENGTH, AtlasLayout, check_id
 
 HOOK = "blocks.0.hook_resid_post"

@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.atomic import atomic_write_json, sha256_file
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import (
     EXAMPLES_FILE,

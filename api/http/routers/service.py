@@ -22,7 +22,7 @@ from sae_atlas.api.http.deps import (
 from sae_atlas.api.http.json_body import json_body
 from sae_atlas.api.http.routers.params import error_responses
 from sae_atlas.api.http.schemas import Health
-from sae_atlas.store.errors import NotFoundError
+from sae_atlas.errors import NotFoundError
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml"}
