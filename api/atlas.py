@@ -46,11 +46,19 @@ from typing import Any
 import polars as pl
 
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.build import (
+    CacheParams,
+    IndexParams,
+    LabelsParams,
+    StoredDtype,
+    SummarizeParams,
+)
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
 from sae_atlas.api.operations.crosscoder import CrosscoderParams
 from sae_atlas.api.operations.graph import GraphParams
+from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
 from sae_atlas.api.results.board import Board
@@ -63,6 +71,7 @@ from sae_atlas.api.results.graph import GraphView
 from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
 from sae_atlas.api.results.meaning import ConceptResult, ContrastResult, GeometryFeature, LabelHit
 from sae_atlas.api.results.rows import Rows
+from sae_atlas.api.results.registration import Registration
 from sae_atlas.api.results.sae import SaeInfo, SaeStatus
 from sae_atlas.api.results.search import TextSearch, TokenFeatures
 from sae_atlas.api.results.steering import SteerBench, SteeringSearch
@@ -70,12 +79,14 @@ from sae_atlas.api.sae_view import MapScores, SaeView, open_sae
 from sae_atlas.api.services import (
     analyses,
     board,
+    build,
     compare_features,
     crosscoder_reads,
     features,
     interventions,
     labels,
     meaning,
+    registration,
     saes,
     search,
 )
@@ -92,12 +103,14 @@ from sae_atlas.geometry.emergence_options import Metric
 from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
 from sae_atlas.geometry.maps import Basis
 from sae_atlas.saes.compare.crosscoder import LatentClass
+from sae_atlas.saes.cache import CacheSummary
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.encoding.texts import Pool
 from sae_atlas.saes.intervene.attribution import AttributionMode
 from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
 from sae_atlas.saes.intervene.steering_search import SteerMode
 from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.summary.run import SummaryReport
 from sae_atlas.store.errors import IntegrityError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.search import Filters
@@ -203,12 +216,64 @@ class Atlas:
 
     def add_sae(self, source: str | Path, *, hook: str | None = None, sae_id: str | None = None,
                 link: bool = False, force: bool = False, registry: str | Path | None = None,
-                with_model: bool = True) -> dict[str, Any]:
+                with_model: bool = True, clt: bool = False) -> dict[str, Any]:
         """Writes: import a pretrained SAE (a folder in a known layout, `RELEASE/SAE_ID` from
-        a registry, or `hf://org/repo/path[@revision]`) after the misload guard; returns what
-        was imported and its metrics."""
-        return saes.add_sae(self.ctx, source, hook=hook, sae_id=sae_id, link=link, force=force,
-                            registry=registry, with_model=with_model)
+        a registry, or `hf://org/repo/path[@revision]`) or a circuit-tracer CLT (`clt`) after
+        the misload guard, with this atlas's model; returns what was imported and its metrics.
+        The parameters are `api.operations.importing.ImportParams`."""
+        params = ImportParams.of(source=str(source), hook=hook, sae_id=sae_id, link=link, force=force,
+                                 registry=registry, with_model=with_model, clt=clt)
+        return saes.add_sae(self.ctx, params)
+
+    def register(self, *, saes: list[str] | None = None, analyses: list[str] | None = None) -> list[Registration]:
+        """Writes: register again SAE folders atlas.json does not list (`saes`) and analysis runs
+        (`analyses`, KIND/RUN) their runs.json does not list, after checking their files; with
+        neither, every unregistered one. One row per attempt ("registered" or why it was
+        refused). The parameters are `api.operations.importing.RegisterParams`."""
+        return registration.register(self.ctx, RegisterParams.of(saes=saes, analyses=analyses))
+
+    # building (writes; the model is this atlas's, see `Atlas.create`) ---------------------
+    def cache(self, hooks: list[str] | None = None, *, layers: int = CacheParams.default("layers"),
+              tokens: int = CacheParams.default("tokens"), dtype: StoredDtype = CacheParams.default("dtype"),
+              batch_blocks: int = CacheParams.default("batch_blocks"),
+              shard_blocks: int = CacheParams.default("shard_blocks"), corpus: CorpusSpec | None = None,
+              device: str | None = None, progress: bool = True) -> CacheSummary:
+        """Writes: cache `hooks` (default: resid_post at `layers` spread layers) of this atlas's
+        model over `tokens` tokens of `corpus` (default: the builtin text) on `device`, creating
+        the atlas if needed; re-running resumes an interrupted run (also after kill -9). Under
+        torchrun each rank writes its share of the shards. The parameters are
+        `api.operations.build.CacheParams`."""
+        params = CacheParams.of(hooks=hooks, layers=layers, tokens=tokens, dtype=dtype, batch_blocks=batch_blocks,
+                                shard_blocks=shard_blocks)
+        return build.cache(self.ctx, params, corpus=corpus, device=device, progress=progress)
+
+    def summarize(self, saes: list[str] | None = None, *, tokens: int | None = None,
+                  top_k: int = SummarizeParams.default("top_k"), before: int = SummarizeParams.default("before"),
+                  after: int = SummarizeParams.default("after"), seed: int = SummarizeParams.default("seed"),
+                  force: bool = False, with_model: bool = True, from_model: bool = False,
+                  batch_blocks: int = SummarizeParams.default("batch_blocks"), checkpoint_every: int | None = None,
+                  corpus: CorpusSpec | None = None, device: str | None = None,
+                  progress: bool = True) -> list[SummaryReport]:
+        """Writes: the feature tables of `saes` (default all): density, quantiles, histograms,
+        top and band examples, logit effects (`with_model`), over held-out cached tokens or,
+        `from_model`, `tokens` tokens of `corpus` streamed through this atlas's model
+        (resumable; ranks split under torchrun); then their offline labels. The parameters are
+        `api.operations.build.SummarizeParams`."""
+        params = SummarizeParams.of(saes=saes, tokens=tokens, top_k=top_k, before=before, after=after, seed=seed,
+                                    force=force, with_model=with_model, from_model=from_model,
+                                    batch_blocks=batch_blocks, checkpoint_every=checkpoint_every)
+        return build.summarize(self.ctx, self._views(params.saes), params, corpus=corpus, device=device,
+                               progress=progress)
+
+    def index(self, saes: list[str] | None = None, *, rebuild: bool = False,
+              approx_threshold: int = IndexParams.default("approx_threshold"),
+              seed: int = IndexParams.default("seed")) -> list[dict[str, Any]]:
+        """Writes: the FAISS index of each SAE (default all) and the model-wide one; indexes
+        that verify are kept unless `rebuild`. Their descriptions, `rebuilt` telling which were
+        (re)written. The parameters are `api.operations.build.IndexParams`."""
+        return build.index(self.ctx, IndexParams.of(saes=saes, rebuild=rebuild, approx_threshold=approx_threshold,
+                                                    seed=seed))
+
 
     # features -----------------------------------------------------------------------------
     def feature(self, sae_id: str, index: int, *, examples: int = 10, neighbours: int = 8) -> Feature:
@@ -312,14 +377,17 @@ class Atlas:
 
     # labels -------------------------------------------------------------------------------
     def build_labels(self, saes: list[str] | None = None) -> dict[str, int]:
-        """Writes: every (or each given) summarized SAE's offline labels; labels per SAE."""
-        return {view.sae_id: labels.build_labels(view) for view in self._views(saes)}
+        """Writes: every (or each given) summarized SAE's offline labels; labels per SAE. The
+        parameters are `api.operations.build.LabelsParams`."""
+        params = LabelsParams.of(saes=saes)
+        return {view.sae_id: labels.build_labels(view) for view in self._views(params.saes)}
 
     def import_explanations(self, sae_id: str, path: str | Path, *, source: str | None = None) -> int:
         """Writes: explanations for one SAE from a Neuronpedia explanations export (.json) or
-        a CSV of feature,explanation; `source` (default: the file name) names the set."""
-        path = Path(path)
-        return labels.import_explanations(self.sae(sae_id), path, source or path.stem)
+        a CSV of feature,explanation; `source` (default: the file name) names the set. The
+        parameters are `api.operations.importing.ExplanationsParams`."""
+        params = ExplanationsParams.of(sae_id=sae_id, path=path, source=source)
+        return labels.import_explanations(self.sae(params.sae_id), params.path, params.source or params.path.stem)
 
     def search_labels(self, query: str, *, sae_id: str | None = None, k: int = 10) -> Rows[LabelHit]:
         """Features whose label or imported explanations match `query` (BM25, local): columns

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from sae_atlas.api.commands.tables import render_table
 from sae_atlas.api.results.jsonable import to_jsonable
-from sae_atlas.store.errors import AtlasError, InvalidInputError
+from sae_atlas.errors import AtlasError, InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
 if TYPE_CHECKING:
@@ -98,6 +98,14 @@ def chosen_saes(layout: AtlasLayout, sae_ids: list[str]) -> list[str]:
     for sae_id in ids:
         layout.require_sae(sae_id)
     return ids
+
+
+def main_rank() -> bool:
+    """Whether this process prints: the only one, or rank 0 under torchrun."""
+    from sae_atlas.saes.distributed import init_distributed
+
+    dist = init_distributed()
+    return dist is None or dist.is_main
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ def no_bos_option(when: str = "") -> Any:
     return typer.Option(False, "--no-bos", help=_help(when, "Do not start blocks with BOS."))
 
 
-def batch_blocks_option(when: str = "") -> Any:
-    """`--batch-blocks`: blocks per forward pass."""
-    return typer.Option(8, min=1, help=_help(when, "Blocks per forward pass."))
+def batch_blocks_option(when: str = "", *, bounded: bool = True) -> Any:
+    """`--batch-blocks`: blocks per forward pass (at least 1: checked here when `bounded`, else
+    by the operation's parameters the value goes to)."""
+    return typer.Option(8, min=1 if bounded else None, help=_help(when, "Blocks per forward pass."))

@@ -17,15 +17,18 @@ import typer
 
 from sae_atlas.api.commands.cache import print_cache_summary
 from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
     console,
     handle_errors,
     output_to_stderr,
     print_json,
     print_table,
+    the_atlas,
 )
 from sae_atlas.api.commands.device_options import device_option, model_dtype_option
 from sae_atlas.api.commands.eval import EvalsFailed
-from sae_atlas.api.commands.summarize import build_offline_labels, print_reports
+from sae_atlas.api.commands.summarize import print_reports
 from sae_atlas.saes.intervene.steering_params import SteeringParams
 from sae_atlas.saes.models import DEFAULT_MODEL
 from sae_atlas.store.layout import AtlasLayout
@@ -33,6 +36,7 @@ from sae_atlas.store.layout import AtlasLayout
 if TYPE_CHECKING:  # the steps import what they run, so that `sae-atlas --help` loads no torch
     from sae_atlas.saes.models import ModelHandle
 
+DEFAULT_ATLAS = Path("atlas-demo")
 DEMO_TOKENS = 65536
 DEMO_TRAIN_TOKENS = 500_000
 DEMO_TEXT = "The meeting moved from Monday to Friday, and the report is due in March."
@@ -207,7 +211,8 @@ def serve_argv(atlas: Path) -> list[str]:
 
 @handle_errors
 def demo_command(
-    atlas: Path = typer.Option(Path("atlas-demo"), help="Atlas directory."),
+    atlas: Path | None = atlas_argument(DEFAULT_ATLAS),
+    old_atlas: Path | None = OLD_ATLAS_OPTION,
     model: str = typer.Option(DEFAULT_MODEL, help="Model spec (default: the embedded SmolLM2-135M)."),
     tokens: int = typer.Option(DEMO_TOKENS, min=1024, help="Tokens to cache per hook."),
     train_tokens: int = typer.Option(DEMO_TRAIN_TOKENS, min=4096, help="Training tokens per SAE."),
@@ -222,6 +227,7 @@ def demo_command(
     from sae_atlas.saes.devices import use_by_default
 
     use_by_default(device, model_dtype)
+    atlas = the_atlas(atlas, old_atlas, DEFAULT_ATLAS)
     with output_to_stderr(json_out):
         built = _run_steps(atlas, model, tokens=tokens, train_tokens=train_tokens, layers=layers, seed=seed)
     if json_out:
@@ -233,7 +239,6 @@ def _run_steps(atlas: Path, model: str, *, tokens: int, train_tokens: int, layer
     from sae_atlas.saes.cache import cache_activations
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.models import load_model
-    from sae_atlas.saes.summary.run import summarize_sae
     from sae_atlas.store.index import build_atlas_indexes
 
     console.rule("[bold]1. model")
@@ -247,13 +252,9 @@ def _run_steps(atlas: Path, model: str, *, tokens: int, train_tokens: int, layer
     sae_ids = _train(handle, atlas, hooks, train_tokens, seed)
     core_evals(handle, atlas, sae_ids)
     console.rule("[bold]4. feature summaries (held-out tokens)")
-    reports = [
-        summarize_sae(atlas, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
-                      norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, seed=seed)
-        for sae_id in sae_ids
-    ]
-    build_offline_labels(atlas, reports)
-    print_reports(reports)
+    from sae_atlas.api.atlas import Atlas
+
+    print_reports(Atlas(atlas, model=handle).summarize(sae_ids, seed=seed))
     console.rule("[bold]5. FAISS indexes and example searches")
     for info in build_atlas_indexes(atlas):
         console.print(f"{info.get('sae_id', 'model-wide')}: {info['type']}, {info['n']} rows, "

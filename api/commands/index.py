@@ -1,4 +1,4 @@
-"""`sae-atlas index`: build or repair the FAISS indexes of an atlas."""
+"""`sae-atlas index ATLAS`: build or repair the FAISS indexes of an atlas."""
 
 from __future__ import annotations
 
@@ -6,24 +6,32 @@ from pathlib import Path
 
 import typer
 
-from sae_atlas.api.commands.common import handle_errors, print_json, print_table
+from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+    the_atlas,
+)
 from sae_atlas.store.index_params import APPROX_THRESHOLD
 
 
 @handle_errors
 def index_command(
-    atlas: Path = typer.Option(..., help="Atlas directory."),
-    sae: list[str] = typer.Option([], help="SAE id (repeatable); default: every SAE."),
+    atlas: Path | None = atlas_argument(),
+    old_atlas: Path | None = OLD_ATLAS_OPTION,
+    saes: list[str] = typer.Option([], "--sae", help="SAE id (repeatable); default: every SAE."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild even indexes that verify."),
-    approx_threshold: int = typer.Option(APPROX_THRESHOLD, min=1, help="Rows from which the index is approximate (IVF)."),
+    approx_threshold: int = typer.Option(APPROX_THRESHOLD, help="Rows from which the index is approximate (IVF)."),
     seed: int = typer.Option(0, help="Seed of IVF training and the recall sample."),
     json_out: bool = typer.Option(False, "--json", help="Print the index descriptions as JSON."),
 ) -> None:
-    """Index unit decoder rows per SAE and model-wide; keeps indexes that are current."""
-    from sae_atlas.store.index import build_atlas_indexes
-
-    infos = build_atlas_indexes(atlas, list(sae) or None, rebuild=rebuild,
-                                approx_threshold=approx_threshold, seed=seed)
+    """Index unit decoder rows per SAE and model-wide; keeps indexes that are current (a thin
+    call of `Atlas.index`; the parameters: `api.operations.build.IndexParams`)."""
+    infos = open_atlas(the_atlas(atlas, old_atlas)).index(list(saes) or None, rebuild=rebuild,
+                                                          approx_threshold=approx_threshold, seed=seed)
     if json_out:
         print_json(infos)
         return

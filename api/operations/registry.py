@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sae_atlas.api.operations.base import Operation
+from sae_atlas.api.operations.build import CacheParams, IndexParams, LabelsParams, SummarizeParams
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
 from sae_atlas.api.operations.crosscoder import CrosscoderParams
 from sae_atlas.api.operations.graph import GraphParams
+from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
 
 
@@ -73,6 +75,32 @@ OPERATIONS: tuple[Surfaces, ...] = (
              python_only=("corpus", "device", "progress"),
              cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"), cli_atlas="--atlas",
              example={"hook_a": "x", "hook_b": "y"}, cli_example=("--hook-a", "x", "--hook-b", "y")),
+    Surfaces(CacheParams, "cache", ("cache",), None, python_only=("corpus", "device", "progress"),
+             cli_only=("model", "corpus", "text_field", "context", "no_bos", "seed", "json_out", "device",
+                       "model_dtype")),
+    Surfaces(SummarizeParams, "summarize", ("summarize",), None, python_only=("corpus", "device", "progress"),
+             cli_only=("corpus", "text_field", "context", "no_bos", "corpus_seed", "json_out", "device",
+                       "model_dtype")),
+    Surfaces(IndexParams, "index", ("index",), None),
+    Surfaces(LabelsParams, "build_labels", None, None),
+    Surfaces(ImportParams, "add_sae", ("import",), None, cli_arguments=("source",), example={"source": "x"}),
+    Surfaces(RegisterParams, "register", ("register",), None),
+    Surfaces(ExplanationsParams, "import_explanations", None, None, example={"sae_id": "x", "path": "x.csv"}),
+    Surfaces(RunParams, "run", None, ("POST", "/run"), example={"text": "the cat sat"}),
+    Surfaces(SteerParams, "steer", ("steer",), ("POST", "/steer"), cli_arguments=("text",),
+             example={"text": "the cat sat", "edits": [ROTATE]}, cli_example=("--edit", json.dumps(ROTATE))),
+    Surfaces(SteerParams, "steer_stream", None, ("POST", "/steer/stream"),
+             example={"text": "the cat sat", "edits": [ROTATE]}),
+    Surfaces(AttributeParams, "attribute", ("attribute",), ("POST", "/attribute"), cli_arguments=("text",),
+             cli_only=("other", "kind", "position", "json_out"), example={"text": "the cat sat", "target": " cat"},
+             cli_example=("--target", " cat")),
+    Surfaces(SteeringSearchParams, "steering_features", ("steering-search",), ("POST", "/steering/search"),
+             cli_arguments=("target",), cli_only=("as_ids", "concept", "contrast_a", "contrast_b", "json_out"),
+             http_narrowed=("target", "n_prompts", "candidates", "confirm_prompts", "prompts", "combine"),
+             example={"target": " cat"}),
+    Surfaces(SteerBenchParams, "steer_bench", ("steer-bench",), None, cli_arguments=("targets",),
+             cli_only=("concept", "contrast_a", "contrast_b", "out", "plot", "json_out"),
+             example={"targets": [" cat"]}),
 )
 
 NOT_CONVERTED: dict[str, str] = {
@@ -95,9 +123,6 @@ NOT_CONVERTED: dict[str, str] = {
     "steering_features": "steering (being changed by its own work): SteeringQuery over HTTP",
     "steer_bench": "steering (being changed by its own work): options in `steer-bench`",
     "depth_profile": "depth (being changed by its own work): keywords and **options",
-    "add_sae": "keywords typed in the method, options in `import`",
-    "build_labels": "one keyword (saes)",
-    "import_explanations": "keywords typed in the method",
     "map": "one keyword (basis), query parameter over HTTP",
     "examples": "one keyword (kind), query parameter over HTTP",
 }

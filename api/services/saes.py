@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.importing import ImportParams
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import SaeStatus, Status
 from sae_atlas.api.sae_view import open_sae
+from sae_atlas.errors import IntegrityError
 from sae_atlas.saes.importing.pipeline import import_sae
 from sae_atlas.saes.registry import folder_record
-from sae_atlas.store.errors import IntegrityError
 from sae_atlas.store.steering import STEERING_META
 
 RECORDED_KEYS = ("hook", "hook_out", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")
@@ -77,10 +78,21 @@ def preload(ctx: AtlasContext) -> None:
                 search.neighbour_table(source, target)
 
 
-def add_sae(ctx: AtlasContext, source: str | Path, **options: Any) -> dict[str, Any]:
+def add_sae(ctx: AtlasContext, params: ImportParams) -> dict[str, Any]:
     """Import a pretrained SAE into the atlas after the misload guard
-    (`saes.importing.pipeline.import_sae`); what was imported and its metrics."""
-    handle = ctx.model_override if hasattr(ctx.model_override, "hook_names") else None
-    result = import_sae(ctx.root, source, model_handle=handle, **options)
+    (`saes.importing.pipeline.import_sae`), or a circuit-tracer cross-layer transcoder
+    (`saes.importing.clt.import_clt`: `params.clt`, or detected in a local folder), with
+    the context's model; what was imported and its metrics."""
+    from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
+
+    if params.clt or is_circuit_tracer_clt(Path(params.source)):
+        from sae_atlas.saes.importing.clt import import_clt
+
+        result = ctx.run_locked(lambda: import_clt(ctx.root, params.source, clt_id=params.sae_id, force=params.force,
+                                                   model_handle=ctx.model()))
+    else:
+        result = ctx.run_locked(lambda: import_sae(
+            ctx.root, params.source, hook=params.hook, sae_id=params.sae_id, link=params.link, force=params.force,
+            registry=params.registry, with_model=params.with_model, model_loader=ctx.model))
     ctx.reread_meta()
     return result.to_dict()

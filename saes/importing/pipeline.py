@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.eval.evaluate import EVAL_FILE, write_eval
 from sae_atlas.saes.formats import declared_normalization, detect_layout, load_any
 from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
@@ -38,7 +40,6 @@ from sae_atlas.saes.models import ModelHandle, load_model
 from sae_atlas.saes.registry import SOURCE_FILE, imported_record
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.atomic import atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 from sae_atlas.store.layout import AtlasLayout, check_id, created_with
 
 STAGING_DIR = ".import-staging"
@@ -177,18 +178,20 @@ def import_sae(
     ce_blocks: int = DEFAULT_CE_BLOCKS,
     with_model: bool = True,
     model_handle: ModelHandle = None,
+    model_loader: Callable[[], ModelHandle] | None = None,
 ) -> ImportResult:
     """Import SOURCE (a folder in a known layout, `RELEASE/SAE_ID`, `hf://org/repo/path[@rev]`)
-    into the atlas at `atlas` (see the module doc). Raises MisloadError naming the cause
-    when the guard refuses it (unless `force`), InvalidInputError / UnknownHookError for
-    bad input; nothing is left in the atlas by a refused import."""
+    into the atlas at `atlas` (see the module doc). The model is `model_handle`, else what
+    `model_loader` returns when it is first needed, else atlas.json's. Raises MisloadError
+    naming the cause when the guard refuses it (unless `force`), InvalidInputError /
+    UnknownHookError for bad input; nothing is left in the atlas by a refused import."""
     layout = AtlasLayout(atlas)
     meta = layout.read_meta()
     handle: dict[str, Any] = {"model": model_handle}
 
     def model() -> Any:
         if handle["model"] is None:
-            handle["model"] = load_model(meta["model"])
+            handle["model"] = model_loader() if model_loader is not None else load_model(meta["model"])
         return handle["model"]
 
     resolved = resolve_source(source, registry=registry)

@@ -18,7 +18,7 @@ from sae_atlas.api.cli import app
 ])
 def test_default_layers_fit_a_shallow_model(n_layers: int, hooks: list[str], tmp_path: Path) -> None:
     model = json.dumps({"kind": "tiny", "n_layers": n_layers, "d_model": 16, "n_heads": 2, "d_mlp": 32})
-    result = CliRunner().invoke(app, ["cache", "--atlas", str(tmp_path / "atlas"), "--model", model,
+    result = CliRunner().invoke(app, ["cache", str(tmp_path / "atlas"), "--model", model,
                                       "--tokens", "64", "--context", "16", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["hooks"] == hooks
@@ -28,7 +28,7 @@ def test_empty_corpus_leaves_no_atlas(tmp_path: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     root = tmp_path / "atlas"
-    result = CliRunner().invoke(app, ["cache", "--atlas", str(root), "--model", '{"kind": "tiny", "n_layers": 2}',
+    result = CliRunner().invoke(app, ["cache", str(root), "--model", '{"kind": "tiny", "n_layers": 2}',
                                       "--corpus", str(empty), "--tokens", "64", "--context", "16", "--json"])
     assert result.exit_code == 2, (result.output, result.exception)
     lines = result.output.strip().splitlines()

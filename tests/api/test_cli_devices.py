@@ -27,11 +27,11 @@ HOOK = "blocks.0.hook_resid_post"
 MISSING_GPU = "cuda:99" if torch.cuda.is_available() else "cuda"
 # the arguments that take each verb up to its device check, given an atlas with a cache and an SAE
 VERB_ARGS: dict[tuple[str, ...], Any] = {
-    ("cache",): lambda root: ["--atlas", str(root / "new"), "--model", '{"kind": "tiny"}', "--tokens", "256"],
+    ("cache",): lambda root: [str(root / "new"), "--model", '{"kind": "tiny"}', "--tokens", "256"],
     ("train",): lambda root: ["--atlas", str(root), "--tokens", "128", "--batch-size", "64"],
     ("eval",): lambda root: ["--atlas", str(root)],
-    ("summarize",): lambda root: ["--atlas", str(root)],
-    ("demo",): lambda root: ["--atlas", str(root / "demo")],
+    ("summarize",): lambda root: [str(root)],
+    ("demo",): lambda root: [str(root / "demo")],
     ("serve",): lambda root: [str(root)],
     ("search", "text"): lambda root: [str(root), "the cat"],
     ("steering-scores",): lambda root: ["--atlas", str(root)],

@@ -127,7 +127,7 @@ def test_demo_json_keeps_stdout_for_the_json(monkeypatch: pytest.MonkeyPatch, tm
         return {"atlas": str(atlas), "sae_ids": ["s0"]}
 
     monkeypatch.setattr(demo, "_run_steps", steps)
-    result = CliRunner().invoke(app, ["demo", "--atlas", str(tmp_path), "--json", "--device", "cpu"])
+    result = CliRunner().invoke(app, ["demo", str(tmp_path), "--json", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"atlas": str(tmp_path), "sae_ids": ["s0"]}
     assert "a step's table" in result.stderr and "0.25" in result.stderr

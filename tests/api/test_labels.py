@@ -180,7 +180,7 @@ def test_summarize_builds_labels_and_search_says_when_there_are_none(small_atlas
             path.unlink()
     with pytest.raises(NotFoundError, match="--rebuild"):
         Atlas(root).search_labels("weekday")
-    out = CliRunner().invoke(app, ["summarize", "--atlas", str(root), "--sae", sae_id, "--force", "--no-model"])
+    out = CliRunner().invoke(app, ["summarize", str(root), "--sae", sae_id, "--force", "--no-model"])
     assert out.exit_code == 0, out.output
     stored = read_records(root, sae_id, "labels")
     assert stored.height == small_atlas["d_sae"] and set(stored["source"]) == {"auto"}

@@ -170,7 +170,11 @@ def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surface
         arguments.append(str(value))
     atlas = Atlas(root)
     bounded = _bounds(op.params)
-    assert bounded, f"{op.params.__name__} states no bounds to check"
+    if not bounded:  # only an operation without numbers or choices (ids, paths, flags) states none
+        numbers = [name for name, prop in op.params.model_json_schema()["properties"].items()
+                   if '"integer"' in json.dumps(prop) or '"number"' in json.dumps(prop)]
+        assert not numbers, f"{op.params.__name__} states no bounds on {numbers}"
+        pytest.skip(f"{op.params.__name__} has no numeric or fixed-choice parameters")
     with TestClient(create_app(ServerSettings(root=root, allow_interventions=True))) as http:
         for name in bounded:
             for bad in _outside(op.params, name):

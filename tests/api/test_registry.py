@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.cli import app
+from sae_atlas.errors import IntegrityError
 from sae_atlas.geometry.results import RUNS_FILE
-from sae_atlas.store.errors import IntegrityError
 from tests.api.conftest import LiveServer
 from tests.api.small_atlas import PLANTED_KIND, PLANTED_RUN
 
@@ -107,7 +107,7 @@ def test_unregistered_sae_and_run_are_reported_over_http(live: LiveServer, audit
             assert f"sae-atlas register --atlas <atlas> --analysis {KIND}/{RUN}" in body["repair"]
         assert http.get(f"/saes/{sae}/features/3").json()["index"] == 3  # served from its folder, marked above
 
-        result = _register("--atlas", str(audited["root"]))  # everything unregistered
+        result = _register(str(audited["root"]))  # everything unregistered
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout) == [
             {"what": "sae", "name": sae, "result": "registered"},
@@ -124,20 +124,20 @@ def test_unregistered_sae_and_run_are_reported_over_http(live: LiveServer, audit
 
 def test_register_by_name_and_what_it_refuses(audited: dict[str, Any], small_atlas: dict[str, Any]) -> None:
     root, sae = audited["root"], audited["sae"]
-    result = _register("--atlas", str(root), "--analysis", f"{KIND}/{RUN}")
+    result = _register(str(root), "--analysis", f"{KIND}/{RUN}")
     assert result.exit_code == 0, result.output
     assert [r["status"] for r in Atlas(root).analyses().to_dicts() if r["kind"] == KIND] == ["ok"]
     assert Atlas(root).sae_status(sae)["status"] == "unregistered"  # only what was named
-    again = _register("--atlas", str(root), "--analysis", f"{KIND}/{RUN}", "--sae", small_atlas["sae_ids"][1])
+    again = _register(str(root), "--analysis", f"{KIND}/{RUN}", "--sae", small_atlas["sae_ids"][1])
     assert again.exit_code == 2
     assert [r["result"].split(":")[0] for r in json.loads(again.stdout)] == ["refused", "refused"]
     assert "already registered" in again.stdout
-    assert _register("--atlas", str(root), "--analysis", "no-slash").exit_code == 2
+    assert _register(str(root), "--analysis", "no-slash").exit_code == 2
     (root / "saes" / sae / "training.json").unlink()  # nothing left to rebuild its record from
     row = Atlas(root).sae_status(sae)
     assert row["status"] == "unregistered" and "training.json: file is missing" in row["problem"]
     assert str(root) not in row["problem"]
-    refused = _register("--atlas", str(root), "--sae", sae)
+    refused = _register(str(root), "--sae", sae)
     assert refused.exit_code == 2 and "training.json" in refused.stdout
     assert sae not in json.loads((root / "atlas.json").read_text())["saes"]
 
@@ -150,7 +150,7 @@ def test_an_unregistered_run_with_a_damaged_file_is_damaged(audited: dict[str, A
     table.write_bytes(table.read_bytes()[:-8])
     row = next(r for r in Atlas(root).analyses().to_dicts() if r["run"] == RUN)
     assert row["status"] == "damaged" and row["problem"].startswith(f"analyses/{KIND}/{RUN}.parquet")
-    result = _register("--atlas", str(root), "--analysis", f"{KIND}/{RUN}")
+    result = _register(str(root), "--analysis", f"{KIND}/{RUN}")
     assert result.exit_code == 2 and f"{RUN}.parquet" in result.stdout
     runs = json.loads((root / "analyses" / KIND / RUNS_FILE).read_text())["runs"]
     assert RUN not in runs

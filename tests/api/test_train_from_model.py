@@ -52,7 +52,7 @@ def test_streamed_saes_are_saved_and_registered_like_cached_ones(tmp_path: Path)
     assert result.exit_code == 0, (result.output, result.exception)
     records = json.loads(result.output)
     cached = tmp_path / "cached"  # the same SAE trained from a cache of the same tokens
-    assert CliRunner().invoke(app, ["cache", "--atlas", str(cached), "--model", MODEL, "--hook", HOOKS[0],
+    assert CliRunner().invoke(app, ["cache", str(cached), "--model", MODEL, "--hook", HOOKS[0],
                                     "--tokens", "640", "--context", "16", "--json"]).exit_code == 0
     done = CliRunner().invoke(app, ["train", "--atlas", str(cached), "--hook", HOOKS[0], *SIZES[:-4], "--json"])
     assert done.exit_code == 0, done.output
@@ -70,7 +70,7 @@ def test_streamed_saes_are_saved_and_registered_like_cached_ones(tmp_path: Path)
     assert sae.cfg.hook_name == HOOKS[0] and sae.cfg.d_sae == 32
     assert not list((root / "saes").glob(".train-*"))  # the run's checkpoints are gone
     for verb in (["summarize", "--from-model", "--tokens", "64", "--context", "16"], ["index"]):  # used like any SAE
-        done = CliRunner().invoke(app, [verb[0], "--atlas", str(root), *verb[1:]])
+        done = CliRunner().invoke(app, [verb[0], str(root), *verb[1:]])
         assert done.exit_code == 0, (verb, done.output)
 
 
@@ -141,7 +141,7 @@ def test_a_streamed_cross_layer_transcoder_is_saved_and_registered_like_a_cached
     assert result.exit_code == 0, (result.output, result.exception)
     record = json.loads(result.output)
     outs = [f"blocks.{layer}.hook_mlp_out" for layer in range(2)]
-    assert CliRunner().invoke(app, ["cache", "--atlas", str(cached), "--model", MODEL, *_hooks(ins + outs),
+    assert CliRunner().invoke(app, ["cache", str(cached), "--model", MODEL, *_hooks(ins + outs),
                                     "--tokens", "640", "--context", "16", "--json"]).exit_code == 0
     done = CliRunner().invoke(app, ["train", "--atlas", str(cached), *clt, *SIZES[:-4], "--json"])
     assert done.exit_code == 0, done.output

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import tiny_model
 from sae_atlas.store.activations import ActivationReader
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 from sae_atlas.store.layout import AtlasLayout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def test_bad_requests_are_clear(tmp_path, handle):
 
 
 def _cache_cmd(atlas: Path, tokens: int) -> list[str]:
-    return [sys.executable, "-m", "sae_atlas", "cache", "--atlas", str(atlas), "--model", json.dumps(TINY),
+    return [sys.executable, "-m", "sae_atlas", "cache", str(atlas), "--model", json.dumps(TINY),
             "--hook", "blocks.0.hook_resid_post", "--hook", "blocks.2.hook_resid_post",
             "--tokens", str(tokens), "--context", "32", "--batch-blocks", "4", "--shard-blocks", "4",
             "--dtype", "float16", "--json"]

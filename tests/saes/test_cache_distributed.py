@@ -36,7 +36,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
 def cache_args(atlas: Path) -> list[str]:
-    return ["cache", "--atlas", str(atlas), "--model", json.dumps(TINY), *(a for h in HOOKS for a in ("--hook", h)),
+    return ["cache", str(atlas), "--model", json.dumps(TINY), *(a for h in HOOKS for a in ("--hook", h)),
             "--tokens", str(TOKENS), "--context", str(CONTEXT), "--batch-blocks", str(BATCH),
             "--shard-blocks", str(SHARD), "--dtype", "float16", "--device", "cpu", "--json"]
 

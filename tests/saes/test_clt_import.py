@@ -17,6 +17,7 @@ import yaml
 from safetensors.numpy import load_file as load_numpy
 from safetensors.torch import load_file, save_file
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats.circuit_tracer_clt import load_circuit_tracer_clt
@@ -24,7 +25,6 @@ from sae_atlas.saes.importing.clt import import_clt, judge
 from sae_atlas.saes.importing.pipeline import MisloadError, import_sae
 from sae_atlas.saes.models import tiny_model
 from sae_atlas.saes.transcoders.clt_store import load_atlas_clt
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 
@@ -157,11 +157,11 @@ def test_cli_import_detects_a_clt_folder(tmp_path):
     cache_activations(handle, root, ["blocks.1.hook_mlp_out"], corpus=CorpusSpec(context_size=16), n_tokens=16 * 20,
                       progress=False)
     folder = _exact_clt(tmp_path / "exact", handle)
-    res = CliRunner().invoke(app, ["import", str(folder), "--atlas", str(root), "--id", "via-cli", "--json"])
+    res = CliRunner().invoke(app, ["import", str(root), str(folder), "--id", "via-cli", "--json"])
     assert res.exit_code == 0, res.output
     body = json.loads(res.output)
     assert body["clt_id"] == "via-cli" and body["metrics"]["fvu"] < 1e-6 and not body["suspect"]
-    res = CliRunner().invoke(app, ["import", str(folder), "--atlas", str(root), "--id", "via-cli"])
+    res = CliRunner().invoke(app, ["import", str(root), str(folder), "--id", "via-cli"])
     assert res.exit_code != 0 and "already exists" in res.output
 
 

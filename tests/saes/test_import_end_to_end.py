@@ -110,12 +110,12 @@ def test_cli_import_and_its_errors(imported: dict[str, Any], tmp_path: Path) -> 
     runner = CliRunner()
     root = str(imported["root"])
     source = write_gemma_scope(tmp_path / "gemma-scope-tiny-res" / "layer_1" / "width_64" / "cli", imported["w"])
-    ok = runner.invoke(app, ["import", str(source), "--atlas", root, "--id", "cli-import", "--no-model", "--json"])
+    ok = runner.invoke(app, ["import", root, str(source), "--id", "cli-import", "--no-model", "--json"])
     assert ok.exit_code == 0, ok.output
     assert '"sae_id": "cli-import"' in ok.output and "cli-import" in AtlasLayout(root).sae_ids()
     stripped = write_gemma_scope(tmp_path / "gemma-scope-tiny-res" / "layer_1" / "width_64" / "bad", imported["w"],
                                  threshold=False)
-    refused = runner.invoke(app, ["import", str(stripped), "--atlas", root, "--no-model"])
+    refused = runner.invoke(app, ["import", root, str(stripped), "--no-model"])
     assert refused.exit_code == 2 and "threshold" in refused.output
-    unknown = runner.invoke(app, ["import", "no-such-release/x", "--atlas", root])
+    unknown = runner.invoke(app, ["import", root, "no-such-release/x"])
     assert unknown.exit_code == 2 and "unknown release" in unknown.output

@@ -15,6 +15,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.formats import save_saelens
 from sae_atlas.saes.sae.base import SAE, SAEConfig
 from sae_atlas.saes.sae.standard import StandardSAE
@@ -23,7 +24,6 @@ from sae_atlas.saes.summary.bands import latent_salts, token_keys
 from sae_atlas.saes.summary.logits import logit_directions, logit_effects, vocab_strings
 from sae_atlas.saes.summary.run import summarize_blocks, summarize_sae
 from sae_atlas.store.activations import ActivationReader, ActivationWriter, Blocks
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import FeatureTables, histogram_edges, load_occurrence
 
@@ -307,7 +307,7 @@ def test_cli_summarizes_a_saved_sae_with_the_atlas_model(tmp_path):
     app = typer.Typer()
     app.callback()(lambda: None)
     register(app)
-    result = CliRunner().invoke(app, ["summarize", "--atlas", str(tmp_path), "--top-k", "4", "--json"])
+    result = CliRunner().invoke(app, ["summarize", str(tmp_path), "--top-k", "4", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)[0]
     assert report["sae_id"] == "tiny-l1" and report["logit_effects"] and report["n_latents"] == d
@@ -319,5 +319,5 @@ def test_cli_summarizes_a_saved_sae_with_the_atlas_model(tmp_path):
     assert row["top_logit_tokens"][0] == handle.tokenizer.decode([row["top_logit_ids"][0]])
     example = tables.examples_for(3, "top").row(0, named=True)
     assert example["tokens"] == [handle.tokenizer.decode([t]) for t in example["token_ids"]]
-    bad = CliRunner().invoke(app, ["summarize", "--atlas", str(tmp_path), "--sae", "missing"])
+    bad = CliRunner().invoke(app, ["summarize", str(tmp_path), "--sae", "missing"])
     assert bad.exit_code == 2 and "tiny-l1" in bad.output

@@ -16,13 +16,13 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import sae_atlas.saes.streaming as streaming
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.summary.accumulator import SummaryParams
 from sae_atlas.saes.summary.run import summarize_blocks, summary_record, write_summary
 from sae_atlas.saes.summary.stream import STATE_DIR, summarize_from_model
 from sae_atlas.store.activations import ActivationReader
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import OccurrenceWriter, load_occurrence
 from tests.saes.stream_fixture import BATCH_BLOCKS, CORPUS, N_TOKENS, SAES, make_atlas, tiny
@@ -160,11 +160,11 @@ def test_cli_from_model_writes_the_streamed_tables(tmp_path: Path) -> None:
     from sae_atlas.api.cli import app
 
     make_atlas(tmp_path, with_cache=False)
-    result = CliRunner().invoke(app, ["summarize", "--atlas", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
+    result = CliRunner().invoke(app, ["summarize", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
                                       "--context", "16", "--batch-blocks", str(BATCH_BLOCKS), "--device", "cpu",
                                       "--json"])
     assert result.exit_code == 0, result.output
     assert [r["skipped"] for r in json.loads(result.output)] == [False, False]
     assert all(r.skipped for r in run_stream(tmp_path))  # the library call with the same arguments
-    missing = CliRunner().invoke(app, ["summarize", "--atlas", str(tmp_path), "--from-model"])
+    missing = CliRunner().invoke(app, ["summarize", str(tmp_path), "--from-model"])
     assert missing.exit_code == 2 and "needs --tokens" in missing.output
