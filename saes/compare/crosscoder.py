@@ -30,13 +30,14 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.base import SAE, SAEConfig
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import train_dictionaries
 from sae_atlas.saes.train.sources import Batch, RowSource
 from sae_atlas.saes.train.trainer import SAEDictionary, TrainResult
 from sae_atlas.store.atomic import atomic_write_json, read_json
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store.layout import AtlasLayout, check_id
 
 CROSSCODER_FILE = "crosscoder.json"
 LatentClass = Literal["a_only", "shared", "b_only"]
@@ -68,6 +69,23 @@ def side_scales(first_batches: list[torch.Tensor], d_a: int) -> SideScales:
     if ms_a <= 0 or ms_b <= 0:
         raise InvalidInputError("one side's activations are all zero; nothing to crosscode")
     return SideScales(d_a, (ms_a / d_a) ** 0.5, (ms_b / b.shape[1]) ** 0.5)
+
+
+def crosscoder_dir(root: str | Path, cc_id: str) -> Path:
+    """Where crosscoder `cc_id` of the atlas lives: `crosscoders/<id>/`."""
+    return AtlasLayout(root).root / "crosscoders" / check_id(cc_id, "crosscoder id")
+
+
+def default_crosscoder_id(hook_a: str, hook_b: str, d_sae: int) -> str:
+    """A crosscoder's id when none is given: `<hook_a>--<hook_b>-<d_sae>`."""
+    return check_id(f"{hook_a}--{hook_b}-{d_sae}", "crosscoder id")
+
+
+def write_crosscoder_sides(out: Path, d_a: int, d_b: int, scales: SideScales, sides: dict[str, Any]) -> None:
+    """The `crosscoder.json` of a crosscoder saved in `out`: its sides' widths and scales and
+    what A and B are (`sides`)."""
+    atomic_write_json(out / CROSSCODER_FILE, {"d_a": d_a, "d_b": d_b, "scale_a": scales.scale_a,
+                                              "scale_b": scales.scale_b, "sides": sides})
 
 
 def crosscoder_config(d_a: int, d_b: int, d_sae: int, k: int, *, hook_name: str = "", model_name: str = "") -> SAEConfig:
@@ -126,8 +144,7 @@ def train_crosscoder(paired: PairedStream, d_a: int, d_b: int, *, d_sae: int, k:
     result = coder.finish(out, None, wall_seconds=run.wall_seconds, resumed_from_step=run.resumed_from_step)
     scales = coder.sides
     if out is not None:
-        atomic_write_json(out / CROSSCODER_FILE, {"d_a": d_a, "d_b": d_b, "scale_a": scales.scale_a,
-                                                  "scale_b": scales.scale_b, "sides": sides or {}})
+        write_crosscoder_sides(out, d_a, d_b, scales, sides or {})
     return result, scales
 
 

@@ -19,10 +19,11 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 import torch
 
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
 from sae_atlas.saes.formats.saelens import OUR_KEY
 from sae_atlas.saes.registry import trained_record
@@ -36,7 +37,6 @@ from sae_atlas.saes.train.trainer import SAEDictionary
 from sae_atlas.saes.transcoders.pairs import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import read_json
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 from sae_atlas.store.layout import AtlasLayout, check_id
 
 Distribute = Literal["auto", "data", "modules"]
@@ -154,9 +154,24 @@ def _plan(layout: AtlasLayout, hook: str, hook_out: str, architecture: str, d_sa
     return Planned(hook, hook_out, reader, sae_cfg, sae_id, layout.sae_dir(sae_id))
 
 
-def to_train(planned: list[Planned], train_cfg: TrainConfig, overwrite: bool, ctx: DistContext | None) -> list[Planned]:
-    """The SAEs not yet finished with this configuration (an overwritten one is cleared
-    first); InvalidInputError when one is saved with a different configuration."""
+class Saved(Protocol):
+    """What `to_train` reads of a planned dictionary saved like an SAE (a `Planned`, or a
+    streamed crosscoder): its config, id and folder."""
+
+    @property
+    def sae_cfg(self) -> SAEConfig: ...
+    @property
+    def sae_id(self) -> str: ...
+    @property
+    def sae_dir(self) -> Path: ...
+
+
+S = TypeVar("S", bound=Saved)
+
+
+def to_train(planned: list[S], train_cfg: TrainConfig, overwrite: bool, ctx: DistContext | None) -> list[S]:
+    """The dictionaries not yet finished with this configuration (an overwritten one is
+    cleared first); InvalidInputError when one is saved with a different configuration."""
     if overwrite and (ctx is None or ctx.is_main):
         for p in planned:
             for name in ("training.json", "cfg.json"):
@@ -206,7 +221,9 @@ def save_trained(run: LoopRun, todo: list[Planned], eval_rows: Callable[[Planned
     by_id = {p.sae_id: p for p in todo}
     world = 1 if ctx is None or distribute == "modules" else ctx.world_size  # ranks that split its batches
     for d in run.dictionaries:
-        p = by_id[d.name]
+        p = by_id.get(d.name)
+        if p is None:
+            continue  # a dictionary of another kind in the same run, saved by its caller
         assert isinstance(d, SAEDictionary)
         d.finish(p.sae_dir, eval_rows(p), wall_seconds=run.wall_seconds, world_size=world,
                  write=distribute == "modules" or ctx is None or ctx.is_main)
@@ -293,6 +310,13 @@ def train_saes(
     barrier(ctx)
     if ctx is None or ctx.is_main:
         remove_run(folder)  # also after a run killed between the last save and its cleanup
+    return register_trained(layout, planned, train_cfg, ctx)
+
+
+def register_trained(layout: AtlasLayout, planned: Sequence[Planned], train_cfg: TrainConfig,
+                     ctx: DistContext | None) -> dict[str, dict[str, Any]]:
+    """Every planned SAE's atlas.json record by hook, read back from its finished folder
+    (InvalidInputError for one that did not complete); rank 0 adds them to atlas.json."""
     results = {}
     for p in planned:  # every rank reads the finished records; rank 0 writes atlas.json
         record = completed(p.sae_dir, p.sae_cfg, train_cfg)
@@ -301,8 +325,6 @@ def train_saes(
         results[p.hook] = trained_record(p.sae_id, p.sae_cfg, record)
     if ctx is None or ctx.is_main:
         meta = layout.read_meta() if layout.atlas_json.exists() else {}
-        saes = dict(meta.get("saes", {}))
-        saes.update({r["sae_id"]: r for r in results.values()})
-        layout.update_meta(saes=saes)
+        layout.update_meta(saes={**meta.get("saes", {}), **{r["sae_id"]: r for r in results.values()}})
     barrier(ctx)
     return results

@@ -4,10 +4,14 @@
 after the deepest (`saes.train.stream_source.StreamSource`), and steps every dictionary on
 each mixed batch in one loop (`saes.train.loop.train_dictionaries`): SAEs at any number of
 hooks, or per-layer transcoders (each MLP input paired with its MLP output,
-`saes.transcoders.sites`). The SAEs are saved, registered in `atlas.json` and checkpointed
-exactly as cached training does it (`saes.train.atlas`), so summarize / index / eval take
-them like any other; held-out metrics come from the blocks right after the training blocks.
-`train_clt_from_model` does the same for a cross-layer transcoder (`saes.transcoders.clt_atlas`).
+`saes.transcoders.sites`), and crosscoders of two hooks of the model (`crosscoders`; the
+same dictionary `train-crosscoder` steps, `saes.compare.crosscoder`). The SAEs are saved,
+registered in `atlas.json` and checkpointed exactly as cached training does it
+(`saes.train.atlas`), so summarize / index / eval take them like any other; a crosscoder is
+saved in `crosscoders/<id>/` as `train-crosscoder` saves it. Held-out metrics come from the
+blocks right after the training blocks. `train_clt_from_model` does the same for a
+cross-layer transcoder (`saes.transcoders.clt_atlas`). A crosscoder of two models is not
+streamed here (one forward is one model's): `train-crosscoder --model-b` pairs two models.
 
 A killed run resumes from its checkpoint to the same final weights: the checkpoint holds
 the number of batches streamed, and the current mixing window is recomputed by re-running
@@ -25,6 +29,14 @@ from typing import Any, Literal, get_args
 import torch
 from tqdm.auto import tqdm
 
+from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes.compare.crosscoder import (
+    CrosscoderDictionary,
+    crosscoder_config,
+    crosscoder_dir,
+    default_crosscoder_id,
+    write_crosscoder_sides,
+)
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
 from sae_atlas.saes.forward import run_hooks
@@ -37,6 +49,7 @@ from sae_atlas.saes.train.atlas import (
     Planned,
     completed,
     hook_seed,
+    register_trained,
     remove_run,
     run_dir,
     sae_dictionaries,
@@ -58,7 +71,6 @@ from sae_atlas.saes.transcoders.clt_atlas import (
 )
 from sae_atlas.saes.transcoders.clt_train import CLTDictionary
 from sae_atlas.saes.transcoders.sites import mlp_output_hook
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
 DictDtype = Literal["float32", "bfloat16", "float16"]
@@ -101,6 +113,8 @@ def _plan(layout: AtlasLayout, handle: ModelHandle, hooks: Sequence[str], transc
           d_sae: int | None, expansion: int | None, k: int | None, options: dict[str, Any], corpus: CorpusSpec,
           seed: int) -> list[Planned]:
     """One SAE (or transcoder) per hook, configured from the model (hooks checked first)."""
+    if not hooks:
+        return []
     outputs = {hook: handle.check_hook(mlp_output_hook(handle.check_hook(hook))) if transcode else ""
                for hook in hooks}
     widths = hook_widths(handle, [*hooks, *filter(None, outputs.values())])
@@ -116,6 +130,54 @@ def _plan(layout: AtlasLayout, handle: ModelHandle, hooks: Sequence[str], transc
         sae_id = sae_id_for(hook, architecture, sae_cfg.d_sae, out, sae_cfg.skip)
         planned.append(Planned(hook, out, None, sae_cfg, sae_id, layout.sae_dir(sae_id)))  # type: ignore[arg-type]
     return planned
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCrosscoder:
+    """One crosscoder of a streamed run: the two hooks it reads, its BatchTopK config over
+    the joined rows, its id and folder (named as `to_train` reads a `Planned`)."""
+
+    hook_a: str
+    hook_b: str
+    d_a: int  # side A's width: the joined rows' first columns
+    sae_cfg: SAEConfig
+    sae_id: str
+    sae_dir: Path
+
+    def sides(self, model: str) -> dict[str, Any]:
+        """What A and B are, as `train-crosscoder` records them in `crosscoder.json`."""
+        return {"model_a": model, "hook_a": self.hook_a, "model_b": model, "hook_b": self.hook_b, "spec_b": None}
+
+
+def _plan_crosscoders(layout: AtlasLayout, handle: ModelHandle, pairs: Sequence[tuple[str, str]], d_sae: int | None,
+                      expansion: int | None, k: int | None) -> list[PlannedCrosscoder]:
+    """One crosscoder per pair of hooks (both checked; InvalidInputError for a hook paired
+    with itself), `d_sae` latents (default `expansion` x side A's width) and `k`."""
+    planned = []
+    for hook_a, hook_b in pairs:
+        if handle.check_hook(hook_a) == handle.check_hook(hook_b):
+            raise InvalidInputError(f"a crosscoder pairs two hooks; both sides read {hook_a!r}")
+        widths = hook_widths(handle, [hook_a, hook_b])
+        width = d_sae or (expansion or DEFAULT_EXPANSION) * widths[hook_a]
+        cfg = crosscoder_config(widths[hook_a], widths[hook_b], width, k or 32, hook_name=hook_a,
+                                model_name=handle.name)
+        cc_id = default_crosscoder_id(hook_a, hook_b, width)
+        planned.append(PlannedCrosscoder(hook_a, hook_b, widths[hook_a], cfg, cc_id, crosscoder_dir(layout.root, cc_id)))
+    if len({p.sae_id for p in planned}) < len(planned):
+        raise InvalidInputError(f"the same crosscoder is asked for twice: {[list(pair) for pair in pairs]}")
+    return planned
+
+
+def _crosscoder_dictionaries(todo: list[PlannedCrosscoder], train_cfg: TrainConfig,
+                             device: str) -> list[CrosscoderDictionary]:
+    """The loop's dictionary of every planned crosscoder, built as `train-crosscoder` builds one."""
+    dictionaries = []
+    for p in todo:
+        resolved = train_cfg.resolve(p.sae_cfg.d_in, p.sae_cfg.d_sae)
+        torch.manual_seed(resolved.seed)
+        dictionaries.append(CrosscoderDictionary(p.sae_cfg, resolved, device, hook_a=p.hook_a, hook_b=p.hook_b,
+                                                 d_a=p.d_a, name=p.sae_id))
+    return dictionaries
 
 
 class _Progress:
@@ -167,13 +229,18 @@ def train_from_model(
     train_cfg: TrainConfig | None = None,
     stream: StreamOptions | None = None,
     transcode: bool = False,
+    crosscoders: Sequence[tuple[str, str]] = (),
     distribute: Distribute = "data",
     overwrite: bool = False,
     stop_after_steps: int | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Train one SAE per hook (with `transcode`, one transcoder per MLP input hook) from
-    `train_cfg.total_tokens` tokens streamed through `handle`, save them in the atlas and
-    record them in atlas.json; returns `{hook: record}` as `train_saes` does. Bad input (an
+    """Train one SAE per hook (with `transcode`, one transcoder per MLP input hook) and one
+    crosscoder per pair of `crosscoders` (BatchTopK over both hooks' joined rows, `d_sae`
+    latents or `expansion` x side A's width, `k` per token on average) from
+    `train_cfg.total_tokens` tokens streamed through `handle`, all stepped in one loop;
+    save the SAEs in the atlas and record them in atlas.json, each crosscoder in
+    `crosscoders/<id>/`. Returns `{hook: record}` of the SAEs as `train_saes` does, and
+    `{crosscoder id: record}` of the crosscoders (`kind` "crosscoder"). Bad input (an
     unknown hook, a hook a transcoder cannot read, a buffer too large for memory, a corpus
     too short, module sharding over more ranks than dictionaries, a checkpoint of a cached
     run) is refused before any training. `stop_after_steps` ends early after a checkpoint."""
@@ -182,23 +249,37 @@ def train_from_model(
     stream = stream or StreamOptions()
     if stream.dict_dtype not in DICT_DTYPES:
         raise InvalidInputError(f"dict dtype must be one of {', '.join(DICT_DTYPES)}, got {stream.dict_dtype!r}")
-    if not hooks:
-        raise InvalidInputError("--from-model needs the hooks to train on: --hook blocks.L.hook_resid_post ...")
+    if not hooks and not crosscoders:
+        raise InvalidInputError("--from-model needs the hooks to train on: --hook blocks.L.hook_resid_post ... "
+                                "(or --crosscoder HOOK_A,HOOK_B)")
     planned = _plan(layout, handle, list(dict.fromkeys(hooks)), transcode, architecture, d_sae, expansion, k,
                     dict(sae_options or {}), stream.corpus, train_cfg.seed)
+    coders = _plan_crosscoders(layout, handle, crosscoders, d_sae, expansion, k)
     ctx = init_distributed()
     if ctx is None or ctx.is_main:
         _check_model(layout, handle)
-    folder = run_dir(layout, [p.sae_id for p in planned])
-    todo = to_train(planned, train_cfg, overwrite, ctx)
-    if todo:
-        _train_streamed(handle, todo, train_cfg, stream, folder, distribute, ctx, stop_after_steps)
+    ids = [p.sae_id for p in [*planned, *coders]]
+    folder = coders[0].sae_dir if not planned and len(coders) == 1 else run_dir(layout, ids)
+    todo, todo_cc = to_train(planned, train_cfg, overwrite, ctx), to_train(coders, train_cfg, overwrite, ctx)
+    if todo or todo_cc:
+        _train_streamed(handle, todo, todo_cc, train_cfg, stream, folder, distribute, ctx, stop_after_steps)
     barrier(ctx)
     if stop_after_steps is not None and stop_after_steps < train_cfg.total_steps:
         return {}
     if ctx is None or ctx.is_main:
         remove_run(folder)
-    return _register(layout, planned, train_cfg, ctx)
+    return {**register_trained(layout, planned, train_cfg, ctx), **_crosscoder_records(coders, train_cfg)}
+
+
+def _crosscoder_records(coders: list[PlannedCrosscoder], train_cfg: TrainConfig) -> dict[str, dict[str, Any]]:
+    """Every planned crosscoder's record by id, read back from its finished folder."""
+    out = {}
+    for p in coders:
+        record = completed(p.sae_dir, p.sae_cfg, train_cfg)
+        if record is None:
+            raise InvalidInputError(f"training of crosscoder {p.sae_id} did not complete")
+        out[p.sae_id] = {**trained_record(p.sae_id, p.sae_cfg, record), "kind": "crosscoder", "hook_b": p.hook_b}
+    return out
 
 
 def _stream_and_train(handle: ModelHandle, dictionaries: list[Dictionary], train_cfg: TrainConfig,
@@ -223,12 +304,15 @@ def _stream_and_train(handle: ModelHandle, dictionaries: list[Dictionary], train
     return run, source
 
 
-def _train_streamed(handle: ModelHandle, todo: list[Planned], train_cfg: TrainConfig, stream: StreamOptions,
-                    folder: Path, distribute: Distribute, ctx: DistContext | None, stop_after_steps: int | None) -> None:
-    """Stream, train the SAEs of `todo` in one loop and save each."""
+def _train_streamed(handle: ModelHandle, todo: list[Planned], todo_cc: list[PlannedCrosscoder], train_cfg: TrainConfig,
+                    stream: StreamOptions, folder: Path, distribute: Distribute, ctx: DistContext | None,
+                    stop_after_steps: int | None) -> None:
+    """Stream, train the SAEs of `todo` and the crosscoders of `todo_cc` in one loop and save each."""
     device = train_cfg.device if ctx is None else ctx.device(train_cfg.device)
-    run, source = _stream_and_train(handle, list(sae_dictionaries(todo, train_cfg, device)), train_cfg, stream,
-                                    folder, distribute, ctx, stop_after_steps)
+    dictionaries: list[Dictionary] = [*sae_dictionaries(todo, train_cfg, device),
+                                      *_crosscoder_dictionaries(todo_cc, train_cfg, device)]
+    run, source = _stream_and_train(handle, dictionaries, train_cfg, stream, folder, distribute, ctx,
+                                    stop_after_steps)
     if not run.finished:
         return
     main = ctx is None or ctx.is_main
@@ -239,6 +323,18 @@ def _train_streamed(handle: ModelHandle, todo: list[Planned], train_cfg: TrainCo
         return None if x is None else [torch.cat([x, rows[p.hook_out]], -1) if p.hook_out else x]
 
     save_trained(run, todo, eval_rows, ctx, distribute)
+    write = distribute == "modules" or main
+    world = 1 if ctx is None or distribute == "modules" else ctx.world_size
+    by_id = {p.sae_id: p for p in todo_cc}
+    for d in run.dictionaries:
+        if not isinstance(d, CrosscoderDictionary):
+            continue
+        p = by_id[d.name]
+        if write:  # before the weights: a folder with complete weights always has its sides
+            p.sae_dir.mkdir(parents=True, exist_ok=True)
+            write_crosscoder_sides(p.sae_dir, p.d_a, p.sae_cfg.d_in - p.d_a, d.sides, p.sides(handle.name))
+        held = [d.sides.apply(torch.cat([rows[p.hook_a], rows[p.hook_b]], 1))] if rows else None
+        d.finish(p.sae_dir, held, wall_seconds=run.wall_seconds, world_size=world, write=write)
 
 
 def train_clt_from_model(
@@ -290,19 +386,3 @@ def train_clt_from_model(
         record = clt.finish(planned.folder, eval_rows, wall_seconds=run.wall_seconds,
                             world_size=1 if ctx is None else ctx.world_size, write=main).record
     return register_trained_clt(layout.root, planned, record, ctx)
-
-
-def _register(layout: AtlasLayout, planned: list[Planned], train_cfg: TrainConfig,
-              ctx: DistContext | None) -> dict[str, dict[str, Any]]:
-    """Every SAE's atlas.json record (rank 0 writes atlas.json)."""
-    results = {}
-    for p in planned:
-        record = completed(p.sae_dir, p.sae_cfg, train_cfg)
-        if record is None:
-            raise InvalidInputError(f"training of {p.sae_id} did not complete")
-        results[p.hook] = trained_record(p.sae_id, p.sae_cfg, record)
-    if ctx is None or ctx.is_main:
-        meta = layout.read_meta() if layout.atlas_json.exists() else {}
-        layout.update_meta(saes={**meta.get("saes", {}), **{r["sae_id"]: r for r in results.values()}})
-    barrier(ctx)
-    return results

@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.train.checkpoint import (
     load_latest_checkpoint,
@@ -53,7 +54,6 @@ from sae_atlas.saes.train.checkpoint import (
 )
 from sae_atlas.saes.train.dictionary import Dictionary
 from sae_atlas.saes.train.sources import ActivationSource, Batch
-from sae_atlas.store.errors import InvalidInputError
 
 Distribute = Literal["data", "modules"]
 DISTRIBUTE: tuple[Distribute, ...] = get_args(Distribute)
@@ -64,7 +64,8 @@ OnStep = Callable[[int, dict[str, dict[str, float]]], None]
 @dataclass
 class LoopRun:
     """What the loop leaves: this rank's dictionaries (all under data-parallel), whether
-    they reached their last step, the step a resume started from, and the wall time."""
+    they reached their last step, the step a resume started from, and the wall time (from
+    before the first batches are drawn, so a streamed run's first forwards count)."""
 
     dictionaries: list[Dictionary]
     finished: bool
@@ -225,13 +226,13 @@ def train_dictionaries(
     checkpoints) is the caller's, per kind. `on_step` replaces the default progress bar."""
     check_run(dictionaries, source, ctx, distribute)
     loop = _Loop(dictionaries, source, ctx, distribute, Path(checkpoint_dir) if checkpoint_dir is not None else None)
+    started = time.perf_counter()  # the first batches' draw counts (a streamed run's first window of forwards)
     resumed = loop.start()
     last = loop.total if stop_after_steps is None else min(loop.total, stop_after_steps)
     every, batch_size = loop.train.checkpoint_every_tokens, loop.train.batch_size
     main = ctx is None or ctx.is_main
     bar = tqdm(total=loop.total, initial=loop.step, unit="step", desc=desc,
                disable=on_step is not None or not (loop.train.progress and main))
-    started = time.perf_counter()
     for d in loop.mine:
         d.module.train()
     while loop.step < last:

@@ -6,8 +6,10 @@ The corpus is packed into blocks as `sae-atlas cache` packs it and read in batch
 `window_batches` batches (the mixing buffer, `buffer_tokens` tokens): window `g` of the
 corpus belongs to lane `g mod L`, its kept token rows (BOS and special positions left out,
 as the cache and summaries leave them out) are permuted by a generator seeded from
-`(seed, g)` and handed out `batch_size // L` rows at a time; the rows of a window that do
-not fill a last share are dropped. A global batch is every lane's share in lane order. Under
+`(seed, g)` and handed out `batch_size // L` rows at a time. The rows of a window that do
+not fill a last share (the tail of its permutation) carry over into the lane's next window,
+which shuffles them in with its own rows, so no token is dropped but the run's last few
+(less than one share per lane). A global batch is every lane's share in lane order. Under
 torchrun each rank streams its own lanes (`L` is a multiple of the ranks, by default equal),
 so one process with `lanes=R` trains on exactly the batches of R ranks. Rows of different
 hooks at one index are one token.
@@ -17,7 +19,9 @@ corpus (`plan_stream`, before any forward) counts the batches each window gives,
 checkpoint needs only the number of global batches handed out (`{"batches": n}`, the same on
 every rank and for any number of ranks streaming the same lanes). On resume the current window is recomputed by re-running its forwards (bit-identical
 on CPU in fp32), so the buffer is never saved. The same pass checks up front that the corpus
-holds the training tokens and the held-out blocks after them.
+holds the training tokens and the held-out blocks after them. The pass also counts the rows
+each window carries over, so a resume at window `w` recomputes window `w - 1`'s carried tail
+(one more window's forwards) and nothing earlier: a window's tail is taken from its own rows.
 """
 
 from __future__ import annotations
@@ -33,13 +37,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.distributed import DistContext, rank_and_world
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.streaming import StreamedBatch, special_ids, stream_activations
 from sae_atlas.saes.train.sources import ran_out
 from sae_atlas.store.activations import excluded_positions
-from sae_atlas.store.errors import InvalidInputError
 
 DEFAULT_BUFFER_TOKENS = 262_144  # the cached reader's mixing buffer
 DEFAULT_MEMORY_SHARE = 0.25  # the default buffer takes at most this share of free memory
@@ -95,6 +99,7 @@ class StreamPlan:
     n_blocks: int  # training blocks, whole windows, all lanes
     heldout_blocks: int  # blocks after the training blocks kept for held-out metrics
     per_window: tuple[tuple[int, ...], ...]  # per lane, its windows in order: the batches each hands out
+    carried: tuple[tuple[int, ...], ...]  # per lane, its windows in order: the rows each carries into the next
 
     def locate(self, lane: int, batches: int) -> tuple[int, int]:
         """(the lane's window, batches already taken from it) after `batches` batches."""
@@ -114,6 +119,7 @@ def plan_stream(handle: ModelHandle, corpus: CorpusSpec, *, steps: int, batch_si
     window_batches = max(1, round(buffer_tokens / (batch_blocks * corpus.context_size)))
     special = special_ids(handle)
     counts: list[list[int]] = [[] for _ in range(lanes)]
+    carried: list[list[int]] = [[] for _ in range(lanes)]
     kept = batches = blocks = 0
     heldout = -(-heldout_tokens // corpus.context_size)
     train_blocks: int | None = None
@@ -135,14 +141,18 @@ def plan_stream(handle: ModelHandle, corpus: CorpusSpec, *, steps: int, batch_si
                 raise InvalidInputError(
                     f"a window of the {buffer_tokens}-token buffer keeps only {kept} tokens (BOS and separators "
                     f"left out), less than one share of a batch ({rows} tokens); raise --buffer-tokens")
-            counts[(batches // window_batches - 1) % lanes].append(kept // rows)
+            lane = (batches // window_batches - 1) % lanes
+            given = kept + (carried[lane][-1] if carried[lane] else 0)
+            counts[lane].append(given // rows)
+            carried[lane].append(given % rows)  # < rows <= kept: a tail of the window's own rows
             kept = 0
             if min(sum(c) for c in counts) >= steps:
                 train_blocks = blocks
                 if heldout == 0:
                     break
     if train_blocks is not None and blocks - train_blocks >= heldout:
-        return StreamPlan(window_batches, train_blocks, heldout, tuple(tuple(c) for c in counts))
+        return StreamPlan(window_batches, train_blocks, heldout, tuple(tuple(c) for c in counts),
+                          tuple(tuple(c) for c in carried))
     available = min(sum(c) for c in counts) * batch_size
     raise InvalidInputError(
         f"corpus {corpus.source!r} is too short: its {blocks} blocks of {corpus.context_size} tokens give "
@@ -152,18 +162,20 @@ def plan_stream(handle: ModelHandle, corpus: CorpusSpec, *, steps: int, batch_si
 
 
 class _Lane:
-    """One lane's stream and its current window's permuted rows."""
+    """One lane's stream, its current window's rows in the order handed out, and the tail
+    that window carries into the next."""
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.stream: Iterator[StreamedBatch] | None = None
         self.window = -1
         self.rows: dict[str, torch.Tensor] = {}
+        self.tail: dict[str, torch.Tensor] = {}
 
     def close(self) -> None:
         if self.stream is not None:
             self.stream.close()  # type: ignore[attr-defined]
-        self.stream, self.window, self.rows = None, -1, {}
+        self.stream, self.window, self.rows, self.tail = None, -1, {}, {}
 
 
 class StreamSource:
@@ -204,13 +216,18 @@ class StreamSource:
                                   resume_blocks=window * self.plan.window_batches * self.batch_blocks,
                                   progress=False, ctx=DistContext(lane, self.lanes, 0))
 
-    def _refill(self, lane: _Lane, window: int) -> None:
-        """Stream the lane's window `window` and permute its kept rows (seeded by the seed and
-        the window's corpus-wide index)."""
+    def _refill(self, lane: _Lane, window: int, tail_only: bool = False) -> None:
+        """Stream the lane's window `window`, permute its kept rows (seeded by the seed and the
+        window's corpus-wide index), keep the tail it carries into the next window, and shuffle
+        the rows carried in from the previous window in with the rest (on a resume that tail
+        is recomputed first from the previous window's own rows; `tail_only`: just that)."""
+        carried_in = self.plan.carried[lane.index][window - 1] if window and not tail_only else 0
+        if carried_in and lane.window != window - 1:
+            self._refill(lane, window - 1, tail_only=True)
         if lane.stream is None or window != lane.window + 1:
             lane.close()
             lane.stream = self._open(lane.index, window)
-        lane.rows = {}  # the old window goes before the new one streams in
+        carried, lane.rows, lane.tail = lane.tail, {}, {}  # the old window goes before the new one streams in
         started = time.perf_counter()
         parts: dict[str, list[torch.Tensor]] = {hook: [] for hook in self.hooks}
         for _ in range(self.plan.window_batches):
@@ -223,9 +240,15 @@ class StreamSource:
         self.forward_seconds += time.perf_counter() - started
         corpus_window = window * self.lanes + lane.index
         gen = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, corpus_window]).generate_state(1)[0]))
-        order = torch.randperm(sum(len(p) for p in parts[self.hooks[0]]), generator=gen).to(self.device)
+        own = sum(len(p) for p in parts[self.hooks[0]])
+        order = torch.randperm(own, generator=gen).to(self.device)
+        keep_own = own - self.plan.carried[lane.index][window]
+        mixed = torch.randperm(keep_own + carried_in, generator=gen).to(self.device) if carried_in else None
         for hook in self.hooks:  # one hook at a time: the window takes at most its size plus one hook's copy
-            lane.rows[hook] = torch.cat(parts.pop(hook))[order]
+            rows = torch.cat(parts.pop(hook))[order]
+            lane.tail[hook] = rows[keep_own:]
+            if not tail_only:
+                lane.rows[hook] = rows[:keep_own] if mixed is None else torch.cat([carried[hook], rows[:keep_own]])[mixed]
         lane.window = window
 
     def next_batch(self) -> dict[str, torch.Tensor]:
@@ -289,4 +312,4 @@ class StreamSource:
         """What the streamed rows depend on (besides the model)."""
         return {"corpus": dataclasses.asdict(self.corpus), "hooks": list(self.hooks), "seed": self.seed,
                 "batch_size": self.batch_size, "batch_blocks": self.batch_blocks,
-                "window_batches": self.plan.window_batches, "lanes": self.lanes}
+                "window_batches": self.plan.window_batches, "lanes": self.lanes, "tails": "carried"}

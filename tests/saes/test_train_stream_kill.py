@@ -2,8 +2,9 @@
 window or mid-checkpoint-write, the re-run leaves the files of an uninterrupted run, sha256
 for sha256 (CPU, fp32), the SAE weights included.
 
-The run: two SAEs, 12 steps of 32 tokens; a window is 4 forwards of 2 blocks (3 batches),
-the first 2 batches initialise, a checkpoint every 5 steps (after batch 5: mid-window 1).
+The run: two SAEs, 12 steps of 32 tokens; a window is 4 forwards of 2 blocks (3 batches, then
+4: window 0's leftover rows carry into window 1), the first 2 batches initialise, a checkpoint
+every 5 steps (after batch 5: mid-window 1, so the resume recomputes window 0's carried tail).
 """
 
 from __future__ import annotations

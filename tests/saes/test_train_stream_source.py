@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.forward import run_hooks
@@ -17,7 +18,6 @@ from sae_atlas.saes.streaming import special_ids
 from sae_atlas.saes.train import stream_source
 from sae_atlas.saes.train.stream_source import StreamSource
 from sae_atlas.store.activations import excluded_positions
-from sae_atlas.store.errors import InvalidInputError, UnknownHookError
 
 CORPUS = CorpusSpec(context_size=16)
 HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
@@ -72,7 +72,22 @@ def test_same_seed_same_stream_other_seed_other_order(handle: ModelHandle) -> No
     assert not torch.equal(one[0][HOOKS[0]], three[0][HOOKS[0]])
 
 
-@pytest.mark.parametrize("after", [1, 3])  # mid-window, a window boundary (3 batches a window)
+def test_rows_a_window_leaves_over_carry_into_the_next_window(handle: ModelHandle) -> None:
+    source = _source(handle)
+    (n0, n1), (c0, c1) = source.plan.per_window[0][:2], source.plan.carried[0][:2]
+    assert c0 > 0  # window 0 keeps ~120 rows: 3 batches of 32 and a tail
+    rows = torch.cat([b[HOOKS[0]] for b in _take(source, n0 + n1)])
+    direct = _kept_rows(handle, 16)  # windows 0 and 1 (8 blocks each, one lane)
+    assert len(rows) == len(direct[HOOKS[0]]) - c1  # nothing dropped but window 1's own tail
+    near = torch.cdist(rows, direct[HOOKS[0]]) < 1e-4  # (repeated tokens may give equal rows)
+    same = torch.cdist(direct[HOOKS[0]], direct[HOOKS[0]]) < 1e-4
+    assert near.any(1).all() and (near.sum(0) <= same.sum(0)).all()  # each token at most once
+    window0 = direct["block"] < 8
+    assert near[:, window0].any(0).all()  # every token of window 0, its tail included
+    assert near[n0 * 32:, window0].any(1).sum() >= c0  # the tail handed out with window 1's batches
+
+
+@pytest.mark.parametrize("after", [1, 3, 5])  # mid-window, a window boundary (3 batches a window), after a carry
 def test_resumed_source_continues_exactly(handle: ModelHandle, after: int) -> None:
     whole = _take(_source(handle), 9)
     first = _source(handle)
