@@ -45,7 +45,19 @@ from typing import Any
 
 import polars as pl
 
+from sae_atlas.api.analyses.hierarchy import Match as ConceptMatch
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.analyses import (
+    CircleConceptParams,
+    CircularParams,
+    CrystalsParams,
+    GalaxyParams,
+    HierarchyParams,
+    LobesParams,
+    MapBuildParams,
+    Measure,
+    ProbeParams,
+)
 from sae_atlas.api.operations.build import (
     CacheParams,
     IndexParams,
@@ -56,7 +68,8 @@ from sae_atlas.api.operations.build import (
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
-from sae_atlas.api.operations.crosscoder import CrosscoderParams
+from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingParams
+from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
@@ -70,19 +83,22 @@ from sae_atlas.api.results.feature_map import MapPoint
 from sae_atlas.api.results.graph import GraphView
 from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
 from sae_atlas.api.results.meaning import ConceptResult, ContrastResult, GeometryFeature, LabelHit
-from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.registration import Registration
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import SaeInfo, SaeStatus
 from sae_atlas.api.results.search import TextSearch, TokenFeatures
 from sae_atlas.api.results.steering import SteerBench, SteeringSearch
+from sae_atlas.api.results.suite import SuiteResults
 from sae_atlas.api.sae_view import MapScores, SaeView, open_sae
 from sae_atlas.api.services import (
     analyses,
     board,
     build,
+    circle_probe,
     compare_features,
     crosscoder_reads,
     features,
+    geometry_runs,
     interventions,
     labels,
     meaning,
@@ -95,22 +111,31 @@ from sae_atlas.api.services import compare as compare_service
 from sae_atlas.api.services import crosscoder as crosscoder_service
 from sae_atlas.api.services import depth_runs as depth_service
 from sae_atlas.api.services import emergence as emergence_service
+from sae_atlas.api.services import evals as evals_service
 from sae_atlas.api.services import graph as graph_service
 from sae_atlas.api.services import steering as steering_service
-from sae_atlas.api.services.evals import eval_result
+from sae_atlas.api.services.circle_probe import CircleProbeRun
+from sae_atlas.api.services.geometry_runs import MapBuild
 from sae_atlas.api.services.steer_stream import SteerStream, steer_stream
+from sae_atlas.geometry.causal import Metric as CausalMetric
+from sae_atlas.geometry.circular_discovery import ClusterMethod
+from sae_atlas.geometry.concept_vectors import Estimator
 from sae_atlas.geometry.emergence_options import Metric
 from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
 from sae_atlas.geometry.maps import Basis
-from sae_atlas.saes.compare.crosscoder import LatentClass
 from sae_atlas.saes.cache import CacheSummary
+from sae_atlas.saes.compare.crosscoder import LatentClass
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.encoding.texts import Pool
+from sae_atlas.saes.eval.autointerp import NegativesSource
+from sae_atlas.saes.eval.autointerp_backends import BackendName
+from sae_atlas.saes.eval.names import EvalName
 from sae_atlas.saes.intervene.attribution import AttributionMode
 from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
 from sae_atlas.saes.intervene.steering_search import SteerMode
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.summary.run import SummaryReport
+from sae_atlas.store.activations import Split
 from sae_atlas.store.errors import IntegrityError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.search import Filters
@@ -188,7 +213,36 @@ class Atlas:
     def eval_result(self, sae_id: str, name: str) -> dict[str, Any]:
         """One verified eval result of an SAE in SAEBench's layout (`saes/<id>/evals/<name>.json`;
         NotFoundError when it has none, naming the command that computes it)."""
-        return eval_result(self.ctx, sae_id, name)
+        return evals_service.eval_result(self.ctx, sae_id, name)
+
+    def eval(self, saes: list[str] | None = None, *, suite: str | Sequence[EvalName] = ("core",),
+             tokens: int = EvalParams.default("tokens"), ce_blocks: int = EvalParams.default("ce_blocks"),
+             no_model: bool = False, from_model: bool = False, batch_blocks: int = EvalParams.default("batch_blocks"),
+             probe_data: str | Path | None = None, label_field: str = EvalParams.default("label_field"),
+             probe_sets: list[str] | None = None, per_class: int | None = None,
+             ground_truth: str | Path | None = None,
+             autointerp_backend: BackendName = EvalParams.default("autointerp_backend"), autointerp_url: str = "",
+             autointerp_model: str = "", autointerp_latents: int = EvalParams.default("autointerp_latents"),
+             autointerp_negatives: NegativesSource = EvalParams.default("autointerp_negatives"),
+             force: bool = False,
+             corpus: CorpusSpec | None = None, device: str | None = None, progress: bool = True,
+             sae_ids: list[str] | None = None, n_tokens: int | None = None) -> SuiteResults | None:
+        """Writes: run the evaluation suite (`suite`: "core", "sparse_probing", "meta", "mdl",
+        "ground_truth", "absorption", "autointerp", "scr", "tpp"; a text may name several,
+        comma-separated) on the SAEs `saes` (default every trained one), with the atlas's model
+        on `device`; each result in `saes/<id>/evals/<eval>.json` (SAEBench's layout; core also
+        in eval.json). Finished results are kept unless `force`. With `from_model`, core streams
+        `tokens` tokens of `corpus` through the model. EvalsFailed (with `.results`) when some
+        evals failed; None on torchrun ranks other than 0. The parameters are
+        `api.operations.evals.EvalParams` (`sae_ids`, `n_tokens`: deprecated old names)."""
+        params = EvalParams.of(saes=saes, suite=suite, tokens=tokens, ce_blocks=ce_blocks, no_model=no_model,
+                               from_model=from_model, batch_blocks=batch_blocks, probe_data=probe_data,
+                               label_field=label_field, probe_sets=probe_sets, per_class=per_class,
+                               ground_truth=ground_truth, autointerp_backend=autointerp_backend,
+                               autointerp_url=autointerp_url, autointerp_model=autointerp_model,
+                               autointerp_latents=autointerp_latents, autointerp_negatives=autointerp_negatives,
+                               force=force, sae_ids=sae_ids, n_tokens=n_tokens)
+        return evals_service.run_evals(self.ctx, params, corpus=corpus, device=device, progress=progress)
 
     def sae_status(self, sae_id: str) -> SaeStatus:
         """`sae_info` plus `status` "ok"; for a damaged SAE what atlas.json records of it,
@@ -534,9 +588,107 @@ class Atlas:
         """Path of a stored analysis figure (PNG), checked against its run."""
         return analyses.figure_path(self.root, kind, name)
 
-    def run_circular(self, sae_id: str, *, max_tokens: int = 20_000) -> AnalysisResult:
-        """Writes: circular-feature discovery on one SAE, stored as a new analysis run."""
-        return analyses.run_circular(self.sae(sae_id), max_tokens)
+    def run_circular(self, sae_id: str, *, method: ClusterMethod = CircularParams.default("method"),
+                     k: int = CircularParams.default("k"), threshold: float = CircularParams.default("threshold"),
+                     n_clusters: int = CircularParams.default("n_clusters"),
+                     split: Split = CircularParams.default("split"),
+                     max_tokens: int = CircularParams.default("max_tokens"),
+                     min_tokens: int = CircularParams.default("min_tokens"), seed: int = CircularParams.default("seed"),
+                     run: str | None = None, token_strings: bool = False) -> AnalysisResult:
+        """Writes: circular-feature discovery on SAE `sae_id` (its features clustered by decoder
+        direction, each cluster scored for irreducibility over `max_tokens` cached tokens),
+        stored as the analysis run `circular/<run>`. The parameters are
+        `api.operations.analyses.CircularParams`."""
+        params = CircularParams.of(sae_id=sae_id, method=method, k=k, threshold=threshold, n_clusters=n_clusters,
+                                   split=split, max_tokens=max_tokens, min_tokens=min_tokens, seed=seed, run=run,
+                                   token_strings=token_strings)
+        return analyses.run_circular(self.sae(params.sae_id), params)
+
+    def circle_concept(self, concept: str = CircleConceptParams.default("concept"), *, model: str | None = None,
+                       layers: str | Sequence[int] = (3, 6, 9, 12),
+                       n_components: int = CircleConceptParams.default("n_components"),
+                       intervene_layer: int = CircleConceptParams.default("intervene_layer"),
+                       shifts: str | Sequence[int] | None = None, run: str | None = None,
+                       seed: int = CircleConceptParams.default("seed"), spectra: bool = False,
+                       sae_id: str | None = None) -> CircleProbeRun:
+        """Writes: a circle probe per layer (`layers`) of the atlas's model (or `model`) on a
+        cyclic concept ("weekdays", "months" or a JSON file), with `intervene_layer` >= 0 an
+        intervention along the fitted circle beside baselines, with `spectra` the Fourier
+        spectra of residual dimensions (or of SAE `sae_id`'s features); stored as
+        `analyses/circular/<run>`. The parameters are `api.operations.analyses.CircleConceptParams`."""
+        params = CircleConceptParams.of(concept=concept, model=model, layers=layers, n_components=n_components,
+                                        intervene_layer=intervene_layer, shifts=shifts, run=run, seed=seed,
+                                        spectra=spectra, sae_id=sae_id)
+        handle = self.ctx.model_of(params.model) if params.model else self.ctx.model()
+        return self.ctx.run_locked(lambda: circle_probe.run_circle_probe(handle, params, self.root))
+
+    def _model_of(self, spec: str | None) -> ModelHandle:
+        """The model `spec` names (loaded once through the context), else the atlas's."""
+        return self.ctx.model_of(spec) if spec else self.ctx.model()
+
+    def analyze_hierarchy(self, *, model: str | None = None, tree: str = HierarchyParams.default("tree"),
+                          metric: CausalMetric = HierarchyParams.default("metric"),
+                          estimator: Estimator = HierarchyParams.default("estimator"),
+                          min_tokens: int = HierarchyParams.default("min_tokens"), sae_id: str | None = None,
+                          match: ConceptMatch = HierarchyParams.default("match"), seed: int = HierarchyParams.default("seed"),
+                          run: str | None = None) -> AnalysisResult:
+        """Writes: parent-child orthogonality of concept vectors (Park et al. 2024) in the
+        unembedding of the atlas's model (or `model`), with controls; with `sae_id`, of that
+        SAE's features matched to the concepts; stored as `analyses/hierarchy/<run>`. The
+        parameters are `api.operations.analyses.HierarchyParams`."""
+        params = HierarchyParams.of(model=model, tree=tree, metric=metric, estimator=estimator, min_tokens=min_tokens,
+                                    sae_id=sae_id, match=match, seed=seed, run=run)
+        handle = self._model_of(params.model)
+        return self.ctx.run_locked(lambda: geometry_runs.hierarchy(handle, params, self.root))
+
+    def analyze_probe(self, hooks: str | list[str], *, target: str = ProbeParams.default("target"),
+                      sae_id: str | None = None, model: str | None = None,
+                      max_tokens: int = ProbeParams.default("max_tokens"), seed: int = ProbeParams.default("seed"),
+                      run: str | None = None) -> AnalysisResult:
+        """Writes: linear probes per cached hook (`hooks`) of the token position (ridge) or of a
+        curated concept (logistic; with `sae_id` also k-sparse probes on neurons vs latents),
+        stored as `analyses/probe/<run>`. The parameters are `api.operations.analyses.ProbeParams`."""
+        params = ProbeParams.of(hooks=hooks, target=target, sae_id=sae_id, model=model, max_tokens=max_tokens,
+                                seed=seed, run=run)
+        return geometry_runs.probe(self.ctx, params)
+
+    def analyze_crystals(self, *, model: str | None = None, hook: str | None = None,
+                         n_null: int = CrystalsParams.default("n_null"), seed: int = CrystalsParams.default("seed"),
+                         run: str | None = None) -> AnalysisResult:
+        """Writes: word-pair relation crystals of the atlas's model (or `model`) at its input
+        embeddings (or the residual at `hook`): held-out LDA silhouette against a random-label
+        null, stored as `analyses/crystals/<run>`. The parameters are
+        `api.operations.analyses.CrystalsParams`."""
+        params = CrystalsParams.of(model=model, hook=hook, n_null=n_null, seed=seed, run=run)
+        handle = self._model_of(params.model)
+        return self.ctx.run_locked(lambda: geometry_runs.crystals(handle, params, self.root))
+
+    def analyze_lobes(self, sae_id: str, *, measure: Measure = LobesParams.default("measure"),
+                      k: int = LobesParams.default("k"), n_clusters: int = LobesParams.default("n_clusters"),
+                      seed: int = LobesParams.default("seed"), run: str | None = None) -> AnalysisResult:
+        """Writes: co-occurrence lobes of SAE `sae_id` compared with its geometric clusters by
+        AMI, stored as `analyses/lobes/<run>`. The parameters are `api.operations.analyses.LobesParams`."""
+        params = LobesParams.of(sae_id=sae_id, measure=measure, k=k, n_clusters=n_clusters, seed=seed, run=run)
+        return geometry_runs.lobes(self.ctx, params)
+
+    def analyze_galaxy(self, saes: list[str] | None = None, *, seed: int = GalaxyParams.default("seed"),
+                       run: str = GalaxyParams.default("run")) -> AnalysisResult:
+        """Writes: decoder covariance power-law slope (ranks 10-150) and TwoNN dimension of each
+        SAE (`saes`, default all), stored as `analyses/galaxy/<run>`. The parameters are
+        `api.operations.analyses.GalaxyParams`."""
+        params = GalaxyParams.of(saes=saes, seed=seed, run=run)
+        return geometry_runs.galaxy(self.ctx, params)
+
+    def build_maps(self, saes: list[str] | None = None, *, k_overlap: int = MapBuildParams.default("k_overlap"),
+                   n_neighbors: int = MapBuildParams.default("n_neighbors"),
+                   min_dist: float = MapBuildParams.default("min_dist"),
+                   seed: int = MapBuildParams.default("seed")) -> list[MapBuild]:
+        """Writes: UMAP maps of each SAE (`saes`, default all) into `saes/<id>/map.parquet`,
+        scored by kNN overlap: of the unit decoder rows, and of the activation co-occurrence
+        graph once the SAE is summarized. The parameters are `api.operations.analyses.MapBuildParams`."""
+        params = MapBuildParams.of(saes=saes, k_overlap=k_overlap, n_neighbors=n_neighbors, min_dist=min_dist,
+                                   seed=seed)
+        return geometry_runs.build_maps(self.ctx, params)
 
     # comparisons ----------------------------------------------------------------------------
     def compare(self, other: str | Path | Atlas, *, sae: str | None = None, other_sae: str | None = None,
@@ -658,14 +810,17 @@ class Atlas:
         return crosscoder_service.run_train_crosscoder(self.ctx, params, corpus=corpus, device=device,
                                                        progress=progress)
 
-    def latent_scaling(self, cc_id: str, *, n_tokens: int = 50_000, corpus: CorpusSpec | None = None,
-                       batch_blocks: int = 8, device: str = "cpu") -> AnalysisResult:
+    def latent_scaling(self, cc_id: str, *, tokens: int = LatentScalingParams.default("tokens"),
+                       batch_blocks: int = LatentScalingParams.default("batch_blocks"),
+                       corpus: CorpusSpec | None = None, device: str = "cpu",
+                       n_tokens: int | None = None) -> AnalysisResult:
         """Writes: Latent Scaling (Minder et al. 2025) of the latents of
-        crosscoder `cc_id` over `n_tokens` tokens of `corpus` (default: its training corpus), as
+        crosscoder `cc_id` over `tokens` tokens of `corpus` (default: its training corpus), as
         the columns `beta_error_a/b`, `beta_recon_a/b`, `nu_error`, `nu_recon`,
-        `scaling_active_tokens` of `analyses/crosscoder/<id>`."""
-        return crosscoder_service.run_latent_scaling(self.ctx, cc_id, n_tokens=n_tokens, corpus=corpus,
-                                                     batch_blocks=batch_blocks, device=device)
+        `scaling_active_tokens` of `analyses/crosscoder/<id>`. The parameters are
+        `api.operations.crosscoder.LatentScalingParams` (`n_tokens`: the deprecated old name of `tokens`)."""
+        params = LatentScalingParams.of(cc_id=cc_id, tokens=tokens, batch_blocks=batch_blocks, n_tokens=n_tokens)
+        return crosscoder_service.run_latent_scaling(self.ctx, params, corpus=corpus, device=device)
 
     def depth_runs(self) -> list[DepthRunRow]:
         """The stored depth runs (`analyze depth`): what each streamed, its headline and `status`

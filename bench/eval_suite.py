@@ -99,7 +99,7 @@ def timed(step: Callable[[], object]) -> Seconds:
 
 def run_eval(atlas: str, sae_id: str, name: str) -> None:
     """One `sae-atlas eval --suite NAME --force` on one SAE (SystemExit on failure)."""
-    result = CliRunner().invoke(app, ["eval", "--atlas", atlas, "--sae", sae_id, "--suite", name, "--force",
+    result = CliRunner().invoke(app, ["eval", atlas, "--sae", sae_id, "--suite", name, "--force",
                                       "--device", "cpu"])
     if result.exit_code != 0:
         raise SystemExit(f"{name} on {sae_id} failed:\n{result.output}\n{result.exception!r}")

@@ -1,181 +1,203 @@
-"""`sae-atlas analyze hierarchy|probe|crystals|lobes|galaxy|map`: hierarchical and linear
-structure and feature maps (results under `analyses/<kind>/`, maps in `saes/<id>/`)."""
+"""`sae-atlas analyze hierarchy|probe|crystals|lobes|galaxy|map ATLAS`: hierarchical and
+linear structure and feature maps (results under `analyses/<kind>/`, maps in `saes/<id>/`).
+
+Each verb is a thin call of its `Atlas` method (`analyze_hierarchy`, `analyze_probe`,
+`analyze_crystals`, `analyze_lobes`, `analyze_galaxy`, `build_maps`); the options are the
+parameter objects of `api.operations.analyses`, checked there. `hierarchy` and `crystals`
+also run without an atlas (on `--model`; nothing stored)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sae_atlas.api.commands.common import handle_errors, model_of_atlas, print_json, print_table
-from sae_atlas.errors import InvalidInputError
-from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+    the_atlas,
+)
+
+if TYPE_CHECKING:
+    from sae_atlas.api.atlas import Atlas
+    from sae_atlas.api.results.analysis import AnalysisResult
+
+MODEL_HELP = "Model spec (default: the atlas's model, else smollm2-135m)."
 
 
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+def _store_in(atlas: Path | None, old_atlas: Path | None) -> Atlas | None:
+    """The atlas a verb that may run without one stores its run in (its folder need not hold
+    an atlas.json), None when none is given."""
+    if atlas is None and old_atlas is None:
+        return None
+    from sae_atlas.api.atlas import Atlas
+
+    return Atlas.create(the_atlas(atlas, old_atlas))
+
+
+def _stored(result: AnalysisResult, root: Path | None) -> str | None:
+    return None if root is None or not result.run else str(root / "analyses" / result.kind / f"{result.run}.json")
 
 
 @handle_errors
 def hierarchy_command(
-    atlas: Path = typer.Option(None, help="Atlas directory to store the run in (optional without --sae)."),
-    model: str = typer.Option("", help="Model spec (default: the atlas' model, else smollm2-135m)."),
+    atlas: Path = atlas_argument(help="Atlas to store the run in (optional without --sae)."),
+    old_atlas: Path = OLD_ATLAS_OPTION,
+    model: str = typer.Option(None, help=MODEL_HELP),
     tree: str = typer.Option("curated", help="curated, wordnet, or a JSON tree file."),
     metric: str = typer.Option("causal", help="causal (whitened unembedding) or euclidean."),
     estimator: str = typer.Option("lda", help="Concept vector estimator: lda or mean."),
-    min_tokens: int = typer.Option(5, min=2, help="Drop concepts with fewer single-token words."),
-    sae: str = typer.Option("", help="Also test this SAE's features matched to the concepts."),
+    min_tokens: int = typer.Option(5, help="Drop concepts with fewer single-token words (at least 2)."),
+    sae_id: str = typer.Option(None, "--sae", help="Also test this SAE's features matched to the concepts."),
     match: str = typer.Option("decoder", help="Feature matching: decoder or activation."),
     seed: int = typer.Option(0, help="Seed of splits and controls."),
-    run: str = typer.Option("", help="Run name."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    run: str = typer.Option(None, help="Run name."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Parent-child orthogonality of concept vectors (Park et al. 2024), with controls."""
-    from sae_atlas.api.analyses.hierarchy import run_feature_hierarchy, run_hierarchy
+    from sae_atlas.api.operations.analyses import HierarchyParams
+    from sae_atlas.api.services.geometry_runs import hierarchy
+    from sae_atlas.saes.models import DEFAULT_MODEL, load_model
 
-    handle = model_of_atlas(model, atlas)
-    if sae:
-        if atlas is None:
-            raise InvalidInputError("--sae needs --atlas")
-        report = run_feature_hierarchy(atlas, sae, handle.W_U, handle.tokenizer, tree=tree, match=match,
-                                       metric=metric, min_tokens=min_tokens, seed=seed, run=run or None)
-        rows = report.features.select("child", "parent", "child_latent", "parent_latent", "cos_child_parent",
-                                      "cos_random_parent").rows()
-        columns = ["child", "parent", "child latent", "parent latent", "cos(c-p, p)", "control"]
-    else:
-        report = run_hierarchy(handle.W_U, handle.tokenizer, tree=tree, metric=metric, estimator=estimator,
-                               min_tokens=min_tokens, seed=seed, atlas=atlas, run=run or None)
-        rows = report.result.edges.select("child", "parent", "n_child", "cos_child_parent", "cos_random_parent",
-                                          "cos_shuffled").rows()
-        columns = ["child", "parent", "tokens", "cos(c-p, p)", "random parent", "shuffled"]
-    summary = report.result.summary if not sae else {"features": report.features.height}
-    if as_json:
-        print_json({"params": report.params, "summary": summary, "json_path": str(report.json_path)})
+    params = HierarchyParams.of(model=model, tree=tree, metric=metric, estimator=estimator, min_tokens=min_tokens,
+                                sae_id=sae_id, match=match, seed=seed, run=run)
+    store = _store_in(atlas, old_atlas)
+    result = (store.analyze_hierarchy(**dict(params)) if store is not None
+              else hierarchy(load_model(params.model or DEFAULT_MODEL), params, None))
+    summary = result.meta["summary"] if not sae_id else {"features": result.n_rows}
+    if json_out:
+        print_json({"params": result.meta["parameters"], "summary": summary,
+                    "json_path": _stored(result, None if store is None else store.root)})
         return
-    print_table(f"hierarchy ({metric}, {estimator})", columns, rows)
+    assert result.table is not None  # a hierarchy run keeps its edges (or matched features)
+    columns = (["child", "parent", "child_latent", "parent_latent", "cos_child_parent", "cos_random_parent"] if sae_id
+               else ["child", "parent", "n_child", "cos_child_parent", "cos_random_parent", "cos_shuffled"])
+    print_table(f"hierarchy ({metric}, {estimator})", columns, result.table.select(columns).rows())
     print_table("summary", ["field", "value"], [(k, v) for k, v in summary.items()])
 
 
 @handle_errors
 def probe_command(
-    atlas: Path = typer.Option(..., help="Atlas directory with cached activations."),
-    hooks: str = typer.Option(..., help="Comma-separated cached hooks (one probe each)."),
+    atlas: Path = atlas_argument(help="Atlas directory with cached activations."),
+    old_atlas: Path = OLD_ATLAS_OPTION,
+    hooks: list[str] = typer.Option(..., help="Cached hooks, one probe each (comma-separated or repeated)."),
     target: str = typer.Option("position", help="position (ridge) or a curated concept name, e.g. animal."),
-    sae: str = typer.Option("", help="SAE id for k-sparse probes on neurons vs latents (concept targets)."),
-    model: str = typer.Option("", help="Model whose tokenizer defines a concept's tokens."),
-    max_tokens: int = typer.Option(20_000, min=10, help="Tokens per hook."),
+    sae_id: str = typer.Option(None, "--sae", help="SAE id for k-sparse probes on neurons vs latents (concept "
+                                                   "targets)."),
+    model: str = typer.Option(None, help="Model whose tokenizer defines a concept's tokens (default: the atlas's)."),
+    max_tokens: int = typer.Option(20_000, help="Tokens per hook (at least 10)."),
     seed: int = typer.Option(0, help="Seed of the train/test split."),
-    run: str = typer.Option("", help="Run name."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    run: str = typer.Option(None, help="Run name."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Linear probes per layer on cached activations."""
-    from sae_atlas.api.analyses.hierarchy import load_tree
-    from sae_atlas.api.analyses.probes import run_probe
-    from sae_atlas.api.analyses.run_files import encoder_of
-    from sae_atlas.geometry.trees import tokenize_tree
+    from sae_atlas.store.analysis_runs import read_analysis
 
-    token_ids = None
-    if target != "position":
-        handle = model_of_atlas(model, atlas)
-        tokenized = tokenize_tree(load_tree("curated"), encoder_of(handle.tokenizer), min_tokens=1)
-        if target not in tokenized.token_ids:
-            raise InvalidInputError(f"unknown concept {target!r}; valid: position, {', '.join(tokenized.token_ids)}")
-        token_ids = tokenized.token_ids[target]
-    out = run_probe(atlas, _csv(hooks), target=target, token_ids=token_ids, sae_id=sae or None,
-                    max_tokens=max_tokens, seed=seed, run=run or None)
-    if as_json:
-        print_json({"params": out["params"], "tables": {k: v.to_dicts() for k, v in out["tables"].items()}})
+    root = the_atlas(atlas, old_atlas)
+    result = open_atlas(root).analyze_probe(hooks, target=target, sae_id=sae_id, model=model, max_tokens=max_tokens,
+                                            seed=seed, run=run)
+    tables = read_analysis(root, result.kind, result.run).tables
+    if json_out:
+        print_json({"params": result.meta["parameters"], "tables": {k: v.to_dicts() for k, v in tables.items()}})
         return
-    for name, table in out["tables"].items():
+    for name, table in tables.items():
         print_table(f"probe {target}: {name}", table.columns, table.rows())
 
 
 @handle_errors
 def crystals_command(
-    model: str = typer.Option("", help="Model spec (default: the atlas' model, else smollm2-135m)."),
-    atlas: Path = typer.Option(None, help="Atlas directory to store the run in."),
-    hook: str = typer.Option("", help="Residual hook to read words at (default: input embeddings W_E)."),
-    n_null: int = typer.Option(50, min=2, help="Random-label null draws."),
+    atlas: Path = atlas_argument(help="Atlas directory to store the run in (optional)."),
+    old_atlas: Path = OLD_ATLAS_OPTION,
+    model: str = typer.Option(None, help=MODEL_HELP),
+    hook: str = typer.Option(None, help="Residual hook to read words at (default: input embeddings W_E)."),
+    n_null: int = typer.Option(50, help="Random-label null draws (at least 2)."),
     seed: int = typer.Option(0, help="Seed of the split and null."),
-    run: str = typer.Option("", help="Run name."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    run: str = typer.Option(None, help="Run name."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Word-pair relation crystals: held-out LDA silhouette vs a random-label null."""
-    from sae_atlas.api.analyses.crystals import run_crystals
+    from sae_atlas.api.operations.analyses import CrystalsParams
+    from sae_atlas.api.services.geometry_runs import crystals
+    from sae_atlas.saes.models import DEFAULT_MODEL, load_model
 
-    result, params = run_crystals(model_of_atlas(model, atlas), hook=hook or None, n_null=n_null, seed=seed,
-                                  atlas=atlas, run=run or None)
-    if as_json:
-        print_json({"params": params, "summary": result.summary()})
+    params = CrystalsParams.of(model=model, hook=hook, n_null=n_null, seed=seed, run=run)
+    store = _store_in(atlas, old_atlas)
+    result = (store.analyze_crystals(**dict(params)) if store is not None
+              else crystals(load_model(params.model or DEFAULT_MODEL), params, None))
+    if json_out:
+        print_json({"params": result.meta["parameters"], "summary": result.meta["summary"]})
         return
-    print_table("crystals", ["field", "value"], list(result.summary().items()))
+    print_table("crystals", ["field", "value"], list(result.meta["summary"].items()))
 
 
 @handle_errors
 def lobes_command(
-    atlas: Path = typer.Option(..., help="Atlas directory."),
-    sae: str = typer.Option(..., help="SAE id (needs its feature summary's occurrence matrix)."),
+    atlas: Path = atlas_argument(),
+    old_atlas: Path = OLD_ATLAS_OPTION,
+    sae_id: str = typer.Option(..., "--sae", help="SAE id (needs its feature summary's occurrence matrix)."),
     measure: str = typer.Option("jaccard", help="jaccard, dice, overlap or phi (clipped at 0)."),
-    k: int = typer.Option(20, min=1, help="Co-occurrence neighbours kept per feature."),
-    n_clusters: int = typer.Option(10, min=2, help="Number of lobes."),
+    k: int = typer.Option(20, help="Co-occurrence neighbours kept per feature (at least 1)."),
+    n_clusters: int = typer.Option(10, help="Number of lobes (at least 2)."),
     seed: int = typer.Option(0, help="Seed of spectral clustering and permutations."),
-    run: str = typer.Option("", help="Run name."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    run: str = typer.Option(None, help="Run name."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Co-occurrence lobes compared with geometric clusters by AMI."""
-    from sae_atlas.api.analyses.lobes import run_lobes
-
-    out = run_lobes(atlas, sae, measure=measure, k=k, n_clusters=n_clusters, seed=seed, run=run or None)
-    if as_json:
-        print_json({"params": out["params"], "comparison": out["comparison"], "json_path": str(out["json_path"])})
+    root = the_atlas(atlas, old_atlas)
+    result = open_atlas(root).analyze_lobes(sae_id, measure=measure, k=k, n_clusters=n_clusters, seed=seed, run=run)
+    comparison = result.meta["summary"]
+    if json_out:
+        print_json({"params": result.meta["parameters"], "comparison": comparison,
+                    "json_path": _stored(result, root)})
         return
-    print_table(f"lobes of {sae}", ["field", "value"], list(out["comparison"].__dict__.items()))
+    print_table(f"lobes of {sae_id}", ["field", "value"], list(comparison.items()))
 
 
 @handle_errors
 def galaxy_command(
-    atlas: Path = typer.Option(..., help="Atlas directory."),
-    sae: str = typer.Option("", help="Comma-separated SAE ids (default: all)."),
+    atlas: Path = atlas_argument(),
+    old_atlas: Path = OLD_ATLAS_OPTION,
+    saes: list[str] = typer.Option([], "--sae", help="SAE ids (repeatable or comma-separated; default: all)."),
     seed: int = typer.Option(0, help="Seed of the TwoNN subsample."),
     run: str = typer.Option("galaxy", help="Run name."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Decoder covariance power-law slope (ranks 10-150) and TwoNN dimension per SAE."""
-    from sae_atlas.api.analyses.galaxy import run_galaxy
-
-    out = run_galaxy(atlas, _csv(sae) or None, seed=seed, run=run)
-    if as_json:
-        print_json({"params": out["params"], "table": out["table"].to_dicts()})
+    result = open_atlas(the_atlas(atlas, old_atlas)).analyze_galaxy(saes or None, seed=seed, run=run)
+    assert result.table is not None  # a galaxy run stores one row per SAE
+    if json_out:
+        print_json({"params": result.meta["parameters"], "table": result.table.to_dicts()})
         return
-    print_table("galaxy", out["table"].columns, out["table"].rows())
+    print_table("galaxy", result.table.columns, result.table.rows())
 
 
 @handle_errors
 def map_command(
-    atlas: Path = typer.Option(..., help="Atlas directory."),
-    sae: str = typer.Option("", help="Comma-separated SAE ids (default: all)."),
-    k_overlap: int = typer.Option(10, min=1, help="Neighbours checked by the kNN-overlap score."),
-    n_neighbors: int = typer.Option(15, min=2, help="UMAP n_neighbors."),
-    min_dist: float = typer.Option(0.1, help="UMAP min_dist."),
+    atlas: Path = atlas_argument(),
+    old_atlas: Path = OLD_ATLAS_OPTION,
+    saes: list[str] = typer.Option([], "--sae", help="SAE ids (repeatable or comma-separated; default: all)."),
+    k_overlap: int = typer.Option(10, help="Neighbours checked by the kNN-overlap score (at least 1)."),
+    n_neighbors: int = typer.Option(15, help="UMAP n_neighbors (at least 2)."),
+    min_dist: float = typer.Option(0.1, help="UMAP min_dist (0 to 1)."),
     seed: int = typer.Option(0, help="UMAP seed."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """UMAP maps of each SAE into saes/<id>/map.parquet, with kNN overlap: of the unit decoder
     rows, and of the activation co-occurrence graph once the SAE is summarized."""
-    from sae_atlas.api.analyses.maps import run_map
-
-    ids = _csv(sae) or AtlasLayout(atlas).sae_ids()
-    if not ids:
-        raise InvalidInputError(f"atlas {atlas} has no SAEs to map")
-    results = {i: run_map(atlas, i, k_overlap=k_overlap, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed)
-               for i in ids}
-    if as_json:
-        print_json({i: {"summary": r["summary"], "path": str(r["path"])} for i, r in results.items()})
+    built = open_atlas(the_atlas(atlas, old_atlas)).build_maps(saes or None, k_overlap=k_overlap,
+                                                               n_neighbors=n_neighbors, min_dist=min_dist, seed=seed)
+    if json_out:
+        print_json({b.sae_id: {"summary": b.summary, "path": str(b.path)} for b in built})
         return
-    print_table("maps", ["sae", "features", "mean kNN overlap", "co-occurrence map's", "chance", "file"],
-                [(i, r["summary"]["n_features"], r["summary"]["knn_overlap_mean"],
-                  r["summary"].get("cooccurrence", {}).get("knn_overlap_mean", "not built"), r["summary"]["chance"],
-                  str(r["path"])) for i, r in results.items()])
+    rows: list[Any] = [(b.sae_id, b.summary["n_features"], b.summary["knn_overlap_mean"],
+                        b.summary.get("cooccurrence", {}).get("knn_overlap_mean", "not built"), b.summary["chance"],
+                        str(b.path)) for b in built]
+    print_table("maps", ["sae", "features", "mean kNN overlap", "co-occurrence map's", "chance", "file"], rows)
 
 
 def register_analyze(analyze_app: typer.Typer) -> None:

@@ -11,9 +11,17 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from sae_atlas.api.commands.common import console, handle_errors, print_json, print_table
+from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
+    console,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+    the_atlas,
+)
 from sae_atlas.api.commands.corpus_options import (
-    batch_blocks_option,
     context_option,
     corpus_option,
     no_bos_option,
@@ -153,13 +161,14 @@ def _print_b_only(result: AnalysisResult, top: int = 10) -> None:
 
 @handle_errors
 def latent_scaling_command(
-    atlas: Path = typer.Option(..., help="Atlas directory holding the crosscoder."),
+    atlas: Path = atlas_argument(help="Atlas directory holding the crosscoder."),
+    old_atlas: Path = OLD_ATLAS_OPTION,
     cc_id: str = typer.Option(..., "--id", help="Crosscoder id (crosscoders/<id>/)."),
-    tokens: int = typer.Option(50_000, "--tokens", min=2, help="Corpus tokens to stream."),
+    tokens: int = typer.Option(50_000, "--tokens", "--n-tokens", help="Corpus tokens to stream (at least 2)."),
     corpus: str = typer.Option(None, help="Text source (default: the crosscoder's training corpus)."),
     text_field: str = text_field_option(),
     context: int = context_option(),
-    batch_blocks: int = batch_blocks_option(),
+    batch_blocks: int = typer.Option(8, help="Blocks per forward pass (at least 1)."),
     json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
@@ -167,21 +176,21 @@ def latent_scaling_command(
     """Latent Scaling (Minder et al. 2025) of a crosscoder's latents: the least-squares
     scale of each latent's decoder direction (on its stronger side) in the other model's reconstruction
     error (nu_error: high = Complete Shrinkage) and reconstruction (nu_recon: high = Latent
-    Decoupling); near 0 = truly model-specific. Added as columns of analyses/crosscoder/<id>."""
-    from sae_atlas.api.context import AtlasContext
-    from sae_atlas.api.services.crosscoder import run_latent_scaling
+    Decoupling); near 0 = truly model-specific. Added as columns of analyses/crosscoder/<id>.
+    The options are `api.operations.crosscoder.LatentScalingParams`, checked there (as `Atlas.latent_scaling`)."""
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.devices import use_by_default
 
+    root = the_atlas(atlas, old_atlas)
     where = use_by_default(device, model_dtype)
     spec = CorpusSpec(source=corpus, text_field=text_field, context_size=context) if corpus else None
-    result = run_latent_scaling(AtlasContext(atlas), cc_id, n_tokens=tokens, corpus=spec, batch_blocks=batch_blocks,
-                                device=str(where))
+    result = open_atlas(root).latent_scaling(cc_id, tokens=tokens, batch_blocks=batch_blocks, corpus=spec,
+                                             device=str(where))
     if json_out:
         print_json(result.to_dict(max_rows=0))
         return
     _print_b_only(result)
-    console.print(f"stored the Latent Scaling columns of analyses/crosscoder/{result.run}.json in {atlas}")
+    console.print(f"stored the Latent Scaling columns of analyses/crosscoder/{result.run}.json in {root}")
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 from sae_atlas.api.bounds import MAX_K, MAX_VECTOR
+from sae_atlas.api.operations.analyses import CircularParams
 from sae_atlas.api.operations.fields import JsonInt, SafeId, integral
 from sae_atlas.api.operations.search import TextSearchParams
 from sae_atlas.api.results.feature import FeatureRow
@@ -49,11 +50,12 @@ class VectorQuery(_Strict):
     k: JsonInt = Field(default=10, ge=1, le=MAX_K)
 
 
-class CircularRequest(_Strict):
-    """Run circular-feature discovery on one SAE (needs `--allow-analyses`)."""
+class CircularRequest(CircularParams):
+    """Run circular-feature discovery on one SAE (needs `--allow-analyses`;
+    `api.operations.analyses.CircularParams`, the tokens encoded bounded for a server)."""
 
-    sae_id: SafeId
-    max_tokens: JsonInt = Field(default=20_000, ge=256, le=1_000_000)
+    max_tokens: JsonInt = Field(default=CircularParams.default("max_tokens"), ge=256, le=1_000_000,
+                                description="cached tokens to encode")
 
 
 # responses -----------------------------------------------------------------------------

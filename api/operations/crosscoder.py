@@ -30,3 +30,13 @@ class CrosscoderParams(Operation):
     cc_id: SafeId | None = Field(default=None, description="crosscoder id (default <hook_a>--<hook_b>-<d_sae>)")
     scaling_tokens: JsonInt = Field(default=0, ge=0, description="then Latent Scaling of every latent over this many "
                                                                  "corpus tokens (0: skip)")
+
+
+class LatentScalingParams(Operation):
+    """Latent Scaling (Minder et al. 2025) of the latents of a stored crosscoder."""
+
+    renamed = {"n_tokens": "tokens"}
+
+    cc_id: SafeId = Field(description="the crosscoder (crosscoders/<id>/)")
+    tokens: JsonInt = Field(default=50_000, ge=2, description="corpus tokens to stream")
+    batch_blocks: JsonInt = Field(default=8, ge=1, description="blocks per forward pass")

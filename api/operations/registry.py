@@ -6,12 +6,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sae_atlas.api.operations.analyses import (
+    CircleConceptParams,
+    CircularParams,
+    CrystalsParams,
+    GalaxyParams,
+    HierarchyParams,
+    LobesParams,
+    MapBuildParams,
+    ProbeParams,
+)
 from sae_atlas.api.operations.base import Operation
 from sae_atlas.api.operations.build import CacheParams, IndexParams, LabelsParams, SummarizeParams
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
-from sae_atlas.api.operations.crosscoder import CrosscoderParams
+from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingParams
+from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
 from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
@@ -101,6 +112,23 @@ OPERATIONS: tuple[Surfaces, ...] = (
     Surfaces(SteerBenchParams, "steer_bench", ("steer-bench",), None, cli_arguments=("targets",),
              cli_only=("concept", "contrast_a", "contrast_b", "out", "plot", "json_out"),
              example={"targets": [" cat"]}),
+    Surfaces(LatentScalingParams, "latent_scaling", ("latent-scaling",), None, python_only=("corpus", "device"),
+             cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"),
+             example={"cc_id": "x"}, cli_example=("--id", "x")),
+    Surfaces(CircularParams, "run_circular", ("analyze", "circular", "discover"), ("POST", "/analyses/circular"),
+             cli_only=("top", "json_out"), http_narrowed=("max_tokens",), example={"sae_id": "x"},
+             cli_example=("--sae", "x")),
+    Surfaces(CircleConceptParams, "circle_concept", ("analyze", "circular", "concept"), None),
+    Surfaces(HierarchyParams, "analyze_hierarchy", ("analyze", "hierarchy"), None),
+    Surfaces(ProbeParams, "analyze_probe", ("analyze", "probe"), None, example={"hooks": ["blocks.0.hook_resid_post"]},
+             cli_example=("--hooks", "blocks.0.hook_resid_post")),
+    Surfaces(CrystalsParams, "analyze_crystals", ("analyze", "crystals"), None),
+    Surfaces(LobesParams, "analyze_lobes", ("analyze", "lobes"), None, example={"sae_id": "x"},
+             cli_example=("--sae", "x")),
+    Surfaces(GalaxyParams, "analyze_galaxy", ("analyze", "galaxy"), None),
+    Surfaces(MapBuildParams, "build_maps", ("analyze", "map"), None),
+    Surfaces(EvalParams, "eval", ("eval",), None, python_only=("corpus", "device", "progress"),
+             cli_only=("corpus", "context", "json_out", "device", "model_dtype")),
 )
 
 NOT_CONVERTED: dict[str, str] = {
@@ -114,8 +142,6 @@ NOT_CONVERTED: dict[str, str] = {
     "crosscoder_latents": "keywords typed in the method, query parameters over HTTP",
     "crosscoder_latent": "keywords typed in the method, query parameters over HTTP",
     "compared_feature": "keywords typed in the method, query parameters over HTTP",
-    "latent_scaling": "explicit keywords, no parameter object yet; no HTTP route",
-    "run_circular": "keyword typed in the method, CircularRequest over HTTP",
     "run": "keywords typed in the method, RunRequest over HTTP, options in `steer`",
     "steer": "keywords typed in the method, SteerRequest over HTTP, options in `steer`",
     "steer_stream": "keywords typed in the method, SteerRequest over HTTP",

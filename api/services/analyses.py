@@ -12,11 +12,13 @@ import polars as pl
 
 from sae_atlas.api.analyses.circular import discover_for_sae
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.analyses import CircularParams
 from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
 from sae_atlas.api.results.sae import Status
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.labels import with_labels
 from sae_atlas.geometry import results
+from sae_atlas.geometry.circular_discovery import DiscoveryParams
 from sae_atlas.store.errors import IntegrityError, NotFoundError
 from sae_atlas.store.layout import AtlasLayout, check_id
 
@@ -143,8 +145,18 @@ def with_run_labels(ctx: AtlasContext, result: AnalysisResult) -> AnalysisResult
     return result
 
 
-def run_circular(view: SaeView, max_tokens: int) -> AnalysisResult:
-    """Run circular-feature discovery on one SAE (`api.analyses.circular`); the new result."""
-    _, meta_path = discover_for_sae(view.ctx.root, view.sae_id, max_tokens=max_tokens)
+def run_circular(view: SaeView, params: CircularParams) -> AnalysisResult:
+    """Run circular-feature discovery on one SAE (`api.analyses.circular`), the top tokens as
+    strings of the atlas's model's tokenizer when `params.token_strings`; the new result."""
+    from sae_atlas.saes.summary.logits import vocab_strings
+
+    vocab = None
+    if params.token_strings:
+        tokenizer = view.ctx.model().tokenizer
+        vocab = list(vocab_strings(tokenizer, len(tokenizer)))
+    options = DiscoveryParams(method=params.method, k=params.k, threshold=params.threshold,
+                              n_clusters=params.n_clusters or None, min_tokens=params.min_tokens, seed=params.seed)
+    _, meta_path = discover_for_sae(view.ctx.root, view.sae_id, options, run=params.run, split=params.split,
+                                    max_tokens=params.max_tokens, vocab=vocab)
     return analysis(view.ctx.root, meta_path.parent.name, meta_path.stem)
 

@@ -16,7 +16,7 @@ import polars as pl
 import torch
 
 from sae_atlas.api.context import AtlasContext
-from sae_atlas.api.operations.crosscoder import CrosscoderParams
+from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingParams
 from sae_atlas.api.results.analysis import AnalysisResult
 from sae_atlas.api.services.analyses import analysis, analysis_run
 from sae_atlas.geometry.results import write_analysis
@@ -152,24 +152,24 @@ def run_train_crosscoder(ctx: AtlasContext, params: CrosscoderParams, *, corpus:
     return analysis(Path(root), KIND, cc_id)
 
 
-def run_latent_scaling(ctx: AtlasContext, cc_id: str, *, n_tokens: int = 50_000, corpus: CorpusSpec | None = None,
-                       batch_blocks: int = 8, device: str = "cpu") -> AnalysisResult:
-    """Latent Scaling of the latents of stored crosscoder `cc_id` over
-    `n_tokens` tokens of `corpus` (default: its training corpus), added as columns of
+def run_latent_scaling(ctx: AtlasContext, params: LatentScalingParams, *, corpus: CorpusSpec | None = None,
+                       device: str = "cpu") -> AnalysisResult:
+    """Latent Scaling of the latents of stored crosscoder `params.cc_id` over `params.tokens`
+    tokens of `corpus` (default: its training corpus), added as columns of
     `analyses/crosscoder/<id>` (replacing earlier ones)."""
-    root = ctx.root
+    root, cc_id = ctx.root, params.cc_id
     _, meta, table = analysis_run(Path(root), KIND, cc_id)
     if table is None:
         raise InvalidInputError(f"crosscoder run {cc_id!r} has no table; train it again (`sae-atlas train-crosscoder`)")
-    params = meta["parameters"]
+    stored_params = meta["parameters"]
     folder = crosscoder_dir(root, cc_id)
     stored = read_crosscoder_sides(folder)
     sae = load_saelens(folder, device=device)
     scales = SideScales(int(stored["d_a"]), float(stored["scale_a"]), float(stored["scale_b"]))
-    a, b = _sides(ctx, params["hook_a"], params["hook_b"], params.get("spec_b"), device)
-    corpus = corpus or CorpusSpec(**params["corpus"])
-    scaled, params["latent_scaling"], scaling_summary = _scaling(ctx, sae, scales, a, b, corpus, n_tokens, batch_blocks,
-                                                                 table)
-    write_analysis(root, KIND, cc_id, parameters=params, summary={**meta["summary"], **scaling_summary},
+    a, b = _sides(ctx, stored_params["hook_a"], stored_params["hook_b"], stored_params.get("spec_b"), device)
+    corpus = corpus or CorpusSpec(**stored_params["corpus"])
+    scaled, stored_params["latent_scaling"], scaling_summary = _scaling(ctx, sae, scales, a, b, corpus,
+                                                                        params.tokens, params.batch_blocks, table)
+    write_analysis(root, KIND, cc_id, parameters=stored_params, summary={**meta["summary"], **scaling_summary},
                    tables={"main": _with_scaling(table, scaled)})
     return analysis(Path(root), KIND, cc_id)

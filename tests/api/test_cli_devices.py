@@ -29,7 +29,7 @@ MISSING_GPU = "cuda:99" if torch.cuda.is_available() else "cuda"
 VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("cache",): lambda root: [str(root / "new"), "--model", '{"kind": "tiny"}', "--tokens", "256"],
     ("train",): lambda root: ["--atlas", str(root), "--tokens", "128", "--batch-size", "64"],
-    ("eval",): lambda root: ["--atlas", str(root)],
+    ("eval",): lambda root: [str(root)],
     ("summarize",): lambda root: [str(root)],
     ("demo",): lambda root: [str(root / "demo")],
     ("serve",): lambda root: [str(root)],
@@ -39,7 +39,7 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("train-crosscoder",): lambda root: ["--atlas", str(root), "--hook-a", HOOK, "--hook-b", HOOK],
     ("emergence",): lambda root: [f"{root}:s0", f"{root}:s0"],
     ("compare-circle",): lambda root: [f"{root}:s0", "--circle", "circular/none"],
-    ("latent-scaling",): lambda root: ["--atlas", str(root), "--id", "cc"],
+    ("latent-scaling",): lambda root: [str(root), "--id", "cc"],
     ("analyze", "depth"): lambda root: ["--atlas", str(root), "--model", '{"kind": "tiny"}'],
 }
 

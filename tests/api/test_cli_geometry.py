@@ -32,11 +32,11 @@ def run(*args: str) -> Any:
 
 def test_geometry_verbs_write_results_the_atlas_serves(atlas_copy: tuple[Path, list[str]]) -> None:
     root, sae_ids = atlas_copy
-    galaxy = run("galaxy", "--atlas", str(root))
+    galaxy = run("galaxy", str(root))
     assert [row["sae_id"] for row in galaxy["table"]] == sorted(sae_ids)
     assert all(row["alpha"] > 0 and row["twonn_dimension"] > 1 for row in galaxy["table"])
 
-    maps = run("map", "--atlas", str(root), "--sae", sae_ids[0])
+    maps = run("map", str(root), "--sae", sae_ids[0])
     summary = maps[sae_ids[0]]["summary"]
     assert summary["n_features"] == 64 and summary["knn_overlap_mean"] > summary["chance"]
     cooc = summary["cooccurrence"]  # the summarized SAE gets its co-occurrence map too
@@ -44,17 +44,17 @@ def test_geometry_verbs_write_results_the_atlas_serves(atlas_copy: tuple[Path, l
     frame = pl.read_parquet(maps[sae_ids[0]]["path"])
     assert frame["latent"].to_list() == list(range(64)) and {"x", "y"} <= set(frame.columns)
 
-    probe = run("probe", "--atlas", str(root), "--hooks", "blocks.0.hook_resid_post,blocks.1.hook_resid_post")
+    probe = run("probe", str(root), "--hooks", "blocks.0.hook_resid_post,blocks.1.hook_resid_post")
     layers = next(iter(probe["tables"].values()))
     assert len(layers) == 2 and all(row["test_score"] > row["baseline"] for row in layers)
 
-    lobes = run("lobes", "--atlas", str(root), "--sae", sae_ids[0], "--n-clusters", "4")
+    lobes = run("lobes", str(root), "--sae", sae_ids[0], "--n-clusters", "4")
     assert 0.0 <= lobes["comparison"]["p_value"] <= 1.0 and Path(lobes["json_path"]).exists()
 
-    crystals = run("crystals", "--atlas", str(root), "--n-null", "5")
+    crystals = run("crystals", str(root), "--n-null", "5")
     assert crystals["summary"]["n_relations"] > 0
 
-    hierarchy = run("hierarchy", "--atlas", str(root))  # the tiny model's vocabulary keeps two concepts
+    hierarchy = run("hierarchy", str(root))  # the tiny model's vocabulary keeps two concepts
     assert hierarchy["params"]["n_concepts"] == 2 and hierarchy["summary"]["n_edges"] == 1
     assert Path(hierarchy["json_path"]).exists()
 
@@ -67,10 +67,10 @@ def test_geometry_verbs_write_results_the_atlas_serves(atlas_copy: tuple[Path, l
 def test_geometry_verbs_refuse_bad_arguments(atlas_copy: tuple[Path, list[str]]) -> None:
     root, _ = atlas_copy
     cases = [
-        (["lobes", "--atlas", str(root), "--sae", "no-such-sae"], "no-such-sae"),
-        (["probe", "--atlas", str(root), "--hooks", "blocks.7.hook_resid_post"], "blocks.7.hook_resid_post"),
-        (["hierarchy", "--atlas", str(root), "--min-tokens", "2"], "distinct token ids"),  # tiny vocabulary
-        (["probe", "--atlas", str(root), "--hooks", "blocks.0.hook_resid_post", "--target", "nonsense"],
+        (["lobes", str(root), "--sae", "no-such-sae"], "no-such-sae"),
+        (["probe", str(root), "--hooks", "blocks.7.hook_resid_post"], "blocks.7.hook_resid_post"),
+        (["hierarchy", str(root), "--min-tokens", "2"], "distinct token ids"),  # tiny vocabulary
+        (["probe", str(root), "--hooks", "blocks.0.hook_resid_post", "--target", "nonsense"],
          "unknown concept 'nonsense'"),
     ]
     for args, needle in cases:

@@ -86,7 +86,7 @@ def test_search_saes_at_80_columns(atlas: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_eval_at_80_columns(atlas: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lines, records = _run(["eval", "--atlas", str(atlas), "--no-model", "--tokens", "2048"], monkeypatch)
+    lines, records = _run(["eval", str(atlas), "--no-model", "--tokens", "2048"], monkeypatch)
     for sae_id, record in records.items():
         assert _on_one_line(lines, sae_id)
         for key, label in EVAL_COLUMNS:

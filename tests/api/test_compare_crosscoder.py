@@ -58,9 +58,9 @@ def test_latent_scaling_adds_its_columns_to_the_crosscoder_table_and_reruns_alik
     page = Atlas(root).crosscoder_latents("pair", limit=16)  # what the explorer's Compare page reads
     assert {"beta_error_a", "beta_recon_b", "nu_error", "nu_recon", "scaling_active_tokens"} <= set(page.rows[0]["scaling"])
     json.dumps(page.to_dict())  # NaN (latents that never fired) goes out as null
-    again = CliRunner().invoke(app, ["latent-scaling", "--atlas", str(root), "--id", "pair", "--tokens", "512"])
+    again = CliRunner().invoke(app, ["latent-scaling", str(root), "--id", "pair", "--tokens", "512"])
     assert again.exit_code == 0, again.output
-    rerun = Atlas(root).latent_scaling("pair", n_tokens=512).table
+    rerun = Atlas(root).latent_scaling("pair", tokens=512).table
     assert rerun.columns == table.columns
     assert rerun.select("nu_error", "nu_recon").equals(table.select("nu_error", "nu_recon"))
 

@@ -116,7 +116,7 @@ def test_train_crosscoder_killed_resumes_to_identical_files(crosscoder_verb: Ver
 
 
 def scaling_job(root: Path) -> object:
-    return Atlas(root).latent_scaling(CC, n_tokens=512)
+    return Atlas(root).latent_scaling(CC, tokens=512)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.geometry.circular_discovery import (
     DiscoveryParams,
     discover_circular,
@@ -17,9 +18,8 @@ from sae_atlas.geometry.clusters import (
     spectral_affinity,
     spectral_clusters,
 )
-from sae_atlas.geometry.results import read_analysis
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
+from sae_atlas.store.analysis_runs import read_analysis
 
 
 def planted_circle_decoder(seed: int, n_random: int = 500, d: int = 64, n_circle: int = 7):
@@ -176,12 +176,13 @@ def test_discover_from_an_atlas_through_the_cli(tmp_path):
         sae.W_dec.copy_(torch.tensor(W, dtype=torch.float32))
         sae.W_enc.copy_(torch.linalg.pinv(sae.W_dec))
     save_saelens(sae, tmp_path / "saes" / "planted")
+    (tmp_path / "atlas.json").write_text(json.dumps({"model": "planted"}))  # what `cache` writes first
 
     app = typer.Typer()
     analyze = typer.Typer()
     app.add_typer(analyze, name="analyze")
     register_analyze(analyze)
-    out = CliRunner().invoke(app, ["analyze", "circular", "discover", "--atlas", str(tmp_path),
+    out = CliRunner().invoke(app, ["analyze", "circular", "discover", str(tmp_path),
                                    "--sae", "planted", "--split", "all", "--json"])
     assert out.exit_code == 0, out.output
     stored = read_analysis(tmp_path, "circular", "planted-graph")
@@ -189,5 +190,5 @@ def test_discover_from_an_atlas_through_the_cli(tmp_path):
     assert table.row(0, named=True)["features"] == circle.tolist()
     assert meta["hook"] == hook and meta["figures"]
     assert (tmp_path / "analyses" / "circular" / meta["figures"][0]).stat().st_size > 1000
-    bad = CliRunner().invoke(app, ["analyze", "circular", "discover", "--atlas", str(tmp_path), "--sae", "nope"])
+    bad = CliRunner().invoke(app, ["analyze", "circular", "discover", str(tmp_path), "--sae", "nope"])
     assert bad.exit_code == 2 and "unknown SAE id" in bad.output

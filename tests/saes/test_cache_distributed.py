@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from sae_atlas.errors import IntegrityError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.eval.reconstruction import ReconstructionStats
 from sae_atlas.saes.eval.stream import evaluate_from_model
 from sae_atlas.saes.models import load_model
 from sae_atlas.store.activations import ActivationReader, ActivationWriter
-from sae_atlas.store.errors import IntegrityError
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.stream_fixture import BATCH_BLOCKS, CORPUS, N_TOKENS, SAES, make_atlas
 
@@ -130,7 +130,7 @@ def test_two_rank_eval_from_model_equals_one_process(tmp_path: Path) -> None:
                                batch_blocks=BATCH_BLOCKS)
     for sae_id in SAES:
         (tmp_path / "saes" / sae_id / "eval.json").unlink()
-    proc = torchrun("-m", "sae_atlas", "eval", "--atlas", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
+    proc = torchrun("-m", "sae_atlas", "eval", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
                     "--context", str(CORPUS.context_size), "--batch-blocks", str(BATCH_BLOCKS), "--device", "cpu",
                     "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -185,10 +185,10 @@ def test_two_rank_eval_suite_equals_one_process(tmp_path: Path) -> None:
     for root in (solo_root, ranks_root):
         make_atlas(root)
     args = ["eval", "--suite", "core,mdl", "--tokens", "200", "--no-model", "--device", "cpu", "--json"]
-    solo = subprocess.run([sys.executable, "-m", "sae_atlas", *args, "--atlas", str(solo_root)], cwd=REPO, env=ENV,
+    solo = subprocess.run([sys.executable, "-m", "sae_atlas", args[0], str(solo_root), *args[1:]], cwd=REPO, env=ENV,
                           capture_output=True, text=True, timeout=300)
     assert solo.returncode == 0, solo.stderr[-3000:]
-    proc = torchrun("-m", "sae_atlas", *args, "--atlas", str(ranks_root))
+    proc = torchrun("-m", "sae_atlas", args[0], str(ranks_root), *args[1:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = json.loads(solo.stdout), json.loads(proc.stdout)  # printed once, by rank 0
     assert set(two) == set(SAES) and all(set(two[s]) == {"core", "mdl"} for s in SAES)

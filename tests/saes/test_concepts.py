@@ -14,6 +14,7 @@ from sae_atlas.api.analyses.circular import (
     run_intervention,
     write_concept_run,
 )
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.intervene.answers import answer_metrics, patched_logits
 from sae_atlas.saes.intervene.concepts import (
     OrderedConcept,
@@ -26,7 +27,6 @@ from sae_atlas.saes.intervene.concepts import (
     weekdays,
 )
 from sae_atlas.saes.models import tiny_model
-from sae_atlas.store.errors import InvalidInputError
 
 
 def test_builtin_prompt_sets():
@@ -176,9 +176,9 @@ def test_concept_cli_on_a_tiny_model(tmp_path):
     app, analyze = typer.Typer(), typer.Typer()
     app.add_typer(analyze, name="analyze")
     register_analyze(analyze)
-    out = CliRunner().invoke(app, ["analyze", "circular", "concept", "--model", '{"kind": "tiny"}',
+    out = CliRunner().invoke(app, ["analyze", "circular", "concept", str(tmp_path), "--model", '{"kind": "tiny"}',
                                    "--layers", "1,2", "--intervene-layer", "1", "--shifts", "2",
-                                   "--atlas", str(tmp_path), "--run", "t", "--spectra", "--json"])
+                                   "--run", "t", "--spectra", "--json"])
     assert out.exit_code == 0, out.output
     body = json.loads(out.output[out.output.index("{"):])
     assert [r["layer"] for r in body["layers"]] == [1, 2]

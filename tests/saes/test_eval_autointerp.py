@@ -14,11 +14,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.autointerp import AutointerpConfig, autointerp_config
 from sae_atlas.saes.eval.autointerp_backends import KEY_ENV, LEXICAL_PROXY, read_verdicts
 from sae_atlas.saes.eval.results import SAEBENCH_KEYS, read_result, result_paths
 from sae_atlas.saes.eval.suite import run_suite
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import EXAMPLES_FILE, OccurrenceWriter, write_tables
 from tests.saes.autointerp_planted import PLANTED, planted_examples, planted_features
@@ -40,6 +40,7 @@ def atlas(tmp_path):
     occurrence.append(np.array([0]), np.ones((1, n), dtype=np.int64))
     occurrence.finish()
     write_tables(tmp_path, "s", planted_features(), planted_examples(), {"top_k": 12})
+    (tmp_path / "atlas.json").write_text(json.dumps({"model": "planted"}))  # what `cache` writes first
     return tmp_path
 
 
@@ -172,7 +173,7 @@ def test_an_endpoint_that_does_not_answer_is_refused_before_any_work(atlas):
 
     eval_command.register(app)
     app.command("noop")(lambda: None)
-    refused = CliRunner().invoke(app, ["eval", "--atlas", str(atlas), "--suite", "core,autointerp", "--no-model",
+    refused = CliRunner().invoke(app, ["eval", str(atlas), "--suite", "core,autointerp", "--no-model",
                                        "--autointerp-backend", "openai", "--autointerp-url", url,
                                        "--autointerp-model", "m"])
     assert refused.exit_code == 2 and "does not answer" in refused.output
@@ -186,7 +187,7 @@ def test_cli_runs_autointerp_with_the_lexical_proxy(atlas):
     eval_command.register(app)
     app.command("noop")(lambda: None)
     runner = CliRunner()
-    args = ["eval", "--atlas", str(atlas), "--suite", "autointerp", "--autointerp-latents", "2"]
+    args = ["eval", str(atlas), "--suite", "autointerp", "--autointerp-latents", "2"]
     printed = runner.invoke(app, [*args, "--json"])
     assert printed.exit_code == 0, printed.output
     result = json.loads(printed.output)["s"]["autointerp"]

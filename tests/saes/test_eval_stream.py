@@ -35,7 +35,7 @@ def test_streamed_eval_equals_cached_rows(tmp_path: Path) -> None:
 
 def test_cli_eval_from_model(tmp_path: Path) -> None:
     make_atlas(tmp_path, with_cache=False)
-    result = CliRunner().invoke(app, ["eval", "--atlas", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
+    result = CliRunner().invoke(app, ["eval", str(tmp_path), "--from-model", "--tokens", str(N_TOKENS),
                                       "--context", "16", "--device", "cpu", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["s1"]["metrics"]["n_tokens"] == 396

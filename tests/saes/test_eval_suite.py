@@ -10,6 +10,7 @@ import typer
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
+from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.eval import suite as suite_module
 from sae_atlas.saes.eval.core import CoreConfig
 from sae_atlas.saes.eval.ground_truth import ground_truth_config
@@ -21,7 +22,6 @@ from sae_atlas.saes.eval.suite import EVALS, parse_suite, run_suite
 from sae_atlas.saes.formats import save_saelens
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
-from sae_atlas.store.errors import IntegrityError, InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread, planted_atoms, write_planted_atlas  # noqa: F401
 
@@ -52,6 +52,7 @@ def atlas(tmp_path):
     save_saelens(planted_sae(atoms), AtlasLayout(root).sae_dir("planted"))
     save_saelens(build_sae(SAEConfig("topk", d_in=D_IN, d_sae=N_ATOMS, k=3, hook_name=HOOK, seed=5)),
                  AtlasLayout(root).sae_dir("random"))
+    (root / "atlas.json").write_text(json.dumps({"model": "planted"}))  # what `cache` writes first
     truth = tmp_path / "truth.safetensors"
     save_file({"W_dec": atoms.contiguous()}, str(truth))
     return root, truth
@@ -232,7 +233,7 @@ def test_cli_suite_runs_resumes_and_refuses(atlas):
     eval_command.register(app)
     app.command("noop")(lambda: None)
     runner = CliRunner()
-    args = ["eval", "--atlas", str(root), "--sae", "planted", "--no-model", "--tokens", "128"]
+    args = ["eval", str(root), "--sae", "planted", "--no-model", "--tokens", "128"]
     result = runner.invoke(app, [*args, "--suite", "core,ground_truth", "--ground-truth", str(truth), "--json"])
     assert result.exit_code == 0, result.output
     printed = json.loads(result.output)

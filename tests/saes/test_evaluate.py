@@ -8,6 +8,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.downstream import _replacement
 from sae_atlas.saes.eval.evaluate import evaluate_atlas_sae, evaluate_sae
 from sae_atlas.saes.eval.reconstruction import (
@@ -19,7 +20,6 @@ from sae_atlas.saes.formats import save_saelens
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.activations import ActivationReader, ActivationWriter
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
 HOOK = "blocks.1.hook_resid_post"
@@ -216,10 +216,10 @@ def test_evaluate_atlas_sae_writes_eval_json_and_cli(tiny_atlas, tmp_path):
     eval_command.register(app)
     app.command("noop")(lambda: None)  # keep `eval` a named sub-command
     runner = CliRunner()
-    result = runner.invoke(app, ["eval", "--atlas", str(root), "--no-model", "--tokens", "50", "--json"])
+    result = runner.invoke(app, ["eval", str(root), "--no-model", "--tokens", "50", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["ident"]["metrics"]["explained_variance"] == pytest.approx(1.0)
-    table = runner.invoke(app, ["eval", "--atlas", str(root), "--no-model", "--tokens", "50"])
+    table = runner.invoke(app, ["eval", str(root), "--no-model", "--tokens", "50"])
     assert table.exit_code == 0 and "SAE evaluation" in table.output
-    missing = runner.invoke(app, ["eval", "--atlas", str(root), "--sae", "nope", "--no-model"])
+    missing = runner.invoke(app, ["eval", str(root), "--sae", "nope", "--no-model"])
     assert missing.exit_code == 2 and "unknown SAE id" in missing.output

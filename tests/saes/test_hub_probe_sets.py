@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.hub_probe_sets import SAEBENCH_HUB_SETS, hub_probe_set
 from sae_atlas.saes.eval.sparse_probing import SparseProbingConfig, with_datasets
-from sae_atlas.store.errors import InvalidInputError
 
 
 def stream_of(rows_by_config):
@@ -119,7 +119,7 @@ def test_cli_eval_with_a_hub_set_offline_prints_one_error(tmp_path, capfd):
     layout.update_meta(model={"kind": "tiny"})
     save_saelens(build_sae(SAEConfig("topk", d_in=8, d_sae=16, k=2, hook_name="blocks.0.hook_resid_post")),
                  layout.sae_dir("s"))
-    result = CliRunner().invoke(app, ["eval", "--atlas", str(layout.root), "--suite", "sparse_probing",
+    result = CliRunner().invoke(app, ["eval", str(layout.root), "--suite", "sparse_probing",
                                       "--probe-set", "fancyzhx/ag_news"])  # tests run with HF_HUB_OFFLINE=1
     assert result.exit_code == 2, result.output
     assert "probe set 'fancyzhx/ag_news'" in result.output and "--probe-data" in result.output

@@ -40,4 +40,4 @@ def get_figure(atlas: AtlasDep, kind: str = Kind, name: str = FigureName) -> Fil
 def run_circular(atlas: AtlasDep, settings: SettingsDep, body: CircularRequest) -> Response:
     if not settings.allow_analyses:
         raise HTTPException(status_code=403, detail="this server is read-only; start it with --allow-analyses")
-    return json_body(atlas.run_circular(body.sae_id, max_tokens=body.max_tokens).to_dict())
+    return json_body(atlas.run_circular(**dict(body)).to_dict())
