@@ -41,7 +41,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -72,7 +72,23 @@ from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingP
 from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
-from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
+from sae_atlas.api.operations.pages import (
+    CrosscoderLatentParams,
+    CrosscoderLatentsParams,
+    ExamplesParams,
+    FeaturePageParams,
+    MapParams,
+)
+from sae_atlas.api.operations.search import (
+    ContrastParams,
+    FlowParams,
+    GeometrySearchParams,
+    LabelSearchParams,
+    SimilarParams,
+    TextSearchParams,
+    TokenSearchParams,
+    VectorSearchParams,
+)
 from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
 from sae_atlas.api.results.board import Board
 from sae_atlas.api.results.compare import CompareResult, CompareRunRow, Side
@@ -330,43 +346,56 @@ class Atlas:
 
 
     # features -----------------------------------------------------------------------------
-    def feature(self, sae_id: str, index: int, *, examples: int = 10, neighbours: int = 8) -> Feature:
+    def feature(self, sae_id: str, index: int, *, examples: int = FeaturePageParams.default("examples"),
+                neighbours: int = FeaturePageParams.default("neighbours")) -> Feature:
         """Everything about one feature: stats, histogram, top examples, logit effects,
-        nearest decoder neighbours in its SAE, best cross-layer matches and map position."""
-        return features.feature_page(self.sae(sae_id), index, examples=examples, neighbours=neighbours)
+        nearest decoder neighbours in its SAE, best cross-layer matches and map position.
+        The parameters are `api.operations.pages.FeaturePageParams`."""
+        params = FeaturePageParams.of(examples=examples, neighbours=neighbours)
+        return features.feature_page(self.sae(sae_id), index, examples=params.examples, neighbours=params.neighbours)
 
-    def examples(self, sae_id: str, index: int, kind: str | None = None) -> Rows[StoredExample]:
-        """All stored example contexts of a feature (top-k and activation bands)."""
-        return features.examples(self.sae(sae_id), index, kind)
+    def examples(self, sae_id: str, index: int, kind: Literal["top", "band"] | None = None) -> Rows[StoredExample]:
+        """All stored example contexts of a feature (top-k and activation bands; `kind`: only
+        one of them). The parameters are `api.operations.pages.ExamplesParams`."""
+        return features.examples(self.sae(sae_id), index, ExamplesParams.of(kind=kind).kind)
 
     def features(self, sae_id: str) -> Rows[LatentSummary]:
         """The SAE's per-latent summary table (features.parquet)."""
         return Rows(LatentSummary, self.sae(sae_id).tables().features)
 
     # searches -----------------------------------------------------------------------------
-    def similar(self, sae_id: str, index: int, k: int = 10) -> Rows[Match]:
-        """The `k` latents of the same SAE whose decoder directions are nearest (cosine)."""
-        return search.similar(self.sae(sae_id), index, k)
+    def similar(self, sae_id: str, index: int, k: int = SimilarParams.default("k")) -> Rows[Match]:
+        """The `k` latents of the same SAE whose decoder directions are nearest (cosine).
+        The parameters are `api.operations.search.SimilarParams`."""
+        return search.similar(self.sae(sae_id), index, SimilarParams.of(k=k).k)
 
-    def search_vector(self, vector: Any, *, sae_id: str | None = None, k: int = 10, in_circle: bool | None = None,
-                      period: float | None = None, lobe: int | None = None) -> Rows[Match]:
-        """Latents whose decoder directions are nearest to `vector` (length d_in), in one SAE
-        or, by default, in every SAE of that width; columns sae_id, latent, cosine. The
+    def search_vector(self, vector: Any, *, saes: list[str] | None = None, k: int = VectorSearchParams.default("k"),
+                      in_circle: bool | None = None, period: float | None = None, lobe: int | None = None,
+                      sae_id: str | None = None) -> Rows[Match]:
+        """Latents whose decoder directions are nearest to `vector` (length d_in), in the
+        SAEs `saes` of that width (default all); columns sae_id, latent, cosine. The
         geometry filters (`in_circle`, `period`, `lobe`) keep the features whose geometry
-        records match (see `geometry_features`)."""
-        views = [self.sae(sae_id)] if sae_id is not None else [self.sae(s) for s in self.sae_ids]
-        return search.by_vector(self.ctx, vector, views, k, Filters(in_circle=in_circle, period=period, lobe=lobe))
+        records match (see `geometry_features`). The parameters are
+        `api.operations.search.VectorSearchParams` (`sae_id`: the deprecated old name of `saes`)."""
+        params = VectorSearchParams.of(vector=vector, saes=saes, sae_id=sae_id, k=k, in_circle=in_circle,
+                                       period=period, lobe=lobe)
+        filters = Filters(in_circle=params.in_circle, period=params.period, lobe=params.lobe)
+        return search.by_vector(self.ctx, params.vector, self._views(params.saes), params.k, filters)
 
-    def flow(self, sae_id: str, index: int, k: int = 5) -> Rows[Match]:
+    def flow(self, sae_id: str, index: int, k: int = FlowParams.default("k")) -> Rows[Match]:
         """Cross-layer flow: the best-matching latents of this feature in the other SAEs of the
-        model (by decoder cosine); columns sae_id, hook, latent, cosine."""
-        return search.flow(self.sae(sae_id), index, k)
+        model (by decoder cosine); columns sae_id, hook, latent, cosine. The parameters are
+        `api.operations.search.FlowParams`."""
+        return search.flow(self.sae(sae_id), index, FlowParams.of(k=k).k)
 
-    def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> TokenFeatures:
+    def search_token(self, token: str | int, *, saes: list[str] | None = None,
+                     k: int = TokenSearchParams.default("k"), sae_id: str | None = None) -> TokenFeatures:
         """Features whose top examples centre on `token` and features whose logit effects
-        promote it (a token id, or a string looked up in the model's vocabulary)."""
-        views = [self.sae(sae_id)] if sae_id is not None else [self.sae(s) for s in self.sae_ids]
-        return search.search_token(self.ctx, token, views, k)
+        promote it (a token id, or a string looked up in the model's vocabulary), in the
+        SAEs `saes` (default all). The parameters are `api.operations.search.TokenSearchParams`
+        (`sae_id`: the deprecated old name of `saes`)."""
+        params = TokenSearchParams.of(token=token, saes=saes, sae_id=sae_id, k=k)
+        return search.search_token(self.ctx, params.token, self._views(params.saes), params.k)
 
     def search_text(self, text: str, *, saes: list[str] | None = None, k: int = TextSearchParams.default("k"),
                     include_special: bool = TextSearchParams.default("include_special"),
@@ -416,14 +445,19 @@ class Atlas:
                                         seed=seed, save=save)
         return meaning.concept_search(self.ctx, self._views(params.saes), params)
 
-    def geometry_features(self, sae_id: str | None = None, *, in_circle: bool | None = None,
+    def geometry_features(self, saes: list[str] | str | None = None, *, in_circle: bool | None = None,
                           period: float | None = None, lobe: int | None = None,
-                          kind: str | None = None) -> Rows[GeometryFeature]:
+                          kind: Literal["circle", "concept", "hierarchy", "lobe"] | None = None,
+                          sae_id: str | None = None) -> Rows[GeometryFeature]:
         """Geometry records (circles, concept spans, hierarchy nodes, lobes) of the features
-        that pass the filters, e.g. every feature of a period-7 circle: `in_circle=True,
-        period=7`. Built from the stored analyses by `rebuild_geometry()`."""
-        views = [self.sae(sae_id)] if sae_id is not None else [self.sae(s) for s in self.sae_ids]
-        return meaning.geometry_features(views, in_circle=in_circle, period=period, lobe=lobe, kind=kind)
+        of `saes` (default all; one id is a list of one) that pass the filters, e.g. every
+        feature of a period-7 circle: `in_circle=True, period=7`. Built from the stored
+        analyses by `rebuild_geometry()`. The parameters are
+        `api.operations.search.GeometrySearchParams` (`sae_id`: the deprecated old name of `saes`)."""
+        params = GeometrySearchParams.of(saes=saes, sae_id=sae_id, in_circle=in_circle, period=period, lobe=lobe,
+                                         kind=kind)
+        return meaning.geometry_features(self._views(params.saes), in_circle=params.in_circle, period=params.period,
+                                         lobe=params.lobe, kind=params.kind)
 
     def rebuild_geometry(self) -> dict[str, int]:
         """Writes: every SAE's geometry records, from the stored analysis runs; rows per SAE."""
@@ -443,11 +477,14 @@ class Atlas:
         params = ExplanationsParams.of(sae_id=sae_id, path=path, source=source)
         return labels.import_explanations(self.sae(params.sae_id), params.path, params.source or params.path.stem)
 
-    def search_labels(self, query: str, *, sae_id: str | None = None, k: int = 10) -> Rows[LabelHit]:
-        """Features whose label or imported explanations match `query` (BM25, local): columns
-        sae_id, latent, score, label, explanations."""
-        views = [self.sae(sae_id)] if sae_id is not None else [self.sae(s) for s in self.sae_ids]
-        return labels.search_labels(self.ctx, query, views, k)
+    def search_labels(self, query: str, *, saes: list[str] | None = None, k: int = LabelSearchParams.default("k"),
+                      sae_id: str | None = None) -> Rows[LabelHit]:
+        """Features of `saes` (default all) whose label or imported explanations match
+        `query` (BM25, local): columns sae_id, latent, score, label, explanations. The
+        parameters are `api.operations.search.LabelSearchParams` (`sae_id`: the deprecated
+        old name of `saes`)."""
+        params = LabelSearchParams.of(query=query, saes=saes, sae_id=sae_id, k=k)
+        return labels.search_labels(self.ctx, params.query, self._views(params.saes), params.k)
 
     # interventions (the model runs in saes.intervene) -------------------------------------
     def run(self, text: str, edits: list[Any] | None = None, *, sae_ids: list[str] | None = None,
@@ -560,12 +597,14 @@ class Atlas:
         return self.ctx.model()
 
     # maps and analyses --------------------------------------------------------------------
-    def map(self, sae_id: str, basis: Basis = "decoder") -> Rows[MapPoint]:
+    def map(self, sae_id: str, basis: Basis = MapParams.default("basis")) -> Rows[MapPoint]:
         """The SAE's 2-D feature map in one basis ("decoder": UMAP of the decoder rows;
         "cooccurrence": UMAP of the activation co-occurrence graph): latent, x, y, knn_overlap,
-        group columns such as cluster when present, and each feature's offline `label`."""
+        group columns such as cluster when present, and each feature's offline `label`. The
+        parameters are `api.operations.pages.MapParams`."""
+        params = MapParams.of(basis=basis)
         view = self.sae(sae_id)
-        frame = view.map(basis).with_columns(pl.lit(view.sae_id).alias("sae_id"))
+        frame = view.map(params.basis).with_columns(pl.lit(view.sae_id).alias("sae_id"))
         return Rows(MapPoint, labels.with_labels(self.ctx, frame, {view.sae_id: view}).drop("sae_id", "explanations"))
 
     def map_scores(self, sae_id: str) -> MapScores:
@@ -723,30 +762,40 @@ class Atlas:
         """One stored comparison (files verified); each matched pair carries both latents' labels."""
         return compare_service.compare_result(self.ctx, run)
 
-    def compared_feature(self, run: str, side: Side, index: int, *, examples: int = 10,
-                         neighbours: int = 8) -> Feature:
+    def compared_feature(self, run: str, side: Side, index: int, *,
+                         examples: int = FeaturePageParams.default("examples"),
+                         neighbours: int = FeaturePageParams.default("neighbours")) -> Feature:
         """The feature page of latent `index` of side "a" or "b" of comparison `run`, read
-        (read-only) from the atlas that side belongs to; NotFoundError when B's atlas is gone."""
-        return compare_features.side_feature(self.ctx, run, side, index, examples=examples, neighbours=neighbours)
+        (read-only) from the atlas that side belongs to; NotFoundError when B's atlas is gone.
+        The parameters are `api.operations.pages.FeaturePageParams`."""
+        params = FeaturePageParams.of(examples=examples, neighbours=neighbours)
+        return compare_features.side_feature(self.ctx, run, side, index, examples=params.examples,
+                                             neighbours=params.neighbours)
 
     def crosscoders(self) -> list[CrosscoderRow]:
         """The stored crosscoders (`sae-atlas train-crosscoder`): sides, size, latents per class."""
         return crosscoder_reads.crosscoders(self.ctx)
 
     def crosscoder_latents(self, crosscoder: str, *, latent_class: LatentClass | None = None,
-                           sort: str = "relative_norm", descending: bool = True, offset: int = 0,
-                           limit: int = 100) -> CrosscoderLatents:
+                           sort: str = CrosscoderLatentsParams.default("sort"),
+                           descending: bool = CrosscoderLatentsParams.default("descending"),
+                           offset: int = CrosscoderLatentsParams.default("offset"),
+                           limit: int = CrosscoderLatentsParams.default("limit")) -> CrosscoderLatents:
         """A crosscoder's latents of one class ("a_only", "shared", "b_only"; all when None),
         sorted by a column (relative_norm, norm_a, norm_b, latent or a Latent Scaling column),
-        beside the relative-norm histogram of all of them."""
-        return crosscoder_reads.crosscoder_latents(self.ctx, crosscoder, latent_class=latent_class, sort=sort,
-                                                   descending=descending, offset=offset, limit=limit)
+        beside the relative-norm histogram of all of them. The parameters are
+        `api.operations.pages.CrosscoderLatentsParams`."""
+        params = CrosscoderLatentsParams.of(latent_class=latent_class, sort=sort, descending=descending,
+                                            offset=offset, limit=limit)
+        return crosscoder_reads.crosscoder_latents(self.ctx, crosscoder, **params.model_dump())
 
-    def crosscoder_latent(self, crosscoder: str, latent: int, *, k: int = 5) -> CrosscoderLatentCard:
+    def crosscoder_latent(self, crosscoder: str, latent: int, *,
+                          k: int = CrosscoderLatentParams.default("k")) -> CrosscoderLatentCard:
         """One crosscoder latent: both decoder norms, relative norm, class, any Latent Scaling
         values, and per side the `k` features of this atlas's SAEs at that hook whose decoder
-        rows are nearest to the side's decoder row (with their labels)."""
-        return crosscoder_reads.crosscoder_latent(self.ctx, crosscoder, latent, k=k)
+        rows are nearest to the side's decoder row (with their labels). The parameters are
+        `api.operations.pages.CrosscoderLatentParams`."""
+        return crosscoder_reads.crosscoder_latent(self.ctx, crosscoder, latent, k=CrosscoderLatentParams.of(k=k).k)
 
     def emergence(self, members: list[str | SaeView],
                   concepts: Sequence[Any] | None = tuple(EmergenceParams.default("concepts")), *,

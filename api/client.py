@@ -105,7 +105,7 @@ class AtlasClient:
 
     def search_vector(self, vector: Sequence[float], *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
         """Features nearest to a direction."""
-        body = {"vector": [float(v) for v in vector], "sae_id": sae_id, "k": k}
+        body = {"vector": [float(v) for v in vector], "saes": [sae_id] if sae_id else None, "k": k}
         return pl.DataFrame(self._call("POST", "/search/vector", json=body))
 
     def search_text(self, text: str, *, saes: list[str] | None = None, k: int = 5,
@@ -119,7 +119,7 @@ class AtlasClient:
         """Features centred on / promoting a token (string or id)."""
         params: dict[str, Any] = {"k": k}
         if sae_id:
-            params["sae_id"] = sae_id
+            params["saes"] = [sae_id]
         if isinstance(token, int):
             return self._call("GET", f"/search/token/{token}", params=params)
         return self._call("GET", "/search/token", params={**params, "token": token})
@@ -139,12 +139,12 @@ class AtlasClient:
 
     def geometry_features(self, sae_id: str | None = None, **filters: Any) -> pl.DataFrame:
         """Features by the geometry results they belong to (in_circle, period, lobe, kind)."""
-        params = {k: v for k, v in {"sae_id": sae_id, **filters}.items() if v is not None}
+        params = {k: v for k, v in {"saes": [sae_id] if sae_id else None, **filters}.items() if v is not None}
         return pl.DataFrame(self._call("GET", "/search/geometry", params=params))
 
     def search_labels(self, query: str, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
         """Features whose labels or explanations match `query`."""
-        params: dict[str, Any] = {"q": query, "k": k, **({"sae_id": sae_id} if sae_id else {})}
+        params: dict[str, Any] = {"query": query, "k": k, **({"saes": [sae_id]} if sae_id else {})}
         return pl.DataFrame(self._call("GET", "/search/labels", params=params))
 
     def map(self, sae_id: str, basis: Basis = "decoder") -> pl.DataFrame:

@@ -48,12 +48,13 @@ def print_feature(feature: Feature) -> None:
 def feature_command(
     atlas: Path = typer.Argument(..., help="Atlas directory."),
     sae_id: str = typer.Argument(..., help="SAE id (see `sae-atlas search saes`)."),
-    index: int = typer.Argument(..., min=0, help="Latent index."),
-    examples: int = typer.Option(10, min=1, max=50, help="Top examples to show."),
-    neighbours: int = typer.Option(8, min=1, max=100, help="Similar features to show."),
+    index: int = typer.Argument(..., help="Latent index."),
+    examples: int = typer.Option(10, help="Top examples to show (1..50)."),
+    neighbours: int = typer.Option(8, help="Similar features to show (1..100)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Show one feature: stats, top examples, logit effects, neighbours, cross-layer matches."""
+    """Show one feature: stats, top examples, logit effects, neighbours, cross-layer matches.
+    The options are `api.operations.pages.FeaturePageParams`, checked there."""
     feature = open_atlas(atlas).feature(sae_id, index, examples=examples, neighbours=neighbours)
     if json_out:
         print_json(feature.to_dict())

@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 search_app = typer.Typer(help="Search the features of an atlas.", no_args_is_help=True)
 ATLAS = typer.Argument(..., help="Atlas directory.")
 JSON = typer.Option(False, "--json", help="Print JSON.")
-K = typer.Option(10, "-k", "--k", min=1, max=100, help="Number of results.")
+K = typer.Option(10, "-k", "--k", help="Number of results (1..100).")
+SAES = typer.Option([], "--sae", "--sae-id", help="SAE to search (repeatable; default all).")
+IN_CIRCLE = typer.Option(None, "--in-circle/--not-in-circle", help="In a circle, or in none.")
+PERIOD = typer.Option(None, help="In a circle of this fitted period (within 0.5).")
+LOBE = typer.Option(None, help="In this co-occurrence lobe.")
 
 
 def _show(title: str, table: pl.DataFrame | Rows[Any], json_out: bool) -> None:
@@ -40,18 +44,20 @@ def saes_command(atlas: Path = ATLAS, json_out: bool = JSON) -> None:
 
 @search_app.command("similar")
 @handle_errors
-def similar_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...),
-                    index: int = typer.Argument(..., min=0), k: int = K, json_out: bool = JSON) -> None:
-    """Features of the same SAE with the nearest decoder directions."""
+def similar_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...), index: int = typer.Argument(...),
+                    k: int = K, json_out: bool = JSON) -> None:
+    """Features of the same SAE with the nearest decoder directions. The options are
+    `api.operations.search.SimilarParams`, checked there."""
     _show(f"similar to {sae_id} / {index}", open_atlas(atlas).similar(sae_id, index, k=k), json_out)
 
 
 @search_app.command("flow")
 @handle_errors
-def flow_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...),
-                 index: int = typer.Argument(..., min=0),
-                 k: int = typer.Option(3, "-k", "--k", min=1, max=100), json_out: bool = JSON) -> None:
-    """Best matches of a feature in every other SAE (cross-layer flow)."""
+def flow_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...), index: int = typer.Argument(...),
+                 k: int = typer.Option(5, "-k", "--k", help="Matches per other SAE (1..100)."),
+                 json_out: bool = JSON) -> None:
+    """Best matches of a feature in every other SAE (cross-layer flow). The options are
+    `api.operations.search.FlowParams`, checked there."""
     _show(f"flow of {sae_id} / {index}", open_atlas(atlas).flow(sae_id, index, k=k), json_out)
 
 
@@ -59,9 +65,12 @@ def flow_command(atlas: Path = ATLAS, sae_id: str = typer.Argument(...),
 @handle_errors
 def vector_command(atlas: Path = ATLAS,
                    vector: str = typer.Argument(..., help="JSON list of numbers, or a .npy / .json file."),
-                   sae_id: str = typer.Option(None, help="Only this SAE."), k: int = K, json_out: bool = JSON) -> None:
-    """Features nearest to a direction in residual space."""
-    _show("nearest features", open_atlas(atlas).search_vector(_read_vector(vector), sae_id=sae_id, k=k), json_out)
+                   saes: list[str] = SAES, k: int = K, in_circle: bool = IN_CIRCLE, period: float = PERIOD,
+                   lobe: int = LOBE, json_out: bool = JSON) -> None:
+    """Features nearest to a direction in residual space (geometry filters: features of the
+    stored circles and lobes). The options are `api.operations.search.VectorSearchParams`, checked there."""
+    _show("nearest features", open_atlas(atlas).search_vector(
+        _read_vector(vector), saes=saes or None, k=k, in_circle=in_circle, period=period, lobe=lobe), json_out)
 
 
 def _read_vector(value: str) -> list[float]:
@@ -106,11 +115,12 @@ def text_command(atlas: Path = ATLAS, text: str = typer.Argument(...),
 @handle_errors
 def token_command(atlas: Path = ATLAS, token: str = typer.Argument(..., help="Token string, or an id with --id."),
                   as_id: bool = typer.Option(False, "--id", help="TOKEN is a token id."),
-                  sae_id: str = typer.Option(None, help="Only this SAE."), k: int = K, json_out: bool = JSON) -> None:
-    """Features whose examples centre on a token, and features promoting it."""
+                  saes: list[str] = SAES, k: int = K, json_out: bool = JSON) -> None:
+    """Features whose examples centre on a token, and features promoting it. The options
+    are `api.operations.search.TokenSearchParams`, checked there."""
     if as_id and not token.isdigit():
         raise InvalidInputError(f"--id needs a non-negative integer token id, got {token!r}")
-    result = open_atlas(atlas).search_token(int(token) if as_id else token, sae_id=sae_id, k=k)
+    result = open_atlas(atlas).search_token(int(token) if as_id else token, saes=saes or None, k=k)
     if json_out:
         print_json(result.to_dict())
         return
@@ -205,19 +215,20 @@ def _fit_line(fit: dict) -> str:
 @handle_errors
 def geometry_command(
     atlas: Path = ATLAS,
-    sae_id: str = typer.Option(None, help="Only this SAE."),
-    in_circle: bool = typer.Option(None, "--in-circle/--not-in-circle", help="In a circle, or in none."),
-    period: float = typer.Option(None, help="In a circle of this fitted period (within 0.5)."),
-    lobe: int = typer.Option(None, help="In this co-occurrence lobe."),
+    saes: list[str] = SAES,
+    in_circle: bool = IN_CIRCLE,
+    period: float = PERIOD,
+    lobe: int = LOBE,
     kind: str = typer.Option(None, help="Only records of this kind: circle, concept, hierarchy, lobe."),
     rebuild: bool = typer.Option(False, "--rebuild", help="First rebuild the records from the stored analyses."),
     json_out: bool = JSON,
 ) -> None:
-    """Features by the geometry results they belong to (circles, concept spans, lobes)."""
+    """Features by the geometry results they belong to (circles, concept spans, lobes). The
+    options are `api.operations.search.GeometrySearchParams`, checked there."""
     handle = open_atlas(atlas)
     if rebuild:
         handle.rebuild_geometry()
-    _show("geometry records", handle.geometry_features(sae_id, in_circle=in_circle, period=period, lobe=lobe,
+    _show("geometry records", handle.geometry_features(saes or None, in_circle=in_circle, period=period, lobe=lobe,
                                                        kind=kind), json_out)
 
 
@@ -226,23 +237,25 @@ def geometry_command(
 def labels_command(
     atlas: Path = ATLAS,
     query: str = typer.Argument(None, help="Words to look for in labels and explanations."),
-    sae_id: str = typer.Option(None, help="Only this SAE (needed with --import)."),
+    saes: list[str] = typer.Option([], "--sae", "--sae-id", help="SAE to search or rebuild (repeatable; default "
+                                                                  "all); with --import, the one SAE it is for."),
     k: int = K,
     rebuild: bool = typer.Option(False, "--rebuild", help="First compute and store the offline labels."),
     import_path: Path = typer.Option(None, "--import", help="First import explanations: Neuronpedia .json or .csv."),
     source: str = typer.Option(None, help="Name of the imported set (default: the file name)."),
     json_out: bool = JSON,
 ) -> None:
-    """Find features by words in their offline labels and imported explanations (local BM25)."""
+    """Find features by words in their offline labels and imported explanations (local BM25).
+    The options are `api.operations.search.LabelSearchParams`, checked there."""
     handle = open_atlas(atlas)
     if rebuild:
-        typer.echo(f"labels: {handle.build_labels([sae_id] if sae_id else None)}", err=True)
+        typer.echo(f"labels: {handle.build_labels(saes or None)}", err=True)
     if import_path is not None:
-        if sae_id is None:
-            raise InvalidInputError("--import needs --sae-id: the SAE the explanations belong to")
-        typer.echo(f"imported {handle.import_explanations(sae_id, import_path, source=source)} explanations", err=True)
+        if len(saes) != 1:
+            raise InvalidInputError("--import needs one --sae: the SAE the explanations belong to")
+        typer.echo(f"imported {handle.import_explanations(saes[0], import_path, source=source)} explanations", err=True)
     if query is not None:
-        _show(f"labels matching {query!r}", handle.search_labels(query, sae_id=sae_id, k=k), json_out)
+        _show(f"labels matching {query!r}", handle.search_labels(query, saes=saes or None, k=k), json_out)
 
 
 @search_app.command("crosscoder")

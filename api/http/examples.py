@@ -91,6 +91,7 @@ def parameter_examples(sample: AtlasSample) -> dict[tuple[str, ...], Any]:
     """An example of each parameter that names something in the atlas, by location and name,
     or by path, location and name where paths give one name different meanings."""
     examples = {("path", "sae_id"): sample.sae_id, ("query", "sae_id"): sample.sae_id,
+                ("query", "saes"): [sample.sae_id] if sample.sae_id else None,
                 ("path", "index"): 0 if sample.sae_id else None, ("query", "token"): sample.token,
                 ("path", "token_id"): sample.token_id, ("path", "kind"): sample.kind, ("path", "run"): sample.run,
                 ("path", "name"): sample.figure, ("path", "eval_name"): sample.eval_name,
@@ -117,7 +118,7 @@ def body_examples(sample: AtlasSample) -> dict[type[BaseModel], list[dict[str, A
     steer = {"kind": "steer", "sae": sae, "feature": 0, "alpha": 2.0}
     return examples | {
         TextQuery: [{"text": TEXT, "saes": [sae], "k": 3}],
-        VectorQuery: [{"vector": [1.0] * int(sample.d_in or 1), "sae_id": sae, "k": 3}],
+        VectorQuery: [{"vector": [1.0] * int(sample.d_in or 1), "saes": [sae], "k": 3}],
         ConceptQuery: [{"concept": "weekdays", "saes": [sae], "max_features": 2}],
         CircularRequest: [{"sae_id": sae, "max_tokens": 256}],
         RunRequest: [{"text": TEXT, "edits": [steer], "sae_ids": [sae], "k": 3}],

@@ -13,10 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
-from sae_atlas.api.bounds import MAX_K, MAX_VECTOR
 from sae_atlas.api.operations.analyses import CircularParams
-from sae_atlas.api.operations.fields import JsonInt, SafeId, integral
-from sae_atlas.api.operations.search import TextSearchParams
+from sae_atlas.api.operations.fields import JsonInt, integral
+from sae_atlas.api.operations.search import TextSearchParams, VectorSearchParams
 from sae_atlas.api.results.feature import FeatureRow
 
 
@@ -40,14 +39,9 @@ class TextQuery(TextSearchParams):
     the old field name `sae_ids` is still accepted)."""
 
 
-class VectorQuery(_Strict):
-    """Features whose decoder directions are nearest to `vector`."""
-
-    vector: list[float] = Field(min_length=1, max_length=MAX_VECTOR,
-                                description="a direction of length d_in, not all zero",
-                                json_schema_extra={"contains": {"not": {"const": 0}}})
-    sae_id: SafeId | None = Field(default=None, description="one SAE (default: all SAEs of that width)")
-    k: JsonInt = Field(default=10, ge=1, le=MAX_K)
+class VectorQuery(VectorSearchParams):
+    """Features whose decoder directions are nearest to `vector`
+    (`api.operations.search.VectorSearchParams`; the old field name `sae_id` is still accepted)."""
 
 
 class CircularRequest(CircularParams):

@@ -31,12 +31,17 @@ WHICH_SAES = "the atlas's SAEs the operation reads (default: every one it can us
 """The one description of `saes`, the one name of "which dictionaries" in every operation."""
 
 
+PATTERN_MEANINGS = {f"[^{PY_WHITESPACE}]": "needs at least one non-space character",
+                    "[A-Za-z0-9]": "needs at least one letter or digit"}
+"""What a text that fails one of these patterns lacks (said instead of the pattern)."""
+
+
 def problems(exc: ValidationError) -> str:
     """A validation error as one line per bad parameter: `name: what is wrong` (a text
-    with no non-space character said so, not as the pattern it fails)."""
+    that fails a pattern of `PATTERN_MEANINGS` said so, not as the pattern)."""
     def what(error: Any) -> str:
-        if error["type"] == "string_pattern_mismatch" and error["ctx"]["pattern"] == f"[^{PY_WHITESPACE}]":
-            return "needs at least one non-space character"
+        if error["type"] == "string_pattern_mismatch" and error["ctx"]["pattern"] in PATTERN_MEANINGS:
+            return PATTERN_MEANINGS[error["ctx"]["pattern"]]
         return error["msg"]
 
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'parameters'}: {what(e)}" for e in exc.errors())
@@ -83,3 +88,9 @@ class Operation(BaseModel):
         """The default of parameter `name`."""
         return cls.model_fields[name].get_default(call_default_factory=True)
 
+
+class Lookup(Operation):
+    """An operation whose parameters HTTP takes as URL query parameters (`params:
+    Annotated[Lookup, Query()]` on a GET route): text there, so validated laxly (`?k=3`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=False)

@@ -25,7 +25,23 @@ from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingP
 from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
-from sae_atlas.api.operations.search import ContrastParams, TextSearchParams
+from sae_atlas.api.operations.pages import (
+    CrosscoderLatentParams,
+    CrosscoderLatentsParams,
+    ExamplesParams,
+    FeaturePageParams,
+    MapParams,
+)
+from sae_atlas.api.operations.search import (
+    ContrastParams,
+    FlowParams,
+    GeometrySearchParams,
+    LabelSearchParams,
+    SimilarParams,
+    TextSearchParams,
+    TokenSearchParams,
+    VectorSearchParams,
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +54,8 @@ class Surfaces:
     cli: tuple[str, ...] | None
     """The verb (a sub-verb as two words), None when the CLI does not offer it."""
     http: tuple[str, str] | None
-    """(method, path) of the route whose body is `params`, None when HTTP does not offer it."""
+    """(method, path) of the route whose body (POST) or query parameters (GET) are `params`,
+    None when HTTP does not offer it."""
     cli_arguments: tuple[str, ...] = ()
     """Parameters the verb takes as positional arguments (after the atlas)."""
     cli_only: tuple[str, ...] = ("json_out",)
@@ -54,7 +71,8 @@ class Surfaces:
     """Parameters HTTP does not take (what writes to the atlas: a server does not write)."""
     example: dict[str, object] = field(default_factory=dict)
     """Values of the required parameters (and Python-only keywords), for calls that check the
-    bounds; "{atlas}" stands for the atlas the check runs on."""
+    bounds; "{atlas}" stands for the atlas the check runs on, "{sae}" for its first SAE (a
+    route's path parameters take the values of the same names, else 0)."""
     cli_atlas: str = ""
     """How the verb takes the atlas: "" as its first argument, else this option (`--atlas`)."""
     cli_example: tuple[str, ...] = ()
@@ -129,19 +147,37 @@ OPERATIONS: tuple[Surfaces, ...] = (
     Surfaces(MapBuildParams, "build_maps", ("analyze", "map"), None),
     Surfaces(EvalParams, "eval", ("eval",), None, python_only=("corpus", "device", "progress"),
              cli_only=("corpus", "context", "json_out", "device", "model_dtype")),
+    Surfaces(VectorSearchParams, "search_vector", ("search", "vector"), ("POST", "/search/vector"),
+             cli_arguments=("vector",), example={"vector": [1.0]}),
+    Surfaces(TokenSearchParams, "search_token", ("search", "token"), ("GET", "/search/token"),
+             cli_arguments=("token",), cli_only=("as_id", "json_out"), example={"token": "the"}),
+    Surfaces(LabelSearchParams, "search_labels", ("search", "labels"), ("GET", "/search/labels"),
+             cli_arguments=("query",), cli_only=("rebuild", "import_path", "source", "json_out"),
+             example={"query": "cat"}),
+    Surfaces(GeometrySearchParams, "geometry_features", ("search", "geometry"), ("GET", "/search/geometry"),
+             cli_only=("rebuild", "json_out")),
+    Surfaces(SimilarParams, "similar", ("search", "similar"), ("GET", "/saes/{sae_id}/features/{index}/similar"),
+             python_only=("sae_id", "index"), cli_only=("sae_id", "index", "json_out"),
+             example={"sae_id": "{sae}", "index": 0}, cli_example=("{sae}", "0")),
+    Surfaces(FlowParams, "flow", ("search", "flow"), ("GET", "/saes/{sae_id}/features/{index}/flow"),
+             python_only=("sae_id", "index"), cli_only=("sae_id", "index", "json_out"),
+             example={"sae_id": "{sae}", "index": 0}, cli_example=("{sae}", "0")),
+    Surfaces(FeaturePageParams, "feature", ("feature",), ("GET", "/saes/{sae_id}/features/{index}"),
+             python_only=("sae_id", "index"), cli_only=("sae_id", "index", "json_out"),
+             example={"sae_id": "{sae}", "index": 0}, cli_example=("{sae}", "0")),
+    Surfaces(FeaturePageParams, "compared_feature", None, ("GET", "/compare/{comparison}/{side}/features/{index}"),
+             python_only=("run", "side", "index"), example={"run": "none", "side": "a", "index": 0}),
+    Surfaces(ExamplesParams, "examples", None, ("GET", "/saes/{sae_id}/features/{index}/examples"),
+             python_only=("sae_id", "index"), example={"sae_id": "{sae}", "index": 0}),
+    Surfaces(MapParams, "map", None, ("GET", "/saes/{sae_id}/map"), python_only=("sae_id",),
+             example={"sae_id": "{sae}"}),
+    Surfaces(CrosscoderLatentsParams, "crosscoder_latents", None, ("GET", "/crosscoders/{crosscoder}/latents"),
+             python_only=("crosscoder",), example={"crosscoder": "none"}),
+    Surfaces(CrosscoderLatentParams, "crosscoder_latent", None, ("GET", "/crosscoders/{crosscoder}/latents/{index}"),
+             python_only=("crosscoder", "latent"), example={"crosscoder": "none", "latent": 0}),
 )
 
 NOT_CONVERTED: dict[str, str] = {
-    "search_vector": "keywords typed in the method, VectorQuery over HTTP, options in `search vector`",
-    "search_token": "keywords typed in the method, query parameters over HTTP",
-    "search_labels": "keywords typed in the method, query parameters over HTTP",
-    "similar": "keywords typed in the method, query parameters over HTTP",
-    "flow": "keywords typed in the method, query parameters over HTTP",
-    "feature": "keywords typed in the method, query parameters over HTTP",
-    "geometry_features": "keywords typed in the method, query parameters over HTTP",
-    "crosscoder_latents": "keywords typed in the method, query parameters over HTTP",
-    "crosscoder_latent": "keywords typed in the method, query parameters over HTTP",
-    "compared_feature": "keywords typed in the method, query parameters over HTTP",
     "run": "keywords typed in the method, RunRequest over HTTP, options in `steer`",
     "steer": "keywords typed in the method, SteerRequest over HTTP, options in `steer`",
     "steer_stream": "keywords typed in the method, SteerRequest over HTTP",
@@ -149,7 +185,5 @@ NOT_CONVERTED: dict[str, str] = {
     "steering_features": "steering (being changed by its own work): SteeringQuery over HTTP",
     "steer_bench": "steering (being changed by its own work): options in `steer-bench`",
     "depth_profile": "depth (being changed by its own work): keywords and **options",
-    "map": "one keyword (basis), query parameter over HTTP",
-    "examples": "one keyword (kind), query parameter over HTTP",
 }
 """Atlas methods that take options but have no parameter object yet: what they have instead."""

@@ -318,7 +318,7 @@ async function labelsView(query) {
   form.addEventListener("submit", (ev) => { ev.preventDefault(); location.hash = `#/labels?q=${encodeURIComponent(box.value)}`; });
   view.replaceChildren(el("h2", {}, "Find features by words"), form, out);
   if (!query) return;
-  const hits = await api(`/search/labels?q=${encodeURIComponent(query)}&k=50`);
+  const hits = await api(`/search/labels?query=${encodeURIComponent(query)}&k=50`);
   out.replaceChildren(hits.length ? table(["feature", "score", "label", "explanations"], hits, {
     feature: (r) => featLink(r.sae_id, r.latent, `${r.sae_id} / ${r.latent}`),
     explanations: (r) => r.explanations.join(" | "),
@@ -371,7 +371,7 @@ async function mapView(sae, highlight, basis = "decoder") {
   }
   const n = data.latent.length;
   const labelColumns = Object.keys(data).filter((c) => !["basis", "scores", "latent", "x", "y", "knn_overlap", "label"].includes(c));
-  const circle = new Set((await api(`/search/geometry?sae_id=${enc(sae)}&in_circle=true`)).map((r) => r.latent));
+  const circle = new Set((await api(`/search/geometry?saes=${enc(sae)}&in_circle=true`)).map((r) => r.latent));
   for (const c of [...labelColumns, "in a circle"]) colourBy.appendChild(el("option", { value: c }, c));
   for (const [b, s] of Object.entries(data.scores)) {  // each basis with how faithful its map is
     const other = s.other_basis_overlap_mean === null ? "" : `, other basis ${fmt(s.other_basis_overlap_mean)}`;
@@ -421,7 +421,7 @@ async function mapView(sae, highlight, basis = "decoder") {
   };
   colourBy.onchange = draw;
   query.onchange = async () => {
-    matches = new Set(query.value.trim() ? (await api(`/search/labels?q=${enc(query.value)}&sae_id=${enc(sae)}&k=100`))
+    matches = new Set(query.value.trim() ? (await api(`/search/labels?query=${enc(query.value)}&saes=${enc(sae)}&k=100`))
       .map((h) => h.latent) : []);
     draw();
   };

@@ -105,7 +105,7 @@ def test_no_get_answer_carries_the_atlas_path(atlas: dict[str, Any]):
     runs.write_text(json.dumps(index))
     values = {"sae_id": first, "index": "0", "token_id": "0", "kind": PLANTED_KIND, "run": PLANTED_RUN,
               "name": f"{PLANTED_RUN}.png", "eval_name": "core", "comparison": "nope", "side": "a", "crosscoder": "nope"}
-    query = {"token": "the", "q": "the"}
+    query = {"token": "the", "query": "the"}
     with TestClient(create_app(ServerSettings(root=root, allow_interventions=True))) as http:
         paths = [p for p, ops in http.get("/openapi.json").json()["paths"].items() if "get" in ops]
         answers = {p: http.get(_filled(p, values), params=query) for p in paths}

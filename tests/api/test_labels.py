@@ -62,7 +62,7 @@ def test_label_search_finds_a_planted_explanation(labelled: tuple[Atlas, dict[st
     hits = atlas.search_labels("weekday", k=5)
     assert set(zip(hits["sae_id"], hits["latent"], strict=True)) == {(b, 17), (a, 9)}
     assert hits["score"].to_list() == sorted(hits["score"].to_list(), reverse=True)
-    assert atlas.search_labels("counting numbers", sae_id=b, k=1)["latent"].to_list() == [3]
+    assert atlas.search_labels("counting numbers", saes=[b], k=1)["latent"].to_list() == [3]
     assert atlas.feature(b, 17).explanations == ["days of the week, especially weekdays"]
     assert atlas.feature(b, 17).label  # the offline label is shown too
     similar = atlas.similar(b, 17, k=3)
@@ -96,18 +96,18 @@ def test_labels_cli_and_http(labelled: tuple[Atlas, dict[str, Any]], tmp_path: P
     atlas, facts = labelled
     b = facts["sae_ids"][1]
     (tmp_path / "x.csv").write_text("feature,explanation\n12,planets and moons of the solar system\n")
-    out = CliRunner().invoke(app, ["search", "labels", str(facts["root"]), "planet", "--sae-id", b,
+    out = CliRunner().invoke(app, ["search", "labels", str(facts["root"]), "planet", "--sae", b,
                                    "--import", str(tmp_path / "x.csv"), "--json"])
     assert out.exit_code == 0, out.output
     assert [h["latent"] for h in json.loads(out.output[out.output.index("["):])] == [12]
     bad = CliRunner().invoke(app, ["search", "labels", str(facts["root"]), "--import", str(tmp_path / "x.csv")])
-    assert bad.exit_code != 0 and "--sae-id" in bad.output
+    assert bad.exit_code != 0 and "one --sae" in bad.output
     with LiveServer(facts["root"]) as live:
-        hits = httpx.get(live.url + "/search/labels", params={"q": "solar planets", "k": 3}, timeout=30).json()
+        hits = httpx.get(live.url + "/search/labels", params={"query": "solar planets", "k": 3}, timeout=30).json()
         assert [(h["sae_id"], h["latent"]) for h in hits] == [(b, 12)]
         page = httpx.get(f"{live.url}/saes/{b}/features/12", timeout=30).json()
         assert page["explanations"] == ["planets and moons of the solar system"] and page["label"]
-        assert httpx.get(live.url + "/search/labels", params={"q": "!!"}, timeout=30).status_code in (400, 422)
+        assert httpx.get(live.url + "/search/labels", params={"query": "!!"}, timeout=30).status_code in (400, 422)
 
 
 def test_explorer_label_search_opens_a_labelled_feature(labelled: tuple[Atlas, dict[str, Any]], tmp_path: Path) -> None:
@@ -186,5 +186,5 @@ def test_summarize_builds_labels_and_search_says_when_there_are_none(small_atlas
     assert stored.height == small_atlas["d_sae"] and set(stored["source"]) == {"auto"}
     tables = FeatureTables(root, sae_id)
     assert stored["text"].to_list() == auto_labels(tables.features, tables.examples)["text"].to_list()
-    hits = Atlas(root).search_labels(stored["text"][0], sae_id=sae_id, k=1)
+    hits = Atlas(root).search_labels(stored["text"][0], saes=[sae_id], k=1)
     assert hits["latent"].to_list() == [0]

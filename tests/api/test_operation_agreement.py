@@ -1,5 +1,5 @@
 """Each operation is defined once (`api.operations`): its `Atlas` method, its CLI verb and
-its HTTP body take the same parameters, with the same names, defaults and bounds, and a
+its HTTP body (or a GET route's query parameters) take the same parameters, with the same names, defaults and bounds, and a
 value out of bounds is refused by all three, by the one definition. Every `Atlas` method
 that takes options is either such an operation or named in `NOT_CONVERTED` (the gap shows)."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,16 @@ def _bounds(params: type[Operation]) -> dict[str, tuple[float | None, bool, floa
     return out
 
 
+def _choices(params: type[Operation]) -> list[str]:
+    """Parameters with a fixed set of values (a `Literal`, maybe None)."""
+    props = params.model_json_schema()["properties"].items()
+    return [name for name, prop in props if "enum" in prop or any("enum" in p for p in prop.get("anyOf", []))]
+
+
 def _outside(params: type[Operation], name: str) -> list[Any]:
-    """Values just outside parameter `name`'s bounds (of its type)."""
+    """Values just outside parameter `name`'s bounds (of its type), or not among its choices."""
+    if name in _choices(params):
+        return ["no-such-choice"]
     lo, lo_x, hi, hi_x = _bounds(params)[name]
     integer = params.model_json_schema()["properties"][name].get("type") == "integer"
     step = 1 if integer else 0.5
@@ -139,8 +148,11 @@ def _stated(prop: dict[str, Any]) -> dict[str, Any]:
 def test_http_states_the_parameters_with_their_defaults_and_bounds(op: Surfaces, openapi: dict[str, Any]) -> None:
     assert op.http is not None
     method, path = op.http
-    body = openapi["paths"][path][method.lower()]["requestBody"]["content"]["application/json"]["schema"]
-    served = _resolve(body, openapi)["properties"]
+    route = openapi["paths"][path][method.lower()]
+    if method == "GET":  # the query parameters are the operation's; what names the thing is in the path
+        served = {p["name"]: p["schema"] for p in route["parameters"] if p["in"] == "query"}
+    else:
+        served = _resolve(route["requestBody"]["content"]["application/json"]["schema"], openapi)["properties"]
     own = {name: prop for name, prop in op.params.model_json_schema()["properties"].items()
            if name not in op.http_absent}
     assert set(served) == set(own), f"{method} {path} takes {set(served) ^ set(own)} beside {op.params.__name__}"
@@ -160,8 +172,9 @@ def test_http_states_the_parameters_with_their_defaults_and_bounds(op: Surfaces,
 def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surfaces, small_atlas: dict[str, Any],
                                                                      tmp_path: Path) -> None:
     root = small_atlas["root"]
-    example = {name: str(root) if value == "{atlas}" else value for name, value in op.example.items()}
-    arguments = [value.replace("{atlas}", str(root)) for value in op.cli_example]
+    names = {"{atlas}": str(root), "{sae}": small_atlas["sae_ids"][0]}
+    example = {name: names.get(value, value) if isinstance(value, str) else value for name, value in op.example.items()}
+    arguments = [names.get(value, value.replace("{atlas}", str(root))) for value in op.cli_example]
     for name in op.cli_arguments:  # a list argument is a file on the command line
         value = example[name]
         if isinstance(value, list):
@@ -169,7 +182,7 @@ def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surface
             value = tmp_path / f"{name}.json"
         arguments.append(str(value))
     atlas = Atlas(root)
-    bounded = _bounds(op.params)
+    bounded = [*_bounds(op.params), *_choices(op.params)]
     if not bounded:  # only an operation without numbers or choices (ids, paths, flags) states none
         numbers = [name for name, prop in op.params.model_json_schema()["properties"].items()
                    if '"integer"' in json.dumps(prop) or '"number"' in json.dumps(prop)]
@@ -188,7 +201,12 @@ def test_a_value_out_of_bounds_is_refused_by_python_the_cli_and_http(op: Surface
                     assert out.exit_code == 2 and name in out.output, (args, out.output)
                 if op.http:
                     method, path = op.http
-                    answer = http.request(method, path, json={**example, name: bad})
+                    if method == "GET":
+                        target = re.sub(r"\{(\w+)\}", lambda m: str(example.get(m[1], 0)), path)
+                        query = {k: v for k, v in example.items() if k in op.params.model_fields}
+                        answer = http.get(target, params={**query, name: bad})
+                    else:
+                        answer = http.request(method, path, json={**example, name: bad})
                     assert answer.status_code == 422 and name in answer.text, (name, bad, answer.text)
 
 
@@ -198,9 +216,12 @@ def test_old_parameter_names_are_still_taken_with_a_deprecation(op: Surfaces) ->
     for old, new in op.params.renamed.items():
         schema = json.dumps(op.params.model_json_schema()["properties"][new])
         given, other = (2, 3) if '"integer"' in schema and '"array"' not in schema else (["x"], ["y"])
+        if '"array"' not in schema and '"string"' in schema:
+            given, other = "x", "y"
+        example = {name: value for name, value in op.example.items() if name != new}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            value = op.params.of(**op.example, **{old: given})
+            value = op.params.of(**example, **{old: given})
         assert getattr(value, new) == given and any(issubclass(w.category, DeprecationWarning) for w in caught)
         with pytest.raises(InvalidInputError, match=f"old name of '{new}'"):
-            op.params.of(**op.example, **{old: given, new: other})
+            op.params.of(**example, **{old: given, new: other})

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from sae_atlas.api.bounds import MAX_EXAMPLES, MAX_K
 from sae_atlas.api.http.deps import AtlasDep
 from sae_atlas.api.http.json_body import json_body
 from sae_atlas.api.http.routers.params import DATA_ERRORS, Comparison, Index, error_responses
+from sae_atlas.api.operations.pages import FeaturePageParams
 from sae_atlas.api.results.compare import MAX_PAIRS, CompareResult, CompareRunRow, Side
 from sae_atlas.api.results.feature import Feature
 from sae_atlas.store.layout import check_id
@@ -32,7 +34,6 @@ def get_comparison(atlas: AtlasDep, comparison: str = Comparison,
 @router.get("/compare/{comparison}/{side}/features/{index}", response_model=Feature,
             summary="Feature page of one side's latent, read from the atlas that side belongs to",
             responses=error_responses(400, 404))
-def get_side_feature(atlas: AtlasDep, side: Side, comparison: str = Comparison, index: int = Index,
-                     examples: int = Query(10, ge=1, le=MAX_EXAMPLES), neighbours: int = Query(8, ge=1, le=MAX_K)
-                     ) -> Response:
-    return json_body(atlas.compared_feature(comparison, side, index, examples=examples, neighbours=neighbours))
+def get_side_feature(atlas: AtlasDep, side: Side, params: Annotated[FeaturePageParams, Query()],
+                     comparison: str = Comparison, index: int = Index) -> Response:
+    return json_body(atlas.compared_feature(comparison, side, index, **params.model_dump()))

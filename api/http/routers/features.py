@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from sae_atlas.api.bounds import MAX_EXAMPLES, MAX_INDEX, MAX_K, MAX_LIST
+from sae_atlas.api.bounds import MAX_INDEX, MAX_LIST
 from sae_atlas.api.http.deps import AtlasDep
 from sae_atlas.api.http.json_body import json_body
 from sae_atlas.api.http.routers.params import DATA_ERRORS, Index, SaeId, error_responses
 from sae_atlas.api.http.schemas import FeaturePage
+from sae_atlas.api.operations.pages import ExamplesParams, FeaturePageParams
 from sae_atlas.api.results.feature import Feature, StoredExample
 from sae_atlas.api.services.features import table_page
 
@@ -42,20 +43,18 @@ async def list_features(
 async def get_feature(
     request: Request,
     atlas: AtlasDep,
+    params: Annotated[FeaturePageParams, Query()],
     sae_id: str = SaeId,
     index: int = Index,
-    examples: int = Query(10, ge=1, le=MAX_EXAMPLES),
-    neighbours: int = Query(8, ge=1, le=MAX_K),
 ) -> Response:
     if _wants_html(request):  # a browser following a feature link gets the explorer
         return RedirectResponse(f"/#/saes/{sae_id}/features/{index}", status_code=307)
-    return json_body(atlas.feature(sae_id, index, examples=examples, neighbours=neighbours))
+    return json_body(atlas.feature(sae_id, index, **params.model_dump()))
 
 
 @router.get("/saes/{sae_id}/features/{index}/examples", summary="All stored examples",
             response_model=list[StoredExample])
 async def get_examples(
-    atlas: AtlasDep, sae_id: str = SaeId, index: int = Index,
-    kind: Literal["top", "band"] | None = Query(None, description="only top-k or only band examples"),
+    atlas: AtlasDep, params: Annotated[ExamplesParams, Query()], sae_id: str = SaeId, index: int = Index,
 ) -> Response:
-    return json_body(atlas.examples(sae_id, index, kind).to_dicts())
+    return json_body(atlas.examples(sae_id, index, **params.model_dump()).to_dicts())

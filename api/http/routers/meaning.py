@@ -6,15 +6,16 @@ span it; runs the model on the concept's prompts, on the worker's one-thread mod
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from sae_atlas.api.http.deps import AtlasDep, ModelQueueDep
 from sae_atlas.api.http.json_body import json_body
-from sae_atlas.api.http.routers.params import DATA_ERRORS, K, OneSae, error_responses
+from sae_atlas.api.http.routers.params import DATA_ERRORS, error_responses
 from sae_atlas.api.http.schemas_meaning import ConceptQuery
+from sae_atlas.api.operations.search import GeometrySearchParams, LabelSearchParams
 from sae_atlas.api.results.meaning import ConceptResult, GeometryFeature, LabelHit
 
 router = APIRouter(tags=["search"], responses={**DATA_ERRORS, **error_responses(400, 404, 413)})
@@ -30,25 +31,10 @@ async def search_concept(atlas: AtlasDep, queue: ModelQueueDep, query: ConceptQu
 
 
 @router.get("/search/geometry", summary="Features in a circle, of a period, in a lobe", response_model=list[GeometryFeature])
-async def search_geometry(
-    atlas: AtlasDep,
-    sae_id: str | None = OneSae,
-    in_circle: bool | None = Query(None, description="in a circle (true) or in none (false)"),
-    period: float | None = Query(None, gt=0, le=100_000, description="fitted period of the circle (within 0.5)"),
-    lobe: int | None = Query(None, ge=0, le=2**31 - 1, description="co-occurrence lobe"),
-    kind: Literal["circle", "concept", "hierarchy", "lobe"] | None = Query(None),
-) -> Response:
-    frame = atlas.geometry_features(sae_id or None, in_circle=in_circle, period=period,
-                                    lobe=lobe, kind=kind)
-    return json_body(frame.to_dicts())
+async def search_geometry(atlas: AtlasDep, params: Annotated[GeometrySearchParams, Query()]) -> Response:
+    return json_body(atlas.geometry_features(**params.model_dump()).to_dicts())
 
 
 @router.get("/search/labels", summary="Features whose labels or explanations match words", response_model=list[LabelHit])
-async def search_labels(
-    atlas: AtlasDep,
-    q: str = Query(min_length=1, max_length=500, pattern="[A-Za-z0-9]", examples=["weekday"],
-               description="words to look for (at least one letter or digit)"),
-    sae_id: str | None = OneSae,
-    k: int = K,
-) -> Response:
-    return json_body(atlas.search_labels(q, sae_id=sae_id or None, k=k).to_dicts())
+async def search_labels(atlas: AtlasDep, params: Annotated[LabelSearchParams, Query()]) -> Response:
+    return json_body(atlas.search_labels(**params.model_dump()).to_dicts())

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from sae_atlas.api.http.deps import AtlasDep
 from sae_atlas.api.http.json_body import json_body
 from sae_atlas.api.http.routers.params import DATA_ERRORS, SaeId, error_responses
+from sae_atlas.api.operations.pages import MapParams
 from sae_atlas.api.results.feature_map import MapColumns, map_columns
 from sae_atlas.api.results.sae import SaeInfo, SaeStatus
-from sae_atlas.geometry.maps import Basis
 
 router = APIRouter(responses=DATA_ERRORS)
 ONE_SAE = error_responses(400, 404)
@@ -28,7 +30,5 @@ async def get_sae(atlas: AtlasDep, sae_id: str = SaeId) -> Response:
 
 @router.get("/saes/{sae_id}/map", tags=["geometry"], summary="2-D feature map (columns)",
             response_model=MapColumns, responses=ONE_SAE)
-async def get_map(atlas: AtlasDep, sae_id: str = SaeId, basis: Basis = Query(
-        "decoder", description="decoder: UMAP of the decoder rows; cooccurrence: of the activation co-occurrence graph",
-)) -> Response:
-    return json_body(map_columns(basis, atlas.map_scores(sae_id), atlas.map(sae_id, basis)))
+async def get_map(atlas: AtlasDep, params: Annotated[MapParams, Query()], sae_id: str = SaeId) -> Response:
+    return json_body(map_columns(params.basis, atlas.map_scores(sae_id), atlas.map(sae_id, params.basis)))
