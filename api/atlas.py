@@ -89,7 +89,15 @@ from sae_atlas.api.operations.search import (
     TokenSearchParams,
     VectorSearchParams,
 )
-from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
+from sae_atlas.api.results.analysis import (
+    AnalysisResult,
+    AnalysisRunFiles,
+    CircleTransferResult,
+    CircularDiscovery,
+    CrosscoderRun,
+    DepthProfile,
+    EmergenceResult,
+)
 from sae_atlas.api.results.board import Board
 from sae_atlas.api.results.compare import CompareResult, CompareRunRow, Side
 from sae_atlas.api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
@@ -633,7 +641,7 @@ class Atlas:
                      split: Split = CircularParams.default("split"),
                      max_tokens: int = CircularParams.default("max_tokens"),
                      min_tokens: int = CircularParams.default("min_tokens"), seed: int = CircularParams.default("seed"),
-                     run: str | None = None, token_strings: bool = False) -> AnalysisResult:
+                     run: str | None = None, token_strings: bool = False) -> CircularDiscovery:
         """Writes: circular-feature discovery on SAE `sae_id` (its features clustered by decoder
         direction, each cluster scored for irreducibility over `max_tokens` cached tokens),
         stored as the analysis run `circular/<run>`. The parameters are
@@ -802,7 +810,7 @@ class Atlas:
                   metric: Metric = EmergenceParams.default("metric"),
                   threshold: float = EmergenceParams.default("threshold"),
                   test_frac: float = EmergenceParams.default("test_frac"), seed: int = EmergenceParams.default("seed"),
-                  run: str | None = None, device: str = "cpu") -> AnalysisResult:
+                  run: str | None = None, device: str = "cpu") -> EmergenceResult:
         """Writes: where each concept's features emerge over a series of SAEs (`members`: SAE
         ids or views of this atlas, or `ATLAS:SAE` of others (each opened once, beside this
         one), in series order): per member the held-out AUROC of the best single latent and
@@ -824,7 +832,7 @@ class Atlas:
                        n_random: int = CircleTransferParams.default("n_random"),
                        alpha: float = CircleTransferParams.default("alpha"),
                        seed: int = CircleTransferParams.default("seed"), run: str | None = None,
-                       device: str = "cpu") -> AnalysisResult:
+                       device: str = "cpu") -> CircleTransferResult:
         """Writes: does the circle of this atlas's stored run `circle` (`circular/<run>`, a
         concept run, or `concept_search/<run>`) exist in `other` (an atlas, its path or this
         one; SAE `other_sae`) or in `model_b` at `hook_b`? The circle probe and concept span
@@ -848,7 +856,7 @@ class Atlas:
                          seed: int = CrosscoderParams.default("seed"), cc_id: str | None = None,
                          scaling_tokens: int = CrosscoderParams.default("scaling_tokens"),
                          corpus: CorpusSpec | None = None, device: str = "cpu",
-                         progress: bool = True) -> AnalysisResult:
+                         progress: bool = True) -> CrosscoderRun:
         """Writes: a crosscoder between `hook_a` of this atlas's model and `hook_b` of `model_b`
         (default the same model) in `crosscoders/<id>/`, its relative decoder norms (and with
         `scaling_tokens` > 0 its Latent Scaling) as `analyses/crosscoder/<id>`. The parameters
@@ -862,7 +870,7 @@ class Atlas:
     def latent_scaling(self, cc_id: str, *, tokens: int = LatentScalingParams.default("tokens"),
                        batch_blocks: int = LatentScalingParams.default("batch_blocks"),
                        corpus: CorpusSpec | None = None, device: str = "cpu",
-                       n_tokens: int | None = None) -> AnalysisResult:
+                       n_tokens: int | None = None) -> CrosscoderRun:
         """Writes: Latent Scaling (Minder et al. 2025) of the latents of
         crosscoder `cc_id` over `tokens` tokens of `corpus` (default: its training corpus), as
         the columns `beta_error_a/b`, `beta_recon_a/b`, `nu_error`, `nu_recon`,
@@ -884,7 +892,7 @@ class Atlas:
         return depth_service.depth_run(self.ctx, run)
 
     def depth_profile(self, layers: list[int] | None = None, *, n_tokens: int = 16384, run: str = "depth",
-                      **options: Any) -> AnalysisResult:
+                      **options: Any) -> DepthProfile:
         """Writes: the depth analysis of the atlas' model over `n_tokens` corpus tokens at
         `layers` (default: every layer), as `analyses/depth/<run>`; the stored result (per
         layer ID, local ID, trajectories, lenses; CKA and tokens tables beside it). `options`:
@@ -895,4 +903,4 @@ class Atlas:
 
         run_depth(self.root, self.model(), options.pop("corpus", CorpusSpec()), layers, n_tokens=n_tokens, run=run,
                   progress=False, **options)
-        return self.analysis("depth", run)
+        return analyses.analysis_as(DepthProfile, self.root, "depth", run)

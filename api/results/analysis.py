@@ -1,19 +1,22 @@
 """`AnalysisResult`: a stored geometry result, and `AnalysisRunFiles`, a row of the listing
-of stored runs."""
+of stored runs; the typed results of the methods that write one run kind (`CircularDiscovery`,
+`EmergenceResult`, `CircleTransferResult`, `CrosscoderRun`, `DepthProfile`: the same payload,
+with `rows`, the main table as typed rows)."""
 
 from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import polars as pl
 from pydantic import Field, computed_field
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from sae_atlas.api.results.html import escape
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import Status
-from sae_atlas.api.results.wire import FileName, FrameRows, JsonResult, wire_payload
+from sae_atlas.api.results.wire import FileName, FrameRows, JsonResult, Number, wire_payload
 from sae_atlas.store.errors import InvalidInputError
 
 MAX_ROWS = 1000
@@ -87,3 +90,194 @@ class AnalysisResult(JsonResult):
             ax.set_axis_off()
             ax.set_title(path.name, fontsize=8)
         return fig
+
+
+R = TypeVar("R")
+
+
+def rows_as(result: AnalysisResult, row_type: type[R]) -> Rows[R]:
+    """The main table of `result` as rows of `row_type` (TypeError naming a column that does
+    not fit; InvalidInputError when the run stored no table)."""
+    if result.table is None:
+        raise InvalidInputError(f"analysis {result.kind}/{result.run} stored no table")
+    return Rows(row_type, result.table)
+
+
+class CircularCluster(TypedDict):
+    """A cluster of circular-feature discovery (`Atlas.run_circular`), best first."""
+
+    rank: int
+    cluster_id: int
+    size: int
+    features: Annotated[list[int], Field(description="the cluster's latents")]
+    n_tokens: int
+    score: Number
+    mixture: list[Number]
+    separability: list[Number]
+    pair_score: list[Number]
+    explained_variance_ratio: list[Number]
+    top_token_ids: list[int]
+    top_token_mass: list[Number]
+    proj_x: list[Number]
+    proj_y: list[Number]
+    proj_token_ids: list[int]
+    proj_rows: list[int]
+    top_token_strs: NotRequired[list[str | None]]
+
+
+class EmergenceScore(TypedDict):
+    """One (concept, member) pair of an emergence run: the best single latent's held-out
+    AUROC, the k=1 and full probes, and whether the metric reached the threshold."""
+
+    concept: str
+    member: str
+    auroc: Number
+    train_auroc: Number
+    latent: int | None
+    k1_accuracy: Number
+    probe_accuracy: Number
+    baseline: Number
+    value_selectivity: Number
+    value_latent: int | None
+    n_concept: int
+    n_control: int
+    reached: bool
+    label: NotRequired[str | None]
+
+
+class EmergenceOnset(TypedDict):
+    """Where one concept emerges over the series: the first member reaching the threshold,
+    the member from which it stays, the gaps, re-appearances and the best member."""
+
+    concept: str
+    first: str | None
+    first_index: int | None
+    stable_from: str | None
+    gaps: list[str]
+    reappears: list[str]
+    best: str | None
+    best_score: Number
+
+
+class CircleTransferRow(TypedDict):
+    """One fit of a circle transfer: a side ("a" / "b"), a space, its circle probe beside
+    its null, cyclic order and period, and the latents spanning it."""
+
+    side: str
+    space: str
+    dimension: int | None
+    r2: Number
+    r2_loo: Number
+    null: str | None
+    null_mean: Number
+    p_value: Number
+    cyclic_order: bool | None
+    fitted_period: Number
+    period_fit: Number
+    order: list[str] | None
+    order_matches_a: bool | None
+    latents: list[int] | None
+    note: str | None
+
+
+class CrosscoderNorms(TypedDict):
+    """One crosscoder latent: its decoder norm on each side, relative norm and class, and
+    with Latent Scaling its betas and ratios."""
+
+    latent: int
+    norm_a: Number
+    norm_b: Number
+    relative_norm: Number
+    latent_class: str
+    beta_error_a: NotRequired[Number]
+    beta_error_b: NotRequired[Number]
+    beta_recon_a: NotRequired[Number]
+    beta_recon_b: NotRequired[Number]
+    nu_error: NotRequired[Number]
+    nu_recon: NotRequired[Number]
+    scaling_active_tokens: NotRequired[int | None]
+    label: NotRequired[str | None]
+
+
+class DepthLayer(TypedDict):
+    """One layer of a depth profile: intrinsic dimension (TwoNN, MLE with its interval),
+    local dimension quantiles, trajectory geometry and the logit / tuned lenses."""
+
+    layer: int
+    twonn: Number
+    mle: Number
+    mle_low: Number
+    mle_high: Number
+    lid_mean: Number
+    lid_q10: Number
+    lid_q50: Number
+    lid_q90: Number
+    step_length: Number
+    curvature: Number
+    consecutive_cosine: Number
+    cosine_to_final: Number
+    tuned_fit_loss: Number
+    logit_top1: Number
+    logit_kl: Number
+    logit_median_rank: Number
+    tuned_top1: Number
+    tuned_kl: Number
+    tuned_median_rank: Number
+
+
+@dataclass
+class CircularDiscovery(AnalysisResult):
+    """`Atlas.run_circular`: a stored circular-feature discovery run; `rows` its clusters."""
+
+    @property
+    def rows(self) -> Rows[CircularCluster]:
+        return rows_as(self, CircularCluster)
+
+
+@dataclass
+class EmergenceResult(AnalysisResult):
+    """`Atlas.emergence`: a stored emergence run; `rows` one score per (concept, member),
+    `onsets` one row per concept."""
+
+    @property
+    def rows(self) -> Rows[EmergenceScore]:
+        return rows_as(self, EmergenceScore)
+
+    @property
+    def onsets(self) -> Rows[EmergenceOnset]:
+        return Rows.of(EmergenceOnset, self.meta["summary"]["onsets"])
+
+
+@dataclass
+class CircleTransferResult(AnalysisResult):
+    """`Atlas.compare_circle`: a stored circle transfer; `rows` one fit per side and space."""
+
+    @property
+    def rows(self) -> Rows[CircleTransferRow]:
+        return rows_as(self, CircleTransferRow)
+
+
+@dataclass
+class CrosscoderRun(AnalysisResult):
+    """`Atlas.train_crosscoder` / `latent_scaling`: a crosscoder's stored analysis; `rows`
+    one per latent (relative norms, and Latent Scaling columns once computed)."""
+
+    @property
+    def rows(self) -> Rows[CrosscoderNorms]:
+        return rows_as(self, CrosscoderNorms)
+
+
+@dataclass
+class DepthProfile(AnalysisResult):
+    """`Atlas.depth_profile`: a stored depth run; `rows` one per layer (its CKA and tokens
+    tables are read by `Atlas.depth_run`)."""
+
+    @property
+    def rows(self) -> Rows[DepthLayer]:
+        return rows_as(self, DepthLayer)
+
+
+KIND_TYPES: dict[str, type[AnalysisResult]] = {
+    "emergence": EmergenceResult, "circle_transfer": CircleTransferResult, "crosscoder": CrosscoderRun}
+"""The result type of each kind whose runs all store one table layout (`circular` and
+`depth` hold several: their producing methods say which they return)."""

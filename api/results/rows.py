@@ -69,7 +69,17 @@ def row_schema(row_type: type) -> tuple[dict[str, pl.DataType | None], frozenset
         raise TypeError(f"Rows take a TypedDict row type, not {row_type!r}")
     hints = typing.get_type_hints(row_type, include_extras=True)
     extra = (getattr(row_type, "__pydantic_config__", None) or {}).get("extra") == "allow"
-    return ({name: dtype_of(hint) for name, hint in hints.items()}, frozenset(row_type.__required_keys__), extra)
+    required = frozenset(name for name, hint in hints.items() if _required(hint, row_type.__total__))
+    return {name: dtype_of(hint) for name, hint in hints.items()}, required, extra
+
+
+def _required(hint: Any, total: bool) -> bool:
+    """Whether a TypedDict key must be present (read from the annotation itself: under
+    `from __future__ import annotations`, `__required_keys__` misses `NotRequired`)."""
+    while typing.get_origin(hint) is Annotated:
+        hint = typing.get_args(hint)[0]
+    origin = typing.get_origin(hint)
+    return origin is Required or (total and origin is not NotRequired)
 
 
 def conform(frame: pl.DataFrame, row_type: type) -> pl.DataFrame:

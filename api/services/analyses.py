@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
 from sae_atlas.api.analyses.circular import discover_for_sae
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.analyses import CircularParams
-from sae_atlas.api.results.analysis import AnalysisResult, AnalysisRunFiles
+from sae_atlas.api.results.analysis import (
+    KIND_TYPES,
+    AnalysisResult,
+    AnalysisRunFiles,
+    CircularDiscovery,
+)
 from sae_atlas.api.results.sae import Status
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.labels import with_labels
@@ -114,12 +119,20 @@ def _runs_without_figure_checksums(root: Path, kind: str) -> list[str]:
             if "figure_sha256" not in results.verify_run(root, kind, run)]
 
 
+A = TypeVar("A", bound=AnalysisResult)
+
+
 def analysis(root: Path, kind: str, run: str) -> AnalysisResult:
-    """One geometry result: its parameters/summary (json), table and figure paths."""
+    """One geometry result: its parameters/summary (json), table and figure paths, as the
+    kind's result type (`api.results.analysis.KIND_TYPES`; `AnalysisResult` for the others)."""
+    return analysis_as(KIND_TYPES.get(kind, AnalysisResult), root, kind, run)
+
+
+def analysis_as(result_type: type[A], root: Path, kind: str, run: str) -> A:
+    """One geometry result as `result_type` (the typed result of the method that wrote it)."""
     files, meta, table = analysis_run(root, kind, run)
     folder = AtlasLayout(root).analysis_dir(kind)
-    return AnalysisResult(kind=kind, run=run, meta=meta, table=table,
-                          figures=[folder / name for name in files["figures"]])
+    return result_type(kind=kind, run=run, meta=meta, table=table, figures=[folder / name for name in files["figures"]])
 
 
 def with_run_labels(ctx: AtlasContext, result: AnalysisResult) -> AnalysisResult:
@@ -145,7 +158,7 @@ def with_run_labels(ctx: AtlasContext, result: AnalysisResult) -> AnalysisResult
     return result
 
 
-def run_circular(view: SaeView, params: CircularParams) -> AnalysisResult:
+def run_circular(view: SaeView, params: CircularParams) -> CircularDiscovery:
     """Run circular-feature discovery on one SAE (`api.analyses.circular`), the top tokens as
     strings of the atlas's model's tokenizer when `params.token_strings`; the new result."""
     from sae_atlas.saes.summary.logits import vocab_strings
@@ -158,5 +171,5 @@ def run_circular(view: SaeView, params: CircularParams) -> AnalysisResult:
                               n_clusters=params.n_clusters or None, min_tokens=params.min_tokens, seed=params.seed)
     _, meta_path = discover_for_sae(view.ctx.root, view.sae_id, options, run=params.run, split=params.split,
                                     max_tokens=params.max_tokens, vocab=vocab)
-    return analysis(view.ctx.root, meta_path.parent.name, meta_path.stem)
+    return analysis_as(CircularDiscovery, view.ctx.root, meta_path.parent.name, meta_path.stem)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sae_atlas.api.operations.concepts_across import CircleTransferParams
-from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.results.analysis import CircleTransferResult
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services import analyses
 from sae_atlas.api.services.concept_sides import ConceptSide, atlas_side, concept_acts, model_side
@@ -56,7 +56,7 @@ def reference_concept(root: Path, ref: str) -> tuple[OrderedConcept, dict[str, A
 
 
 def run_circle_transfer(side_a: SaeView, side_b: SaeView | None, params: CircleTransferParams, *,
-                        device: str = "cpu") -> AnalysisResult:
+                        device: str = "cpu") -> CircleTransferResult:
     """Fit the circle of run `params.circle` of A (an SAE of an opened atlas) in B (an SAE
     of this or another opened atlas, or `params.model_b` at `params.hook_b`, default A's
     hook, loaded through A's context) and in A; store and return the run."""
@@ -87,4 +87,4 @@ def run_circle_transfer(side_a: SaeView, side_b: SaeView | None, params: CircleT
                                     title=f"{concept.name}: {a.label} in {b.label}"), figure)
     results.write_analysis(a.root, KIND, run, parameters=parameters, summary=fit.summary, tables={"main": fit.table},
                            extra={"figures": [figure.name]})
-    return analyses.analysis(a.root, KIND, run)
+    return analyses.analysis_as(CircleTransferResult, a.root, KIND, run)

@@ -17,8 +17,8 @@ import torch
 
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingParams
-from sae_atlas.api.results.analysis import AnalysisResult
-from sae_atlas.api.services.analyses import analysis, analysis_run
+from sae_atlas.api.results.analysis import CrosscoderRun
+from sae_atlas.api.services.analyses import analysis_as, analysis_run
 from sae_atlas.geometry.results import write_analysis
 from sae_atlas.saes.compare.crosscoder import (
     SideScales,
@@ -105,7 +105,7 @@ def _with_scaling(table: pl.DataFrame, result: LatentScaling) -> pl.DataFrame:
 
 
 def run_train_crosscoder(ctx: AtlasContext, params: CrosscoderParams, *, corpus: CorpusSpec | None = None,
-                         device: str = "cpu", progress: bool = True) -> AnalysisResult:
+                         device: str = "cpu", progress: bool = True) -> CrosscoderRun:
     """Train a crosscoder between `hook_a` of the atlas's model and `hook_b` of `model_b`
     (default: the same model) on `n_tokens` training tokens, streamed in passes of
     `pass_tokens` corpus tokens (default `n_tokens`), and store it with its relative norms;
@@ -149,11 +149,11 @@ def run_train_crosscoder(ctx: AtlasContext, params: CrosscoderParams, *, corpus:
                                                                      scaling_tokens, batch_blocks, table)
         table, summary = _with_scaling(table, scaled), {**summary, **scaling_summary}
     write_analysis(root, KIND, cc_id, parameters=params, summary=summary, tables={"main": table})
-    return analysis(Path(root), KIND, cc_id)
+    return analysis_as(CrosscoderRun, Path(root), KIND, cc_id)
 
 
 def run_latent_scaling(ctx: AtlasContext, params: LatentScalingParams, *, corpus: CorpusSpec | None = None,
-                       device: str = "cpu") -> AnalysisResult:
+                       device: str = "cpu") -> CrosscoderRun:
     """Latent Scaling of the latents of stored crosscoder `params.cc_id` over `params.tokens`
     tokens of `corpus` (default: its training corpus), added as columns of
     `analyses/crosscoder/<id>` (replacing earlier ones)."""
@@ -172,4 +172,4 @@ def run_latent_scaling(ctx: AtlasContext, params: LatentScalingParams, *, corpus
                                                                         params.tokens, params.batch_blocks, table)
     write_analysis(root, KIND, cc_id, parameters=stored_params, summary={**meta["summary"], **scaling_summary},
                    tables={"main": _with_scaling(table, scaled)})
-    return analysis(Path(root), KIND, cc_id)
+    return analysis_as(CrosscoderRun, Path(root), KIND, cc_id)

@@ -14,7 +14,7 @@ import polars as pl
 
 from sae_atlas.api.bounds import MAX_PROMPTS
 from sae_atlas.api.operations.concepts_across import EmergenceParams
-from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.results.analysis import EmergenceResult
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services import analyses
 from sae_atlas.api.services.circle_transfer import safe_name
@@ -35,7 +35,7 @@ KIND = "emergence"
 MAX_MEMBERS = 64
 
 
-def run_emergence(members: Sequence[SaeView], params: EmergenceParams, *, device: str = "cpu") -> AnalysisResult:
+def run_emergence(members: Sequence[SaeView], params: EmergenceParams, *, device: str = "cpu") -> EmergenceResult:
     """Score every concept of `params` (a built-in name, a dict or JSON file as concept
     search takes, or a concept object) on every member (an SAE of an opened atlas; each
     atlas's model loaded through its context) and store the run; the stored result."""
@@ -76,4 +76,4 @@ def run_emergence(members: Sequence[SaeView], params: EmergenceParams, *, device
     summary = {"metric": metric, "threshold": threshold, "members": labels, "onsets": onset.to_dicts()}
     results.write_analysis(root, KIND, run, parameters=parameters, summary=summary,
                            tables={"main": scored, "onsets": onset}, extra={"figures": [figure.name]})
-    return analyses.analysis(root, KIND, run)
+    return analyses.analysis_as(EmergenceResult, root, KIND, run)
