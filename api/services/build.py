@@ -46,11 +46,11 @@ def cache(ctx: AtlasContext, params: CacheParams, *, corpus: CorpusSpec | None, 
         ctx.reread_meta()
 
 
-def _logit_inputs(ctx: AtlasContext) -> dict[str, Any]:
-    """Unembedding, final norm and tokenizer of the context's model, or {} with a warning
-    (no model recorded, or it does not load: the summaries go without logit effects)."""
+def _logit_inputs(ctx: AtlasContext, device: str | None) -> dict[str, Any]:
+    """Unembedding, final norm and tokenizer of the context's model (on `device`), or {} with
+    a warning (no model recorded, or it does not load: the summaries go without logit effects)."""
     try:
-        handle = ctx.model()
+        handle = ctx.model(device)
     except NotFoundError:
         warnings.warn("no model recorded in atlas.json: summarizing without logit effects", stacklevel=3)
         return {}
@@ -71,7 +71,7 @@ def summarize(ctx: AtlasContext, views: list[SaeView], params: SummarizeParams, 
     if params.from_model:
         reports = _summarize_streamed(ctx, ids, params, corpus or CorpusSpec(), device, progress)
     else:
-        model = _logit_inputs(ctx) if params.with_model else {}
+        model = _logit_inputs(ctx, device) if params.with_model else {}
         reports = [summarize_sae(ctx.root, sae_id, n_tokens=params.tokens, top_k=params.top_k,
                                  window=(params.before, params.after), seed=params.seed, force=params.force,
                                  progress=progress, **model) for sae_id in ids]
