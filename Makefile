@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/sae-atlas demo --atlas $(ATLAS)
+	$(VENV)/bin/sae-atlas demo $(ATLAS)
 
 # Debian packages the tests use when present: Chromium (browser test), WordNet (hierarchy test).
 system-deps:
