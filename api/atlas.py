@@ -41,7 +41,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import polars as pl
 
@@ -98,10 +98,13 @@ from sae_atlas.api.results.analysis import (
     DepthProfile,
     EmergenceResult,
 )
+from sae_atlas.api.results.atlas_json import AtlasMeta
 from sae_atlas.api.results.board import Board
+from sae_atlas.api.results.build import Imported, IndexInfo
 from sae_atlas.api.results.compare import CompareResult, CompareRunRow, Side
 from sae_atlas.api.results.crosscoder import CrosscoderLatentCard, CrosscoderLatents, CrosscoderRow
 from sae_atlas.api.results.depth import DepthRun, DepthRunRow
+from sae_atlas.api.results.evals import EvalResult
 from sae_atlas.api.results.feature import Feature, LatentSummary, Match, StoredExample
 from sae_atlas.api.results.feature_map import MapPoint
 from sae_atlas.api.results.graph import GraphView
@@ -194,9 +197,9 @@ class Atlas:
         return self.ctx.layout
 
     @property
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> AtlasMeta:
         """atlas.json as read when the atlas was opened (or last changed through it)."""
-        return self.ctx.meta
+        return cast(AtlasMeta, self.ctx.meta)
 
     # SAEs ---------------------------------------------------------------------------------
     def sae(self, sae_id: str) -> SaeView:
@@ -234,7 +237,7 @@ class Atlas:
         `.frame` is the same board as one polars frame."""
         return board.board(self.ctx)
 
-    def eval_result(self, sae_id: str, name: str) -> dict[str, Any]:
+    def eval_result(self, sae_id: str, name: str) -> EvalResult:
         """One verified eval result of an SAE in SAEBench's layout (`saes/<id>/evals/<name>.json`;
         NotFoundError when it has none, naming the command that computes it)."""
         return evals_service.eval_result(self.ctx, sae_id, name)
@@ -294,7 +297,7 @@ class Atlas:
 
     def add_sae(self, source: str | Path, *, hook: str | None = None, sae_id: str | None = None,
                 link: bool = False, force: bool = False, registry: str | Path | None = None,
-                with_model: bool = True, clt: bool = False) -> dict[str, Any]:
+                with_model: bool = True, clt: bool = False) -> Imported:
         """Writes: import a pretrained SAE (a folder in a known layout, `RELEASE/SAE_ID` from
         a registry, or `hf://org/repo/path[@revision]`) or a circuit-tracer CLT (`clt`) after
         the misload guard, with this atlas's model; returns what was imported and its metrics.
@@ -345,7 +348,7 @@ class Atlas:
 
     def index(self, saes: list[str] | None = None, *, rebuild: bool = False,
               approx_threshold: int = IndexParams.default("approx_threshold"),
-              seed: int = IndexParams.default("seed")) -> list[dict[str, Any]]:
+              seed: int = IndexParams.default("seed")) -> list[IndexInfo]:
         """Writes: the FAISS index of each SAE (default all) and the model-wide one; indexes
         that verify are kept unless `rebuild`. Their descriptions, `rebuilt` telling which were
         (re)written. The parameters are `api.operations.build.IndexParams`."""

@@ -6,10 +6,11 @@ its lock; each write leaves atlas.json re-read."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.build import CacheParams, IndexParams, SummarizeParams
+from sae_atlas.api.results.build import IndexInfo
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services import labels
 from sae_atlas.errors import AtlasError, InvalidInputError, NotFoundError
@@ -105,8 +106,9 @@ def store_labels(ctx: AtlasContext, reports: list[SummaryReport]) -> None:
             labels.build_labels(open_sae(ctx, report.sae_id))
 
 
-def index(ctx: AtlasContext, params: IndexParams) -> list[dict[str, Any]]:
+def index(ctx: AtlasContext, params: IndexParams) -> list[IndexInfo]:
     """Build (or keep, when current) the FAISS index of each chosen SAE and the model-wide
     one (`store.index.build_atlas_indexes`); their sidecars, `rebuilt` telling which were."""
-    return build_atlas_indexes(ctx.root, params.saes or None, rebuild=params.rebuild,
-                               approx_threshold=params.approx_threshold, seed=params.seed)
+    indexes = build_atlas_indexes(ctx.root, params.saes or None, rebuild=params.rebuild,
+                                  approx_threshold=params.approx_threshold, seed=params.seed)
+    return cast(list[IndexInfo], indexes)

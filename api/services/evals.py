@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.evals import EvalParams
+from sae_atlas.api.results.evals import EvalResult
 from sae_atlas.api.results.suite import EvalsFailed, SuiteResults
 from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.corpus import CorpusSpec
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from sae_atlas.saes.distributed import DistContext
 
 
-def eval_result(ctx: AtlasContext, sae_id: str, name: str) -> dict[str, Any]:
+def eval_result(ctx: AtlasContext, sae_id: str, name: str) -> EvalResult:
     """The SAEBench-layout result of eval `name` on SAE `sae_id`: InvalidInputError for an
     unknown eval (listing the valid ones), NotFoundError for an unknown SAE or one without
     that result (naming the command that computes it), IntegrityError for a damaged one (a
@@ -29,7 +30,7 @@ def eval_result(ctx: AtlasContext, sae_id: str, name: str) -> dict[str, Any]:
     ctx.layout.require_sae(sae_id)
     if eval_name not in stored_evals(ctx.root, sae_id):
         raise NotFoundError(f"SAE {sae_id!r} has no {name} result; {result_repair(ctx.root, sae_id, eval_name)}")
-    return read_result(ctx.root, sae_id, eval_name)
+    return cast(EvalResult, read_result(ctx.root, sae_id, eval_name))
 
 
 NEEDS_MODEL: tuple[EvalName, ...] = ("sparse_probing",)

@@ -4,10 +4,11 @@ preload."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.importing import ImportParams
+from sae_atlas.api.results.build import Imported
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import SaeStatus, Status
 from sae_atlas.api.sae_view import open_sae
@@ -78,7 +79,7 @@ def preload(ctx: AtlasContext) -> None:
                 search.neighbour_table(source, target)
 
 
-def add_sae(ctx: AtlasContext, params: ImportParams) -> dict[str, Any]:
+def add_sae(ctx: AtlasContext, params: ImportParams) -> Imported:
     """Import a pretrained SAE into the atlas after the misload guard
     (`saes.importing.pipeline.import_sae`), or a circuit-tracer cross-layer transcoder
     (`saes.importing.clt.import_clt`: `params.clt`, or detected in a local folder), with
@@ -95,4 +96,4 @@ def add_sae(ctx: AtlasContext, params: ImportParams) -> dict[str, Any]:
             ctx.root, params.source, hook=params.hook, sae_id=params.sae_id, link=params.link, force=params.force,
             registry=params.registry, with_model=params.with_model, model_loader=ctx.model))
     ctx.reread_meta()
-    return result.to_dict()
+    return cast(Imported, result.to_dict())
