@@ -27,7 +27,6 @@ import polars as pl
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.sae import SaeInfo
 from sae_atlas.errors import AtlasError, IntegrityError, InvalidInputError, NotFoundError
-from sae_atlas.geometry.maps import MAP_FILE, MAP_META, Basis, basis_frame, map_scores, read_map
 from sae_atlas.saes.atlas_saes import atlas_sae_hook, load_atlas_sae
 from sae_atlas.saes.devices import resolve_device
 from sae_atlas.saes.formats.saelens import CFG_FILE, true_architecture
@@ -37,6 +36,7 @@ from sae_atlas.store.feature_records import AUTO_LABELS, RecordTable, read_recor
 from sae_atlas.store.index import index_built, sae_index_path
 from sae_atlas.store.integrity import verify_sae_weights
 from sae_atlas.store.locks import tables_lock
+from sae_atlas.store.maps import MAP_FILE, MAP_META, Basis, basis_frame, map_scores, read_map
 from sae_atlas.store.tables import FEATURES_FILE, TABLES_FILE, FeatureTables
 
 MapScores = dict[str, dict[str, float | None]]
@@ -198,11 +198,11 @@ class SaeView:
         return self._kept("map", load)
 
     def map(self, basis: Basis = "decoder") -> pl.DataFrame:
-        """The 2-D feature map in one basis (`geometry.maps.basis_frame`)."""
+        """The 2-D feature map in one basis (`store.maps.basis_frame`)."""
         return basis_frame(self.stored_map()[0], basis)
 
     def map_scores(self) -> MapScores:
-        """Per built basis, how well the map keeps neighbourhoods (`geometry.maps.map_scores`)."""
+        """Per built basis, how well the map keeps neighbourhoods (`store.maps.map_scores`)."""
         return map_scores(*self.stored_map())
 
     def map_position(self, latent: int) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from sae_atlas.geometry.circular_discovery import DiscoveryParams, discover_circular
 from sae_atlas.geometry.clusters import graph_clusters, spectral_clusters
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
 
 
 def planted(F: int, d: int, n_circles: int, n_tokens: int, l0: int, seed: int):

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.store.index import build_atlas_indexes, build_index
 from sae_atlas.store.int8_scan import Int8Scan
 from sae_atlas.store.search import FeatureSearch
-from sae_atlas.store.vectors import unit_rows
 
 _SPIN = "import os, numpy as np\nparent = os.getppid()\na = np.random.rand(512, 512)\nwhile os.getppid() == parent: a @ a"
 

@@ -21,9 +21,9 @@ import polars as pl
 import scipy.sparse as sp
 
 from sae_atlas.errors import InvalidInputError
-from sae_atlas.geometry import results
 from sae_atlas.geometry.clusters import graph_clusters, spectral_clusters
 from sae_atlas.geometry.irreducibility import irreducibility
+from sae_atlas.store import analysis_runs
 
 ANALYSIS_KIND = "circular"
 ClusterMethod = Literal["graph", "spectral"]
@@ -219,15 +219,15 @@ def _empty(with_strs: bool) -> pl.DataFrame:
 
 def run_paths(root: str | Path, run: str) -> tuple[Path, Path]:
     """`(parquet, json)` paths of a run under `analyses/circular/`."""
-    return results.run_paths(root, ANALYSIS_KIND, run)
+    return analysis_runs.run_paths(root, ANALYSIS_KIND, run)
 
 
 def write_circular_run(
     root: str | Path, run: str, result: DiscoveryResult, extra: dict[str, Any] | None = None
 ) -> tuple[Path, Path]:
-    """Store a run with `geometry.results.write_analysis` (table, then the JSON with
+    """Store a run with `geometry.analysis_runs.write_analysis` (table, then the JSON with
     parameters, summary, checksums and `extra`); returns `(parquet, json)`."""
-    js = results.write_analysis(root, ANALYSIS_KIND, run, parameters=result.params.to_dict(),
-                                summary=result.summary, tables={results.MAIN: result.table}, extra=extra)
+    js = analysis_runs.write_analysis(root, ANALYSIS_KIND, run, parameters=result.params.to_dict(),
+                                summary=result.summary, tables={analysis_runs.MAIN: result.table}, extra=extra)
     return run_paths(root, run)[0], js
 

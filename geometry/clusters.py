@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from sae_atlas.errors import InvalidInputError
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
 
 
 def knn_cosine(unit_FD: np.ndarray, k: int, batch: int = 8192) -> tuple[np.ndarray, np.ndarray]:

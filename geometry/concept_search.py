@@ -31,7 +31,7 @@ import polars as pl
 
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.circle import fit_circle_probe
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
 
 MIN_PER_CATEGORY = 3
 ConceptKind = Literal["ordered", "categories"]

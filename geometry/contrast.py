@@ -25,7 +25,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.stats import rankdata
 
 from sae_atlas.errors import InvalidInputError
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
 
 MIN_TEXTS = 2
 STD_FLOOR = 1e-6  # keeps Cohen's d finite when both sets are constant

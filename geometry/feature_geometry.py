@@ -2,7 +2,7 @@
 which circle, concept span, hierarchy node or lobe each feature belongs to, and the run
 that found it, so that searches can filter on it and feature pages can show it.
 
-Sources, all read through `geometry.results` (checksums verified):
+Sources, all read through `store.analysis_runs` (checksums verified):
 - `circular` discovery runs: every member of a scored cluster (kind `circle`, the cluster
   id as group, `in_circle` true, period unknown);
 - `concept_search` runs: the selective features of each SAE (kind `concept`, their place
@@ -20,7 +20,7 @@ from typing import Any
 
 import polars as pl
 
-from sae_atlas.geometry.results import list_runs, read_analysis
+from sae_atlas.store.analysis_runs import list_runs, read_analysis
 from sae_atlas.store.feature_records import GEOMETRY_SCHEMA, write_records
 from sae_atlas.store.layout import AtlasLayout
 

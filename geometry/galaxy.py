@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sae_atlas.errors import InvalidInputError
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
 
 
 def covariance_spectrum(X_ND: np.ndarray, *, unit: bool = False) -> np.ndarray:

@@ -23,7 +23,7 @@ from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.causal import cosine
 from sae_atlas.geometry.concept_vectors import Estimator, concept_vector, fit_concepts
 from sae_atlas.geometry.trees import TokenizedTree
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
 
 
 @dataclass

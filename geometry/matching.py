@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from sae_atlas.errors import InvalidInputError
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
 
 RECOVERY_THRESHOLD = 0.9
 CHANCE_STREAM = 0x3CC  # keeps the chance dictionary's draws apart from other seeded arrays

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from sae_atlas.errors import InvalidInputError, NotFoundError
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.store.atomic import file_version
 from sae_atlas.store.feature_records import geometry_mask, read_records, record_paths
 from sae_atlas.store.index import (
@@ -39,7 +40,6 @@ from sae_atlas.store.integrity import WEIGHTS_SHA256, verify_sae_weights
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.neighbour_tables import TABLE_MAX_PAIRS, Table, load_table, nearest_rows
 from sae_atlas.store.tables import FEATURES_FILE, TABLES_FILE, read_table
-from sae_atlas.store.vectors import unit_rows
 
 MAX_K = 1000
 _OVERFETCH = 4

@@ -46,7 +46,6 @@ from sae_atlas.geometry.figures_circular import (
     cluster_projection_figure,
     intervention_figure,
 )
-from sae_atlas.geometry.results import MAIN, read_analysis, write_analysis
 from sae_atlas.geometry.spectra import Spectra, cluster_by_period, fourier_power
 from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
 from sae_atlas.saes.encoding.cached import sae_activation_matrix
@@ -63,6 +62,7 @@ from sae_atlas.saes.intervene.edits import CirclePlane
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.activations import ActivationReader, Split
+from sae_atlas.store.analysis_runs import MAIN, read_analysis, write_analysis
 
 # --------------------------------------------------------------------------- discovery
 
@@ -283,7 +283,7 @@ def write_concept_run(
     atlas: str | Path, run: str, analysis: CircleAnalysis, intervention: InterventionResult | None = None,
     *, model: str = "", extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Store a concept run: PNG figures, then `geometry.results.write_analysis` (the
+    """Store a concept run: PNG figures, then `store.analysis_runs.write_analysis` (the
     per-layer probe table and the JSON with parameters, summaries and checksums)."""
     pq, _ = run_paths(atlas, run)
     best = analysis.best_layer

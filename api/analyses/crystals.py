@@ -19,8 +19,8 @@ from sae_atlas.geometry.crystals import (
     relation_pairs,
 )
 from sae_atlas.geometry.figures import crystals_figure
-from sae_atlas.geometry.results import write_analysis
 from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.analysis_runs import write_analysis
 
 
 @torch.inference_mode()

@@ -34,7 +34,6 @@ from sae_atlas.geometry.figures_depth import (
     trajectory_figure,
 )
 from sae_atlas.geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
-from sae_atlas.geometry.results import write_analysis
 from sae_atlas.geometry.trajectories import TrajectorySpace, trajectory_geometry
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
@@ -45,6 +44,7 @@ from sae_atlas.saes.distributed import DistContext, rank_and_world
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.encoding.tokens import piece_text
 from sae_atlas.saes.models import ModelHandle
+from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.hooks import hook_layer
 
 KIND = "depth"

@@ -13,11 +13,11 @@ from sae_atlas.errors import NotFoundError
 from sae_atlas.geometry.figures import galaxy_figure
 from sae_atlas.geometry.galaxy import covariance_spectrum, power_law_fit
 from sae_atlas.geometry.intrinsic_dimension import twonn_dimension
-from sae_atlas.geometry.results import write_analysis
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.hooks import hook_layer
 from sae_atlas.store.layout import AtlasLayout
-from sae_atlas.store.vectors import unit_rows
 
 
 def run_galaxy(

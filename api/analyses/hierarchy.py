@@ -24,7 +24,6 @@ from sae_atlas.geometry.hierarchy import (
     match_by_decoder,
     summarize_edges,
 )
-from sae_atlas.geometry.results import write_analysis
 from sae_atlas.geometry.trees import (
     ConceptTree,
     TokenizedTree,
@@ -36,6 +35,7 @@ from sae_atlas.geometry.trees import (
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.encoding.cached import sae_activation_matrix
 from sae_atlas.store.activations import ActivationReader, Split
+from sae_atlas.store.analysis_runs import write_analysis
 
 TREES = ("curated", "wordnet")
 Match = Literal["decoder", "activation"]  # how a concept finds its SAE latent

@@ -12,10 +12,11 @@ from sae_atlas.api.analyses.run_files import run_figure
 from sae_atlas.geometry.clusters import spectral_clusters
 from sae_atlas.geometry.figures import lobes_figure
 from sae_atlas.geometry.lobes import compare_labels, cooccurrence_knn, spectral_lobes
-from sae_atlas.geometry.maps import attach_labels, labels_from_clusters
-from sae_atlas.geometry.results import write_analysis
+from sae_atlas.geometry.maps import labels_from_clusters
 from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.maps import attach_labels
 from sae_atlas.store.tables import load_occurrence
 
 

@@ -13,10 +13,10 @@ from sae_atlas.api.analyses.run_files import run_figure
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.figures import probe_figure
 from sae_atlas.geometry.probes import compare_sparse_probes, probe_layers
-from sae_atlas.geometry.results import write_analysis
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.store.activations import ActivationReader
+from sae_atlas.store.analysis_runs import write_analysis
 
 
 def _hook_acts(atlas: str | Path, hook: str, max_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sae_atlas.geometry.canvas import save_png
-from sae_atlas.geometry.results import run_paths
+from sae_atlas.store.analysis_runs import run_paths
 
 
 def encoder_of(tokenizer: Any) -> Any:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, with_config
 from sae_atlas.api.results.feature import MapPosition
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.wire import Number
-from sae_atlas.geometry.maps import Basis
+from sae_atlas.store.maps import Basis
 
 
 @with_config(ConfigDict(extra="allow"))

@@ -27,7 +27,6 @@ from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services.analyses import run_states
 from sae_atlas.api.services.labels import with_labels
 from sae_atlas.errors import InvalidInputError, NotFoundError
-from sae_atlas.geometry import results
 from sae_atlas.saes.atlas_saes import atlas_sae_output_width, hook_of
 from sae_atlas.saes.compare.pairs import Side, paired_activations
 from sae_atlas.saes.compare.saes_pair import (
@@ -39,6 +38,7 @@ from sae_atlas.saes.compare.saes_pair import (
 )
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext
+from sae_atlas.store import analysis_runs
 from sae_atlas.store.layout import AtlasLayout, check_id
 
 KIND = "compare"
@@ -76,7 +76,7 @@ def latent_groups(root: Path, spec: str) -> dict[str, np.ndarray]:
     column (e.g. `lobes/<run>`, grouped by `lobe`): group name -> latents."""
     ref, _, column = spec.partition(":")
     kind, _, run = ref.partition("/")
-    table = results.read_analysis(root, check_id(kind, "analysis kind"), check_id(run, "run name")).table
+    table = analysis_runs.read_analysis(root, check_id(kind, "analysis kind"), check_id(run, "run name")).table
     if table is None or "latent" not in table.columns:
         raise InvalidInputError(f"analysis {ref} has no table with a 'latent' column to group latents by")
     column = column or next((c for c in table.columns if c != "latent"), "")
@@ -166,7 +166,7 @@ def run_compare(a: SaeView, b: SaeView, options: CompareOptions, *, corpus: Corp
         "corpus": asdict(corpus), "decoder": decoder, "groups": groups, **asdict(params),
         "world_size": dist.world_size if dist else 1,
     }
-    results.write_analysis(ctx_a.root, KIND, run, parameters=parameters, summary=cmp.summary(), tables=tables)
+    analysis_runs.write_analysis(ctx_a.root, KIND, run, parameters=parameters, summary=cmp.summary(), tables=tables)
     return compare_result(ctx_a, run)
 
 
@@ -187,7 +187,7 @@ def correlation_histogram(pairs_corr: np.ndarray, null_corr: np.ndarray, bins: i
 def compare_result(ctx: AtlasContext, run: str) -> CompareResult:
     """A stored comparison of atlas `ctx`, every file verified (NotFoundError lists the
     stored runs), its pairs labelled (`labelled_pairs`)."""
-    stored = results.read_analysis(ctx.root, KIND, check_id(run, "run name"))
+    stored = analysis_runs.read_analysis(ctx.root, KIND, check_id(run, "run name"))
     empty = pl.DataFrame({"corr": []}, schema={"corr": pl.Float64})
     pairs = stored.tables.get("main", empty)
     histogram = correlation_histogram(pairs["corr"].to_numpy(), stored.tables.get("null", empty)["corr"].to_numpy())

@@ -10,7 +10,7 @@ from sae_atlas.api.results.feature import Feature
 from sae_atlas.api.sae_view import open_sae
 from sae_atlas.api.services import features
 from sae_atlas.api.services.compare import KIND, side_context
-from sae_atlas.geometry import results
+from sae_atlas.store import analysis_runs
 from sae_atlas.store.layout import check_id
 
 
@@ -18,6 +18,6 @@ def side_feature(ctx: AtlasContext, run: str, side: Side, latent: int, *, exampl
                  neighbours: int = 8) -> Feature:
     """The feature page of `latent` of side `side` of comparison `run`, read from that side's
     atlas (NotFoundError naming the recorded path when side B's atlas is gone)."""
-    parameters = results.verify_run(ctx.root, KIND, check_id(run, "run name")).get("parameters", {})
+    parameters = analysis_runs.verify_run(ctx.root, KIND, check_id(run, "run name")).get("parameters", {})
     where, sae_id = side_context(ctx, run, parameters, side)
     return features.feature_page(open_sae(where, sae_id), latent, examples=examples, neighbours=neighbours)

@@ -29,7 +29,6 @@ from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services import search
 from sae_atlas.api.services.crosscoder import KIND, crosscoder_dir
 from sae_atlas.errors import AtlasError, InvalidInputError, NotFoundError
-from sae_atlas.geometry import results
 from sae_atlas.saes.compare.crosscoder import (
     A_ONLY_BELOW,
     B_ONLY_ABOVE,
@@ -38,6 +37,7 @@ from sae_atlas.saes.compare.crosscoder import (
     read_crosscoder_sides,
 )
 from sae_atlas.saes.formats.saelens import load_saelens
+from sae_atlas.store import analysis_runs
 from sae_atlas.store.atomic import file_version
 from sae_atlas.store.layout import check_id
 from sae_atlas.store.search import Filters
@@ -49,10 +49,10 @@ HISTOGRAM_BINS = 50  # width 0.02: the class bounds 0.1 and 0.9 fall on bin edge
 
 def crosscoder_ids(ctx: AtlasContext) -> list[str]:
     """Ids of the stored crosscoders (their `analyses/crosscoder` runs)."""
-    return results.list_runs(ctx.root, KIND)
+    return analysis_runs.list_runs(ctx.root, KIND)
 
 
-def _stored(ctx: AtlasContext, cc_id: str) -> results.AnalysisRun:
+def _stored(ctx: AtlasContext, cc_id: str) -> analysis_runs.AnalysisRun:
     """The verified run of crosscoder `cc_id`, read again when it was rewritten (NotFoundError
     naming the stored ids)."""
     check_id(cc_id, "crosscoder id")
@@ -60,9 +60,9 @@ def _stored(ctx: AtlasContext, cc_id: str) -> results.AnalysisRun:
     if cc_id not in ids:
         raise NotFoundError(f"no crosscoder {cc_id!r}; stored crosscoders: {', '.join(ids) or '(none)'} "
                             "(train one with `sae-atlas train-crosscoder`)")
-    _, js = results.run_paths(ctx.root, KIND, cc_id)
+    _, js = analysis_runs.run_paths(ctx.root, KIND, cc_id)
     return ctx.cache.current(("crosscoder-run", cc_id), file_version(js),
-                             lambda: results.read_analysis(ctx.root, KIND, cc_id))
+                             lambda: analysis_runs.read_analysis(ctx.root, KIND, cc_id))
 
 
 def _row(cc_id: str, meta: dict[str, Any]) -> CrosscoderRow:
@@ -78,7 +78,7 @@ def crosscoders(ctx: AtlasContext) -> list[CrosscoderRow]:
     return [_row(cc_id, _stored(ctx, cc_id).meta) for cc_id in crosscoder_ids(ctx)]
 
 
-def _table(run: results.AnalysisRun) -> pl.DataFrame:
+def _table(run: analysis_runs.AnalysisRun) -> pl.DataFrame:
     table = run.table
     if table is None or not set(BASE_COLUMNS) <= set(table.columns):
         raise InvalidInputError(f"crosscoder run {run.run!r} has no table with columns {', '.join(BASE_COLUMNS)}")

@@ -24,7 +24,7 @@ from sae_atlas.api.results.depth import (
     FeatureDepth,
 )
 from sae_atlas.api.services.analyses import run_states
-from sae_atlas.geometry import results
+from sae_atlas.store import analysis_runs
 from sae_atlas.store.atomic import file_version
 from sae_atlas.store.hooks import hook_layer
 from sae_atlas.store.layout import check_id
@@ -65,16 +65,16 @@ def depth_run(ctx: AtlasContext, run: str) -> DepthRun:
     """One stored depth run, every file verified (NotFoundError lists the runs; a damaged or
     unregistered one raises IntegrityError naming the file or the command); built once per
     version of the run's JSON."""
-    meta = results.verify_run(ctx.root, KIND, check_id(run, "run name"))
-    _, js = results.run_paths(ctx.root, KIND, run)
+    meta = analysis_runs.verify_run(ctx.root, KIND, check_id(run, "run name"))
+    _, js = analysis_runs.run_paths(ctx.root, KIND, run)
     return ctx.cache.current(("depth-run", run), file_version(js), lambda: _build(ctx, run, meta))
 
 
 def _build(ctx: AtlasContext, run: str, meta: dict[str, Any]) -> DepthRun:
-    stored = results.read_analysis(ctx.root, KIND, run)
+    stored = analysis_runs.read_analysis(ctx.root, KIND, run)
     params, summary = meta.get("parameters", {}), meta.get("summary", {})
-    folder = results.run_paths(ctx.root, KIND, run)[1].parent
-    figures = [folder / name for name in results.figure_names(meta)]
+    folder = analysis_runs.run_paths(ctx.root, KIND, run)[1].parent
+    figures = [folder / name for name in analysis_runs.figure_names(meta)]
     layers = [int(layer) for layer in params.get("layers", [])]
     kind = _kind(meta)
     if kind == "pair":
@@ -213,6 +213,6 @@ def _joined_tables(ctx: AtlasContext, run: str, meta: dict[str, Any]) -> tuple[p
     """The run's `features` and `main` tables (verified with the run), read once per version."""
     tables = meta["tables"]
     version = (tables["features"]["sha256"], tables["main"]["sha256"])
-    folder = results.run_paths(ctx.root, KIND, run)[1].parent
+    folder = analysis_runs.run_paths(ctx.root, KIND, run)[1].parent
     return ctx.cache.current(("depth-features", run), version, lambda: (
         pl.read_parquet(folder / tables["features"]["file"]), pl.read_parquet(folder / tables["main"]["file"])))

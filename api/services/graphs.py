@@ -4,7 +4,7 @@ The run's main table is the graph's most influential nodes (what the Geometry pa
 `nodes` holds each circuit-tracer node as its JSON (node dicts differ in their keys),
 `links` the pruned edges, and the run's summary everything else of the view (prompt,
 targets, scores, sizes, supernodes, the graph's metadata and qParams). Every file is
-verified on read (`geometry.results`), so a damaged graph is named, never drawn.
+verified on read (`store.analysis_runs`), so a damaged graph is named, never drawn.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from sae_atlas.api.results.graph import GraphView, StoredGraph
-from sae_atlas.geometry.results import list_runs, read_analysis, write_analysis
+from sae_atlas.store.analysis_runs import list_runs, read_analysis, write_analysis
 from sae_atlas.store.layout import check_id
 
 KIND = "graph"

@@ -45,12 +45,12 @@ from sae_atlas.geometry.similarity import (
     shuffled_rows,
     svcca,
 )
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.saes.compare.correlation import CorrelationSums
 from sae_atlas.saes.compare.pairs import PairedActs
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.store.vectors import unit_rows
 
 ROTATION_STREAM = 0x5CC  # keeps the rotation nulls' draws apart from other seeded arrays
 MIN_GROUP_PAIRS = 3

@@ -26,9 +26,9 @@ PLANTED_RUN = "demo-run"
 
 
 def _planted_analysis(root: Path) -> None:
-    """A result in the analyses layout through `geometry.results.write_analysis`: the PNG
+    """A result in the analyses layout through `store.analysis_runs.write_analysis`: the PNG
     `<run>.png`, then `<run>.parquet`, `<run>.json` and the kind's `runs.json`."""
-    from sae_atlas.geometry.results import write_analysis
+    from sae_atlas.store.analysis_runs import write_analysis
 
     folder = AtlasLayout(root).analysis_dir(PLANTED_KIND)
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,7 +81,7 @@ def write_planted_map(root: str | Path, sae_id: str) -> pl.DataFrame:
     """A map in both bases from principal directions (UMAP is too slow to JIT in a test
     fixture): decoder (latent, x, y, knn_overlap) from the SAE's decoder rows, co-occurrence
     (cooc_x, cooc_y, cooc_knn_overlap) from its occurrence matrix, a `cluster` label, with
-    the overlap scores measured; written with `geometry.maps.write_map`."""
+    the overlap scores measured; written with `store.maps.write_map`."""
     from sae_atlas.geometry.lobes import cooccurrence_knn
     from sae_atlas.geometry.maps import (
         FeatureMap,
@@ -90,9 +90,9 @@ def write_planted_map(root: str | Path, sae_id: str) -> pl.DataFrame:
         kept_neighbours,
         map_frame,
         stored_summary,
-        write_map,
     )
     from sae_atlas.saes.formats import load_any
+    from sae_atlas.store.maps import write_map
     from sae_atlas.store.tables import load_occurrence
 
     W = load_any(AtlasLayout(root).require_sae(sae_id)).W_dec.detach().numpy()

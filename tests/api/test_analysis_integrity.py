@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.services import analyses
 from sae_atlas.errors import IntegrityError, NotFoundError
-from sae_atlas.geometry.results import RUNS_FILE, list_runs, read_analysis, write_analysis
+from sae_atlas.store.analysis_runs import RUNS_FILE, list_runs, read_analysis, write_analysis
 from tests.api.small_atlas import PLANTED_KIND, PLANTED_RUN
 
 KIND, RUN = PLANTED_KIND, PLANTED_RUN

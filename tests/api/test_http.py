@@ -77,7 +77,7 @@ def test_saes_features_and_searches(http: httpx.Client, small_atlas: dict[str, A
 
 def test_map_basis(http: httpx.Client, small_atlas: dict[str, Any]) -> None:
     """`?basis=` picks the decoder or co-occurrence map; both carry every basis' scores."""
-    from sae_atlas.geometry.maps import read_map
+    from sae_atlas.store.maps import read_map
 
     sae = small_atlas["sae_ids"][1]
     stored, meta = read_map(small_atlas["root"], sae)

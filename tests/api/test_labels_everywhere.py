@@ -22,7 +22,7 @@ from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.cli import app
 from sae_atlas.api.http import ServerSettings, create_app
 from sae_atlas.api.sae_view import open_sae
-from sae_atlas.geometry.results import write_analysis
+from sae_atlas.store.analysis_runs import write_analysis
 from tests.api.conftest import LiveServer
 from tests.api.test_browser import _page, browser  # noqa: F401 (the browser fixture)
 from tests.saes.compare_fixtures import one_thread  # noqa: F401

@@ -6,7 +6,7 @@ import pytest
 
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.splits import split_rows, stratified_split
-from sae_atlas.store.vectors import unit_rows
+from sae_atlas.geometry.vectors import unit_rows
 
 
 def test_split_rows_holds_out_round_n_frac_within_bounds():

@@ -475,8 +475,8 @@ def _unregister(root: Path, kind: str) -> None:
 def _register(kind: str) -> Callable[[Path], Any]:
     """`sae-atlas register` of the owner of file `kind`: what it recorded."""
     def probe(root: Path) -> Any:
-        from sae_atlas.geometry.results import register_run
         from sae_atlas.saes.registry import register_sae
+        from sae_atlas.store.analysis_runs import register_run
 
         if kind.startswith("SAE "):
             return register_sae(root, SAE1)

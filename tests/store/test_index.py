@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.store.index import (
     build_atlas_indexes,
     build_index,
@@ -12,7 +13,6 @@ from sae_atlas.store.index import (
     sae_index_path,
 )
 from sae_atlas.store.search import FeatureSearch, Filters
-from sae_atlas.store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from sae_atlas.errors import InvalidInputError
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.store.index import build_atlas_indexes, load_index, sae_index_path
 from sae_atlas.store.int8_scan import Int8Scan, quantize_rows
 from sae_atlas.store.search import FeatureSearch
-from sae_atlas.store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 

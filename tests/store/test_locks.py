@@ -16,6 +16,7 @@ import pytest
 
 import sae_atlas.store.index as index_module
 from sae_atlas.errors import IntegrityError
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.store.index import (
     build_atlas_indexes,
     build_index,
@@ -28,7 +29,6 @@ from sae_atlas.store.index import (
 )
 from sae_atlas.store.locks import file_lock
 from sae_atlas.store.search import FeatureSearch
-from sae_atlas.store.vectors import unit_rows
 from tests.store.lock_holder import held_elsewhere
 from tests.store.sae_folders import write_sae
 

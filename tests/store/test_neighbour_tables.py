@@ -7,10 +7,10 @@ import pytest
 
 import sae_atlas.store.neighbour_tables as tables_module
 import sae_atlas.store.search as search_module
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.store.index import build_atlas_indexes
 from sae_atlas.store.neighbour_tables import load_table, nearest_rows, table_path
 from sae_atlas.store.search import FeatureSearch
-from sae_atlas.store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 SIZES = {"l0": 90, "l2": 70, "l5": 50}

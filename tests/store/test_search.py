@@ -8,10 +8,10 @@ import pytest
 
 import sae_atlas.store.search as search_module
 from sae_atlas.errors import InvalidInputError
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.store.index import build_atlas_indexes, load_index, model_index_path, sae_index_path
 from sae_atlas.store.neighbour_tables import TABLE_K
 from sae_atlas.store.search import FeatureSearch, Filters, matches_frame
-from sae_atlas.store.vectors import unit_rows
 from tests.store.sae_folders import write_sae
 
 

@@ -88,7 +88,7 @@ def unregistered_run(root: str | Path, kind: str, run: str) -> IntegrityError:
     return IntegrityError(
         js, f"the run is on disk but not recorded in {RUNS_FILE} (a write killed before it registered the run, "
         f"or a {RUNS_FILE} replaced)",
-        f"register it again with `sae-atlas register --atlas <atlas> --analysis {kind}/{run}` (its files are "
+        f"register it again with `sae-atlas register <atlas> --analysis {kind}/{run}` (its files are "
         f"verified against its JSON first), or delete analyses/{kind}/{run}.*",
     )
 
@@ -187,7 +187,7 @@ def _read_runs(folder: Path, kind: str, *, writing: bool = False) -> dict[str, d
     folder whose runs were written with it."""
     path = folder / RUNS_FILE
     repair = (f"re-run the {kind} analyses (each run re-registers itself); or delete analyses/{kind}/{RUNS_FILE} "
-              f"and register the runs on disk again (`sae-atlas register --atlas <atlas> --analysis {kind}/RUN`, "
+              f"and register the runs on disk again (`sae-atlas register <atlas> --analysis {kind}/RUN`, "
               f"which verifies each); or delete analyses/{kind}/ to start the kind afresh")
     if not path.exists():
         if writing:
