@@ -27,8 +27,8 @@ import torch
 
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.services.graph import graph_saes
-from sae_atlas.saes.circuits.build import build_graph
-from sae_atlas.saes.circuits.interventions import (
+from sae_atlas.saes.circuits.adjacency import build_graph
+from sae_atlas.saes.circuits.node_interventions import (
     NodeEdit,
     density_matched,
     influence_ranked,

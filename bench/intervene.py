@@ -25,8 +25,8 @@ from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit
 from sae_atlas.saes.intervene.generate import generate_tokens
 from sae_atlas.saes.intervene.splice import Splice
 from sae_atlas.saes.models import load_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 PROMPTS = [
     "Today is Monday, so tomorrow is",

@@ -35,8 +35,8 @@ from sae_atlas.saes.encoding.concepts import concept_feature_acts
 from sae_atlas.saes.encoding.texts import pooled_feature_acts
 from sae_atlas.saes.intervene.concepts import MONTHS, WEEKDAYS, weekdays
 from sae_atlas.saes.models import load_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 N_PERMUTATIONS = 20_000
 

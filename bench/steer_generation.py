@@ -33,8 +33,8 @@ from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_posi
 from sae_atlas.saes.intervene.generate import generate_batch, generate_tokens
 from sae_atlas.saes.intervene.splice import Splice
 from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAE, SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 
 PROMPT = "The old lighthouse keeper climbed the stairs every evening, and tonight the sea below him was"

@@ -31,8 +31,8 @@ from sae_atlas.saes.intervene.output_scores import (
     steering_chunk,
 )
 from sae_atlas.saes.models import load_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 
 def main() -> None:

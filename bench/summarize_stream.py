@@ -49,8 +49,8 @@ def child(tokens: int, args: argparse.Namespace) -> dict[str, float]:
     from sae_atlas.saes.formats.saelens import save_saelens
     from sae_atlas.saes.forward import run_hooks
     from sae_atlas.saes.models import load_model
+    from sae_atlas.saes.sae.architectures import build_sae
     from sae_atlas.saes.sae.base import SAEConfig
-    from sae_atlas.saes.sae.registry import build_sae
     from sae_atlas.saes.summary.stream import summarize_from_model
     from sae_atlas.store.layout import AtlasLayout
 

@@ -47,8 +47,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from sae_atlas.saes.encoding.codes import sae_codes
+    from sae_atlas.saes.sae.architectures import build_sae
     from sae_atlas.saes.sae.base import SAEConfig
-    from sae_atlas.saes.sae.registry import build_sae
     from sae_atlas.saes.summary.accumulator import SummaryParams
     from sae_atlas.saes.summary.logits import logit_effects
     from sae_atlas.saes.summary.run import block_batches, summarize_blocks

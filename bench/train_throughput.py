@@ -19,9 +19,9 @@ import time
 
 import torch
 
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.losses import StepInfo
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.trainer import loss_module, make_optimizer, optimizer_step
 

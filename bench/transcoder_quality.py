@@ -35,7 +35,7 @@ from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.models import load_model
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.saes.transcoders.pairs import PairedReader
+from sae_atlas.saes.transcoders.paired_rows import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.layout import AtlasLayout
 

@@ -41,8 +41,8 @@ def built(tmp_path_factory: pytest.TempPathFactory):
     from sae_atlas.saes.cache import cache_activations
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.models import load_model
-    from sae_atlas.saes.train.atlas import train_saes
     from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.train.train_saes import train_saes
 
     handle = load_model("smollm2-135m")
     root = tmp_path_factory.mktemp("realmodel") / "atlas"
@@ -167,8 +167,8 @@ def test_ablating_a_graphs_top_nodes_moves_the_target_more_than_matched_random_f
     firing density (both printed). (In the graph's frozen replacement model removing this
     SAE's massive-activation feature at ' the' diverges, as does any large enough edit: refused
     by name.)"""
-    from sae_atlas.saes.circuits.build import build_graph
-    from sae_atlas.saes.circuits.interventions import (
+    from sae_atlas.saes.circuits.adjacency import build_graph
+    from sae_atlas.saes.circuits.node_interventions import (
         NodeEdit,
         density_matched,
         influence_ranked,

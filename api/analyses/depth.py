@@ -1,5 +1,5 @@
 """The depth analysis (`analyses/depth/<run>.*`): how the residual stream moves through the
-layers, from one streamed forward (`saes.depth.stream`), with the estimators of `geometry`.
+layers, from one streamed forward (`saes.depth.capture`), with the estimators of `geometry`.
 
 Tables: `main` (per layer: TwoNN and MLE dimension with its bootstrap interval, local
 dimension quantiles, trajectory step/curvature/cosine means into the layer, logit- and
@@ -37,9 +37,9 @@ from sae_atlas.geometry.intrinsic_dimension import local_dimension, mle_dimensio
 from sae_atlas.geometry.trajectories import TrajectorySpace, trajectory_geometry
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.depth.capture import DepthStream, clear_state, state_folder, stream_depth
 from sae_atlas.saes.depth.families import family_depth, read_families
 from sae_atlas.saes.depth.pair import stream_pair
-from sae_atlas.saes.depth.stream import DepthStream, clear_state, state_folder, stream_depth
 from sae_atlas.saes.distributed import DistContext, rank_and_world
 from sae_atlas.saes.encoding.codes import sae_codes
 from sae_atlas.saes.encoding.tokens import piece_text
@@ -48,7 +48,7 @@ from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.hooks import hook_layer
 
 KIND = "depth"
-STATE_DIR = "depth-stream"  # under the atlas: checkpoints of unfinished streams (see saes.depth.stream)
+STATE_DIR = "depth-stream"  # under the atlas: checkpoints of unfinished streams (see saes.depth.capture)
 
 
 def _first_above(rows: list[dict[str, Any]], column: str, threshold: float = 0.5) -> int | None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 from rich.console import Console
 
-from sae_atlas.api.commands.tables import render_table
+from sae_atlas.api.commands.table_layout import render_table
 from sae_atlas.api.results.jsonable import to_jsonable
 from sae_atlas.errors import AtlasError, InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
@@ -123,5 +123,5 @@ def print_json(obj: Any) -> None:
 
 def print_table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> None:
     """Print rows as a table: in full on a wide terminal, compact (one line per row, nothing
-    split) when piped or narrow (`api.commands.tables`)."""
+    split) when piped or narrow (`api.commands.table_layout`)."""
     render_table(console, title, columns, rows)

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from sae_atlas.api.analyses.hierarchy import Match
-from sae_atlas.api.operations.base import WHICH_SAES, Operation
 from sae_atlas.api.operations.fields import JsonInt, SafeId
+from sae_atlas.api.operations.operation import WHICH_SAES, Operation
 from sae_atlas.geometry.causal import Metric
 from sae_atlas.geometry.circular_discovery import ClusterMethod
 from sae_atlas.geometry.concept_vectors import Estimator

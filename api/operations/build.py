@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from sae_atlas.api.operations.base import WHICH_SAES, Operation
 from sae_atlas.api.operations.fields import JsonInt, SafeId
+from sae_atlas.api.operations.operation import WHICH_SAES, Operation
 from sae_atlas.store.index_params import APPROX_THRESHOLD
 
 StoredDtype = Literal["float32", "float16", "bfloat16"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sae_atlas.api.operations.base import Operation
 from sae_atlas.api.operations.fields import JsonInt, SafeId
+from sae_atlas.api.operations.operation import Operation
 
 STREAMED = ("n_tokens", "batch_blocks", "sample_tokens", "max_items", "n_perm", "n_rotations", "min_fires", "seed")
 """The fields `saes.compare.saes_pair.CompareParams` takes."""

@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import Field
 
 from sae_atlas.api.bounds import MAX_SAES_PER_QUERY, MAX_SPAN
-from sae_atlas.api.operations.base import WHICH_SAES, Operation
 from sae_atlas.api.operations.fields import JsonInt, SafeId
+from sae_atlas.api.operations.operation import WHICH_SAES, Operation
 
 
 class ConceptSearchQuery(Operation):

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import Field
 
-from sae_atlas.api.operations.base import Operation
 from sae_atlas.api.operations.fields import JsonInt, SafeId
+from sae_atlas.api.operations.operation import Operation
 from sae_atlas.geometry.emergence_options import DEFAULT_CONCEPTS, Metric
 
 

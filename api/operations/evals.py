@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from sae_atlas.api.operations.base import WHICH_SAES, Operation
 from sae_atlas.api.operations.fields import JsonInt, SafeId
+from sae_atlas.api.operations.operation import WHICH_SAES, Operation
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.autointerp import NegativesSource
 from sae_atlas.saes.eval.autointerp_backends import BackendName

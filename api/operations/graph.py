@@ -11,8 +11,8 @@ from sae_atlas.api.bounds import (
     MAX_GRAPH_TARGETS,
     MAX_SAES_PER_QUERY,
 )
-from sae_atlas.api.operations.base import WHICH_SAES, Operation
 from sae_atlas.api.operations.fields import Index, JsonInt, Prompt, SafeId
+from sae_atlas.api.operations.operation import WHICH_SAES, Operation
 
 Token = Annotated[str, Field(min_length=1, max_length=200)] | Index
 """A target token: its text (one token of the vocabulary) or its id."""

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from sae_atlas.api.operations.base import Operation
 from sae_atlas.api.operations.fields import SafeId
+from sae_atlas.api.operations.operation import Operation
 
 
 class ImportParams(Operation):

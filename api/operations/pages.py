@@ -10,8 +10,8 @@ from typing import Literal
 from pydantic import Field
 
 from sae_atlas.api.bounds import MAX_EXAMPLES, MAX_INDEX, MAX_K, MAX_LIST
-from sae_atlas.api.operations.base import Lookup
 from sae_atlas.api.operations.fields import JsonInt, SafeId
+from sae_atlas.api.operations.operation import Lookup
 from sae_atlas.saes.compare.crosscoder import LatentClass
 from sae_atlas.store.maps import Basis
 

@@ -20,8 +20,8 @@ from sae_atlas.api.bounds import (
     MAX_TEXTS,
     MAX_VECTOR,
 )
-from sae_atlas.api.operations.base import WHICH_SAES, Lookup, Operation
 from sae_atlas.api.operations.fields import JsonInt, SafeId, Text
+from sae_atlas.api.operations.operation import WHICH_SAES, Lookup, Operation
 from sae_atlas.geometry.contrast import MAX_PERMUTATIONS
 
 

@@ -82,8 +82,8 @@ def _core_from_model(ctx: AtlasContext, ids: list[str], params: EvalParams, conf
     rank 0 writes eval.json and the core results); None on the other ranks. Always
     recomputed: the ranks share one pass over the tokens for all SAEs."""
     from sae_atlas.saes.eval.core import CORE, core_outcome
+    from sae_atlas.saes.eval.from_model import evaluate_from_model
     from sae_atlas.saes.eval.results import write_result
-    from sae_atlas.saes.eval.stream import evaluate_from_model
 
     started = time.perf_counter()
     records = evaluate_from_model(ctx.model(device), ctx.root, ids, corpus=corpus, n_tokens=params.tokens,

@@ -22,10 +22,10 @@ from sae_atlas.api.results.graph import GraphNode, GraphView, NodeIntervention
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.interventions import _tokenize
 from sae_atlas.errors import InvalidInputError, NotFoundError
-from sae_atlas.saes.circuits.build import build_graph
+from sae_atlas.saes.circuits.adjacency import build_graph
 from sae_atlas.saes.circuits.export import graph_json, node_ids
 from sae_atlas.saes.circuits.graph import Graph
-from sae_atlas.saes.circuits.interventions import NodeEdit, intervene
+from sae_atlas.saes.circuits.node_interventions import NodeEdit, intervene
 from sae_atlas.saes.circuits.prune import Pruned, prune, scores
 from sae_atlas.saes.circuits.supernodes import Group, Supernode, supernodes
 from sae_atlas.saes.sae.base import SAE

@@ -13,8 +13,8 @@ from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import SaeStatus, Status
 from sae_atlas.api.sae_view import open_sae
 from sae_atlas.errors import IntegrityError
+from sae_atlas.saes.atlas_records import folder_record
 from sae_atlas.saes.importing.pipeline import import_sae
-from sae_atlas.saes.registry import folder_record
 from sae_atlas.store.steering import STEERING_META
 
 RECORDED_KEYS = ("hook", "hook_out", "architecture", "d_in", "d_sae", "k", "fvu", "l0", "dead_fraction")

@@ -25,8 +25,8 @@ import torch
 
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.models import ModelHandle
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAE, SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
 from sae_atlas.saes.transcoders.sites import (
     MLP_OUT,

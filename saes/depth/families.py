@@ -24,7 +24,7 @@ from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.contrast import permutation_p_values
 from sae_atlas.geometry.intrinsic_dimension import local_dimension
 from sae_atlas.geometry.trajectories import TrajectorySpace, trajectory_geometry
-from sae_atlas.saes.depth.stream import check_layers
+from sae_atlas.saes.depth.capture import check_layers
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import ModelHandle
 

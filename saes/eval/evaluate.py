@@ -11,7 +11,7 @@ blocks. `evaluate_atlas_sae` does this for one SAE of an atlas and writes
 results were derived from: the sha256 of the SAE weights and of the activation manifest
 (`--from-model` evaluations record the corpus and model in their parameters instead).
 `read_eval` refuses results derived from other weights or another activation cache.
-A transcoder is evaluated on paired held-out rows (`saes.transcoders.pairs.PairedReader`:
+A transcoder is evaluated on paired held-out rows (`saes.transcoders.paired_rows.PairedReader`:
 FVU etc. of its predicted output against the output hook) and, given a model, with its MLP
 replaced by it (`saes.eval.transcoder.replacement_metrics`).
 """
@@ -33,7 +33,7 @@ from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.saes.transcoders.pairs import PairedReader
+from sae_atlas.saes.transcoders.paired_rows import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import atomic_write_json, read_json
 from sae_atlas.store.integrity import (

@@ -10,8 +10,8 @@ from typing import Literal
 import torch
 
 from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes.formats.assembly import read_config
 from sae_atlas.saes.formats.circuit_tracer import is_circuit_tracer_file, load_circuit_tracer
-from sae_atlas.saes.formats.common import read_config
 from sae_atlas.saes.formats.dictionary_learning import (
     is_dictionary_learning_folder,
     load_dictionary_learning,

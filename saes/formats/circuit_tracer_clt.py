@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from sae_atlas.errors import IntegrityError, InvalidInputError
+from sae_atlas.saes.formats.assembly import dtype_name, read_safetensors, reject_unknown, take
 from sae_atlas.saes.formats.circuit_tracer import CONFIG_FILE, read_transcoder_set_config
-from sae_atlas.saes.formats.common import dtype_name, read_safetensors, reject_unknown, take
 from sae_atlas.saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt
 
 MODEL_KIND = "cross_layer_transcoder"

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from sae_atlas.errors import IntegrityError
-from sae_atlas.saes.formats.common import (
+from sae_atlas.saes.formats.assembly import (
     assemble_sae,
     check_d_in,
     make_config,

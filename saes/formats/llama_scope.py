@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from sae_atlas.errors import IntegrityError, InvalidInputError
-from sae_atlas.saes.formats.common import (
+from sae_atlas.saes.formats.assembly import (
     assemble_sae,
     check_d_in,
     dtype_name,

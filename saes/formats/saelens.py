@@ -31,7 +31,7 @@ from typing import Any, get_args
 import torch
 
 from sae_atlas.errors import IntegrityError, InvalidInputError
-from sae_atlas.saes.formats.common import (
+from sae_atlas.saes.formats.assembly import (
     DTYPES,
     assemble_sae,
     check_d_in,

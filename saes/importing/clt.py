@@ -26,8 +26,8 @@ from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt, load_circuit_tracer_clt
 from sae_atlas.saes.importing.guard import DENSE_SHARE, MAX_FVU, Problem
+from sae_atlas.saes.importing.origins import resolve_source
 from sae_atlas.saes.importing.pipeline import MisloadError
-from sae_atlas.saes.importing.sources import resolve_source
 from sae_atlas.saes.models import ModelHandle, load_model
 from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
 from sae_atlas.saes.transcoders.clt_data import clt_metrics, streamed_rows

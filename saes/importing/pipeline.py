@@ -1,10 +1,10 @@
 """Import a pretrained SAE into an atlas: convert, judge, register.
 
-`import_sae(atlas, SOURCE)` resolves SOURCE (`saes.importing.sources`), reads it with the
+`import_sae(atlas, SOURCE)` resolves SOURCE (`saes.importing.origins`), reads it with the
 matching `saes.formats` reader, maps its hook to the atlas's TransformerLens name, writes
 it in our SAELens layout into a staging folder, reloads it from there and evaluates it on
 the hook's held-out activations (or, for a hook the atlas has not cached, on a small
-sample streamed through the model; `saes.importing.activations`): FVU, L0, dead fraction
+sample streamed through the model; `saes.importing.judge_rows`): FVU, L0, dead fraction
 and, with the model, CE loss recovered. The misload guard (`saes.importing.guard`) refuses
 an SAE that looks wrongly loaded, naming the cause; `force=True` keeps it, marked
 `suspect`. An accepted SAE is moved to `saes/<sae_id>/` with `source.json` (provenance)
@@ -28,16 +28,16 @@ import torch
 from safetensors.torch import load_file
 
 from sae_atlas.errors import InvalidInputError, UnknownHookError
+from sae_atlas.saes.atlas_records import SOURCE_FILE, imported_record
 from sae_atlas.saes.eval.evaluate import EVAL_FILE, write_eval
 from sae_atlas.saes.formats import declared_normalization, detect_layout, load_any
 from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
 from sae_atlas.saes.formats.foreign_hooks import to_atlas_hook
 from sae_atlas.saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
-from sae_atlas.saes.importing.activations import ImportActivations
 from sae_atlas.saes.importing.guard import Problem, check_sae
-from sae_atlas.saes.importing.sources import ResolvedSource, resolve_source
+from sae_atlas.saes.importing.judge_rows import ImportActivations
+from sae_atlas.saes.importing.origins import ResolvedSource, resolve_source
 from sae_atlas.saes.models import ModelHandle, load_model
-from sae_atlas.saes.registry import SOURCE_FILE, imported_record
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.store.atomic import atomic_write_json, read_json, sha256_file
 from sae_atlas.store.layout import AtlasLayout, check_id, created_with

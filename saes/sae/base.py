@@ -16,7 +16,7 @@ An architecture is one `SAE` subclass: it implements `activate` and `training_lo
 declares, as class attributes, what the rest of the package needs to know about it (its
 name, whether it needs `k`, what SAELens loads its export as, what the misload guard
 checks). `register_architecture(cls)` makes `SAEConfig(architecture=cls.architecture)`
-valid and buildable (`saes.sae.registry` registers the built-in ones).
+valid and buildable (`saes.sae.architectures` registers the built-in ones).
 """
 
 from __future__ import annotations

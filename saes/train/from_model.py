@@ -7,7 +7,7 @@ hooks, or per-layer transcoders (each MLP input paired with its MLP output,
 `saes.transcoders.sites`), and crosscoders of two hooks of the model (`crosscoders`; the
 same dictionary `train-crosscoder` steps, `saes.compare.crosscoder`). The SAEs are saved,
 registered in `atlas.json` and checkpointed exactly as cached training does it
-(`saes.train.atlas`), so summarize / index / eval take them like any other; a crosscoder is
+(`saes.train.train_saes`), so summarize / index / eval take them like any other; a crosscoder is
 saved in `crosscoders/<id>/` as `train-crosscoder` saves it. Held-out metrics come from the
 blocks right after the training blocks. `train_clt_from_model` does the same for a
 cross-layer transcoder (`saes.transcoders.clt_atlas`). A crosscoder of two models is not
@@ -30,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes.atlas_records import trained_record
 from sae_atlas.saes.compare.crosscoder import (
     CrosscoderDictionary,
     crosscoder_config,
@@ -41,9 +42,12 @@ from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import ModelHandle
-from sae_atlas.saes.registry import trained_record
 from sae_atlas.saes.sae.base import SAEConfig, architecture_class
-from sae_atlas.saes.train.atlas import (
+from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.dictionary import Dictionary
+from sae_atlas.saes.train.loop import Distribute, LoopRun, train_dictionaries
+from sae_atlas.saes.train.stream_source import StreamSource
+from sae_atlas.saes.train.train_saes import (
     DEFAULT_EXPANSION,
     HELDOUT_EVAL_TOKENS,
     Planned,
@@ -57,10 +61,6 @@ from sae_atlas.saes.train.atlas import (
     save_trained,
     to_train,
 )
-from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.dictionary import Dictionary
-from sae_atlas.saes.train.loop import Distribute, LoopRun, train_dictionaries
-from sae_atlas.saes.train.stream_source import StreamSource
 from sae_atlas.saes.transcoders.clt import CLTArchitecture
 from sae_atlas.saes.transcoders.clt_atlas import (
     clt_input_site,

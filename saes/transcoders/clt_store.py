@@ -16,7 +16,7 @@ import torch
 
 from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.devices import resolve_device
-from sae_atlas.saes.formats.common import read_safetensors
+from sae_atlas.saes.formats.assembly import read_safetensors
 from sae_atlas.saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from sae_atlas.store.integrity import cached_sha256

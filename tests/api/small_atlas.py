@@ -54,8 +54,8 @@ def build_small_atlas(root: str | Path) -> dict[str, Any]:
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.models import tiny_model
     from sae_atlas.saes.summary.run import summarize_sae
-    from sae_atlas.saes.train.atlas import train_saes
     from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.train.train_saes import train_saes
     from sae_atlas.store.index import build_atlas_indexes
 
     root = Path(root)

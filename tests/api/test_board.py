@@ -13,8 +13,8 @@ from sae_atlas.saes.eval.mdl import MdlConfig
 from sae_atlas.saes.eval.results import result_paths
 from sae_atlas.saes.eval.suite import run_suite
 from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 from tests.api.conftest import LiveServer
 from tests.saes.planted import planted_atoms, write_planted_atlas

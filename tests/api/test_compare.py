@@ -23,8 +23,8 @@ from sae_atlas.saes.compare.pairs import Side, paired_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats.saelens import save_saelens
 from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.compare_fixtures import one_thread  # noqa: F401

@@ -26,7 +26,7 @@ from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.compare.crosscoder import CROSSCODER_FILE, crosscoder_config, relative_norms
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats.saelens import save_saelens
-from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.atomic import atomic_write_json
 from tests.saes.compare_fixtures import one_thread  # noqa: F401

@@ -153,8 +153,8 @@ def test_discover_from_an_atlas_through_the_cli(tmp_path):
 
     from sae_atlas.api.commands.analyze_circular import register_analyze
     from sae_atlas.saes.formats import save_saelens
+    from sae_atlas.saes.sae.architectures import build_sae
     from sae_atlas.saes.sae.base import SAEConfig
-    from sae_atlas.saes.sae.registry import build_sae
     from sae_atlas.store.activations import ActivationWriter
 
     rng = np.random.default_rng(0)

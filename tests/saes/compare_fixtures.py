@@ -11,8 +11,8 @@ from threadpoolctl import threadpool_limits
 
 from sae_atlas.geometry.similarity import random_rotation
 from sae_atlas.saes.compare.pairs import PairedActs
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAE, SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from tests.saes.planted import planted_atoms, planted_batches
 
 

@@ -14,8 +14,8 @@ import torch
 
 from sae_atlas.saes.distributed import init_distributed
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.train.atlas import train_saes
 from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.train_saes import train_saes
 from sae_atlas.saes.train.trainer import train_sae
 from tests.saes.planted import planted_atoms, planted_batches
 

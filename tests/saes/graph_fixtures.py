@@ -10,8 +10,8 @@ import torch
 from sae_atlas.saes.circuits.graph import Graph
 from sae_atlas.saes.circuits.perturb import node_values
 from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAE, SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.saes.transcoders.clt import CLTConfig, CrossLayerTranscoder, build_clt
 from sae_atlas.saes.transcoders.clt_train import init_clt
 

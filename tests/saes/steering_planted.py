@@ -14,8 +14,8 @@ import torch
 
 from sae_atlas.saes.intervene.steering_search import SteeringSource
 from sae_atlas.saes.models import ModelHandle, tiny_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.steering import STEERING_SCHEMA
 
 HOOK = "blocks.1.hook_resid_post"

@@ -11,8 +11,8 @@ from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats.saelens import save_saelens
 from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 
 MODEL = {"kind": "tiny", "n_layers": 3, "d_model": 16, "n_heads": 2, "d_mlp": 32, "seed": 3}

@@ -15,6 +15,7 @@ from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.saes.importing.guard import check_sae
+from sae_atlas.saes.sae.architectures import ARCHITECTURES, build_sae
 from sae_atlas.saes.sae.base import (
     SAE,
     SAEConfig,
@@ -34,9 +35,8 @@ from sae_atlas.saes.sae.losses import (
     step_metrics,
 )
 from sae_atlas.saes.sae.matryoshka import matryoshka_prefixes
-from sae_atlas.saes.sae.registry import ARCHITECTURES, build_sae
-from sae_atlas.saes.train.atlas import train_saes
 from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.train_saes import train_saes
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread, write_planted_atlas  # noqa: F401

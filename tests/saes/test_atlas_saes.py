@@ -8,8 +8,8 @@ import torch
 from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.atlas_saes import atlas_sae_hook, hook_of, load_atlas_sae
 from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 
 

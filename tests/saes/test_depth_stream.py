@@ -12,7 +12,7 @@ import pytest
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.cka import debiased_cka
 from sae_atlas.saes.corpus import CorpusSpec
-from sae_atlas.saes.depth.stream import check_layers, stream_depth
+from sae_atlas.saes.depth.capture import check_layers, stream_depth
 from sae_atlas.saes.models import tiny_model
 
 CORPUS = CorpusSpec(context_size=32)

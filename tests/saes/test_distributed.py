@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sae_atlas.saes.train.atlas import train_saes
+from sae_atlas.saes.train.train_saes import train_saes
 from sae_atlas.saes.train.trainer import train_sae
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes import dist_worker as w

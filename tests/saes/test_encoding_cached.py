@@ -6,8 +6,8 @@ import torch
 
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.cached import sae_activation_matrix
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.activations import ActivationReader
 from tests.store.test_activations import HOOK, write_cache
 

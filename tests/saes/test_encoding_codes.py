@@ -4,8 +4,8 @@ autograd graph is kept, and a CLT layer encodes like an SAE."""
 import torch
 
 from sae_atlas.saes.encoding.codes import sae_codes
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 
 def test_inputs_take_the_sae_dtype():

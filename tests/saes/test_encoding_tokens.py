@@ -10,8 +10,8 @@ import torch
 
 from sae_atlas.saes.encoding.tokens import TokenFeatureActs, token_features
 from sae_atlas.saes.models import ModelHandle, tiny_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 TEXT = "the cat sat on the mat in october"
 HOOKS = {"early": "blocks.0.hook_resid_post", "late": "blocks.1.hook_resid_post"}

@@ -15,8 +15,8 @@ from sae_atlas.saes.eval.absorption import (
 from sae_atlas.saes.eval.results import read_result
 from sae_atlas.saes.eval.suite import EVALS, run_suite
 from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 
 HOOK = "blocks.1.hook_resid_post"

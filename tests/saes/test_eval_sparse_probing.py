@@ -16,8 +16,8 @@ from sae_atlas.saes.eval.results import read_result
 from sae_atlas.saes.eval.sparse_probing import SparseProbingConfig, binary_tasks, with_probe_file
 from sae_atlas.saes.eval.suite import run_suite
 from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from sae_atlas.api.cli import app
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.eval.evaluate import evaluate_sae
-from sae_atlas.saes.eval.stream import evaluate_from_model
+from sae_atlas.saes.eval.from_model import evaluate_from_model
 from sae_atlas.store.activations import ActivationReader
 from tests.saes.stream_fixture import BATCH_BLOCKS, CORPUS, N_TOKENS, SAES, make_atlas
 

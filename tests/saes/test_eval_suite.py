@@ -20,8 +20,8 @@ from sae_atlas.saes.eval.results import SAEBENCH_KEYS, read_result, result_paths
 from sae_atlas.saes.eval.spec import EVAL_NAMES
 from sae_atlas.saes.eval.suite import EVALS, parse_suite, run_suite
 from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread, planted_atoms, write_planted_atlas  # noqa: F401
 

@@ -17,8 +17,8 @@ from sae_atlas.saes.eval.reconstruction import (
     reconstruction_stats,
 )
 from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.activations import ActivationReader, ActivationWriter
 from sae_atlas.store.layout import AtlasLayout
 

@@ -17,8 +17,8 @@ from sae_atlas.saes.formats import (
     load_sparsify,
     save_saelens,
 )
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ARCHS = ["standard", "topk", "batchtopk", "jumprelu", "matryoshka"]

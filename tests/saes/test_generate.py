@@ -30,8 +30,8 @@ from sae_atlas.saes.intervene.edits import (
 from sae_atlas.saes.intervene.generate import compare, generate_batch, generate_tokens
 from sae_atlas.saes.intervene.splice import Splice, run_spliced, stack_splices
 from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 TEXT = "the cat sat on the mat and the dog ran"
 PROMPTS = [TEXT, "a red car", "one two three four five six"]

@@ -9,8 +9,8 @@ import torch
 from sae_atlas.saes.intervene.decode import cached_decoding
 from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
 from sae_atlas.saes.intervene.splice import Splice, run_spliced
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sae_atlas.errors import InvalidInputError
-from sae_atlas.saes.circuits.build import build_graph
+from sae_atlas.saes.circuits.adjacency import build_graph
 from sae_atlas.saes.circuits.perturb import node_values
 from sae_atlas.saes.circuits.prune import scores
 from tests.saes.graph_fixtures import (

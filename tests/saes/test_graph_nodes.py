@@ -8,10 +8,10 @@ import jsonschema
 import pytest
 import torch
 
-from sae_atlas.saes.circuits.build import build_graph
+from sae_atlas.saes.circuits.adjacency import build_graph
 from sae_atlas.saes.circuits.export import graph_json, node_ids
 from sae_atlas.saes.circuits.graph import FeatureNodes, Graph
-from sae_atlas.saes.circuits.interventions import NodeEdit, intervene
+from sae_atlas.saes.circuits.node_interventions import NodeEdit, intervene
 from sae_atlas.saes.circuits.prune import influence, normalized, prune, scores
 from sae_atlas.saes.circuits.supernodes import collapse, supernodes
 from sae_atlas.saes.circuits.targets import LogitTargets

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sae_atlas.saes.circuits.build import build_graph
+from sae_atlas.saes.circuits.adjacency import build_graph
 from sae_atlas.saes.circuits.perturb import node_values
 from sae_atlas.saes.models import load_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 pytestmark = pytest.mark.slow
 

@@ -52,8 +52,8 @@ def test_a_spliced_sae_at_resid_mid_steers_the_residual_stream():
     from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
     from sae_atlas.saes.intervene.splice import Splice, run_spliced
     from sae_atlas.saes.models import tiny_model
+    from sae_atlas.saes.sae.architectures import build_sae
     from sae_atlas.saes.sae.base import SAEConfig
-    from sae_atlas.saes.sae.registry import build_sae
 
     handle = tiny_model(n_layers=3, seed=1)
     tokens = handle.to_tokens("the cat sat on the mat")[0]

@@ -111,8 +111,8 @@ def test_cli_eval_with_a_hub_set_offline_prints_one_error(tmp_path, capfd):
 
     from sae_atlas.api.cli import app
     from sae_atlas.saes.formats import save_saelens
+    from sae_atlas.saes.sae.architectures import build_sae
     from sae_atlas.saes.sae.base import SAEConfig
-    from sae_atlas.saes.sae.registry import build_sae
     from sae_atlas.store.layout import AtlasLayout
 
     layout = AtlasLayout(tmp_path / "atlas")

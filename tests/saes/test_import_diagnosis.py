@@ -7,8 +7,8 @@ import torch
 
 from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
 from sae_atlas.saes.importing.guard import check_sae
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 
 D = 8
 

@@ -21,7 +21,7 @@ from sae_atlas.errors import (
 )
 from sae_atlas.saes.formats import detect_layout, load_any
 from sae_atlas.saes.formats.foreign_hooks import to_atlas_hook
-from sae_atlas.saes.importing.sources import HFPath, registry_entry, resolve_source
+from sae_atlas.saes.importing.origins import HFPath, registry_entry, resolve_source
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IMPORT = FIXTURES / "import"

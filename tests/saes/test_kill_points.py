@@ -22,8 +22,8 @@ from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.importing.pipeline import import_sae
 from sae_atlas.saes.models import ModelHandle, tiny_model
 from sae_atlas.saes.summary.stream import summarize_from_model
-from sae_atlas.saes.train.atlas import train_saes
 from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.train_saes import train_saes
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes import stream_fixture
 from tests.saes.kill_points import KillPoint, run_until_killed, tree_hashes

@@ -27,8 +27,8 @@ from sae_atlas.saes.eval.spec import EvalName
 from sae_atlas.saes.eval.suite import run_suite
 from sae_atlas.saes.formats import save_saelens
 from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 from sae_atlas.store.tables import OccurrenceWriter, write_tables
 from tests.saes.autointerp_planted import PLANTED, planted_examples, planted_features

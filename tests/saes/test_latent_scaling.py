@@ -12,7 +12,7 @@ import torch
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.crosscoder import crosscoder_config, relative_norms, train_crosscoder
 from sae_atlas.saes.compare.latent_scaling import latent_scaling, own_sides
-from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.train.config import TrainConfig
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 from tests.saes.planted import planted_atoms

@@ -24,7 +24,7 @@ from bench.saebench.ours import (
     sparse_probing_checks,
     table,
 )
-from sae_atlas.saes.sae.registry import build_sae
+from sae_atlas.saes.sae.architectures import build_sae
 
 # SAEBench core metrics with no counterpart among ours (reported by SAEBench only).
 CORE_UNMAPPED = {"reconstruction_quality.explained_variance_legacy", "misc_metrics.freq_over_1_percent",

@@ -19,11 +19,11 @@ import torch
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.crosscoder import train_crosscoder
 from sae_atlas.saes.distributed import DistContext
-from sae_atlas.saes.train.atlas import train_saes
 from sae_atlas.saes.train.checkpoint import save_checkpoint
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import check_run, train_dictionaries
 from sae_atlas.saes.train.sources import CachedSource
+from sae_atlas.saes.train.train_saes import train_saes
 from sae_atlas.saes.train.trainer import SAEDictionary, train_sae
 from sae_atlas.saes.transcoders.clt_train import train_clt
 from sae_atlas.store.activations import ActivationReader

@@ -9,12 +9,12 @@ import torch
 from safetensors.torch import load_file
 
 from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes.atlas_records import trained_record
 from sae_atlas.saes.formats import load_saelens, save_saelens
 from sae_atlas.saes.models import tiny_model
-from sae_atlas.saes.registry import trained_record
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.sae.losses import StepInfo
-from sae_atlas.saes.sae.registry import build_sae
 
 IN, OUT = "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"
 

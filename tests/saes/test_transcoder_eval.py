@@ -12,11 +12,11 @@ from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.eval.evaluate import evaluate_atlas_sae, read_eval
-from sae_atlas.saes.eval.stream import evaluate_from_model
+from sae_atlas.saes.eval.from_model import evaluate_from_model
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.models import tiny_model
-from sae_atlas.saes.train.atlas import train_saes
 from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.train_saes import train_saes
 from sae_atlas.store.activations import ActivationReader
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.test_transcoder import mlp_transcoder

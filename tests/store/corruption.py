@@ -223,8 +223,8 @@ def _activations(root: Path) -> Any:
 
 
 def _train(root: Path) -> Any:
-    from sae_atlas.saes.train.atlas import train_saes
     from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.train.train_saes import train_saes
 
     return train_saes(root, HOOKS, architecture="topk", d_sae=64, k=4,
                       train_cfg=TrainConfig(total_tokens=256 * 20, batch_size=256, progress=False))
@@ -475,7 +475,7 @@ def _unregister(root: Path, kind: str) -> None:
 def _register(kind: str) -> Callable[[Path], Any]:
     """`sae-atlas register` of the owner of file `kind`: what it recorded."""
     def probe(root: Path) -> Any:
-        from sae_atlas.saes.registry import register_sae
+        from sae_atlas.saes.atlas_records import register_sae
         from sae_atlas.store.analysis_runs import register_run
 
         if kind.startswith("SAE "):

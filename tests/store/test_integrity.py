@@ -45,8 +45,8 @@ class Killed(BaseException):
 
 
 def _train(root: Path, hooks: list[str], **overrides: object) -> dict:
-    from sae_atlas.saes.train.atlas import train_saes
     from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.train.train_saes import train_saes
 
     options = {"architecture": "topk", "d_sae": 64, "k": 4, **overrides}
     return train_saes(root, hooks, train_cfg=TrainConfig(total_tokens=256 * 20, batch_size=256, progress=False),

@@ -1,6 +1,6 @@
 """What atlas.json records of each SAE, and registering an SAE folder it does not list.
 
-Training records a trained SAE once it finishes (`saes.train.atlas`), import an imported
+Training records a trained SAE once it finishes (`saes.train.train_saes`), import an imported
 one once it passed the misload guard (`saes.importing.pipeline`): `trained_record` and
 `imported_record` are those records. A folder that atlas.json does not list (a run killed
 before it registered the SAE, or an atlas.json restored from elsewhere) is *unregistered*

@@ -24,9 +24,9 @@ from typing import Any, Literal, Protocol, TypeVar, get_args
 import torch
 
 from sae_atlas.errors import InvalidInputError, UnknownHookError
+from sae_atlas.saes.atlas_records import trained_record
 from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
 from sae_atlas.saes.formats.saelens import OUR_KEY
-from sae_atlas.saes.registry import trained_record
 from sae_atlas.saes.sae.base import SAEConfig, architecture_class
 from sae_atlas.saes.train.checkpoint import remove_checkpoints
 from sae_atlas.saes.train.config import TrainConfig
@@ -34,7 +34,7 @@ from sae_atlas.saes.train.loop import Distribute as LoopDistribute
 from sae_atlas.saes.train.loop import LoopRun, train_dictionaries
 from sae_atlas.saes.train.sources import CachedSource
 from sae_atlas.saes.train.trainer import SAEDictionary
-from sae_atlas.saes.transcoders.pairs import PairedReader
+from sae_atlas.saes.transcoders.paired_rows import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import read_json
 from sae_atlas.store.layout import AtlasLayout, check_id
