@@ -41,7 +41,7 @@ Split = Literal["train", "heldout", "all"]
 
 
 def _repair(root: Path) -> str:
-    return f"re-run `sae-atlas cache --atlas {root}` (it resumes from the last good shard)"
+    return f"re-run `sae-atlas cache {root}` (it resumes from the last good shard)"
 
 
 def heldout_start(n_blocks: int) -> int:

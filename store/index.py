@@ -54,7 +54,7 @@ K_FACTORS = (8, 16, 32, 64)  # candidates re-ranked per result, tried while tuni
 
 
 def rebuild_command(root: str | Path) -> str:
-    return f"rebuild it with `sae-atlas index --atlas {root} --rebuild`"
+    return f"rebuild it with `sae-atlas index {root} --rebuild`"
 
 
 @dataclass
@@ -309,7 +309,7 @@ def check_build_complete(root: str | Path) -> None:
         if builder_gone and marker.exists():
             started = read_json(marker, rebuild_command(root))
             raise IntegrityError(marker, "an index build was interrupted, so the indexes may mix exact and "
-                                 "approximate types", f"re-run `sae-atlas index --atlas {root} --approx-threshold "
+                                 "approximate types", f"re-run `sae-atlas index {root} --approx-threshold "
                                  f"{started.get('approx_threshold', APPROX_THRESHOLD)}`")
 
 

@@ -125,7 +125,7 @@ class AtlasLayout:
         that registers it again."""
         return IntegrityError(
             self.atlas_json, f"SAE {sae_id!r} is on disk (saes/{sae_id}/) but atlas.json does not list it",
-            f"register it again with `sae-atlas register --atlas <atlas> --sae {sae_id}` (its record is rebuilt "
+            f"register it again with `sae-atlas register <atlas> --sae {sae_id}` (its record is rebuilt "
             "from the folder's cfg.json, training.json or source.json and eval.json)",
         )
 
@@ -159,7 +159,7 @@ class AtlasLayout:
     def read_meta(self) -> dict[str, Any]:
         """Read atlas.json (IntegrityError if missing or corrupt)."""
         return read_json(
-            self.atlas_json, f"re-create the atlas with `sae-atlas cache --atlas {self.root}`"
+            self.atlas_json, f"re-create the atlas with `sae-atlas cache {self.root}`"
         )
 
     def write_meta(self, meta: dict[str, Any]) -> None:

@@ -84,7 +84,7 @@ SCHEMAS = {FEATURES_FILE: FEATURES_SCHEMA, EXAMPLES_FILE: EXAMPLES_SCHEMA}
 
 def summarize_repair(root: str | Path, sae_id: str) -> str:
     """The command that rebuilds an SAE's summary tables."""
-    return f"re-run `sae-atlas summarize --atlas {root} --sae {sae_id}`"
+    return f"re-run `sae-atlas summarize {root} --sae {sae_id}`"
 
 
 def histogram_edges(hist_top: float, n_bins: int, bins_per_octave: int) -> np.ndarray:

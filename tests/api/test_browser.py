@@ -141,7 +141,7 @@ def test_unregistered_sae_and_run_are_shown(browser: Any, small_atlas: dict[str,
         page.goto(live.url + "/#/saes")
         page.wait_for_selector("#sae-problems")
         problems = page.inner_text("#sae-problems")
-        assert f"{sae} (unregistered)" in problems and f"sae-atlas register --atlas <atlas> --sae {sae}" in problems
+        assert f"{sae} (unregistered)" in problems and f"sae-atlas register <atlas> --sae {sae}" in problems
         assert page.locator("span.unregistered").count() == 1
         page.goto(live.url + f"/#/saes/{sae}/features/3")
         page.wait_for_selector("#unregistered-mark")

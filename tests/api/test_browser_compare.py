@@ -40,7 +40,7 @@ def _check_runs_not_ok_are_listed_unlinked(page: Any, url: str, root: Path) -> N
         assert page.locator(".compare-run-off").all_inner_texts() == ["copy", "layers"]
         unregistered = page.inner_text(".compare-problem.unregistered[data-run='copy']")
         assert unregistered.startswith("unregistered: analyses/compare/copy.json: ")
-        assert "sae-atlas register --atlas <atlas> --analysis compare/copy" in unregistered
+        assert "sae-atlas register <atlas> --analysis compare/copy" in unregistered
         damaged = page.inner_text(".compare-problem.damaged[data-run='layers']")
         assert damaged.startswith("damaged: analyses/compare/layers.null.parquet: ") and "`sae-atlas compare A B --run layers`" in damaged
         assert str(root) not in page.inner_text("#view")

@@ -60,7 +60,7 @@ def test_a_run_removed_from_runs_json_is_reported_unregistered(atlas: Path):
     row = python["a--c"]
     assert row["status"] == "unregistered" and row["mcc"] == pytest.approx(0.4)  # its files verify
     assert row["problem"].startswith("analyses/compare/a--c.json: the run is on disk but not recorded in runs.json")
-    assert "sae-atlas register --atlas <atlas> --analysis compare/a--c" in row["problem"]
+    assert "sae-atlas register <atlas> --analysis compare/a--c" in row["problem"]
     statuses = Atlas(atlas).analyses().frame.filter(pl.col("kind") == "compare").select("run", "status").rows()
     assert statuses == [("a--b", "ok"), ("a--c", "unregistered")]  # the same as the analyses listing
 

@@ -38,9 +38,9 @@ def test_without_root_names_files_relative_and_the_atlas_as_a_placeholder(tmp_pa
     finally:
         os.chdir(cwd)
     damaged = IntegrityError(root / "saes/s/tables.json", f"differs from {root}/saes/s/features.parquet",
-                             f"re-run `sae-atlas summarize --atlas {root} --sae s`")
+                             f"re-run `sae-atlas summarize {root} --sae s`")
     assert damaged.describe(root) == ("saes/s/tables.json: differs from saes/s/features.parquet. To repair: "
-                                      "re-run `sae-atlas summarize --atlas <atlas> --sae s`")
+                                      "re-run `sae-atlas summarize <atlas> --sae s`")
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_http_errors_and_problems_leave_the_server_paths_out(atlas: dict[str, An
         assert damaged.status_code == 500, damaged.text
         body = damaged.json()
         assert body["path"] == f"saes/{second}/features.parquet" and body["detail"].startswith(body["path"])
-        assert body["repair"] == f"re-run `sae-atlas summarize --atlas <atlas> --sae {second}`"
+        assert body["repair"] == f"re-run `sae-atlas summarize <atlas> --sae {second}`"
         assert not _leaks(damaged, root)
         board = http.get("/board")
         assert board.status_code == 200 and not _leaks(board, root)
@@ -79,7 +79,7 @@ def test_http_errors_and_problems_leave_the_server_paths_out(atlas: dict[str, An
         assert row["status"] == "damaged" and f"--atlas <atlas> --sae {first} --suite core" in row["problem"]
         listing = http.get("/saes")
         assert listing.status_code == 200 and not _leaks(listing, root)
-        assert "summarize --atlas <atlas>" in str(listing.json())
+        assert "summarize <atlas>" in str(listing.json())
 
 
 def _filled(path: str, values: dict[str, str]) -> str:
@@ -117,7 +117,7 @@ def test_no_get_answer_carries_the_atlas_path(atlas: dict[str, Any]):
     assert not leaked, {p: answers[p].text[:300] for p in leaked}
     ok = [p for p, answer in answers.items() if answer.status_code == 200]
     assert {"/health", "/saes", "/board", "/analyses", "/saes/{sae_id}/features (" + first + ")"} <= set(ok)
-    commands = [p for p in ok if "--atlas <atlas>" in answers[p].text]
+    commands = [p for p in ok if "sae-atlas " in answers[p].text and " <atlas>" in answers[p].text]
     assert {"/health", "/saes", "/board", "/analyses"} <= set(commands), commands
 
 

@@ -72,7 +72,7 @@ def test_unregistered_sae_and_run_are_reported_from_python(audited: dict[str, An
     rows = {r["sae_id"]: r for r in atlas.saes().to_dicts()}
     assert set(rows) == set(small_atlas["sae_ids"])  # listed, not dropped
     assert rows[sae]["status"] == "unregistered" and rows[small_atlas["sae_ids"][1]]["status"] == "ok"
-    assert f"sae-atlas register --atlas <atlas> --sae {sae}" in rows[sae]["problem"]
+    assert f"sae-atlas register <atlas> --sae {sae}" in rows[sae]["problem"]
     assert rows[sae]["problem"].startswith("atlas.json: ") and str(root) not in rows[sae]["problem"]
     record = audited["record"]
     assert {k: rows[sae][k] for k in ("hook", "d_sae", "k", "fvu", "l0", "dead_fraction")} == {
@@ -80,7 +80,7 @@ def test_unregistered_sae_and_run_are_reported_from_python(audited: dict[str, An
     runs = {(r["kind"], r["run"]): r for r in atlas.analyses().to_dicts()}
     run = runs[(KIND, RUN)]
     assert run["status"] == "unregistered" and run["figures"] == [f"{RUN}.png"]
-    assert f"sae-atlas register --atlas <atlas> --analysis {KIND}/{RUN}" in run["problem"]
+    assert f"sae-atlas register <atlas> --analysis {KIND}/{RUN}" in run["problem"]
     for read in (lambda: atlas.analysis(KIND, RUN), lambda: atlas.figure_path(KIND, f"{RUN}.png")):
         with pytest.raises(IntegrityError, match="not recorded in runs.json") as raised:  # not served, not a 404
             read()
@@ -104,7 +104,7 @@ def test_unregistered_sae_and_run_are_reported_over_http(live: LiveServer, audit
             assert answer.status_code == 500, (path, answer.text)
             body = answer.json()
             assert body["error"] == "integrity" and body["path"] == f"analyses/{KIND}/{RUN}.json", body
-            assert f"sae-atlas register --atlas <atlas> --analysis {KIND}/{RUN}" in body["repair"]
+            assert f"sae-atlas register <atlas> --analysis {KIND}/{RUN}" in body["repair"]
         assert http.get(f"/saes/{sae}/features/3").json()["index"] == 3  # served from its folder, marked above
 
         result = _register(str(audited["root"]))  # everything unregistered

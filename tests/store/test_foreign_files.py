@@ -52,7 +52,7 @@ def test_summary_tables_of_another_sae_are_refused_and_summarize_replaces_them(a
     _copy_from_healthy(atlas_copy, TABLE_FILES)  # same d_sae: before, SAE0's statistics were served as SAE1's
     with pytest.raises(IntegrityError) as info:
         Atlas(atlas_copy).feature(SAE1, 0)
-    _stale(info, atlas_copy, "tables.json", f"sae-atlas summarize --atlas {atlas_copy} --sae {SAE1}")
+    _stale(info, atlas_copy, "tables.json", f"sae-atlas summarize {atlas_copy} --sae {SAE1}")
     with pytest.raises(IntegrityError, match="tables.json: stale"):
         FeatureSearch(atlas_copy).similar(SAE1, FEATURE, filters=Filters(exclude_dead=True))  # density filter
     report = summarize_sae(atlas_copy, SAE1, top_k=8, window=(6, 2), progress=False)  # the repair, as written
@@ -83,10 +83,10 @@ def test_swapped_weights_name_the_sae_whose_derived_files_are_stale(atlas_copy: 
     _copy_from_healthy(atlas_copy, ("sae_weights.safetensors", "cfg.json"))  # same shape, each file intact
     with pytest.raises(IntegrityError) as info:
         Atlas(atlas_copy).search_vector(VECTOR, k=5)  # before: a stale indexes/model.faiss
-    _stale(info, atlas_copy, "index.faiss", f"sae-atlas index --atlas {atlas_copy} --rebuild")
+    _stale(info, atlas_copy, "index.faiss", f"sae-atlas index {atlas_copy} --rebuild")
     with pytest.raises(IntegrityError) as info:
         Atlas(atlas_copy).feature(SAE1, FEATURE)
-    _stale(info, atlas_copy, "tables.json", f"sae-atlas summarize --atlas {atlas_copy} --sae {SAE1}")
+    _stale(info, atlas_copy, "tables.json", f"sae-atlas summarize {atlas_copy} --sae {SAE1}")
     from sae_atlas.api.http import ServerSettings, create_app
 
     with TestClient(create_app(ServerSettings(root=atlas_copy)), raise_server_exceptions=False) as client:

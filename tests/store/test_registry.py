@@ -135,7 +135,7 @@ def test_an_unregistered_run_is_named_not_served_and_registered_again(tmp_path: 
     for read in (lambda: verify_run(tmp_path, "circular", "b"), lambda: figure_owner(tmp_path, "circular", "b.png")):
         with pytest.raises(IntegrityError, match="not recorded in runs.json") as raised:
             read()
-        assert "sae-atlas register --atlas <atlas> --analysis circular/b" in raised.value.repair
+        assert "sae-atlas register <atlas> --analysis circular/b" in raised.value.repair
     assert figure_owner(tmp_path, "circular", "a.png")[0] == "a"
     assert register_run(tmp_path, "circular", "b")["run"] == "b"
     assert list_runs(tmp_path, "circular") == ["a", "b"] and unregistered_runs(tmp_path, "circular") == []

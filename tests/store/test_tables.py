@@ -125,7 +125,7 @@ def _assert_integrity(tmp_path, name: str, match: str) -> None:
     with pytest.raises(IntegrityError, match=match) as info:
         FeatureTables(tmp_path, "sae-a")
     assert info.value.path.endswith(name)
-    assert f"sae-atlas summarize --atlas {tmp_path} --sae sae-a" in str(info.value)
+    assert f"sae-atlas summarize {tmp_path} --sae sae-a" in str(info.value)
 
 
 def test_truncated_table_is_an_integrity_error(tmp_path):
