@@ -1,10 +1,12 @@
 """Cost of the depth analysis against a bare full forward, in one process.
 
 Baseline: the model's plain forward (no hooks) over the same corpus blocks. Then one depth
-stream (`saes.depth.stream.stream_depth`, every layer's residual captured) whose parts are
+stream (`saes.depth.capture.stream_depth`, every layer's residual captured) whose parts are
 timed by wrapping them: the CKA sums (`CKAAccumulator.update`), the tuned lens's sums and
-fit, and the lens scores (`score_lenses`); what is left is the capturing forward and the
-token subsample. Then the estimators on the subsample: TwoNN, MLE with bootstrap and local
+fit, and the lens scores (`score_lenses`), and inside what is left: the capturing forward
+(`run_hooks`, every layer's residual kept), the CKA rows and token subsample (`_gather`, less
+its CKA sums) and the lens rows (`next_token_rows`); the rest is the loop itself (batching,
+tokenizing, the excluded positions). Then the estimators on the subsample: TwoNN, MLE with bootstrap and local
 ID per layer, and the trajectories. Printed: seconds, tokens/s and ratio to the bare
 forward of
 
@@ -35,8 +37,9 @@ import torch
 from sae_atlas.geometry.cka import CKAAccumulator
 from sae_atlas.geometry.intrinsic_dimension import local_dimension, mle_dimension, twonn_dimension
 from sae_atlas.geometry.trajectories import trajectory_geometry
+from sae_atlas.saes import streaming
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
-from sae_atlas.saes.depth import stream as stream_module
+from sae_atlas.saes.depth import capture as stream_module
 from sae_atlas.saes.depth.lens import TunedLensFitter
 from sae_atlas.saes.models import load_model, normalize_spec
 from sae_atlas.saes.streaming import whole_blocks
@@ -89,6 +92,9 @@ def main() -> None:
         real_score(handle, rows, next_ids, *rest)
 
     stream_module.score_lenses = timed("lens scores", score)
+    streaming.run_hooks = timed("capturing forward", streaming.run_hooks)  # type: ignore[attr-defined]
+    stream_module._gather = timed("gather", stream_module._gather)  # type: ignore[attr-defined]
+    stream_module.next_token_rows = timed("lens rows", stream_module.next_token_rows)
     CKAAccumulator.update = timed("CKA sums", CKAAccumulator.update)  # type: ignore[method-assign]
     TunedLensFitter.update = timed("tuned-lens sums", TunedLensFitter.update)  # type: ignore[method-assign]
     TunedLensFitter.fit = timed("tuned-lens fit", TunedLensFitter.fit)  # type: ignore[method-assign]
@@ -96,8 +102,10 @@ def main() -> None:
     s = stream_module.stream_depth(handle, corpus, list(range(handle.n_layers)), n_tokens=args.tokens,
                                    batch_blocks=args.batch_blocks, max_points=args.max_points, progress=False)
     streamed = time.perf_counter() - start
-    parts = {k: v for k, v in SPENT.items() if k != "lens rows skipped"}
+    inside = ("capturing forward", "gather", "lens rows")  # parts of the capture (gather includes the CKA sums)
+    parts = {k: v for k, v in SPENT.items() if k != "lens rows skipped" and k not in inside}
     capture = streamed - sum(parts.values())
+    subsample = SPENT["gather"] - SPENT["CKA sums"]
 
     start = time.perf_counter()
     for i in range(len(s.layers)):
@@ -117,6 +125,10 @@ def main() -> None:
           f"{held_out} held-out tokens")
     rows = [("bare forward", bare, tokens),
             ("capture + subsample", capture, tokens),
+            ("... capturing forward", SPENT["capturing forward"], tokens),
+            ("... CKA rows + subsample", subsample, tokens),
+            ("... lens rows", SPENT["lens rows"], tokens),
+            ("... loop", capture - SPENT["capturing forward"] - subsample - SPENT["lens rows"], tokens),
             ("estimators", estimators, tokens),
             ("CKA sums + result", parts.get("CKA sums", 0.0) + cka_result, tokens),
             ("tuned-lens sums + fit", parts.get("tuned-lens sums", 0.0) + parts.get("tuned-lens fit", 0.0), tokens),

@@ -2,7 +2,8 @@
 captured, accumulating what the depth analysis needs in bounded memory:
 
 - a seeded uniform subsample of token states `[M, L, D]` (random keys, the `max_points`
-  smallest kept), for intrinsic dimension, local dimension and trajectories;
+  smallest kept in preallocated arrays: `saes.depth.reservoir`), for intrinsic dimension,
+  local dimension and trajectories;
 - debiased linear CKA sums between every pair of layers over all tokens (`geometry.cka`);
 - the tuned lens's normal equations over the fitting split (the first `fit_fraction` of the
   batches), then logit- and tuned-lens scores over the held-out batches that follow.
@@ -36,6 +37,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.cka import CKAAccumulator
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.depth.lens import (
@@ -45,11 +47,11 @@ from sae_atlas.saes.depth.lens import (
     next_token_rows,
     score_lenses,
 )
+from sae_atlas.saes.depth.reservoir import Reservoir
 from sae_atlas.saes.distributed import DistContext, all_reduce_, rank_and_world
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.streaming import StreamedBatch, stream_activations, whole_blocks
 from sae_atlas.store.atomic import atomic_path
-from sae_atlas.store.errors import InvalidInputError
 
 
 def check_layers(handle: ModelHandle, layers: list[int]) -> list[int]:
@@ -67,6 +69,7 @@ def check_layers(handle: ModelHandle, layers: list[int]) -> list[int]:
 
 
 CONTEXT = 12  # token ids kept with each subsampled token: it and the ones before it in its block
+STATE_FORMAT = 2  # of the checkpointed `_Gathered`: part of the checkpoint folder's fingerprint
 
 
 @dataclass
@@ -90,27 +93,24 @@ class DepthStream:
 class _Gathered:
     """What a rank has gathered so far (the checkpointed state)."""
 
-    n_layers: int
-    d_model: int
+    sample: Reservoir  # columns: states [L, D], block, position, doc, token, context [CONTEXT]
     done: int = 0  # this rank's batches counted
     seen: int = 0
-    keys: np.ndarray = field(default_factory=lambda: np.empty(0))
-    kept: list[np.ndarray] = field(default_factory=list)  # states [M, L, D], block, position, doc, token, context
     cka: CKAAccumulator = field(default_factory=CKAAccumulator)
     fitter: TunedLensFitter = field(default_factory=TunedLensFitter)
     tuned: TunedLens | None = None
     scores: LensScores = field(default_factory=LensScores)
 
-    def __post_init__(self) -> None:
-        if not self.kept:
-            self.kept = [np.empty((0, self.n_layers, self.d_model), np.float32), *(np.empty(0, np.int64),) * 4,
-                         np.empty((0, CONTEXT), np.int64)]
+
+def _sample(capacity: int, n_layers: int, d_model: int) -> Reservoir:
+    """The empty token subsample: each token's states at every layer and where it stands."""
+    return Reservoir(capacity, [((n_layers, d_model), np.float32), *(((), np.int64),) * 4, ((CONTEXT,), np.int64)])
 
 
 def state_folder(state_dir: str | Path, handle: ModelHandle, arguments: dict[str, object]) -> Path:
     """The checkpoint folder of one depth stream: `state_dir` / a fingerprint of the model
     and every argument that changes what is gathered."""
-    text = json.dumps([handle.spec, arguments], sort_keys=True, default=str)
+    text = json.dumps([STATE_FORMAT, handle.spec, arguments], sort_keys=True, default=str)
     return Path(state_dir) / hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -166,12 +166,13 @@ def stream_depth(
         raise InvalidInputError(f"checkpoint_every must be at least 1, got {checkpoint_every}")
     hooks = {layer: f"blocks.{layer}.hook_resid_post" for layer in sorted({*layers, last})}
     path = None if state is None else state / f"rank-{rank:04d}.pt"
-    g = _load_state(path, _Gathered(len(layers), handle.d_model), ctx, handle.device)
+    fresh = _Gathered(_sample(min(max_points, n_blocks * corpus.context_size), len(layers), handle.d_model))
+    g = _load_state(path, fresh, ctx, handle.device)
     last_saved, save_cost = time.monotonic(), 0.0
     for batch in stream_activations(handle, corpus, list(hooks.values()), n_blocks=n_blocks,
                                     batch_blocks=batch_blocks, resume_blocks=g.done * batch_blocks, desc="depth",
                                     progress=progress, ctx=ctx):
-        _gather(handle, batch, hooks, layers, g, max_points, seed)
+        _gather(handle, batch, hooks, layers, g, seed)
         lens_rows, next_ids = next_token_rows({layer: batch.acts[hook].float() for layer, hook in hooks.items()},
                                               batch.token_ids, batch.excluded)
         fitted_now = False
@@ -192,7 +193,8 @@ def stream_depth(
             last_saved = time.monotonic()
             save_cost = last_saved - started
     assert g.tuned is not None  # every rank has n_fit < n_batches batches, so it scored held-out ones
-    scores, keys, kept, seen, cka = g.scores, g.keys, g.kept, g.seen, g.cka
+    scores, seen, cka = g.scores, g.seen, g.cka
+    keys, kept = g.sample.rows()
     for key in [key for key in scores.n if key[1] not in layers]:  # the last layer scored only as the reference
         for table in (scores.n, scores.agree, scores.kl, scores.ranks):
             table.pop(key)
@@ -214,24 +216,27 @@ def stream_depth(
 
 
 def _gather(handle: ModelHandle, batch: StreamedBatch, hooks: dict[int, str], layers: list[int], g: _Gathered,
-            max_points: int, seed: int) -> None:
-    """Add one batch's non-special tokens to the CKA sums and the seeded subsample of `g`."""
+            seed: int) -> None:
+    """Add one batch's non-special tokens to the CKA sums and offer them to the seeded
+    subsample of `g` (only the tokens that enter it are copied there)."""
     keep = ~batch.excluded
     rows = {layer: batch.acts[hooks[layer]].float()[keep.to(handle.device)].cpu() for layer in layers}
     n = int(keep.sum())
     g.seen += n
     g.cka.update(rows)
-    n_rows, T = keep.shape
-    blocks = (batch.first_block + torch.arange(n_rows))[:, None].expand(n_rows, T)[keep]
-    padded = torch.cat([torch.full((n_rows, CONTEXT - 1), -1, dtype=batch.token_ids.dtype), batch.token_ids], 1)
+    T = keep.shape[1]
+    where = keep.flatten().nonzero()[:, 0]  # flat [row * T + position] of each kept token, in order
+    padded = torch.cat([torch.full((len(keep), CONTEXT - 1), -1, dtype=batch.token_ids.dtype), batch.token_ids], 1)
     windows = padded.unfold(1, CONTEXT, 1)  # [n, T, CONTEXT]: the CONTEXT ids ending at each position
-    meta = [blocks, torch.arange(T).expand(n_rows, T)[keep], batch.doc_ids[keep], batch.token_ids[keep], windows[keep]]
-    g.keys = np.concatenate([g.keys, np.random.default_rng([seed, batch.first_block]).random(n)])
-    g.kept = [np.concatenate([g.kept[0], torch.stack([rows[layer] for layer in layers], 1).numpy()]),
-              *(np.concatenate([old, m.numpy()]) for old, m in zip(g.kept[1:], meta, strict=True))]
-    if len(g.keys) > max_points:
-        top = np.sort(np.argpartition(g.keys, max_points)[:max_points])
-        g.keys, g.kept = g.keys[top], [k[top] for k in g.kept]
+
+    def entering(index: np.ndarray) -> list[np.ndarray]:
+        i = torch.from_numpy(index)
+        row, position = where[i] // T, where[i] % T
+        return [torch.stack([rows[layer][i] for layer in layers], 1).numpy(), (batch.first_block + row).numpy(),
+                position.numpy(), batch.doc_ids[row, position].numpy(), batch.token_ids[row, position].numpy(),
+                windows[row, position].numpy()]
+
+    g.sample.offer(np.random.default_rng([seed, batch.first_block]).random(n), entering)
 
 
 def _summed(arr: np.ndarray, ctx: DistContext | None, device: torch.device) -> np.ndarray:

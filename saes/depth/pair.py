@@ -5,7 +5,7 @@ ending at the same character for two, as `compare` pairs them).
 Kept in bounded memory: debiased linear CKA sums between every layer of A and every layer of
 B over all paired tokens (`geometry.cka.CKAAccumulator` with `split`: no pair within a
 model), and a seeded uniform subsample of the paired tokens' states at every layer of both
-(random keys drawn per batch, the `max_points` smallest kept), for the per-layer ID and LID
+(random keys drawn per batch, the `max_points` smallest kept: `saes.depth.reservoir`), for the per-layer ID and LID
 shift (`geometry.depth_shift`). One process (no torchrun ranks).
 """
 
@@ -19,7 +19,8 @@ import torch
 from sae_atlas.geometry.cka import CKAAccumulator
 from sae_atlas.saes.compare.pairs import paired_hook_activations
 from sae_atlas.saes.corpus import CorpusSpec
-from sae_atlas.saes.depth.stream import check_layers
+from sae_atlas.saes.depth.capture import check_layers
+from sae_atlas.saes.depth.reservoir import Reservoir
 from sae_atlas.saes.models import ModelHandle
 
 
@@ -50,9 +51,7 @@ def stream_pair(a: ModelHandle, b: ModelHandle, corpus: CorpusSpec, layers_a: li
     hooks_a = [f"blocks.{layer}.hook_resid_post" for layer in layers_a]
     hooks_b = [f"blocks.{layer}.hook_resid_post" for layer in layers_b]
     cka = CKAAccumulator(split=len(layers_a))
-    keys = np.empty(0)
-    kept_a = np.empty((0, len(layers_a), a.d_model), np.float32)
-    kept_b = np.empty((0, len(layers_b), b.d_model), np.float32)
+    sample = Reservoir(max_points, [((len(layers_a), a.d_model), np.float32), ((len(layers_b), b.d_model), np.float32)])
     seen = 0
     pairs = paired_hook_activations(a, hooks_a, b, hooks_b, corpus, n_tokens=n_tokens, batch_blocks=batch_blocks,
                                     progress=progress)
@@ -63,10 +62,12 @@ def stream_pair(a: ModelHandle, b: ModelHandle, corpus: CorpusSpec, layers_a: li
         seen += n
         cka.update({**{("a", layer): r for layer, r in zip(layers_a, rows_a, strict=True)},
                     **{("b", layer): r for layer, r in zip(layers_b, rows_b, strict=True)}})
-        keys = np.concatenate([keys, np.random.default_rng([seed, number]).random(n)])
-        kept_a = np.concatenate([kept_a, torch.stack(rows_a, 1).numpy()])
-        kept_b = np.concatenate([kept_b, torch.stack(rows_b, 1).numpy()])
-        if len(keys) > max_points:
-            top = np.sort(np.argpartition(keys, max_points)[:max_points])
-            keys, kept_a, kept_b = keys[top], kept_a[top], kept_b[top]
+
+        def entering(index: np.ndarray, rows_a: list[torch.Tensor] = rows_a,
+                     rows_b: list[torch.Tensor] = rows_b) -> list[np.ndarray]:
+            i = torch.from_numpy(index)
+            return [torch.stack([r[i] for r in rows_a], 1).numpy(), torch.stack([r[i] for r in rows_b], 1).numpy()]
+
+        sample.offer(np.random.default_rng([seed, number]).random(n), entering)
+    _, (kept_a, kept_b) = sample.rows()
     return PairStream(layers_a, layers_b, kept_a, kept_b, seen, cka)
