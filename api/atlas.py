@@ -69,6 +69,7 @@ from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
 from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingParams
+from sae_atlas.api.operations.depth import DepthParams
 from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
@@ -150,6 +151,7 @@ from sae_atlas.geometry.concept_vectors import Estimator
 from sae_atlas.geometry.emergence_options import Metric
 from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
 from sae_atlas.geometry.maps import Basis
+from sae_atlas.geometry.trajectories import TrajectorySpace
 from sae_atlas.saes.cache import CacheSummary
 from sae_atlas.saes.compare.crosscoder import LatentClass
 from sae_atlas.saes.corpus import CorpusSpec
@@ -894,16 +896,32 @@ class Atlas:
         and tests (files verified)."""
         return depth_service.depth_run(self.ctx, run)
 
-    def depth_profile(self, layers: list[int] | None = None, *, n_tokens: int = 16384, run: str = "depth",
-                      **options: Any) -> DepthProfile:
-        """Writes: the depth analysis of the atlas' model over `n_tokens` corpus tokens at
-        `layers` (default: every layer), as `analyses/depth/<run>`; the stored result (per
-        layer ID, local ID, trajectories, lenses; CKA and tokens tables beside it). `options`:
-        `corpus` (a `saes.corpus.CorpusSpec`) and the other keywords of
-        `api.analyses.depth.run_depth`."""
-        from sae_atlas.api.analyses.depth import run_depth
-        from sae_atlas.saes.corpus import CorpusSpec
+    def depth_profile(self, layers: list[int] | None = None, *, tokens: int = DepthParams.default("tokens"),
+                      batch_blocks: int = DepthParams.default("batch_blocks"),
+                      max_points: int = DepthParams.default("max_points"), k: int = DepthParams.default("k"),
+                      mle_k: int = DepthParams.default("mle_k"), n_boot: int = DepthParams.default("n_boot"),
+                      fit_fraction: float = DepthParams.default("fit_fraction"),
+                      space: TrajectorySpace = DepthParams.default("space"), seed: int = DepthParams.default("seed"),
+                      saes: list[str] | None = None, checkpoint_every: int | None = None,
+                      families: str | Path | None = None,
+                      n_permutations: int = DepthParams.default("n_permutations"), model_b: str | None = None,
+                      layers_b: list[int] | None = None, run: str | None = None, corpus: CorpusSpec | None = None,
+                      progress: bool = False, n_tokens: int | None = None,
+                      sae_ids: list[str] | None = None) -> DepthProfile | AnalysisResult:
+        """Writes: the depth analysis of the atlas' model over `tokens` tokens of `corpus`
+        (default: the built-in one) at `layers` (default: every layer), as
+        `analyses/depth/<run>`; the stored result (per layer ID, local ID, trajectories,
+        lenses; CKA and tokens tables beside it). With `families`, the metrics per prompt
+        family and their tests; with `model_b`, CKA between A's and B's layers and the ID
+        shift (both stored as a generic `AnalysisResult`). The parameters are
+        `api.operations.depth.DepthParams` (`n_tokens`, `sae_ids`: deprecated old names)."""
+        from sae_atlas.api.services.depth import run_depth_operation
 
-        run_depth(self.root, self.model(), options.pop("corpus", CorpusSpec()), layers, n_tokens=n_tokens, run=run,
-                  progress=False, **options)
-        return analyses.analysis_as(DepthProfile, self.root, "depth", run)
+        params = DepthParams.of(layers=layers, tokens=tokens, batch_blocks=batch_blocks, max_points=max_points, k=k,
+                                mle_k=mle_k, n_boot=n_boot, fit_fraction=fit_fraction, space=space, seed=seed,
+                                saes=saes, checkpoint_every=checkpoint_every, families=families,
+                                n_permutations=n_permutations, model_b=model_b, layers_b=layers_b, run=run,
+                                n_tokens=n_tokens, sae_ids=sae_ids)
+        run_depth_operation(self.root, self.model(), params, corpus or CorpusSpec(), progress=progress)
+        kind = AnalysisResult if params.families is not None or params.model_b is not None else DepthProfile
+        return analyses.analysis_as(kind, self.root, "depth", params.run_name())

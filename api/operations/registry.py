@@ -22,6 +22,7 @@ from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
 from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingParams
+from sae_atlas.api.operations.depth import DepthParams
 from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
@@ -175,6 +176,8 @@ OPERATIONS: tuple[Surfaces, ...] = (
              python_only=("crosscoder",), example={"crosscoder": "none"}),
     Surfaces(CrosscoderLatentParams, "crosscoder_latent", None, ("GET", "/crosscoders/{crosscoder}/latents/{index}"),
              python_only=("crosscoder", "latent"), example={"crosscoder": "none", "latent": 0}),
+    Surfaces(DepthParams, "depth_profile", ("analyze", "depth"), None, python_only=("corpus", "progress"),
+             cli_only=("model", "corpus", "text_field", "context", "no_bos", "json_out", "device", "model_dtype")),
 )
 
 NOT_CONVERTED: dict[str, str] = {
@@ -184,6 +187,5 @@ NOT_CONVERTED: dict[str, str] = {
     "attribute": "keywords typed in the method, AttributeRequest over HTTP, options in `attribute`",
     "steering_features": "steering (being changed by its own work): SteeringQuery over HTTP",
     "steer_bench": "steering (being changed by its own work): options in `steer-bench`",
-    "depth_profile": "depth (being changed by its own work): keywords and **options",
 }
 """Atlas methods that take options but have no parameter object yet: what they have instead."""

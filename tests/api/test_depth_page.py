@@ -25,7 +25,7 @@ from sae_atlas.api.cli import app
 from sae_atlas.api.http import ServerSettings, create_app
 from sae_atlas.api.http.json_body import dumps
 from sae_atlas.api.results.depth import DepthRun, DepthRunRow
-from sae_atlas.geometry.results import write_analysis
+from sae_atlas.store.analysis_runs import write_analysis
 from tests.api.conftest import LiveServer
 from tests.api.test_browser import ARTIFACTS, _page, browser  # noqa: F401 (the browser fixture)
 
@@ -81,8 +81,8 @@ def depth_atlas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.models import tiny_model
     from sae_atlas.saes.summary.run import summarize_sae
-    from sae_atlas.saes.train.atlas import train_saes
     from sae_atlas.saes.train.config import TrainConfig
+    from sae_atlas.saes.train.train_saes import train_saes
 
     root = tmp_path_factory.mktemp("depth") / "atlas"
     handle = tiny_model(arch="llama", n_layers=4, seed=3)
@@ -93,12 +93,12 @@ def depth_atlas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     summarize_sae(root, sae_id, W_U=handle.W_U.detach(), final_norm_weight=handle.final_norm_weight,
                   norm_kind=handle.final_norm_kind, tokenizer=handle.tokenizer, top_k=4, window=(4, 1),
                   progress=False)
-    _invoke("--atlas", str(root), "--model", TINY, "--sae", sae_id, *SMALL)
+    _invoke(str(root), "--model", TINY, "--sae", sae_id, *SMALL)
     families = root.parent / "families.json"
     families.write_text(json.dumps({"families": FAMILIES}))
-    _invoke("--atlas", str(root), "--model", TINY, "--families", str(families), "--k", "5", "--n-permutations",
+    _invoke(str(root), "--model", TINY, "--families", str(families), "--k", "5", "--n-permutations",
             "100", "--device", "cpu")
-    _invoke("--atlas", str(root), "--model", TINY, "--model-b", TINY_B, "--n-permutations", "50", "--mle-k", "8",
+    _invoke(str(root), "--model", TINY, "--model-b", TINY_B, "--n-permutations", "50", "--mle-k", "8",
             *SMALL)
     planted_run(root, sae_id)
     return {"root": root, "sae_id": sae_id}

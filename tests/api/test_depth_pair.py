@@ -46,7 +46,7 @@ def hf_folder(folder: Path, tokenizer=None, change_block: int | None = None) -> 
 def test_fine_tuned_copy_moves_only_from_its_changed_block(tmp_path: Path):
     tuned = hf_folder(tmp_path / "tuned", change_block=2)
     atlas = tmp_path / "atlas"
-    out = CliRunner().invoke(app, ["analyze", "depth", "--atlas", str(atlas), "--model", json.dumps(MODEL),
+    out = CliRunner().invoke(app, ["analyze", "depth", str(atlas), "--model", json.dumps(MODEL),
                                    "--model-b", tuned, "--json", *SMALL])
     assert out.exit_code == 0, out.output
     got = json.loads(out.stdout)
@@ -87,6 +87,6 @@ def test_two_tokenizers_pair_by_characters_and_never_aligned_texts_are_refused(t
         run_depth_pair(tmp_path / "atlas", handle, words, CorpusSpec(source=str(corpus), context_size=32), [1, 2, 3],
                        n_tokens=400, progress=False)
     folder = hf_folder(tmp_path / "words", tokenizer=split_tokenizer(NEVER_ALIGN))  # the same, from the command line
-    cli = CliRunner().invoke(app, ["analyze", "depth", "--atlas", str(tmp_path / "atlas"), "--model", json.dumps(MODEL),
+    cli = CliRunner().invoke(app, ["analyze", "depth", str(tmp_path / "atlas"), "--model", json.dumps(MODEL),
                                    "--model-b", folder, "--corpus", str(corpus), "--layers", "1-3", *SMALL])
     assert cli.exit_code == 2 and "do not align across the two tokenizers" in cli.output, cli.output

@@ -13,7 +13,7 @@ import torch
 from sae_atlas.api.analyses.depth import STATE_DIR
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.saes.corpus import CorpusSpec
-from sae_atlas.saes.depth import stream as stream_module
+from sae_atlas.saes.depth import capture as stream_module
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.compare_fixtures import one_thread  # noqa: F401
 from tests.saes.kill_points import (
@@ -28,7 +28,7 @@ MODEL = {"kind": "tiny", "arch": "llama", "n_layers": 4, "seed": 3}
 
 
 def depth_job(root: Path) -> object:
-    return Atlas(root).depth_profile(n_tokens=32 * 12, corpus=CorpusSpec(context_size=32), batch_blocks=2,
+    return Atlas(root).depth_profile(tokens=32 * 12, corpus=CorpusSpec(context_size=32), batch_blocks=2,
                                      max_points=150, k=10, n_boot=20, checkpoint_every=1)
 
 
@@ -50,7 +50,7 @@ def reference(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.mark.parametrize("point, done", [
     # 6 batches, the first 2 fit the tuned lens: killed before scoring the 2nd held-out batch, 3 batches counted
-    pytest.param(KillPoint("sae_atlas.saes.depth.stream.score_lenses", 2), 3, id="stream-batch-4"),
+    pytest.param(KillPoint("sae_atlas.saes.depth.capture.score_lenses", 2), 3, id="stream-batch-4"),
     pytest.param(KillPoint("torch.save", 3, "mid_write"), 2, id="mid-checkpoint-write"),  # the 3rd checkpoint cut
     pytest.param(KillPoint("sae_atlas.api.analyses.depth.local_dimension", 2), 6, id="estimators"),
 ])
