@@ -1,4 +1,6 @@
-"""Feature absorption and feature splitting on arrays (Chanin et al. 2024, "A is for
+"""The maths layer of `absorption`; its other layers: `sae_atlas.saes.eval.absorption` (eval).
+
+Feature absorption and feature splitting on arrays (Chanin et al. 2024, "A is for
 Absorption"), scored as SAEBench's `absorption` eval scores them.
 
 One binary concept (a first letter) per call of `letter_absorption`: a logistic probe on

@@ -1,4 +1,7 @@
-"""Does a circle found in one representation exist in another? The circle probe of Engels
+"""The maths layer of `circle_transfer`; its other layers: `sae_atlas.api.services.circle_transfer`
+(service).
+
+Does a circle found in one representation exist in another? The circle probe of Engels
 et al. 2024 ("Not All Language Model Features Are Linear", section 4) fitted again in B.
 
 Inputs: the activations at the concept token of the same concept prompts on side A and on

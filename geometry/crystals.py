@@ -1,4 +1,7 @@
-"""Crystals: parallelogram / trapezoid structure of word-pair difference vectors (Li,
+"""The maths layer of `crystals`; its other layers: `sae_atlas.api.analyses.crystals`
+(analysis-run).
+
+Crystals: parallelogram / trapezoid structure of word-pair difference vectors (Li,
 Michaud, Tegmark et al. 2024, "The Geometry of Concepts: Sparse Autoencoder Feature
 Structure").
 

@@ -1,4 +1,7 @@
-"""Where a concept's features emerge over a series of dictionaries (checkpoints, layers or
+"""The maths layer of `emergence`; its other layers: `sae_atlas.api.commands.emergence` (CLI),
+`sae_atlas.api.services.emergence` (service).
+
+Where a concept's features emerge over a series of dictionaries (checkpoints, layers or
 sizes), read from SAE codes at the concept token.
 
 Per concept and member, the rows are the concept's prompts (positives) and control prompts

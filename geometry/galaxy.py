@@ -1,4 +1,6 @@
-"""Galaxy-scale shape of a dictionary (Li, Michaud, Tegmark et al. 2024, "The Geometry of
+"""The maths layer of `galaxy`; its other layers: `sae_atlas.api.analyses.galaxy` (analysis-run).
+
+Galaxy-scale shape of a dictionary (Li, Michaud, Tegmark et al. 2024, "The Geometry of
 Concepts"): the eigenvalue spectrum of the decoder-row covariance follows a power law
 whose slope, fitted on log-eigenvalue vs log-rank over ranks 10-150, is steepest in the
 middle layers. The galaxy's TwoNN intrinsic dimension lives in

@@ -1,4 +1,7 @@
-"""Hierarchy and categorical-simplex tests over concept trees (Park et al. 2024, "The
+"""The maths layer of `hierarchy`; its other layers: `sae_atlas.api.analyses.hierarchy`
+(analysis-run).
+
+Hierarchy and categorical-simplex tests over concept trees (Park et al. 2024, "The
 Geometry of Categorical and Hierarchical Concepts in Large Language Models").
 
 In the causal basis, a child concept's vector differs from its parent's by a vector

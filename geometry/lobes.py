@@ -1,4 +1,6 @@
-"""Lobes: features that fire in the same documents cluster together (Li, Michaud, Tegmark
+"""The maths layer of `lobes`; its other layers: `sae_atlas.api.analyses.lobes` (analysis-run).
+
+Lobes: features that fire in the same documents cluster together (Li, Michaud, Tegmark
 et al. 2024, "The Geometry of Concepts: Sparse Autoencoder Feature Structure").
 
 From a sparse `[blocks x features]` occurrence matrix (a feature occurs in a block when

@@ -1,4 +1,7 @@
-"""2-D maps of an SAE's features in two bases, seeded UMAP (McInnes et al. 2018) both:
+"""The maths layer of `maps`; its other layers: `sae_atlas.api.analyses.maps` (analysis-run),
+`sae_atlas.store.maps` (persistence).
+
+2-D maps of an SAE's features in two bases, seeded UMAP (McInnes et al. 2018) both:
 `decoder`, the unit decoder rows with the cosine metric, and `cooccurrence`, the graph of
 each feature's strongest co-occurrence partners (`geometry.lobes.cooccurrence_knn`, built
 from the summary's occurrence matrix). This is the maths layer of the feature maps; the

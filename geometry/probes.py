@@ -1,4 +1,6 @@
-"""Linear probes over activations: difference of means, logistic regression, k-sparse
+"""The maths layer of `probes`; its other layers: `sae_atlas.api.analyses.probes` (analysis-run).
+
+Linear probes over activations: difference of means, logistic regression, k-sparse
 probes (Gurnee et al. 2023, "Finding Neurons in a Haystack": rank units by the class
 mean difference, fit a logistic probe on the top k) to compare neurons with SAE latents,
 SAEBench's sparse-probing accuracies built from them, and ridge regression for ordered

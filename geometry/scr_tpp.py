@@ -1,4 +1,6 @@
-"""SAEBench's SCR and TPP scores (Karvonen et al. 2025, `evals/scr_and_tpp`) from pooled
+"""The maths layer of `scr_tpp`; its other layers: `sae_atlas.saes.eval.scr_tpp` (eval).
+
+SAEBench's SCR and TPP scores (Karvonen et al. 2025, `evals/scr_and_tpp`) from pooled
 activations, SAE codes and a decoder: the arithmetic only, no model.
 
 A latent's effect on a probe is its class-mean code difference times the dot product of

@@ -1,4 +1,6 @@
-"""Named exceptions a user can cause; the HTTP layer maps them to 4xx responses."""
+"""The core layer of `errors`; its other layers: `sae_atlas.api.http.errors` (HTTP).
+
+Named exceptions a user can cause; the HTTP layer maps them to 4xx responses."""
 
 from __future__ import annotations
 

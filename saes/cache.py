@@ -1,4 +1,6 @@
-"""Caching residual-stream activations: one forward pass per batch for all hooks.
+"""The engine layer of `cache`; its other layers: `sae_atlas.api.commands.cache` (CLI).
+
+Caching residual-stream activations: one forward pass per batch for all hooks.
 
 The model runs only up to the deepest hooked layer. Every hook's writer flushes shards
 at the same block counts, and shard boundaries fall on batch boundaries, so a run that

@@ -1,4 +1,7 @@
-"""torch.distributed under torchrun: the process group, this rank's place in it, reductions
+"""The engine layer of `distributed`; its other layers: `sae_atlas.saes.train.distributed`
+(training).
+
+torch.distributed under torchrun: the process group, this rank's place in it, reductions
 and the deterministic split of work between ranks.
 
 Every multi-process command (train, cache, summarize, eval) is launched with

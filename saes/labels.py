@@ -1,4 +1,6 @@
-"""Offline feature labels computed from a summary's statistics (no model, no network).
+"""The engine layer of `labels`; its other layers: `sae_atlas.api.services.labels` (service).
+
+Offline feature labels computed from a summary's statistics (no model, no network).
 
 A label names what a feature fires on and what it writes: its most frequent centre tokens
 among its top examples (ties by the highest activation, then alphabetically), the token

@@ -1,4 +1,7 @@
-"""The persistence layer of the feature maps (the maths is `sae_atlas.geometry.maps`): an
+"""The persistence layer of `maps`; its other layers: `sae_atlas.api.analyses.maps` (analysis-run),
+`sae_atlas.geometry.maps` (maths).
+
+The persistence layer of the feature maps (the maths is `sae_atlas.geometry.maps`): an
 SAE's map is stored per feature in `saes/<sae_id>/map.parquet` (columns latent, x, y,
 knn_overlap, then cooc_x, cooc_y, cooc_knn_overlap when the co-occurrence map was built,
 then any attached cluster-label columns) with a `map.json` sidecar (parameters, per-basis

@@ -1,4 +1,8 @@
-"""Feature search over the atlas' FAISS indexes: similar features, nearest to a vector,
+"""The persistence layer of `search`; its other layers: `sae_atlas.api.commands.search` (CLI),
+`sae_atlas.api.http.routers.search` (HTTP), `sae_atlas.api.operations.search` (parameter),
+`sae_atlas.api.results.search` (typed-result), `sae_atlas.api.services.search` (service).
+
+Feature search over the atlas' FAISS indexes: similar features, nearest to a vector,
 cross-layer flow, with density / dead / SAE / layer filters and geometry filters (circle
 membership, period, lobe) from `store.feature_records`.
 

@@ -1,4 +1,6 @@
-"""Crystals (`analyses/crystals/`): held-out LDA silhouette of the built-in word-pair
+"""The analysis-run layer of `crystals`; its other layers: `sae_atlas.geometry.crystals` (maths).
+
+Crystals (`analyses/crystals/`): held-out LDA silhouette of the built-in word-pair
 relations on a model's embeddings or residual stream, against a random-label null."""
 
 from __future__ import annotations

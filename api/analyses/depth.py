@@ -1,4 +1,8 @@
-"""The depth analysis (`analyses/depth/<run>.*`): how the residual stream moves through the
+"""The analysis-run layer of `depth`; its other layers: `sae_atlas.api.http.routers.depth` (HTTP),
+`sae_atlas.api.operations.depth` (parameter), `sae_atlas.api.results.depth` (typed-result),
+`sae_atlas.api.services.depth` (service).
+
+The depth analysis (`analyses/depth/<run>.*`): how the residual stream moves through the
 layers, from one streamed forward (`saes.depth.capture`), with the estimators of `geometry`.
 
 Tables: `main` (per layer: TwoNN and MLE dimension with its bootstrap interval, local

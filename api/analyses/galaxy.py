@@ -1,4 +1,6 @@
-"""The galaxy view (`analyses/galaxy/`): decoder-spectrum power law and TwoNN intrinsic
+"""The analysis-run layer of `galaxy`; its other layers: `sae_atlas.geometry.galaxy` (maths).
+
+The galaxy view (`analyses/galaxy/`): decoder-spectrum power law and TwoNN intrinsic
 dimension per SAE, ordered by layer."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Hierarchy analyses: concept vectors in the causal basis of a model's unembedding over a
+"""The analysis-run layer of `hierarchy`; its other layers: `sae_atlas.geometry.hierarchy` (maths).
+
+Hierarchy analyses: concept vectors in the causal basis of a model's unembedding over a
 concept tree (curated, WordNet or JSON) with the edge/simplex tests and their controls
 (`run_hierarchy`), and the same tree on an SAE's features matched to each concept
 (`run_feature_hierarchy`). Results under `analyses/hierarchy/`."""

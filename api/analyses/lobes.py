@@ -1,4 +1,6 @@
-"""Co-occurrence lobes of an SAE compared with its geometric clusters (`analyses/lobes/`)."""
+"""The analysis-run layer of `lobes`; its other layers: `sae_atlas.geometry.lobes` (maths).
+
+Co-occurrence lobes of an SAE compared with its geometric clusters (`analyses/lobes/`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Feature maps: the UMAP maps of an SAE in the decoder-row basis and, once the SAE is
+"""The analysis-run layer of `maps`; its other layers: `sae_atlas.store.maps` (persistence),
+`sae_atlas.geometry.maps` (maths).
+
+Feature maps: the UMAP maps of an SAE in the decoder-row basis and, once the SAE is
 summarized, the activation co-occurrence basis (`saes/<id>/map.parquet` + `map.png`)."""
 
 from __future__ import annotations

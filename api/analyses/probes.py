@@ -1,4 +1,6 @@
-"""Linear probes on cached activations (`analyses/probe/`): a position ridge probe or a
+"""The analysis-run layer of `probes`; its other layers: `sae_atlas.geometry.probes` (maths).
+
+Linear probes on cached activations (`analyses/probe/`): a position ridge probe or a
 concept classifier per hook, and k-sparse probes on the neurons of an SAE's hook vs its latents."""
 
 from __future__ import annotations

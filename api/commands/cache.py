@@ -1,4 +1,6 @@
-"""`sae-atlas cache`: cache residual-stream activations of a model over a corpus."""
+"""The CLI layer of `cache`; its other layers: `sae_atlas.saes.cache` (engine).
+
+`sae-atlas cache`: cache residual-stream activations of a model over a corpus."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`sae-atlas compare A[:SAE] B[:SAE]`: match two SAEs' latents by activation correlation
+"""The CLI layer of `compare`; its other layers: `sae_atlas.api.http.routers.compare` (HTTP),
+`sae_atlas.api.operations.compare` (parameter), `sae_atlas.api.results.compare` (typed-result),
+`sae_atlas.api.services.compare` (service).
+
+`sae-atlas compare A[:SAE] B[:SAE]`: match two SAEs' latents by activation correlation
 streamed from the model(s), score their matched spaces against nulls, store the run in A's
 atlas (`analyses/compare/`), print a table or `--json`. `sae-atlas train-crosscoder`: a
 crosscoder between two models or hooks and its relative decoder norms. `sae-atlas

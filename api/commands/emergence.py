@@ -1,4 +1,7 @@
-"""`sae-atlas emergence ATLAS[:SAE] ATLAS[:SAE] ... [--concept weekdays ...]`: per concept, at
+"""The CLI layer of `emergence`; its other layers: `sae_atlas.api.services.emergence` (service),
+`sae_atlas.geometry.emergence` (maths).
+
+`sae-atlas emergence ATLAS[:SAE] ATLAS[:SAE] ... [--concept weekdays ...]`: per concept, at
 which member of a series of SAEs (checkpoints, layers or sizes) its features first reach a
 selectivity or probe threshold, and where they fall below and re-appear; a table, `--json`,
 a stored run (`analyses/emergence/` of the first member's atlas) and a heat map."""

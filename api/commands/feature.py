@@ -1,4 +1,6 @@
-"""`sae-atlas feature ATLAS SAE_ID INDEX`: one feature's card on the command line."""
+"""The CLI layer of `feature`; its other layers: `sae_atlas.api.results.feature` (typed-result).
+
+`sae-atlas feature ATLAS SAE_ID INDEX`: one feature's card on the command line."""
 
 from __future__ import annotations
 

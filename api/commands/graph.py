@@ -1,4 +1,8 @@
-"""`sae-atlas graph ATLAS "prompt" --target " Tuesday"`: the attribution graph of a prediction,
+"""The CLI layer of `graph`; its other layers: `sae_atlas.api.http.routers.graph` (HTTP),
+`sae_atlas.api.operations.graph` (parameter), `sae_atlas.api.results.graph` (typed-result),
+`sae_atlas.api.services.graph` (service), `sae_atlas.saes.circuits.graph` (engine).
+
+`sae-atlas graph ATLAS "prompt" --target " Tuesday"`: the attribution graph of a prediction,
 written as circuit-tracer graph JSON."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""`sae-atlas index ATLAS`: build or repair the FAISS indexes of an atlas."""
+"""The CLI layer of `index`; its other layers: `sae_atlas.store.index` (persistence).
+
+`sae-atlas index ATLAS`: build or repair the FAISS indexes of an atlas."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Every error as a JSON body `{"error": <kind>, "detail": <what was wrong>}`.
+"""The HTTP layer of `errors`; its other layers: `sae_atlas.errors` (core).
+
+Every error as a JSON body `{"error": <kind>, "detail": <what was wrong>}`.
 
 AtlasError subclasses carry their status (NotFoundError 404, InvalidInputError 400,
 IntegrityError 500 with the atlas-relative file and the repair command), their details naming files

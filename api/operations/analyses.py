@@ -1,4 +1,7 @@
-"""The geometry analyses' parameters (`Atlas.run_circular`, `Atlas.circle_concept`, ...;
+"""The parameter layer of `analyses`; its other layers: `sae_atlas.api.http.routers.analyses`
+(HTTP), `sae_atlas.api.services.analyses` (service).
+
+The geometry analyses' parameters (`Atlas.run_circular`, `Atlas.circle_concept`, ...;
 `sae-atlas analyze ...`; `POST /analyses/circular`): each analysis stored as a run under
 `analyses/<kind>/`."""
 

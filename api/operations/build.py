@@ -1,4 +1,7 @@
-"""The parameters of the operations that build an atlas: `cache` (activations), `summarize`
+"""The parameter layer of `build`; its other layers: `sae_atlas.api.results.build` (typed-result),
+`sae_atlas.api.services.build` (service).
+
+The parameters of the operations that build an atlas: `cache` (activations), `summarize`
 (feature tables), `index` (FAISS indexes), `build_labels` (offline labels) and `demo` (every
 step) (`Atlas.<name>`, `sae-atlas <verb>`; writes, so no HTTP route)."""
 

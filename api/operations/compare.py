@@ -1,4 +1,8 @@
-"""The comparison's parameters (`Atlas.compare`, `sae-atlas compare`): how much of the
+"""The parameter layer of `compare`; its other layers: `sae_atlas.api.commands.compare` (CLI),
+`sae_atlas.api.http.routers.compare` (HTTP), `sae_atlas.api.results.compare` (typed-result),
+`sae_atlas.api.services.compare` (service).
+
+The comparison's parameters (`Atlas.compare`, `sae-atlas compare`): how much of the
 corpus to stream through both models and how to score the two SAEs."""
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The crosscoder's parameters (`Atlas.train_crosscoder`, `sae-atlas train-crosscoder`;
+"""The parameter layer of `crosscoder`; its other layers: `sae_atlas.api.results.crosscoder`
+(typed-result), `sae_atlas.api.services.crosscoder` (service),
+`sae_atlas.saes.compare.crosscoder` (engine).
+
+The crosscoder's parameters (`Atlas.train_crosscoder`, `sae-atlas train-crosscoder`;
 `Atlas.latent_scaling`, `sae-atlas latent-scaling`)."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The evaluation suite's parameters (`Atlas.eval`, `sae-atlas eval`): which evals on which
+"""The parameter layer of `evals`; its other layers: `sae_atlas.api.http.routers.evals` (HTTP),
+`sae_atlas.api.results.evals` (typed-result), `sae_atlas.api.services.evals` (service).
+
+The evaluation suite's parameters (`Atlas.eval`, `sae-atlas eval`): which evals on which
 SAEs, the core eval's sizes and each other eval's inputs."""
 
 from __future__ import annotations

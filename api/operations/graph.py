@@ -1,4 +1,8 @@
-"""The attribution graph's parameters (`Atlas.graph`, `POST /graph`, `sae-atlas graph`)."""
+"""The parameter layer of `graph`; its other layers: `sae_atlas.api.commands.graph` (CLI),
+`sae_atlas.api.http.routers.graph` (HTTP), `sae_atlas.api.results.graph` (typed-result),
+`sae_atlas.api.services.graph` (service), `sae_atlas.saes.circuits.graph` (engine).
+
+The attribution graph's parameters (`Atlas.graph`, `POST /graph`, `sae-atlas graph`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The parameters of the searches that run the model: features firing on a text
+"""The parameter layer of `search`; its other layers: `sae_atlas.api.commands.search` (CLI),
+`sae_atlas.api.http.routers.search` (HTTP), `sae_atlas.api.results.search` (typed-result),
+`sae_atlas.api.services.search` (service), `sae_atlas.store.search` (persistence).
+
+The parameters of the searches that run the model: features firing on a text
 (`Atlas.search_text`, `POST /search/text`, `sae-atlas search text`) and features separating
 two sets of texts (`Atlas.contrast`, `POST /search/contrast`, `sae-atlas search contrast`);
 and the lookups over the stored tables and indexes: nearest to a vector, by token, by label

@@ -1,4 +1,7 @@
-"""`Board`: the eval board (`Atlas.board()`, `GET /board`), one row per SAE."""
+"""The typed-result layer of `board`; its other layers: `sae_atlas.api.http.routers.board` (HTTP),
+`sae_atlas.api.services.board` (service).
+
+`Board`: the eval board (`Atlas.board()`, `GET /board`), one row per SAE."""
 
 from __future__ import annotations
 

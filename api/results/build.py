@@ -1,4 +1,7 @@
-"""What the build operations report (the same idea as `api.operations.build` and
+"""The typed-result layer of `build`; its other layers: `sae_atlas.api.operations.build`
+(parameter), `sae_atlas.api.services.build` (service).
+
+What the build operations report (the same idea as `api.operations.build` and
 `api.services.build`, at the result layer): `IndexInfo`, one FAISS index built or kept
 (`Atlas.index`), and `ImportedSae` / `ImportedClt`, what `Atlas.add_sae` imported."""
 

@@ -1,4 +1,8 @@
-"""`CompareResult`: a stored comparison of two SAEs, and `CompareRunRow`, a row of the
+"""The typed-result layer of `compare`; its other layers: `sae_atlas.api.commands.compare` (CLI),
+`sae_atlas.api.http.routers.compare` (HTTP), `sae_atlas.api.operations.compare` (parameter),
+`sae_atlas.api.services.compare` (service).
+
+`CompareResult`: a stored comparison of two SAEs, and `CompareRunRow`, a row of the
 listing of stored comparisons."""
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Reads of a stored crosscoder: `CrosscoderRow` (one crosscoder in the listing),
+"""The typed-result layer of `crosscoder`; its other layers: `sae_atlas.api.operations.crosscoder`
+(parameter), `sae_atlas.api.services.crosscoder` (service), `sae_atlas.saes.compare.crosscoder`
+(engine).
+
+Reads of a stored crosscoder: `CrosscoderRow` (one crosscoder in the listing),
 `CrosscoderLatents` (a filtered, sorted page of its latents beside the relative-norm
 histogram of all of them) and `CrosscoderLatentCard` (one latent: both decoder norms and the
 atlas features nearest to its decoder rows)."""

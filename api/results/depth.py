@@ -1,4 +1,8 @@
-"""`DepthRun`: a stored depth analysis (`analyses/depth/<run>`) as the explorer's Depth page
+"""The typed-result layer of `depth`; its other layers: `sae_atlas.api.analyses.depth`
+(analysis-run), `sae_atlas.api.http.routers.depth` (HTTP), `sae_atlas.api.operations.depth`
+(parameter), `sae_atlas.api.services.depth` (service).
+
+`DepthRun`: a stored depth analysis (`analyses/depth/<run>`) as the explorer's Depth page
 reads it, `DepthRunRow`, a row of the listing of depth runs, and `FeatureDepth`, where one
 SAE feature fires in depth terms (on its feature page)."""
 

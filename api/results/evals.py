@@ -1,4 +1,7 @@
-"""`EvalResult`: one stored eval result as sent over HTTP (`GET /saes/{sae_id}/evals/{eval}`),
+"""The typed-result layer of `evals`; its other layers: `sae_atlas.api.http.routers.evals` (HTTP),
+`sae_atlas.api.operations.evals` (parameter), `sae_atlas.api.services.evals` (service).
+
+`EvalResult`: one stored eval result as sent over HTTP (`GET /saes/{sae_id}/evals/{eval}`),
 SAEBench's `BaseEvalOutput` fields as `saes.eval.results` writes them."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""`Feature`: one SAE latent's page (stats, histogram, top examples, logit effects,
+"""The typed-result layer of `feature`; its other layers: `sae_atlas.api.commands.feature` (CLI).
+
+`Feature`: one SAE latent's page (stats, histogram, top examples, logit effects,
 neighbours, map position, geometry) and its row types."""
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The result of `Atlas.graph`: an attribution graph, pruned, with its scores, the most
+"""The typed-result layer of `graph`; its other layers: `sae_atlas.api.commands.graph` (CLI),
+`sae_atlas.api.http.routers.graph` (HTTP), `sae_atlas.api.operations.graph` (parameter),
+`sae_atlas.api.services.graph` (service), `sae_atlas.saes.circuits.graph` (engine).
+
+The result of `Atlas.graph`: an attribution graph, pruned, with its scores, the most
 influential nodes, interventions on nodes, and the circuit-tracer graph JSON
 (`saes.circuits.export`) that `save()` writes and the explorer's Graph page draws."""
 

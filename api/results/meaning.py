@@ -1,4 +1,7 @@
-"""Results of the meaning searches: `ContrastResult` (features separating two sets of
+"""The typed-result layer of `meaning`; its other layers: `sae_atlas.api.http.routers.meaning`
+(HTTP), `sae_atlas.api.services.meaning` (service).
+
+Results of the meaning searches: `ContrastResult` (features separating two sets of
 texts) and `ConceptResult` (concept search), with their row types."""
 
 from __future__ import annotations

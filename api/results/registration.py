@@ -1,4 +1,7 @@
-"""`Registration`: one row of `Atlas.register`'s report (`sae-atlas register`)."""
+"""The typed-result layer of `registration`; its other layers:
+`sae_atlas.api.services.registration` (service).
+
+`Registration`: one row of `Atlas.register`'s report (`sae-atlas register`)."""
 
 from __future__ import annotations
 

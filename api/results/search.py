@@ -1,4 +1,8 @@
-"""Search results: `TextSearch` (which features fire on each token of a text) and
+"""The typed-result layer of `search`; its other layers: `sae_atlas.api.commands.search` (CLI),
+`sae_atlas.api.http.routers.search` (HTTP), `sae_atlas.api.operations.search` (parameter),
+`sae_atlas.api.services.search` (service), `sae_atlas.store.search` (persistence).
+
+Search results: `TextSearch` (which features fire on each token of a text) and
 `TokenFeatures` (features tied to one token), with their row types."""
 
 from __future__ import annotations

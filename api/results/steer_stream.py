@@ -1,4 +1,7 @@
-"""The events of a streamed steered generation (`Atlas.steer_stream`, `POST /steer/stream`):
+"""The typed-result layer of `steer_stream`; its other layers:
+`sae_atlas.api.services.steer_stream` (service).
+
+The events of a streamed steered generation (`Atlas.steer_stream`, `POST /steer/stream`):
 one `SteerTokens` per decoding step, the baseline and edited continuations side by side."""
 
 from __future__ import annotations

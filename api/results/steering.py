@@ -1,4 +1,8 @@
-"""Result of `Atlas.steering_features`: features ranked by their measured effect toward a
+"""The typed-result layer of `steering`; its other layers: `sae_atlas.api.http.routers.steering`
+(HTTP), `sae_atlas.api.operations.steering` (parameter), `sae_atlas.api.services.steering`
+(service), `sae_atlas.store.steering` (persistence).
+
+Result of `Atlas.steering_features`: features ranked by their measured effect toward a
 target, each with a calibrated strength and a ready edit (`saes.intervene.steering_search`)."""
 
 from __future__ import annotations

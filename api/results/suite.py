@@ -1,4 +1,6 @@
-"""`SuiteResults`: what one run of the evaluation suite gave (`Atlas.eval`), and
+"""The typed-result layer of `suite`; its other layers: `sae_atlas.saes.eval.suite` (eval).
+
+`SuiteResults`: what one run of the evaluation suite gave (`Atlas.eval`), and
 `EvalsFailed`, raised with it when some evals failed (a light module: the CLI imports it)."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The eval board: one row per SAE, one column per eval metric, read from the verified
+"""The service layer of `board`; its other layers: `sae_atlas.api.http.routers.board` (HTTP),
+`sae_atlas.api.results.board` (typed-result).
+
+The eval board: one row per SAE, one column per eval metric, read from the verified
 `saes/<id>/evals/<eval>.json` results (`saes.eval.results`)."""
 
 from __future__ import annotations

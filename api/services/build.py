@@ -1,4 +1,7 @@
-"""Building an atlas over its context: the activation cache, the feature summaries (from
+"""The service layer of `build`; its other layers: `sae_atlas.api.operations.build` (parameter),
+`sae_atlas.api.results.build` (typed-result).
+
+Building an atlas over its context: the activation cache, the feature summaries (from
 the cache or streamed from the model, under torchrun too), the offline labels that come with
 them, and the FAISS indexes. The model is the context's (`AtlasContext.model`), run under
 its lock; each write leaves atlas.json re-read."""

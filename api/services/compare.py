@@ -1,4 +1,8 @@
-"""Comparisons of two SAEs (`analyses/compare/<run>.*` in atlas A): run one
+"""The service layer of `compare`; its other layers: `sae_atlas.api.commands.compare` (CLI),
+`sae_atlas.api.http.routers.compare` (HTTP), `sae_atlas.api.operations.compare` (parameter),
+`sae_atlas.api.results.compare` (typed-result).
+
+Comparisons of two SAEs (`analyses/compare/<run>.*` in atlas A): run one
 (`run_compare`, the model(s) streamed through `saes.compare`), list the stored ones and
 read one back (read-only, every file verified).
 

@@ -1,4 +1,7 @@
-"""The evaluation suite run over an atlas's context (`run_evals`) and one stored eval result
+"""The service layer of `evals`; its other layers: `sae_atlas.api.http.routers.evals` (HTTP),
+`sae_atlas.api.operations.evals` (parameter), `sae_atlas.api.results.evals` (typed-result).
+
+The evaluation suite run over an atlas's context (`run_evals`) and one stored eval result
 of one SAE, verified (`saes.eval.results.read_result`)."""
 
 from __future__ import annotations

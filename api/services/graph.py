@@ -1,4 +1,8 @@
-"""Attribution graphs over an atlas (the model runs in `saes.circuits`): the dictionaries
+"""The service layer of `graph`; its other layers: `sae_atlas.api.commands.graph` (CLI),
+`sae_atlas.api.http.routers.graph` (HTTP), `sae_atlas.api.operations.graph` (parameter),
+`sae_atlas.api.results.graph` (typed-result), `sae_atlas.saes.circuits.graph` (engine).
+
+Attribution graphs over an atlas (the model runs in `saes.circuits`): the dictionaries
 are chosen and checked, the prompt bounded (`api.bounds`), supernodes read from the stored
 geometry records (circles, concept spans, lobes) and node interventions resolved against
 the graph's node ids."""

@@ -1,4 +1,7 @@
-"""Searches by meaning over an atlas's SAEs: contrast two sets of texts, search for a
+"""The service layer of `meaning`; its other layers: `sae_atlas.api.http.routers.meaning` (HTTP),
+`sae_atlas.api.results.meaning` (typed-result).
+
+Searches by meaning over an atlas's SAEs: contrast two sets of texts, search for a
 concept's features and span (both run the model through `saes.encoding`), and the
 per-feature geometry records built from the stored analyses. The statistics are
 `geometry` functions; this module composes them over the SAEs."""

@@ -1,4 +1,6 @@
-"""The SAEs of an atlas: listing with status, damage and registration reports, import and
+"""The service layer of `saes`; its other layers: `sae_atlas.api.http.routers.saes` (HTTP).
+
+The SAEs of an atlas: listing with status, damage and registration reports, import and
 preload."""
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""An attribution graph: nodes and the direct-effect adjacency between them.
+"""The engine layer of `graph`; its other layers: `sae_atlas.api.commands.graph` (CLI),
+`sae_atlas.api.http.routers.graph` (HTTP), `sae_atlas.api.operations.graph` (parameter),
+`sae_atlas.api.results.graph` (typed-result), `sae_atlas.api.services.graph` (service).
+
+An attribution graph: nodes and the direct-effect adjacency between them.
 
 Nodes are laid out as circuit-tracer lays them out (`graph.py`): active features (by
 dictionary, then position, then latent), error nodes (one per dictionary and position,

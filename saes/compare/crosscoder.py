@@ -1,4 +1,8 @@
-"""Acausal crosscoders on paired activations of two models (or two layers, or two
+"""The engine layer of `crosscoder`; its other layers: `sae_atlas.api.operations.crosscoder`
+(parameter), `sae_atlas.api.results.crosscoder` (typed-result),
+`sae_atlas.api.services.crosscoder` (service).
+
+Acausal crosscoders on paired activations of two models (or two layers, or two
 checkpoints) at the same tokens, and each latent's relative decoder norm.
 
 A crosscoder (Lindsey et al. 2024, "Sparse crosscoders for cross-layer features and model

@@ -1,4 +1,6 @@
-"""`absorption`: feature absorption and feature splitting on the first-letter task.
+"""The eval layer of `absorption`; its other layers: `sae_atlas.geometry.absorption` (maths).
+
+`absorption`: feature absorption and feature splitting on the first-letter task.
 
 SAEBench's `absorption_first_letter` eval (Chanin et al. 2024, "A is for Absorption"). The
 words are the model's own alphabetic vocabulary: every single token that is a word of

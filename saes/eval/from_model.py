@@ -1,4 +1,6 @@
-"""`eval --from-model`: activation metrics of SAEs over tokens streamed from model forwards.
+"""The eval layer of `from_model`; its other layers: `sae_atlas.saes.train.from_model` (training).
+
+`eval --from-model`: activation metrics of SAEs over tokens streamed from model forwards.
 
 The corpus is packed as `sae-atlas cache` packs it; each batch runs one forward for all
 hooks (`saes.streaming.stream_activations`, stopped after the deepest) and every SAE's

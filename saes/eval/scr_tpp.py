@@ -1,4 +1,6 @@
-"""`scr` and `tpp`: does ablating the few SAE latents tied to a concept remove just that
+"""The eval layer of `scr_tpp`; its other layers: `sae_atlas.geometry.scr_tpp` (maths).
+
+`scr` and `tpp`: does ablating the few SAE latents tied to a concept remove just that
 concept from the model's activations?
 
 SAEBench's `scr_and_tpp` (Karvonen et al. 2025) on built-in sets (no hub): texts are

@@ -1,4 +1,6 @@
-"""The evaluation suite: every registered eval, run resumably over SAEs of an atlas.
+"""The eval layer of `suite`; its other layers: `sae_atlas.api.results.suite` (typed-result).
+
+The evaluation suite: every registered eval, run resumably over SAEs of an atlas.
 
 `EVALS` is the registry (one module per eval under `saes.eval`, each declaring its
 `EvalSpec`). `run_suite` runs the named evals on each SAE in turn with a progress bar per

@@ -1,4 +1,6 @@
-"""Import a circuit-tracer cross-layer transcoder into an atlas (`clts/<clt_id>/`).
+"""The import layer of `clt`; its other layers: `sae_atlas.saes.transcoders.clt` (engine).
+
+Import a circuit-tracer cross-layer transcoder into an atlas (`clts/<clt_id>/`).
 
 The CLT is read (`saes.formats.circuit_tracer_clt`), checked against the atlas's model (as
 many layers as the model, its width, hooks the model has), then judged like an imported

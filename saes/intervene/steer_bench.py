@@ -1,4 +1,6 @@
-"""A steering benchmark in the style of AxBench (Wu et al. 2025): for each target, steer
+"""The engine layer of `steer_bench`; its other layers: `sae_atlas.api.commands.steer_bench` (CLI).
+
+A steering benchmark in the style of AxBench (Wu et al. 2025): for each target, steer
 with several directions at the same hook, calibrate each on the ranking prompts and count,
 on the held-out confirmation prompts of every style, the (target, prompt) pairs it raises
 to the requested ratio with KL on the rest within the bound.

@@ -1,4 +1,6 @@
-"""Each torchrun rank's share of a global batch (the process group itself lives in
+"""The training layer of `distributed`; its other layers: `sae_atlas.saes.distributed` (engine).
+
+Each torchrun rank's share of a global batch (the process group itself lives in
 `saes.distributed`; the two ways training splits work, data-parallel and module-sharded,
 are described in `saes.train.loop`)."""
 

@@ -1,4 +1,6 @@
-"""Cross-layer transcoders (CLTs; Ameisen et al. 2025, "Circuit Tracing", § "Building an
+"""The engine layer of `clt`; its other layers: `sae_atlas.saes.importing.clt` (import).
+
+Cross-layer transcoders (CLTs; Ameisen et al. 2025, "Circuit Tracing", § "Building an
 interpretable replacement model"; the cross-layer features of Lindsey et al. 2024,
 "Sparse crosscoders for cross-layer features and model diffing").
 

@@ -1,4 +1,7 @@
-"""`/analyses`: stored geometry results, their figures, and (with `--allow-analyses`) new runs.
+"""The HTTP layer of `analyses`; its other layers: `sae_atlas.api.operations.analyses` (parameter),
+`sae_atlas.api.services.analyses` (service).
+
+`/analyses`: stored geometry results, their figures, and (with `--allow-analyses`) new runs.
 
 Analyses are plain functions run in the server's thread pool."""
 

@@ -1,4 +1,7 @@
-"""`/board`: every SAE's eval metrics, read from its verified `evals/<eval>.json` results."""
+"""The HTTP layer of `board`; its other layers: `sae_atlas.api.results.board` (typed-result),
+`sae_atlas.api.services.board` (service).
+
+`/board`: every SAE's eval metrics, read from its verified `evals/<eval>.json` results."""
 
 from __future__ import annotations
 

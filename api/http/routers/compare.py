@@ -1,4 +1,8 @@
-"""`/compare`: stored comparisons of two SAEs (read-only; `sae-atlas compare` writes them)."""
+"""The HTTP layer of `compare`; its other layers: `sae_atlas.api.commands.compare` (CLI),
+`sae_atlas.api.operations.compare` (parameter), `sae_atlas.api.results.compare` (typed-result),
+`sae_atlas.api.services.compare` (service).
+
+`/compare`: stored comparisons of two SAEs (read-only; `sae-atlas compare` writes them)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`/depth`: stored depth runs (read-only; `sae-atlas analyze depth` writes them under
+"""The HTTP layer of `depth`; its other layers: `sae_atlas.api.analyses.depth` (analysis-run),
+`sae_atlas.api.operations.depth` (parameter), `sae_atlas.api.results.depth` (typed-result),
+`sae_atlas.api.services.depth` (service).
+
+`/depth`: stored depth runs (read-only; `sae-atlas analyze depth` writes them under
 `analyses/depth/`, which `GET /analyses/depth/<run>` also serves as a generic result)."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""`/saes/{sae_id}/evals/{eval_name}`: one SAE's stored eval result, verified, in SAEBench's layout."""
+"""The HTTP layer of `evals`; its other layers: `sae_atlas.api.operations.evals` (parameter),
+`sae_atlas.api.results.evals` (typed-result), `sae_atlas.api.services.evals` (service).
+
+`/saes/{sae_id}/evals/{eval_name}`: one SAE's stored eval result, verified, in SAEBench's layout."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""`/saes/{sae_id}/features`: the per-latent table, feature pages and stored examples."""
+"""The HTTP layer of `features`; its other layers: `sae_atlas.api.services.features` (service).
+
+`/saes/{sae_id}/features`: the per-latent table, feature pages and stored examples."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`POST /graph`: the attribution graph of a prompt's next token (circuit-tracer's method),
+"""The HTTP layer of `graph`; its other layers: `sae_atlas.api.commands.graph` (CLI),
+`sae_atlas.api.operations.graph` (parameter), `sae_atlas.api.results.graph` (typed-result),
+`sae_atlas.api.services.graph` (service), `sae_atlas.saes.circuits.graph` (engine).
+
+`POST /graph`: the attribution graph of a prompt's next token (circuit-tracer's method),
 pruned, scored, with supernodes and node interventions; `GET /graphs` and `GET /graphs/{run}`:
 the graphs stored in the atlas (`sae-atlas graph ... --store RUN`), read without the model.
 

@@ -1,4 +1,7 @@
-"""Searches by meaning: `/search/concept` (which features carry a concept and which few
+"""The HTTP layer of `meaning`; its other layers: `sae_atlas.api.results.meaning` (typed-result),
+`sae_atlas.api.services.meaning` (service).
+
+Searches by meaning: `/search/concept` (which features carry a concept and which few
 span it; runs the model on the concept's prompts, on the worker's one-thread model queue),
 `/search/geometry` (features by the geometry results they belong to) and `/search/labels`
 (features whose labels or explanations match words)."""

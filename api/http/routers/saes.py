@@ -1,4 +1,6 @@
-"""`/saes`: the SAEs of the atlas and their 2-D maps."""
+"""The HTTP layer of `saes`; its other layers: `sae_atlas.api.services.saes` (service).
+
+`/saes`: the SAEs of the atlas and their 2-D maps."""
 
 from __future__ import annotations
 

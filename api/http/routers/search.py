@@ -1,4 +1,8 @@
-"""Searches: decoder neighbours, cross-layer flow, nearest to a vector, by text and by token.
+"""The HTTP layer of `search`; its other layers: `sae_atlas.api.commands.search` (CLI),
+`sae_atlas.api.operations.search` (parameter), `sae_atlas.api.results.search` (typed-result),
+`sae_atlas.api.services.search` (service), `sae_atlas.store.search` (persistence).
+
+Searches: decoder neighbours, cross-layer flow, nearest to a vector, by text and by token.
 
 Lookups over loaded indexes are `async` handlers on the event loop; text search runs the
 model on the worker's one-thread model queue."""
