@@ -60,6 +60,7 @@ from sae_atlas.api.operations.analyses import (
 )
 from sae_atlas.api.operations.build import (
     CacheParams,
+    DemoParams,
     IndexParams,
     LabelsParams,
     StoredDtype,
@@ -137,6 +138,7 @@ from sae_atlas.api.services import (
 from sae_atlas.api.services import circle_transfer as circle_service
 from sae_atlas.api.services import compare as compare_service
 from sae_atlas.api.services import crosscoder as crosscoder_service
+from sae_atlas.api.services import demo as demo_service
 from sae_atlas.api.services import depth_runs as depth_service
 from sae_atlas.api.services import emergence as emergence_service
 from sae_atlas.api.services import evals as evals_service
@@ -357,6 +359,18 @@ class Atlas:
         return build.index(self.ctx, IndexParams.of(saes=saes, rebuild=rebuild, approx_threshold=approx_threshold,
                                                     seed=seed))
 
+
+    def demo(self, *, tokens: int = DemoParams.default("tokens"),
+             train_tokens: int = DemoParams.default("train_tokens"), layers: int = DemoParams.default("layers"),
+             seed: int = DemoParams.default("seed"), device: str | None = None,
+             report: demo_service.Report | None = None) -> demo_service.DemoBuilt:
+        """Writes: every step of the demo on this atlas's model (`Atlas.create(root)`: the default
+        one) and the builtin corpus: cache, one TopK SAE per layer evaluated, summaries, indexes,
+        circles, hierarchy, maps and what the explorer's pages open on; steps that finished are
+        kept. `report` receives what each step shows (`api.services.demo.Report`). What was
+        built. The parameters are `api.operations.build.DemoParams`."""
+        params = DemoParams.of(tokens=tokens, train_tokens=train_tokens, layers=layers, seed=seed)
+        return demo_service.run_demo(self.ctx, params, device=device, report=report or (lambda shown: None))
 
     # features -----------------------------------------------------------------------------
     def feature(self, sae_id: str, index: int, *, examples: int = FeaturePageParams.default("examples"),

@@ -14,24 +14,24 @@ import argparse
 import time
 from pathlib import Path
 
-from sae_atlas.api.commands import demo
-from sae_atlas.saes.models import load_model
-from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.api.atlas import Atlas
+from sae_atlas.api.commands.demo import show
+from sae_atlas.api.services import demo
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--atlas", type=Path, required=True)
     args = parser.parse_args()
-    layout = AtlasLayout(args.atlas)
+    ctx = Atlas(args.atlas).ctx
     started = time.perf_counter()
-    handle = load_model(layout.read_meta()["model"])
+    handle = ctx.model()
     print(f"model load: {time.perf_counter() - started:.1f} s", flush=True)
-    sae_ids = sorted(layout.sae_ids(), key=lambda sae_id: int(sae_id.split(".")[1]))  # by layer, as the demo has them
-    steps = [("core eval (suite)", lambda: demo.core_evals(handle, args.atlas, sae_ids)),
-             ("steering screen", lambda: demo._steering_tables(handle, args.atlas, sae_ids)),
-             ("stored graph", lambda: demo._stored_graph(args.atlas, demo.DEMO_GRAPH_TEXT, demo.DEMO_GRAPH_TARGET)),
-             ("comparison", lambda: demo._comparison(args.atlas, sae_ids))]
+    sae_ids = sorted(ctx.sae_ids(), key=lambda sae_id: int(sae_id.split(".")[1]))  # by layer, as the demo has them
+    steps = [("core eval (suite)", lambda: demo.core_evals(ctx, sae_ids, None, show)),
+             ("steering screen", lambda: demo.steering_tables(ctx, handle, sae_ids, show)),
+             ("stored graph", lambda: demo.stored_graph(ctx, *demo.DEMO_GRAPH, show)),
+             ("comparison", lambda: demo.comparison(ctx, sae_ids, str(handle.device), show))]
     times = {}
     for name, step in steps:
         started = time.perf_counter()

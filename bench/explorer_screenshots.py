@@ -20,7 +20,7 @@ import httpx
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
-from sae_atlas.api.commands.demo import DEMO_TEXT, serve_argv
+from sae_atlas.api.services.demo import DEMO_TEXT, serve_argv
 from tests.api.conftest import free_port
 from tests.api.test_browser import CHROMIUM_ARGS, _chromium
 

@@ -17,7 +17,13 @@ from sae_atlas.api.operations.analyses import (
     ProbeParams,
 )
 from sae_atlas.api.operations.base import Operation
-from sae_atlas.api.operations.build import CacheParams, IndexParams, LabelsParams, SummarizeParams
+from sae_atlas.api.operations.build import (
+    CacheParams,
+    DemoParams,
+    IndexParams,
+    LabelsParams,
+    SummarizeParams,
+)
 from sae_atlas.api.operations.compare import CompareOptions
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.concepts_across import CircleTransferParams, EmergenceParams
@@ -116,6 +122,8 @@ OPERATIONS: tuple[Surfaces, ...] = (
     Surfaces(ImportParams, "add_sae", ("import",), None, cli_arguments=("source",), example={"source": "x"}),
     Surfaces(RegisterParams, "register", ("register",), None),
     Surfaces(ExplanationsParams, "import_explanations", None, None, example={"sae_id": "x", "path": "x.csv"}),
+    Surfaces(DemoParams, "demo", ("demo",), None, python_only=("device", "report"),
+             cli_only=("model", "json_out", "device", "model_dtype")),
     Surfaces(RunParams, "run", None, ("POST", "/run"), example={"text": "the cat sat"}),
     Surfaces(SteerParams, "steer", ("steer",), ("POST", "/steer"), cli_arguments=("text",),
              example={"text": "the cat sat", "edits": [ROTATE]}, cli_example=("--edit", json.dumps(ROTATE))),

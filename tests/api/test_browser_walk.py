@@ -1,5 +1,5 @@
 """Every explorer page of a demo-like atlas in headless Chromium, served exactly as the
-demo's closing lines serve it (`api.commands.demo.serve_argv`, in a subprocess).
+demo's closing lines serve it (`api.services.demo.serve_argv`, in a subprocess).
 
 The atlas is the small test atlas plus what the demo adds for the explorer, by the demo's
 own functions: the suite's `core` eval (`core_evals`), steering tables, a stored graph and
@@ -33,16 +33,14 @@ REFUSALS = ("not allow", "refus", "interventions are off", "needs a server", "no
 def demo_like(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A copy of the small atlas with the demo's explorer steps run on it."""
     from sae_atlas.api.atlas import Atlas
-    from sae_atlas.api.commands.demo import core_evals, explorer_content
-    from sae_atlas.saes.models import load_model
-    from sae_atlas.store.layout import AtlasLayout
+    from sae_atlas.api.services.demo import core_evals, explorer_content
 
     root = Path(shutil.copytree(small_atlas["root"], tmp_path_factory.mktemp("walk") / "atlas-demo"))
-    handle = load_model(AtlasLayout(root).read_meta()["model"])
-    ids = small_atlas["sae_ids"]
-    core_evals(handle, root, ids)
-    explorer_content(handle, root, ids, graph=GRAPH)
     atlas = Atlas(root)
+    handle = atlas.model()
+    ids = small_atlas["sae_ids"]
+    core_evals(atlas.ctx, ids, None, lambda shown: None)
+    explorer_content(atlas.ctx, ids, lambda shown: None, graph=GRAPH)
     latent, label = next((i, f.label) for i in range(small_atlas["d_sae"]) if (f := atlas.feature(ids[1], i)).label)
     return {"root": root, "sae_ids": ids, "latent": latent, "word": label.split()[0].strip(",;:'\""),
             "compare": atlas.comparisons()[0]["run"], "special": set(handle.tokenizer.all_special_tokens)}
@@ -51,7 +49,7 @@ def demo_like(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFact
 @pytest.fixture(scope="module")
 def demo_server(demo_like: dict[str, Any]) -> Iterator[str]:
     """`sae-atlas serve ...` as the demo prints it, on a free port."""
-    from sae_atlas.api.commands.demo import serve_argv
+    from sae_atlas.api.services.demo import serve_argv
 
     argv = serve_argv(demo_like["root"])
     assert argv[:2] == ["sae-atlas", "serve"]

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sae_atlas.api.cli import app
 from sae_atlas.api.commands.eval import COLUMNS as EVAL_COLUMNS
-from sae_atlas.api.commands.tables import cell_text, render_table
+from sae_atlas.api.commands.table_layout import cell_text, render_table
 
 WIDTH = 80
 LABEL = "days of the week and other calendar words that keep going well past any narrow column"
@@ -119,14 +119,13 @@ def test_feature_at_80_columns(atlas: Path, small_atlas: dict[str, Any], monkeyp
 
 def test_demo_json_keeps_stdout_for_the_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`demo --json`: the steps' tables go to stderr, stdout is the JSON of what was built."""
-    import sae_atlas.api.commands.demo as demo
-    from sae_atlas.api.commands.common import print_table
+    import sae_atlas.api.services.demo as demo
 
-    def steps(atlas: Path, model: str, **_: Any) -> dict[str, Any]:
-        print_table("a step's table", ["sae", "fvu"], [["s0", 0.25]])
-        return {"atlas": str(atlas), "sae_ids": ["s0"]}
+    def steps(ctx: Any, params: Any, *, report: Any, **_: Any) -> dict[str, Any]:
+        report(demo.Table("a step's table", ["sae", "fvu"], [["s0", 0.25]]))
+        return {"atlas": str(ctx.root), "sae_ids": ["s0"]}
 
-    monkeypatch.setattr(demo, "_run_steps", steps)
+    monkeypatch.setattr(demo, "run_demo", steps)
     result = CliRunner().invoke(app, ["demo", str(tmp_path), "--json", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"atlas": str(tmp_path), "sae_ids": ["s0"]}
