@@ -17,7 +17,7 @@ from sae_atlas.api.results.html import escape
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import Status
 from sae_atlas.api.results.wire import FileName, FrameRows, JsonResult, Number, wire_payload
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 MAX_ROWS = 1000
 """Table rows sent by `AnalysisResult.to_dict()` (and so over HTTP)."""

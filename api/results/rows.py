@@ -99,6 +99,10 @@ def conform(frame: pl.DataFrame, row_type: type) -> pl.DataFrame:
     return frame.cast(casts) if casts else frame  # type: ignore[arg-type]
 
 
+def _cut(line: str, limit: int = 160) -> str:
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 class Rows(Generic[RowT]):
     """Rows of one declared type: iterable and indexable as rows, `rows["column"]` a column
     (polars Series), `.frame` the whole table (polars), `.to_dicts()` what HTTP sends."""
@@ -158,11 +162,10 @@ class Rows(Generic[RowT]):
 
     def __repr__(self) -> str:
         head = f"Rows[{self.row_type.__name__}]: {len(self)} rows ({', '.join(self.columns)})"
-        lines = [head, *(f"  {row}" for row in self.frame.head(SHOWN).iter_rows(named=True))]
+        lines = [head, *(_cut(f"  {row}") for row in self.frame.head(SHOWN).iter_rows(named=True))]
         if len(self) > SHOWN:
             lines.append(f"  ... {len(self) - SHOWN} more")
-        text = "\n".join(lines)
-        return text if len(text) <= 2000 else text[:1997] + "..."
+        return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         return f"<b>{escape(self.row_type.__name__)}</b> rows{self.frame._repr_html_()}"

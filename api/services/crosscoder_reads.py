@@ -165,7 +165,7 @@ def nearest_features(ctx: AtlasContext, direction_D: np.ndarray, hook: str, k: i
         return None
     labelled = search.by_vector(ctx, direction_D, views, k, Filters())
     return [NearFeature(sae_id=r["sae_id"], latent=r["latent"], cosine=r["cosine"], label=r["label"])
-            for r in labelled.iter_rows(named=True)]
+            for r in labelled]
 
 
 def crosscoder_latent(ctx: AtlasContext, cc_id: str, latent: int, *, k: int = 5) -> CrosscoderLatentCard:

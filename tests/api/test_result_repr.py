@@ -52,3 +52,15 @@ def test_frames_show_their_shape() -> None:
     frame = pl.DataFrame({"latent": list(range(300)), "n_examples": [1] * 300})
     text = repr(TokenFeatures(token=" cat", token_id=5, centred=frame, promoting=frame.head(2)))
     assert text == "TokenFeatures(token=' cat', token_id=5, centred=<300x2 frame>, promoting=<2x2 frame>)"
+
+
+def test_table_results_show_their_row_type_and_first_rows() -> None:
+    from sae_atlas.api.results.feature import Match
+    from sae_atlas.api.results.rows import SHOWN, Rows
+
+    frame = pl.DataFrame({"sae_id": ["s"] * 300, "latent": list(range(300)), "cosine": [0.5] * 300,
+                          "rank": list(range(300)), "layer": [3] * 300, "label": ["a very long label " * 20] * 300})
+    lines = repr(Rows(Match, frame)).splitlines()
+    assert lines[0] == "Rows[Match]: 300 rows (sae_id, latent, cosine, rank, layer, label)"
+    assert len(lines) == SHOWN + 2 and lines[-1] == f"  ... {300 - SHOWN} more" and len("\n".join(lines)) <= 2000
+    assert "<b>Match</b>" in Rows(Match, frame)._repr_html_()

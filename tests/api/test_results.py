@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
+import polars as pl
 import pytest
 from pydantic import TypeAdapter
 
@@ -65,7 +67,7 @@ def results(small_atlas: dict[str, Any], compared: dict[str, Any]) -> dict[type,
     a, b = small_atlas["sae_ids"]
     atlas = Atlas(small_atlas["root"])
     steering = Atlas(small_atlas["root"])  # its SAEs are not loaded under inference mode (search_text does that)
-    ran = steering.run(TEXT, sae_ids=[a])
+    ran = steering.run(TEXT, saes=[a])
     built = [
         atlas.feature(a, 3),
         atlas.search_text("the cat sat", k=2),
@@ -74,8 +76,8 @@ def results(small_atlas: dict[str, Any], compared: dict[str, Any]) -> dict[type,
         atlas.contrast(["the cat sat", "a cat ran"], ["the dog sat", "a dog ran"], k=3, n_permutations=100),
         atlas.concept_search("weekdays", saes=[b]),
         ran,
-        steering.attribute(TEXT, "the", sae_ids=[a], top=5, verify=2),
-        steering.steer(TEXT, sae=a, feature=int(ran.codes[a][-1].argmax()), alpha=4.0, max_new_tokens=3),
+        steering.attribute(TEXT, "the", saes=[a], top=5, verify=2),
+        steering.steer(TEXT, saes=[a], feature=int(ran.codes[a][-1].argmax()), alpha=4.0, max_new_tokens=3),
         compared["layers"],
         Atlas(compared["root"]).crosscoder_latents(CC, latent_class="b_only"),
         Atlas(compared["root"]).crosscoder_latent(CC, 5),
@@ -174,3 +176,60 @@ print(json.dumps({name: Watch.who.get(name) for name in ("typer", "rich") if nam
                             cwd=Path(__file__).resolve().parents[2], check=True)
     loaded = json.loads(answer.stdout.strip().splitlines()[-1])
     assert not loaded, json.dumps(loaded, indent=1)
+
+
+def test_rows_are_typed_rows_and_a_frame() -> None:
+    """`Rows[RowT]`: rows as dicts of the row type, columns as Series, `.frame` with the row
+    type's dtypes; a column the type does not declare, or a required one missing, is refused."""
+    from sae_atlas.api.results.feature import Match
+    from sae_atlas.api.results.feature_map import MapPoint
+    from sae_atlas.api.results.rows import Rows
+
+    stored = pl.DataFrame({"sae_id": ["a", "b"], "latent": pl.Series([3, 4], dtype=pl.Int32), "cosine": [0.5, 0.25],
+                           "rank": [0, 1], "layer": [1, 2]}).with_columns(pl.col("cosine").cast(pl.Float32))
+    rows = Rows(Match, stored)
+    assert rows.frame.schema["latent"] == pl.Int64 and rows.frame.schema["cosine"] == pl.Float64
+    assert len(rows) == 2 and rows[0] == {"sae_id": "a", "latent": 3, "cosine": 0.5, "rank": 0, "layer": 1}
+    assert [r["latent"] for r in rows] == [3, 4] and rows[-1]["sae_id"] == "b" and rows["latent"].to_list() == [3, 4]
+    assert rows[1:].to_dicts() == [rows[1]] and rows.to_dicts() == stored.to_dicts()  # the wire keeps the values
+    with pytest.raises(IndexError):
+        rows[2]
+    empty = Rows(Match, pl.DataFrame())
+    assert len(empty) == 0 and empty.columns[:5] == ["sae_id", "latent", "cosine", "rank", "layer"]
+    with pytest.raises(TypeError, match="no column \\['extra'\\]"):
+        Rows(Match, stored.with_columns(pl.lit(1).alias("extra")))
+    with pytest.raises(TypeError, match="need the columns \\['cosine'\\]"):
+        Rows(Match, stored.drop("cosine"))
+    points = Rows(MapPoint, pl.DataFrame({"latent": [0], "x": [0.0], "y": [1.0], "knn_overlap": [0.5], "label": [None],
+                                          "cluster": [2]}))
+    assert points[0]["cluster"] == 2  # a map's group columns are declared as allowed
+    adapter = TypeAdapter(Rows[Match])
+    assert adapter.dump_python(rows, mode="json") == rows.to_dicts()
+    assert adapter.validate_python(rows.to_dicts()) == rows
+    assert adapter.json_schema(mode="serialization")["type"] == "array"
+
+
+@pytest.mark.parametrize("method", ["saes", "similar", "flow", "examples", "features", "search_vector", "search_labels",
+                                    "geometry_features", "map", "analyses"])
+def test_each_table_method_gives_rows_of_its_declared_type(small_atlas: dict[str, Any], server: Any,
+                                                           method: str) -> None:
+    """What each table method returns fits its row type, and HTTP sends exactly its rows."""
+    import typing
+
+    from sae_atlas.api.results.rows import Rows
+
+    a, b = small_atlas["sae_ids"]
+    atlas = Atlas(small_atlas["root"])
+    calls = {"saes": (), "similar": (a, 3), "flow": (a, 3), "examples": (a, 3), "features": (a,),
+             "search_vector": ([1.0] * 32,), "search_labels": ("the",), "geometry_features": (), "map": (b,),
+             "analyses": ()}
+    result = getattr(atlas, method)(*calls[method])
+    declared = typing.get_type_hints(getattr(Atlas, method))["return"]
+    assert isinstance(result, Rows) and result.row_type is typing.get_args(declared)[0]
+    assert len(result) or method == "geometry_features"  # the small atlas stores no geometry records
+    jsonschema.validate(json.loads(dumps(result.to_dicts())),
+                        TypeAdapter(list[result.row_type]).json_schema(mode="serialization"))
+    paths = {"saes": "/saes", "similar": f"/saes/{a}/features/3/similar", "flow": f"/saes/{a}/features/3/flow",
+             "examples": f"/saes/{a}/features/3/examples", "analyses": "/analyses"}
+    if method in paths:
+        assert httpx.get(server.url + paths[method], timeout=30).json() == json.loads(dumps(result.to_dicts()))

@@ -1,0 +1,88 @@
+"""Every public `Atlas` method says what it returns: no bare polars frame (table results
+are `Rows[RowT]` or a result type), no `dict[str, Any]` or `Any` (also inside another type,
+say `list[dict[str, Any]]`), and no `**options: Any` forwarded to a service. A method that
+must keep one is named in `ALLOWED` with the reason; an entry that no longer applies fails,
+so the list only shrinks."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import polars as pl
+
+from sae_atlas import Atlas
+
+ALLOWED: dict[str, str] = {}
+"""Method name -> why its signature may still break the rule (empty: every method is typed)."""
+
+
+def _public_methods() -> Iterator[tuple[str, Callable[..., Any]]]:
+    for name, member in inspect.getmembers(Atlas):
+        if name.startswith("_"):
+            continue
+        function = member.fget if isinstance(member, property) else member
+        if callable(function) and not inspect.isclass(function):
+            yield name, function
+
+
+def _untyped(annotation: Any) -> str | None:
+    """What in `annotation` is untyped (None: nothing)."""
+    if annotation is Any:
+        return "Any"
+    if annotation is pl.DataFrame:
+        return "pl.DataFrame"
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is dict and args and args[1] is Any:
+        return f"dict[{getattr(args[0], '__name__', args[0])}, Any]"
+    for arg in args:
+        if (found := _untyped(arg)) is not None:
+            return found
+    return None
+
+
+def _problems(name: str, function: Callable[..., Any]) -> list[str]:
+    hints = typing.get_type_hints(function)
+    problems = []
+    if "return" not in hints:
+        problems.append(f"{name}: no return annotation")
+    elif (found := _untyped(hints["return"])) is not None:
+        problems.append(f"{name}: returns {found}")
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            problems.append(f"{name}: forwards **{parameter.name}")
+    return problems
+
+
+def test_every_public_method_has_a_typed_result_and_no_forwarded_options() -> None:
+    methods = dict(_public_methods())
+    assert len(methods) > 40  # the walk reaches the facade
+    problems = [p for name, function in methods.items() if name not in ALLOWED for p in _problems(name, function)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_allowed_list_names_only_what_still_needs_it() -> None:
+    methods = dict(_public_methods())
+    stale = [name for name in ALLOWED if name not in methods or not _problems(name, methods[name])]
+    assert not stale, f"typed now (or gone): drop {stale} from ALLOWED"
+
+
+def test_the_walk_catches_each_untyped_form() -> None:
+    """The check itself: each form it must refuse is refused, the typed ones pass."""
+
+    class Sample:
+        def frame(self) -> pl.DataFrame: ...
+        def mapping(self) -> dict[str, Any]: ...
+        def nested(self) -> list[dict[str, Any]] | None: ...
+        def anything(self) -> Any: ...
+        def forwards(self, **options: int) -> int: ...
+        def bare(self): ...  # type: ignore[no-untyped-def]
+        def typed(self, *, k: int = 3) -> dict[str, int]: ...
+
+    found = {name: _problems(name, getattr(Sample, name)) for name in vars(Sample) if not name.startswith("_")}
+    assert found == {
+        "frame": ["frame: returns pl.DataFrame"], "mapping": ["mapping: returns dict[str, Any]"],
+        "nested": ["nested: returns dict[str, Any]"], "anything": ["anything: returns Any"],
+        "forwards": ["forwards: forwards **options"], "bare": ["bare: no return annotation"], "typed": []}
