@@ -31,8 +31,8 @@ import torch
 
 from sae_atlas.geometry.concept_search import greedy_span, search_concept, value_means
 from sae_atlas.geometry.contrast import _rank_sums_exceed, contrast_stats
-from sae_atlas.saes.encoding.concepts import concept_feature_acts
 from sae_atlas.saes.encoding.texts import pooled_feature_acts
+from sae_atlas.saes.intervene.concept_codes import concept_feature_acts
 from sae_atlas.saes.intervene.concepts import MONTHS, WEEKDAYS, weekdays
 from sae_atlas.saes.models import load_model
 from sae_atlas.saes.sae.architectures import build_sae

@@ -6,7 +6,7 @@
 For every transcoder of the atlas (or those named with `--sae`), on the held-out split of
 its cached (input, output) pair:
 
-- FVU of the MLP output it predicts (`saes.eval.reconstruction`; predicting the mean is
+- FVU of the MLP output it predicts (`saes.train.reconstruction`; predicting the mean is
   FVU 1, predicting zero is `E||y||^2 / sum_d Var(y_d)`, printed beside it), and its L0;
 - the next-token CE loss on `--blocks` held-out blocks with that MLP replaced by the
   transcoder, against the clean model and the same MLP output zero-ablated and
@@ -31,11 +31,11 @@ import torch
 
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.eval.evaluate import _token_batches
-from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.models import load_model
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.saes.transcoders.paired_rows import PairedReader
+from sae_atlas.saes.train.paired_rows import PairedReader
+from sae_atlas.saes.train.reconstruction import reconstruction_metrics
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.layout import AtlasLayout
 

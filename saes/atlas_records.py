@@ -16,7 +16,6 @@ from typing import Any
 
 from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.atlas_saes import load_atlas_sae
-from sae_atlas.saes.eval.evaluate import EVAL_FILE
 from sae_atlas.saes.formats.saelens import CFG_FILE, OUR_KEY
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.store.atomic import read_json
@@ -24,6 +23,7 @@ from sae_atlas.store.layout import AtlasLayout
 
 TRAINING_FILE = "training.json"
 SOURCE_FILE = "source.json"
+EVAL_FILE = "eval.json"  # an SAE folder's eval results (`saes.eval.evaluate` writes it)
 
 
 def _identity(sae_id: str, cfg: SAEConfig) -> dict[str, Any]:

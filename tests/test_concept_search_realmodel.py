@@ -14,9 +14,9 @@ import torch
 
 from sae_atlas.geometry.concept_search import search_concept
 from sae_atlas.saes.builtin_text import concept_document
-from sae_atlas.saes.encoding.concepts import concept_feature_acts
 from sae_atlas.saes.encoding.texts import tokenize_texts
 from sae_atlas.saes.forward import run_hooks
+from sae_atlas.saes.intervene.concept_codes import concept_feature_acts
 from sae_atlas.saes.intervene.concepts import weekdays
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.train.config import TrainConfig

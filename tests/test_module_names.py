@@ -36,6 +36,13 @@ def test_the_walk_sees_the_known_layered_names() -> None:
     assert len(shared["graph.py"]) >= 5
 
 
+def test_a_module_with_a_name_of_its_own_claims_no_layer() -> None:
+    shared = _shared_names()
+    stale = [str(path.relative_to(REPO)) for root in ROOTS for path in sorted((REPO / root).rglob("*.py"))
+             if path.name not in shared and LAYER.match(ast.get_docstring(ast.parse(path.read_text())) or "")]
+    assert not stale, f"a layer line left in a module whose name is its own: {stale}"
+
+
 def test_modules_sharing_a_file_name_say_which_layer_of_one_idea_they_are() -> None:
     problems = []
     for name, paths in sorted(_shared_names().items()):

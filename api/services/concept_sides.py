@@ -1,7 +1,7 @@
 """The representations that the cross-atlas concept analyses read (a circle of A fitted in B,
 the emergence table): an SAE of an atlas (`ATLAS[:SAE]`: its model, hook and codes) or a
 model's hook alone; and their activations at a concept's tokens, one model pass per model
-and concept (`saes.encoding.concepts`)."""
+and concept (`saes.intervene.concept_codes`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sae_atlas.api.context import AtlasContext, models_locked
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import hook_of
-from sae_atlas.saes.encoding.concepts import concept_feature_acts
+from sae_atlas.saes.intervene.concept_codes import concept_feature_acts
 from sae_atlas.saes.intervene.concepts import CategoryConcept, OrderedConcept
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE

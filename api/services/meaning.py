@@ -31,8 +31,8 @@ from sae_atlas.geometry.contrast import (
     ranked,
 )
 from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
-from sae_atlas.saes.encoding.concepts import concept_feature_acts
 from sae_atlas.saes.encoding.texts import pooled_feature_acts
+from sae_atlas.saes.intervene.concept_codes import concept_feature_acts
 from sae_atlas.saes.intervene.concepts import CategoryConcept, load_concept
 from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.feature_records import geometry_mask

@@ -86,7 +86,7 @@ def add_sae(ctx: AtlasContext, params: ImportParams) -> Imported:
     (`saes.importing.pipeline.import_sae`), or a circuit-tracer cross-layer transcoder
     (`saes.importing.clt.import_clt`: `params.clt`, or detected in a local folder), with
     the context's model; what was imported and its metrics."""
-    from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
+    from sae_atlas.saes.transcoders.circuit_tracer_clt import is_circuit_tracer_clt
 
     if params.clt or is_circuit_tracer_clt(Path(params.source)):
         from sae_atlas.saes.importing.clt import import_clt

@@ -4,14 +4,14 @@ The one evaluation entry point of the project (the CLI's `eval`, the demo and tr
 held-out metrics all come through `saes.eval`).
 
 `evaluate_sae` computes the reconstruction and sparsity metrics of
-`saes.eval.reconstruction` over held-out activations, BOS positions excluded, and, given
+`saes.train.reconstruction` over held-out activations, BOS positions excluded, and, given
 a model, the spliced-in CE / KL metrics of `saes.eval.downstream` on held-out token
 blocks. `evaluate_atlas_sae` does this for one SAE of an atlas and writes
 `saes/<sae_id>/eval.json` with the metrics, the parameters, the versions used and what the
 results were derived from: the sha256 of the SAE weights and of the activation manifest
 (`--from-model` evaluations record the corpus and model in their parameters instead).
 `read_eval` refuses results derived from other weights or another activation cache.
-A transcoder is evaluated on paired held-out rows (`saes.transcoders.paired_rows.PairedReader`:
+A transcoder is evaluated on paired held-out rows (`saes.train.paired_rows.PairedReader`:
 FVU etc. of its predicted output against the output hook) and, given a model, with its MLP
 replaced by it (`saes.eval.transcoder.replacement_metrics`).
 """
@@ -26,14 +26,15 @@ from typing import Any
 import torch
 
 from sae_atlas.errors import IntegrityError, InvalidInputError
+from sae_atlas.saes.atlas_records import EVAL_FILE
 from sae_atlas.saes.atlas_saes import hook_of, load_atlas_sae
 from sae_atlas.saes.eval.downstream import downstream_metrics
 from sae_atlas.saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS
-from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.saes.transcoders.paired_rows import PairedReader
+from sae_atlas.saes.train.paired_rows import PairedReader
+from sae_atlas.saes.train.reconstruction import reconstruction_metrics
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import atomic_write_json, read_json
 from sae_atlas.store.integrity import (
@@ -44,7 +45,6 @@ from sae_atlas.store.integrity import (
 )
 from sae_atlas.store.layout import AtlasLayout, created_with
 
-EVAL_FILE = "eval.json"
 ACTIVATIONS_SHA256 = "activations_sha256"  # the manifest of the activation cache an eval read
 CE_BATCH_BLOCKS = 4
 

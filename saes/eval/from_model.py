@@ -1,6 +1,4 @@
-"""The eval layer of `from_model`; its other layers: `sae_atlas.saes.train.from_model` (training).
-
-`eval --from-model`: activation metrics of SAEs over tokens streamed from model forwards.
+"""`eval --from-model`: activation metrics of SAEs over tokens streamed from model forwards.
 
 The corpus is packed as `sae-atlas cache` packs it; each batch runs one forward for all
 hooks (`saes.streaming.stream_activations`, stopped after the deepest) and every SAE's
@@ -32,9 +30,9 @@ from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.eval.evaluate import write_eval
-from sae_atlas.saes.eval.reconstruction import ReconstructionStats
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.streaming import stream_activations, whole_blocks
+from sae_atlas.saes.train.reconstruction import ReconstructionStats
 from sae_atlas.store.layout import AtlasLayout
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
-from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.reconstruction import reconstruction_metrics
 from sae_atlas.saes.train.trainer import train_sae
 
 

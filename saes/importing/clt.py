@@ -2,7 +2,7 @@
 
 Import a circuit-tracer cross-layer transcoder into an atlas (`clts/<clt_id>/`).
 
-The CLT is read (`saes.formats.circuit_tracer_clt`), checked against the atlas's model (as
+The CLT is read (`saes.transcoders.circuit_tracer_clt`), checked against the atlas's model (as
 many layers as the model, its width, hooks the model has), then judged like an imported
 SAE by the misload guard's rules on tokens streamed through the model over the atlas's
 corpus: refused when it predicts the MLP outputs worse than their mean (FVU > 1), when no
@@ -26,11 +26,14 @@ import torch
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.eval.transcoder import replacement_metrics
-from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt, load_circuit_tracer_clt
 from sae_atlas.saes.importing.guard import DENSE_SHARE, MAX_FVU, Problem
 from sae_atlas.saes.importing.origins import resolve_source
 from sae_atlas.saes.importing.pipeline import MisloadError
 from sae_atlas.saes.models import ModelHandle, load_model
+from sae_atlas.saes.transcoders.circuit_tracer_clt import (
+    is_circuit_tracer_clt,
+    load_circuit_tracer_clt,
+)
 from sae_atlas.saes.transcoders.clt import CrossLayerTranscoder
 from sae_atlas.saes.transcoders.clt_data import clt_metrics, streamed_rows
 from sae_atlas.saes.transcoders.clt_store import clt_record, load_clt_folder, register_clt, save_clt

@@ -19,7 +19,7 @@ that fixes the reconstruction:
 - `fvu`: it reconstructs worse than the mean (FVU > 1) for no reason found above;
 - `dead`: no latent fires at all.
 
-A transcoder is judged on paired rows (`saes.transcoders.paired_rows`): how well it predicts its
+A transcoder is judged on paired rows (`saes.train.paired_rows`): how well it predicts its
 output hook from its input hook; the bias-convention flip and the other-hook check do not
 apply to it (its `b_dec` is an output bias).
 """
@@ -33,9 +33,9 @@ from typing import Literal
 
 import torch
 
-from sae_atlas.saes.eval.reconstruction import ReconstructionStats
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.saes.transcoders.paired_rows import input_and_target
+from sae_atlas.saes.train.paired_rows import input_and_target
+from sae_atlas.saes.train.reconstruction import ReconstructionStats
 
 Cause = Literal["threshold", "l0", "transposed", "normalisation", "apply_b_dec_to_input", "hook", "fvu", "dead"]
 MAX_FVU = 1.0

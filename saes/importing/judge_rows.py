@@ -1,7 +1,7 @@
 """Activation rows that judge an imported SAE: the target hook's held-out split, or, for a
 hook the atlas has not cached, a small sample streamed through the model over the atlas's
 corpus; plus the rows of the other cached hooks of the same width (to recognise a wrong
-hook). For a transcoder the target rows are paired (`saes.transcoders.paired_rows`): its input
+hook). For a transcoder the target rows are paired (`saes.train.paired_rows`): its input
 hook's activation followed by its output hook's at the same token."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sae_atlas.saes.eval.evaluate import evaluate_sae
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.streaming import stream_activations
-from sae_atlas.saes.transcoders.paired_rows import PairedReader
+from sae_atlas.saes.train.paired_rows import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.layout import AtlasLayout
 

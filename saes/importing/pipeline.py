@@ -31,7 +31,6 @@ from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.atlas_records import SOURCE_FILE, imported_record
 from sae_atlas.saes.eval.evaluate import EVAL_FILE, write_eval
 from sae_atlas.saes.formats import declared_normalization, detect_layout, load_any
-from sae_atlas.saes.formats.circuit_tracer_clt import is_circuit_tracer_clt
 from sae_atlas.saes.formats.foreign_hooks import to_atlas_hook
 from sae_atlas.saes.formats.saelens import WEIGHTS_FILE, load_saelens, relink_weights, save_saelens
 from sae_atlas.saes.importing.guard import Problem, check_sae
@@ -39,6 +38,7 @@ from sae_atlas.saes.importing.judge_rows import ImportActivations
 from sae_atlas.saes.importing.origins import ResolvedSource, resolve_source
 from sae_atlas.saes.models import ModelHandle, load_model
 from sae_atlas.saes.sae.base import SAE
+from sae_atlas.saes.transcoders.circuit_tracer_clt import is_circuit_tracer_clt
 from sae_atlas.store.atomic import atomic_write_json, read_json, sha256_file
 from sae_atlas.store.layout import AtlasLayout, check_id, created_with
 

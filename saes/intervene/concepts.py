@@ -1,6 +1,4 @@
-"""The engine layer of `concepts`; its other layers: `sae_atlas.saes.encoding.concepts` (encoding).
-
-Cyclic concept prompt sets and activations at the concept token.
+"""Cyclic concept prompt sets and activations at the concept token.
 
 An `OrderedConcept` is an ordered list of values (weekdays, months, or a user's own set)
 plus prompt templates with a `{value}` slot and, optionally, an `{offset}` slot for

@@ -32,9 +32,9 @@ from sae_atlas.saes.train.checkpoint import remove_checkpoints
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import Distribute as LoopDistribute
 from sae_atlas.saes.train.loop import LoopRun, train_dictionaries
+from sae_atlas.saes.train.paired_rows import PairedReader
 from sae_atlas.saes.train.sources import CachedSource
 from sae_atlas.saes.train.trainer import SAEDictionary
-from sae_atlas.saes.transcoders.paired_rows import PairedReader
 from sae_atlas.store.activations import ActivationReader
 from sae_atlas.store.atomic import read_json
 from sae_atlas.store.layout import AtlasLayout, check_id

@@ -10,7 +10,7 @@ the returned SAE) and tracks dead latents in tokens for AuxK. `train_sae` runs t
 latest valid checkpoint with the data stream continued exactly (same seed: same weights).
 
 A transcoder reads its input hook and predicts its output hook (paired rows
-`[B, d_in + d_out]` for `train_sae`, `saes.transcoders.paired_rows`); the target is scaled by
+`[B, d_in + d_out]` for `train_sae`, `saes.train.paired_rows`); the target is scaled by
 its own scalar (`E||y||^2 = d_out`); `b_dec` (its output bias) starts at the geometric
 median of the targets and the FVU is measured against the targets' variance.
 """
@@ -27,7 +27,6 @@ from torch import nn
 
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.distributed import DistContext, all_reduce_
-from sae_atlas.saes.eval.reconstruction import reconstruction_stats
 from sae_atlas.saes.formats.saelens import save_saelens
 from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAE, SAEConfig
@@ -38,9 +37,10 @@ from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.dictionary import Batch, Dictionary, loss_module, make_optimizer
 from sae_atlas.saes.train.geometric_median import geometric_median
 from sae_atlas.saes.train.loop import train_dictionaries
+from sae_atlas.saes.train.paired_rows import row_width
+from sae_atlas.saes.train.reconstruction import reconstruction_stats
 from sae_atlas.saes.train.scaling import fold_input_scale, input_scale
 from sae_atlas.saes.train.sources import RowSource, RowStream
-from sae_atlas.saes.transcoders.paired_rows import row_width
 from sae_atlas.store.atomic import atomic_write_json
 from sae_atlas.store.layout import created_with
 

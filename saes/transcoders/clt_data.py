@@ -15,8 +15,8 @@ import torch
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.streaming import stream_activations
+from sae_atlas.saes.train.paired_rows import check_same_tokens
 from sae_atlas.saes.transcoders.clt import CLTConfig, CrossLayerTranscoder
-from sae_atlas.saes.transcoders.paired_rows import check_same_tokens
 from sae_atlas.store.activations import ActivationReader, Split
 
 

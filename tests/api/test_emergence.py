@@ -19,7 +19,7 @@ from sae_atlas.api.http import ServerSettings, create_app
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.emergence import member_scores
 from sae_atlas.saes.atlas_saes import load_atlas_sae
-from sae_atlas.saes.encoding.concepts import concept_feature_acts
+from sae_atlas.saes.intervene.concept_codes import concept_feature_acts
 from sae_atlas.saes.intervene.concepts import control_concept, weekdays
 
 

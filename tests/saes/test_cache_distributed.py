@@ -21,8 +21,8 @@ from sae_atlas.errors import IntegrityError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.eval.from_model import evaluate_from_model
-from sae_atlas.saes.eval.reconstruction import ReconstructionStats
 from sae_atlas.saes.models import load_model
+from sae_atlas.saes.train.reconstruction import ReconstructionStats
 from sae_atlas.store.activations import ActivationReader, ActivationWriter
 from tests.saes.planted import one_thread  # noqa: F401
 from tests.saes.stream_fixture import BATCH_BLOCKS, CORPUS, N_TOKENS, SAES, make_atlas

@@ -20,10 +20,10 @@ from safetensors.torch import load_file, save_file
 from sae_atlas.errors import IntegrityError, InvalidInputError
 from sae_atlas.saes.cache import cache_activations
 from sae_atlas.saes.corpus import CorpusSpec
-from sae_atlas.saes.formats.circuit_tracer_clt import load_circuit_tracer_clt
 from sae_atlas.saes.importing.clt import import_clt, judge
 from sae_atlas.saes.importing.pipeline import MisloadError, import_sae
 from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.transcoders.circuit_tracer_clt import load_circuit_tracer_clt
 from sae_atlas.saes.transcoders.clt_store import load_atlas_clt
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401

@@ -11,14 +11,14 @@ from typer.testing import CliRunner
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.downstream import _replacement
 from sae_atlas.saes.eval.evaluate import evaluate_atlas_sae, evaluate_sae
-from sae_atlas.saes.eval.reconstruction import (
+from sae_atlas.saes.formats import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.train.reconstruction import (
     ReconstructionStats,
     density_histogram,
     reconstruction_stats,
 )
-from sae_atlas.saes.formats import save_saelens
-from sae_atlas.saes.sae.architectures import build_sae
-from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.store.activations import ActivationReader, ActivationWriter
 from sae_atlas.store.layout import AtlasLayout
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from sae_atlas.saes.eval.reconstruction import reconstruction_metrics
 from sae_atlas.saes.importing.guard import check_sae
 from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.saes.train.reconstruction import reconstruction_metrics
 
 D = 8
 

@@ -20,8 +20,8 @@ from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.saes.models import ModelHandle, tiny_model
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.from_model import StreamOptions, train_from_model
 from sae_atlas.saes.train.stream_source import StreamSource
+from sae_atlas.saes.train_from_model import StreamOptions, train_from_model
 from sae_atlas.store.layout import AtlasLayout
 
 A, B = "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"

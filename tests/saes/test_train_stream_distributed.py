@@ -23,7 +23,7 @@ from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import load_model
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.from_model import StreamOptions, train_from_model
+from sae_atlas.saes.train_from_model import StreamOptions, train_from_model
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = {"kind": "tiny", "n_layers": 2, "d_model": 16, "n_heads": 2, "d_mlp": 32, "seed": 4}

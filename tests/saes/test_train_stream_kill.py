@@ -17,7 +17,7 @@ import pytest
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import ModelHandle, tiny_model
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.from_model import StreamOptions, train_from_model
+from sae_atlas.saes.train_from_model import StreamOptions, train_from_model
 from tests.saes.kill_points import KillPoint, run_until_killed, timeless_tree
 from tests.saes.planted import one_thread  # noqa: F401
 

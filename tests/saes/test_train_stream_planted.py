@@ -22,8 +22,8 @@ from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.models import tiny_model
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.from_model import StreamOptions, train_from_model
 from sae_atlas.saes.train.train_saes import train_saes
+from sae_atlas.saes.train_from_model import StreamOptions, train_from_model
 from tests.saes.planted import one_thread, planted_atoms, recovery  # noqa: F401
 
 HOOK = "blocks.0.hook_resid_pre"

@@ -26,7 +26,7 @@ import torch
 
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.sae.base import SAE
-from sae_atlas.saes.transcoders.paired_rows import input_and_target
+from sae_atlas.saes.train.paired_rows import input_and_target
 
 DENSE_DENSITY = 0.1
 HISTOGRAM_EDGES = np.arange(-8.0, 0.0001, 0.5)  # log10 density bins, fixed so SAEs compare
@@ -153,7 +153,7 @@ def density_histogram(density: torch.Tensor) -> dict[str, Any]:
 def reconstruction_stats(sae: SAE, rows: Iterable[torch.Tensor], batch_size: int = 4096) -> ReconstructionStats:
     """Stream activation rows `[n, d_in]` through `sae` (in eval mode, restored afterwards)
     in chunks of `batch_size` and return the accumulated statistics. A transcoder's rows
-    are paired `[n, d_in + d_out]` (`saes.transcoders.paired_rows`) and its statistics measure
+    are paired `[n, d_in + d_out]` (`saes.train.paired_rows`) and its statistics measure
     the predicted output against the output part."""
     stats = ReconstructionStats(sae.cfg.output_dim, sae.cfg.d_sae)
     param = sae.W_enc

@@ -1,7 +1,4 @@
-"""The encoding layer of `concepts`; its other layers: `sae_atlas.saes.intervene.concepts`
-(engine).
-
-SAE feature activations at a concept's tokens: render the concept's prompts, run the
+"""SAE feature activations at a concept's tokens: render the concept's prompts, run the
 model once per batch capturing every SAE's hook at the concept token
 (`saes.intervene.concepts`), and encode each hook's activations with its SAEs."""
 

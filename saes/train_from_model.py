@@ -1,6 +1,4 @@
-"""The training layer of `from_model`; its other layers: `sae_atlas.saes.eval.from_model` (eval).
-
-Train every requested dictionary of a model from one streamed forward, no cache.
+"""Train every requested dictionary of a model from one streamed forward, no cache.
 
 `train_from_model` runs the model once per batch of corpus blocks for all hooks, stopped
 after the deepest (`saes.train.stream_source.StreamSource`), and steps every dictionary on
