@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sae_atlas.api.operations.fields import PY_WHITESPACE
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 WHICH_SAES = "the atlas's SAEs the operation reads (default: every one it can use)"
 """The one description of `saes`, the one name of "which dictionaries" in every operation."""
@@ -56,7 +56,8 @@ class Operation(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     renamed: ClassVar[dict[str, str]] = {}
     """Old parameter names still accepted (Python keywords, HTTP body fields): old -> new,
-    with a DeprecationWarning naming the new one; an old name given as None is dropped."""
+    with a DeprecationWarning naming the new one; an old name given as None is dropped, and
+    one given beside the new name at its default takes its place (a method's keywords pass both)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -68,7 +69,7 @@ class Operation(BaseModel):
             value = data.pop(old, None)
             if value is None:
                 continue
-            if data.get(new) is not None:
+            if data.get(new) is not None and data[new] != cls.model_fields[new].get_default(call_default_factory=True):
                 raise ValueError(f"{old!r} is the old name of {new!r}; give only {new!r}")
             warnings.warn(f"{cls.__name__}: {old!r} is deprecated, use {new!r}", DeprecationWarning, stacklevel=2)
             data[new] = value
