@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sae_atlas.api.bounds import MAX_INDEX, MAX_LIST, check_int, check_k
+from sae_atlas.api.bounds import MAX_INDEX, check_int
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.compare import Side
 from sae_atlas.api.results.crosscoder import (
@@ -113,13 +113,10 @@ def crosscoder_latents(ctx: AtlasContext, cc_id: str, *, latent_class: LatentCla
     them from `offset`, beside the relative-norm histogram of every latent."""
     run = _stored(ctx, cc_id)
     table = _table(run)
-    if latent_class is not None and latent_class not in CLASSES:
-        raise InvalidInputError(f"latent_class must be one of {', '.join(CLASSES)}, got {latent_class!r}")
     sortable = [c for c, dtype in table.schema.items() if dtype.is_numeric()]
     if sort not in sortable:
         raise NotFoundError(f"crosscoder {cc_id!r} has no numeric column {sort!r} to sort by; columns: "
                             f"{', '.join(sortable)}")
-    offset, limit = check_int(offset, "offset", 0, MAX_INDEX), check_k(limit, "limit", MAX_LIST)
     chosen = table if latent_class is None else table.filter(pl.col("latent_class") == latent_class)
     page = chosen.sort(sort, descending=descending, nulls_last=True).slice(offset, limit)
     return CrosscoderLatents(crosscoder=_row(cc_id, run.meta), latent_class=latent_class, sort=sort,
@@ -179,7 +176,6 @@ def crosscoder_latent(ctx: AtlasContext, cc_id: str, latent: int, *, k: int = 5)
     if not found.height:
         raise NotFoundError(f"latent {latent} out of range for crosscoder {cc_id!r}: valid 0..{table.height - 1}")
     record = latent_row(found.row(0, named=True), scaling_columns(table))
-    k = check_k(k)
     W_dec, d_a = _decoder(ctx, cc_id)
     rows: dict[Side, np.ndarray] = {"a": W_dec[latent, :d_a], "b": W_dec[latent, d_a:]}
     hooks: dict[Side, str] = {"a": row["hook_a"], "b": row["hook_b"]}

@@ -6,7 +6,6 @@ from typing import Any
 
 import polars as pl
 
-from sae_atlas.api.bounds import MAX_EXAMPLES, check_k
 from sae_atlas.api.results.feature import Feature, StoredExample
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.sae_view import SaeView
@@ -25,8 +24,6 @@ def feature_page(view: SaeView, latent: int, *, examples: int, neighbours: int) 
     nearest decoder neighbours in its SAE, best cross-layer matches, map position, the
     geometry results it belongs to, where it fires in depth terms and its labels."""
     latent = view.latent(latent)
-    examples = check_k(examples, "examples", MAX_EXAMPLES)
-    neighbours = check_k(neighbours, "neighbours")
     tables = view.tables()
     row = tables.feature(latent)
     stats: dict[str, Any] = {key: row[key] for key in STAT_KEYS}

@@ -9,7 +9,6 @@ from typing import Any
 
 import polars as pl
 
-from sae_atlas.api.bounds import check_k
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.results.meaning import LabelHit
 from sae_atlas.api.results.rows import Rows
@@ -52,7 +51,6 @@ def labelled_token_features(ctx: AtlasContext, features: dict[str, list[list[dic
 def search_labels(ctx: AtlasContext, query: str, views: list[SaeView], k: int) -> Rows[LabelHit]:
     """Features whose label or imported explanations match `query` (BM25, local): columns
     sae_id, latent, score, label, explanations."""
-    k = check_k(k)
     labels = {view.sae_id: view.records("labels") for view in views}
     if not any(table.height for table in labels.values()):
         names = ", ".join(view.sae_id for view in views) or "any SAE"

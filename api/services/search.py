@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sae_atlas.api.bounds import check_k
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.search import TextSearchParams
 from sae_atlas.api.results.feature import Match as MatchRow
@@ -26,13 +25,13 @@ from sae_atlas.store.search import Filters, Match, matches_frame
 
 def similar(view: SaeView, latent: int, k: int) -> Rows[MatchRow]:
     """The `k` latents of the same SAE whose decoder directions are nearest (cosine)."""
-    matches = view.ctx.search().similar(view.sae_id, view.latent(latent), check_k(k))
+    matches = view.ctx.search().similar(view.sae_id, view.latent(latent), k)
     return Rows(MatchRow, with_labels(view.ctx, matches_frame(matches), {view.sae_id: view}))
 
 
 def flow(view: SaeView, latent: int, k: int) -> Rows[MatchRow]:
     """The latent's best matches in every other SAE of the same width, by layer."""
-    matches = view.ctx.search().flow(view.sae_id, view.latent(latent), k=check_k(k))
+    matches = view.ctx.search().flow(view.sae_id, view.latent(latent), k=k)
     return Rows(MatchRow, with_labels(view.ctx, matches_frame(matches), {view.sae_id: view}))
 
 
@@ -53,7 +52,6 @@ def cross_layer_card(view: SaeView, latent: int, k: int) -> tuple[list[Match], d
 def by_vector(ctx: AtlasContext, vector: Any, views: list[SaeView], k: int, filters: Filters) -> Rows[MatchRow]:
     """The `k` latents over `views` whose decoder directions are nearest to `vector` (of
     length d_in; SAEs of another width are left out) and pass `filters`."""
-    k = check_k(k)
     widths = {view.sae_id: view.d_in for view in views}
     vector_D = _direction(vector, set(widths.values()))
     matching = tuple(sid for sid, d in widths.items() if d == vector_D.shape[0])
@@ -83,7 +81,6 @@ def _direction(values: Any, widths: set[int]) -> np.ndarray:
 def search_token(ctx: AtlasContext, token: str | int, views: list[SaeView], k: int) -> TokenFeatures:
     """Features whose top examples centre on `token` and features whose logit effects
     promote it (a token id, or a string looked up in the model's vocabulary), with their labels."""
-    k = check_k(k)
     token_id, token_str = _token_id(ctx, token)
     centred, promoting = [], []
     for view in views:

@@ -126,7 +126,7 @@ def test_analyses_and_errors(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
         atlas.feature(small_atlas["sae_ids"][0], 64)
     with pytest.raises(InvalidInputError, match="must be an integer"):
         atlas.feature(small_atlas["sae_ids"][0], "3")
-    with pytest.raises(InvalidInputError, match="1..100"):
+    with pytest.raises(InvalidInputError, match="k: Input should be less than or equal to 100"):
         atlas.similar(small_atlas["sae_ids"][0], 0, k=1000)
     with pytest.raises(NotFoundError, match="not an atlas"):
         Atlas(small_atlas["root"] / "missing")

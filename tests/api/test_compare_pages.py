@@ -187,7 +187,7 @@ def test_cli_lists_filters_and_shows_a_card(compared: dict[str, Any]) -> None:
     card = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--latent", "0"])
     assert card.exit_code == 0 and "nearest features, side A" in card.output
     bad = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--only", "c"])
-    assert bad.exit_code == 2 and "latent_class must be one of" in bad.output
+    assert bad.exit_code == 2 and "latent_class: Input should be" in bad.output
     unknown = CliRunner().invoke(app, ["search", "crosscoder", root, "nope"])
     assert unknown.exit_code == 2 and f"stored crosscoders: {CC}" in unknown.output
 
