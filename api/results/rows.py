@@ -82,9 +82,9 @@ def _required(hint: Any, total: bool) -> bool:
     return origin is Required or (total and origin is not NotRequired)
 
 
-def conform(frame: pl.DataFrame, row_type: type) -> pl.DataFrame:
-    """`frame` with its declared columns cast to the row type's dtypes (an empty frame gets
-    every declared column); TypeError naming a column the row type lacks or needs."""
+def checked(frame: pl.DataFrame, row_type: type) -> pl.DataFrame:
+    """`frame` once its columns fit the row type (an empty frame gets every declared column);
+    TypeError naming a column the row type lacks or needs."""
     columns, required, extra = row_schema(row_type)
     unknown = [c for c in frame.columns if c not in columns]
     if unknown and not extra:
@@ -94,6 +94,12 @@ def conform(frame: pl.DataFrame, row_type: type) -> pl.DataFrame:
     missing = sorted(required - set(frame.columns))
     if missing:
         raise TypeError(f"{row_type.__name__} rows need the columns {missing}")
+    return frame
+
+
+def cast_to(frame: pl.DataFrame, row_type: type) -> pl.DataFrame:
+    """`frame` with its declared columns cast to the row type's dtypes."""
+    columns = row_schema(row_type)[0]
     casts = {c: dtype for c, dtype in columns.items()
              if dtype is not None and c in frame.columns and frame.schema[c] != dtype}
     return frame.cast(casts) if casts else frame  # type: ignore[arg-type]
@@ -107,11 +113,19 @@ class Rows(Generic[RowT]):
     """Rows of one declared type: iterable and indexable as rows, `rows["column"]` a column
     (polars Series), `.frame` the whole table (polars), `.to_dicts()` what HTTP sends."""
 
-    __slots__ = ("frame", "row_type")
+    __slots__ = ("_cast", "_stored", "row_type")
 
     def __init__(self, row_type: type[RowT], frame: pl.DataFrame) -> None:
         self.row_type = row_type
-        self.frame = conform(frame, row_type)
+        self._stored = checked(frame, row_type)  # rows read from it: the same Python values as cast
+        self._cast: pl.DataFrame | None = None
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """The table as a polars frame, its declared columns of the row type's dtypes."""
+        if self._cast is None:
+            self._cast = cast_to(self._stored, self.row_type)
+        return self._cast
 
     @classmethod
     def of(cls, row_type: type[RowT], rows: list[RowT]) -> Rows[RowT]:
@@ -123,10 +137,10 @@ class Rows(Generic[RowT]):
         return cls(row_type, pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None))
 
     def __len__(self) -> int:
-        return self.frame.height
+        return self._stored.height
 
     def __iter__(self) -> Iterator[RowT]:
-        return iter(self.frame.iter_rows(named=True))  # type: ignore[arg-type]
+        return iter(self._stored.iter_rows(named=True))  # type: ignore[arg-type]
 
     @overload
     def __getitem__(self, key: int) -> RowT: ...
@@ -140,19 +154,19 @@ class Rows(Generic[RowT]):
         if isinstance(key, str):
             return self.frame[key]
         if isinstance(key, slice):
-            return Rows(self.row_type, self.frame[key])
+            return Rows(self.row_type, self._stored[key])
         if not -len(self) <= key < len(self):
             raise IndexError(f"row {key} of {len(self)}")
-        return self.frame.row(key, named=True)  # type: ignore[return-value]
+        return self._stored.row(key, named=True)  # type: ignore[return-value]
 
     @property
     def columns(self) -> list[str]:
         """The table's columns."""
-        return self.frame.columns
+        return self._stored.columns
 
     def to_dicts(self) -> list[RowT]:
         """The rows as plain dicts: what the HTTP service sends (NaN there as null)."""
-        return self.frame.to_dicts()  # type: ignore[return-value]
+        return self._stored.to_dicts()  # type: ignore[return-value]
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Rows) and other.row_type is self.row_type
@@ -162,7 +176,7 @@ class Rows(Generic[RowT]):
 
     def __repr__(self) -> str:
         head = f"Rows[{self.row_type.__name__}]: {len(self)} rows ({', '.join(self.columns)})"
-        lines = [head, *(_cut(f"  {row}") for row in self.frame.head(SHOWN).iter_rows(named=True))]
+        lines = [head, *(_cut(f"  {row}") for row in self._stored.head(SHOWN).iter_rows(named=True))]
         if len(self) > SHOWN:
             lines.append(f"  ... {len(self) - SHOWN} more")
         return "\n".join(lines)
