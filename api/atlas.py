@@ -23,6 +23,8 @@ atlas.graph("Today is Monday, so tomorrow is", targets=" Tuesday")   # attributi
 atlas.steering_features(" Friday")   # features ranked by measured steering effect, with a ready edit
 atlas.comparison(run); atlas.compared_feature(run, "b", 7)   # a stored comparison; a side's feature card
 atlas.crosscoder_latents(cc, latent_class="b_only"); atlas.crosscoder_latent(cc, 3)   # model diffing
+atlas.eval(suite="core,mdl")         # the evaluation suite (`sae-atlas eval`), results in SAEBench's layout
+atlas.run_circular(sae_id); atlas.analyze_lobes(sae_id); atlas.build_maps()   # the `analyze` verbs
 ```
 
 Every method is a short delegation to a service (`api.services`), over one
@@ -33,7 +35,8 @@ Jupyter and, where a picture helps, `.plot()` draws them.
 
 Reading never writes. These methods write, and say so: `add_sae`, `build_labels`,
 `import_explanations`, `rebuild_geometry`, `concept_search(save=...)`, `run_circular`,
-`compare_circle` and `emergence`.
+`compare_circle` and `emergence`, `eval`, `latent_scaling`, `circle_concept`, the
+`analyze_*` methods and `build_maps`.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ from sae_atlas.api.results.feature_map import MapPoint
 from sae_atlas.api.results.graph import GraphView
 from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
 from sae_atlas.api.results.meaning import ConceptResult, ContrastResult, GeometryFeature, LabelHit
+from sae_atlas.api.results.geometry_builds import CircleProbeRun, MapBuild
 from sae_atlas.api.results.registration import Registration
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import SaeInfo, SaeStatus
@@ -144,8 +148,6 @@ from sae_atlas.api.services import emergence as emergence_service
 from sae_atlas.api.services import evals as evals_service
 from sae_atlas.api.services import graph as graph_service
 from sae_atlas.api.services import steering as steering_service
-from sae_atlas.api.services.circle_probe import CircleProbeRun
-from sae_atlas.api.services.geometry_runs import MapBuild
 from sae_atlas.api.services.steer_stream import SteerStream, steer_stream
 from sae_atlas.geometry.causal import Metric as CausalMetric
 from sae_atlas.geometry.circular_discovery import ClusterMethod

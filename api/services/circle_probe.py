@@ -3,14 +3,10 @@ intervention and optional periodic spectra, stored as a concept run when it has 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sae_atlas.api.analyses.circular import (
     METHODS,
-    CircleAnalysis,
-    InterventionResult,
     concept_spectra,
     run_circle_analysis,
     run_intervention,
@@ -18,30 +14,11 @@ from sae_atlas.api.analyses.circular import (
     write_concept_run,
 )
 from sae_atlas.api.operations.analyses import CircleConceptParams
+from sae_atlas.api.results.geometry_builds import CircleProbeRun
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.intervene.concepts import OrderedConcept, load_concept
 from sae_atlas.saes.models import ModelHandle
-
-
-@dataclass
-class CircleProbeRun:
-    """The fitted probes per layer, the intervention (None without `intervene_layer`), the
-    spectra summary (None without `spectra`) and the stored run's JSON (None without an atlas)."""
-
-    concept: OrderedConcept
-    model: str
-    analysis: CircleAnalysis
-    intervention: InterventionResult | None
-    spectra: dict[str, Any] | None
-    stored: Path | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The per-layer table, best layer, intervention by method, spectra and stored path."""
-        return {"layers": self.analysis.table().to_dicts(), "best_layer": self.analysis.best_layer,
-                "intervention": None if self.intervention is None else {
-                    "clean": self.intervention.clean, "by_method": self.intervention.by_method()},
-                "spectra": self.spectra, "stored": None if self.stored is None else str(self.stored)}
 
 
 def run_circle_probe(handle: ModelHandle, params: CircleConceptParams, root: Path | None) -> CircleProbeRun:

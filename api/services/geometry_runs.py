@@ -4,7 +4,6 @@ crystals, lobes, galaxy and feature maps, each from its parameter object
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from sae_atlas.api.operations.analyses import (
     ProbeParams,
 )
 from sae_atlas.api.results.analysis import AnalysisResult
+from sae_atlas.api.results.geometry_builds import MapBuild
 from sae_atlas.api.services.analyses import analysis
 from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.geometry.trees import tokenize_tree
@@ -92,16 +92,6 @@ def galaxy(ctx: AtlasContext, params: GalaxyParams) -> AnalysisResult:
     """Writes: the decoder spectrum slope and TwoNN dimension of each SAE (default all)."""
     run_galaxy(ctx.root, params.saes, seed=params.seed, run=params.run)
     return analysis(ctx.root, "galaxy", params.run)
-
-
-@dataclass(frozen=True)
-class MapBuild:
-    """One SAE's new feature map: its summary (features, kNN overlap and chance, per basis)
-    and the map file."""
-
-    sae_id: str
-    summary: dict[str, Any]
-    path: Path
 
 
 def build_maps(ctx: AtlasContext, params: MapBuildParams) -> list[MapBuild]:
