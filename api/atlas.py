@@ -77,6 +77,7 @@ from sae_atlas.api.operations.depth import DepthParams
 from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
+from sae_atlas.api.operations.interventions import AttributeParams, RunParams, SteerParams
 from sae_atlas.api.operations.pages import (
     CrosscoderLatentParams,
     CrosscoderLatentsParams,
@@ -94,6 +95,7 @@ from sae_atlas.api.operations.search import (
     TokenSearchParams,
     VectorSearchParams,
 )
+from sae_atlas.api.operations.steering import SteerBenchParams, SteeringSearchParams, user_prompts
 from sae_atlas.api.results.analysis import (
     AnalysisResult,
     AnalysisRunFiles,
@@ -112,10 +114,10 @@ from sae_atlas.api.results.depth import DepthRun, DepthRunRow
 from sae_atlas.api.results.evals import EvalResult
 from sae_atlas.api.results.feature import Feature, LatentSummary, Match, StoredExample
 from sae_atlas.api.results.feature_map import MapPoint
+from sae_atlas.api.results.geometry_builds import CircleProbeRun, MapBuild
 from sae_atlas.api.results.graph import GraphView
 from sae_atlas.api.results.interventions import AttributionView, RunView, SteerView
 from sae_atlas.api.results.meaning import ConceptResult, ContrastResult, GeometryFeature, LabelHit
-from sae_atlas.api.results.geometry_builds import CircleProbeRun, MapBuild
 from sae_atlas.api.results.registration import Registration
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import SaeInfo, SaeStatus
@@ -230,6 +232,10 @@ class Atlas:
         if not ids:
             raise NotFoundError(f"the atlas {self.root} has no SAEs yet")
         return [self.sae(sae_id) for sae_id in ids]
+
+    def _spliced(self, sae_ids: list[str] | None) -> list[SaeView]:
+        """The named SAEs, or every SAE (none when the atlas has none: an edit may need none)."""
+        return [self.sae(sae_id) for sae_id in sae_ids or self.sae_ids]
 
     def saes(self) -> Rows[SaeStatus]:
         """One row per SAE: id, hook, architecture, widths, held-out metrics and `status`:
@@ -516,38 +522,57 @@ class Atlas:
         return labels.search_labels(self.ctx, params.query, self._views(params.saes), params.k)
 
     # interventions (the model runs in saes.intervene) -------------------------------------
-    def run(self, text: str, edits: list[Any] | None = None, *, sae_ids: list[str] | None = None,
-            k: int = 10) -> RunView:
-        """Run the model on `text` with `sae_ids` (and every SAE an edit names) spliced in,
-        error term kept, and `edits` applied (dicts or `saes.intervene.edits` specs):
-        next-token predictions vs clean, and each SAE's feature activations."""
-        return interventions.run(self.ctx, [self.sae(s) for s in sae_ids or []], text, edits, k=k)
+    def run(self, text: str, edits: list[Any] | None = None, *, saes: list[str] | None = None,
+            k: int = RunParams.default("k"), sae_ids: list[str] | None = None) -> RunView:
+        """Run the model on `text` with `saes` (default: every SAE; and every SAE an edit
+        names) spliced in, error term kept, and `edits` applied (dicts or
+        `saes.intervene.edits` specs): next-token predictions vs clean, and each SAE's
+        feature activations. The parameters are `api.operations.interventions.RunParams`
+        (`sae_ids`: the deprecated old name of `saes`)."""
+        params = RunParams.of(text=text, edits=edits or [], saes=saes, sae_ids=sae_ids, k=k)
+        return interventions.run(self.ctx, self._spliced(params.saes), params)
 
-    def steer(self, text: str, edits: list[Any] | None = None, *, sae: str | None = None,
-              feature: int | None = None, alpha: float = 4.0, max_new_tokens: int = 20,
-              temperature: float = 0.0, seed: int = 0) -> SteerView:
-        """Generate from `text` without and with the edits (or one steer of `sae`/`feature`
-        by `alpha` at every position), same seed; the texts and the next-token shift."""
-        if edits is None and sae is not None and feature is not None:
-            edits = [{"kind": "steer", "sae": sae, "feature": feature, "alpha": alpha}]
-        return interventions.steer(self.ctx, [], text, edits or [], max_new_tokens=max_new_tokens,
-                                   temperature=temperature, seed=seed)
+    def steer(self, text: str, edits: list[Any] | None = None, *, saes: list[str] | None = None,
+              feature: int | None = None, alpha: float = SteerParams.default("alpha"),
+              at: Literal["all", "last"] = SteerParams.default("at"),
+              max_new_tokens: int = SteerParams.default("max_new_tokens"),
+              temperature: float = SteerParams.default("temperature"), seed: int = SteerParams.default("seed"),
+              sae: str | list[str] | None = None, sae_ids: list[str] | None = None) -> SteerView:
+        """Generate from `text` without and with the edits (and a steer of `feature` of the one
+        SAE in `saes` by `alpha` at `at`), same seed, `saes` (default: every SAE) spliced in;
+        the texts and the next-token shift. The parameters are
+        `api.operations.interventions.SteerParams` (`sae`, `sae_ids`: deprecated old names of `saes`)."""
+        params = SteerParams.of(text=text, edits=edits or [], saes=saes, feature=feature, alpha=alpha, at=at,
+                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                                sae=[sae] if isinstance(sae, str) else sae, sae_ids=sae_ids)
+        return interventions.steer(self.ctx, self._spliced(params.saes), params)
 
-    def steer_stream(self, text: str, edits: list[Any], *, max_new_tokens: int = 20, temperature: float = 0.0,
-                     seed: int = 0) -> SteerStream:
+    def steer_stream(self, text: str, edits: list[Any] | None = None, *, saes: list[str] | None = None,
+                     feature: int | None = None, alpha: float = SteerParams.default("alpha"),
+                     at: Literal["all", "last"] = SteerParams.default("at"),
+                     max_new_tokens: int = SteerParams.default("max_new_tokens"),
+                     temperature: float = SteerParams.default("temperature"), seed: int = SteerParams.default("seed"),
+                     sae: str | list[str] | None = None, sae_ids: list[str] | None = None) -> SteerStream:
         """`steer` checked now and generated as it is iterated: one step's baseline and edited
-        tokens at a time, then `.result` is what `steer` returns."""
-        return steer_stream(self.ctx, [], text, edits, max_new_tokens=max_new_tokens, temperature=temperature,
-                            seed=seed)
+        tokens at a time, then `.result` is what `steer` returns (the same parameters)."""
+        params = SteerParams.of(text=text, edits=edits or [], saes=saes, feature=feature, alpha=alpha, at=at,
+                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                                sae=[sae] if isinstance(sae, str) else sae, sae_ids=sae_ids)
+        return steer_stream(self.ctx, self._spliced(params.saes), params)
 
-    def attribute(self, text: str, target: Any, *, sae_ids: list[str] | None = None, top: int = 20,
-                  verify: int = 5, mode: AttributionMode = "linearized") -> AttributionView:
+    def attribute(self, text: str, target: Any, *, saes: list[str] | None = None,
+                  top: int = AttributeParams.default("top"), verify: int = AttributeParams.default("verify"),
+                  mode: AttributionMode = AttributeParams.default("mode"),
+                  sae_ids: list[str] | None = None) -> AttributionView:
         """Activation x gradient attribution of `target` (a token, or `{"kind": "logit" |
-        "logit_diff" | "loss", ...}`) to the features of `sae_ids` (default: all) on `text`,
+        "logit_diff" | "loss", ...}`) to the features of `saes` (default: every SAE) on `text`,
         with the completeness check and the top features' true ablation effects. `mode`:
-        "linearized" (parts sum to the target) or "gradient" (the model's own gradient)."""
-        views = [self.sae(s) for s in sae_ids or self.sae_ids]
-        return interventions.attribute_text(self.ctx, views, text, target, top=top, verify=verify, mode=mode)
+        "linearized" (parts sum to the target) or "gradient" (the model's own gradient). The
+        parameters are `api.operations.interventions.AttributeParams` (`sae_ids`: the
+        deprecated old name of `saes`)."""
+        params = AttributeParams.of(text=text, target=target, saes=saes, sae_ids=sae_ids, top=top, verify=verify,
+                                    mode=mode)
+        return interventions.attribute_text(self.ctx, self._views(params.saes), params)
 
     def graph(self, text: str, targets: str | int | list[str | int] | None = None, *,
               saes: list[str] | None = None, max_logits: int = GraphParams.default("max_logits"),
@@ -585,11 +610,18 @@ class Atlas:
         views = [] if params.clt else [self.sae(s) for s in params.saes or self.sae_ids]
         return graph_service.graph(self.ctx, views, params)
 
-    def steering_features(self, target: Any, *, saes: list[str] | None = None, k: int = 10,
-                          mode: SteerMode = "add", ratio: float = 3.0, kl_bound: float = 1.0, n_prompts: int = 16,
-                          seed: int | None = None, candidates: int = 24, confirm_prompts: int = 16,
-                          styles: tuple[PromptStyle, ...] = PROMPT_STYLES, prompts: Any = (), category: Any = None,
-                          include_dead: bool = False, combine: int = 3) -> SteeringSearch:
+    def steering_features(self, target: Any, *, saes: list[str] | None = None,
+                          k: int = SteeringSearchParams.default("k"),
+                          mode: SteerMode = SteeringSearchParams.default("mode"),
+                          ratio: float = SteeringSearchParams.default("ratio"),
+                          kl_bound: float = SteeringSearchParams.default("kl_bound"),
+                          n_prompts: int = SteeringSearchParams.default("n_prompts"), seed: int | None = None,
+                          candidates: int = SteeringSearchParams.default("candidates"),
+                          confirm_prompts: int = SteeringSearchParams.default("confirm_prompts"),
+                          styles: Sequence[PromptStyle] = PROMPT_STYLES, prompts: Sequence[str] | str | Path = (),
+                          category: Any = None, include_dead: bool = SteeringSearchParams.default("include_dead"),
+                          combine: int = SteeringSearchParams.default("combine"),
+                          sae_ids: list[str] | None = None) -> SteeringSearch:
         """Features ranked by their MEASURED effect toward `target` (a token, a list of tokens,
         `{"kind": "concept", "concept": "weekdays"}` or `{"kind": "contrast", "texts_a": [...],
         "texts_b": [...]}`): steered at the last token of held-out neutral prompts, each with
@@ -599,27 +631,38 @@ class Atlas:
         (neutral, in-context and question templates of the target's class or `category`,
         the user's `prompts`: a list or a file); latents below the density floor are left out
         unless `include_dead`; `combine` features are also fitted together.
-        Needs the SAEs' summaries and steering tables (`sae-atlas steering-scores`)."""
-        return steering_service.steering_features(self.ctx, self._views(saes), target, k=k, mode=mode, ratio=ratio,
-                                                  kl_bound=kl_bound, n_prompts=n_prompts, seed=seed,
-                                                  candidates=candidates, confirm_prompts=confirm_prompts,
-                                                  styles=styles, prompts=prompts, category=category,
-                                                  include_dead=include_dead, combine=combine)
+        Needs the SAEs' summaries and steering tables (`sae-atlas steering-scores`). The
+        parameters are `api.operations.steering.SteeringSearchParams` (`sae_ids`: the
+        deprecated old name of `saes`)."""
+        params = SteeringSearchParams.of(target=target, saes=saes, sae_ids=sae_ids, k=k, mode=mode, ratio=ratio,
+                                         kl_bound=kl_bound, n_prompts=n_prompts, seed=seed, candidates=candidates,
+                                         confirm_prompts=confirm_prompts, styles=list(styles),
+                                         prompts=user_prompts(prompts), category=category,
+                                         include_dead=include_dead, combine=combine)
+        return steering_service.steering_features(self.ctx, self._views(params.saes), params)
 
-    def steer_bench(self, targets: list[Any], *, saes: list[str] | None = None, ratio: float = 3.0,
-                    kl_bound: float = 1.0, n_prompts: int = 16, candidates: int = 24,
-                    prompt_prefix: str = "Let's talk about {target}.", confirm_prompts: int = 16,
-                    styles: tuple[PromptStyle, ...] = PROMPT_STYLES, prompts: Any = (),
-                    combine: int = 3) -> SteerBench:
+    def steer_bench(self, targets: list[Any], *, saes: list[str] | None = None,
+                    ratio: float = SteerBenchParams.default("ratio"),
+                    kl_bound: float = SteerBenchParams.default("kl_bound"),
+                    n_prompts: int = SteerBenchParams.default("n_prompts"),
+                    candidates: int = SteerBenchParams.default("candidates"),
+                    prompt_prefix: str = SteerBenchParams.default("prompt_prefix"),
+                    confirm_prompts: int = SteerBenchParams.default("confirm_prompts"),
+                    styles: Sequence[PromptStyle] = PROMPT_STYLES, prompts: Sequence[str] | str | Path = (),
+                    combine: int = SteerBenchParams.default("combine"),
+                    sae_ids: list[str] | None = None) -> SteerBench:
         """An AxBench-style benchmark per target: the best-ranked feature (added and clamped),
         the fitted combination, the top-activating feature, a difference of means, a probe, a
         random feature (matched norms) and prompting, each calibrated on the ranking prompts
         and counted on held-out prompts of each style: the share of (target, prompt) pairs
-        reaching `ratio` under `kl_bound` (`saes.intervene.steer_bench`); `.plot(path)` draws it."""
-        return steering_service.steer_bench(self.ctx, self._views(saes), targets, ratio=ratio, kl_bound=kl_bound,
-                                            n_prompts=n_prompts, candidates=candidates, prompt_prefix=prompt_prefix,
-                                            confirm_prompts=confirm_prompts, styles=styles, prompts=prompts,
-                                            combine=combine)
+        reaching `ratio` under `kl_bound` (`saes.intervene.steer_bench`); `.plot(path)` draws it.
+        The parameters are `api.operations.steering.SteerBenchParams` (`sae_ids`: the
+        deprecated old name of `saes`)."""
+        params = SteerBenchParams.of(targets=targets, saes=saes, sae_ids=sae_ids, ratio=ratio, kl_bound=kl_bound,
+                                     n_prompts=n_prompts, candidates=candidates, prompt_prefix=prompt_prefix,
+                                     confirm_prompts=confirm_prompts, styles=list(styles),
+                                     prompts=user_prompts(prompts), combine=combine)
+        return steering_service.steer_bench(self.ctx, self._views(params.saes), params)
 
     def model(self) -> ModelHandle:
         """The atlas's model handle (loaded on first call, then kept)."""

@@ -46,7 +46,7 @@ STEERING_SCHEMA: dict[str, pl.DataType] = {
 
 def steering_repair(root: str | Path, sae_id: str) -> str:
     """The command that rebuilds an SAE's steering table."""
-    return f"re-run `sae-atlas steering-scores --atlas {root} --sae {sae_id}`"
+    return f"re-run `sae-atlas steering-scores {root} --sae {sae_id}`"
 
 
 class SteeringChunks:
@@ -111,7 +111,7 @@ def read_steering(root: str | Path, sae_id: str) -> tuple[pl.DataFrame, dict[str
         if path.exists():
             raise IntegrityError(meta_path, "is missing beside its table (an interrupted write)", repair)
         raise NotFoundError(f"SAE {sae_id!r} has no steering scores yet; compute them with "
-                            f"`sae-atlas steering-scores --atlas {root} --sae {sae_id}`")
+                            f"`sae-atlas steering-scores {root} --sae {sae_id}`")
     meta = read_json(meta_path, repair)
     if not path.exists():
         raise IntegrityError(path, "is missing", repair)

@@ -6,27 +6,39 @@ from pathlib import Path
 
 import typer
 
-from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
+from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+    the_atlas,
+)
 
 
 @handle_errors
 def attribute_command(
-    atlas: Path = typer.Argument(..., help="Atlas directory."),
+    atlas: Path | None = atlas_argument(),
     text: str = typer.Argument(..., help="The prompt."),
     target: str = typer.Option(None, help="Target token (exactly one token, e.g. ' Friday')."),
     other: str = typer.Option(None, help="With --kind logit_diff: the token subtracted."),
     kind: str = typer.Option("logit", help="logit, logit_diff or loss."),
     position: int = typer.Option(-1, help="Position whose prediction is the target."),
-    sae: list[str] = typer.Option(None, "--sae", help="SAEs to attribute to (repeatable; default: all)."),
-    top: int = typer.Option(20, min=1, max=200, help="Features to list."),
-    verify: int = typer.Option(5, min=0, max=20, help="Top features checked by true ablation."),
+    saes: list[str] = typer.Option(None, "--sae", help="SAE to attribute to (repeatable; default: every SAE)."),
+    top: int = typer.Option(20, help="Features to list."),
+    verify: int = typer.Option(5, help="Top features checked by true ablation."),
     mode: str = typer.Option("linearized", help="linearized (parts sum to the target) or gradient (model's own)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    old_atlas: Path | None = OLD_ATLAS_OPTION,
 ) -> None:
     """Activation x gradient attribution through the spliced SAEs, with the completeness
-    check and the top features' true ablation effects."""
+    check and the top features' true ablation effects. The options are
+    `api.operations.interventions.AttributeParams`, checked there (as `Atlas.attribute` and
+    `POST /attribute`)."""
     spec = {"kind": kind, "token": target, "other": other, "position": position}
-    result = open_atlas(atlas).attribute(text, spec, sae_ids=sae or None, top=top, verify=verify, mode=mode)
+    result = open_atlas(the_atlas(atlas, old_atlas)).attribute(text, spec, saes=saes or None, top=top, verify=verify,
+                                                               mode=mode)  # type: ignore[arg-type]
     if json_out:
         print_json(result.to_dict())
         return

@@ -7,8 +7,16 @@ from pathlib import Path
 
 import typer
 
-from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+    the_atlas,
+)
+from sae_atlas.errors import InvalidInputError
 
 
 def parse_json_edits(edits: list[str]) -> list[dict]:
@@ -24,26 +32,27 @@ def parse_json_edits(edits: list[str]) -> list[dict]:
 
 @handle_errors
 def steer_command(
-    atlas: Path = typer.Argument(..., help="Atlas directory."),
+    atlas: Path | None = atlas_argument(),
     text: str = typer.Argument(..., help="The prompt."),
-    sae: str = typer.Option(None, help="SAE of the feature to steer with."),
-    feature: int = typer.Option(None, min=0, help="Feature index to steer with (with --sae)."),
-    alpha: float = typer.Option(4.0, help="Steering strength: alpha x the feature's decoder row."),
-    at: str = typer.Option("all", help="Positions of the --sae/--feature steer: all or last."),
-    edit: list[str] = typer.Option(None, "--edit", help='More edits as JSON, e.g. \'{"kind": "clamp", '
-                                   '"sae": "S", "feature": 3, "value": 5}\' (repeatable).'),
-    max_new_tokens: int = typer.Option(20, min=1, help="Tokens to generate."),
-    temperature: float = typer.Option(0.0, min=0.0, help="0: greedy; >0: sampled with --seed."),
+    edits: list[str] = typer.Option(None, "--edit", help='An edit as JSON, e.g. \'{"kind": "clamp", "sae": "S", '
+                                    '"feature": 3, "value": 5}\' (repeatable).'),
+    saes: list[str] = typer.Option(None, "--sae", help="SAE spliced in (repeatable; default: every SAE); with "
+                                   "--feature, the one SAE of the feature."),
+    feature: int = typer.Option(None, help="Feature of the one --sae to steer with (besides the edits)."),
+    alpha: float = typer.Option(4.0, help="The feature's steering strength: alpha x its decoder row."),
+    at: str = typer.Option("all", help="Positions of the feature's steer: all or last."),
+    max_new_tokens: int = typer.Option(20, help="Tokens to generate."),
+    temperature: float = typer.Option(0.0, help="0: greedy; >0: sampled with --seed."),
     seed: int = typer.Option(0, help="Seed of sampling."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    old_atlas: Path | None = OLD_ATLAS_OPTION,
 ) -> None:
-    """Baseline vs edited continuation and the next-token distribution shift."""
-    edits = parse_json_edits(edit or [])
-    if (sae is None) != (feature is None):
-        raise InvalidInputError("give --sae and --feature together")
-    if sae is not None:
-        edits.insert(0, {"kind": "steer", "sae": sae, "feature": feature, "alpha": alpha, "at": at})
-    result = open_atlas(atlas).steer(text, edits, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    """Baseline vs edited continuation and the next-token distribution shift. The options
+    are `api.operations.interventions.SteerParams`, checked there (as `Atlas.steer` and
+    `POST /steer`)."""
+    result = open_atlas(the_atlas(atlas, old_atlas)).steer(
+        text, parse_json_edits(edits or []), saes=saes or None, feature=feature, alpha=alpha, at=at,  # type: ignore[arg-type]
+        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     if json_out:
         print_json(result.to_dict())
         return

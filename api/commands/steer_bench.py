@@ -1,4 +1,7 @@
-"""`sae-atlas steer-bench --atlas A`: an AxBench-style steering benchmark inside the tool.
+"""The CLI layer of `steer_bench`; its other layers: `sae_atlas.saes.intervene.steer_bench`
+(engine).
+
+`sae-atlas steer-bench ATLAS`: an AxBench-style steering benchmark inside the tool.
 For each target, the best-ranked SAE feature (added and clamped), the top-activating
 feature, a difference-of-means direction, a probe direction, a random feature of matched
 norm and prompting, each scored on the target's probability ratio against the KL on the
@@ -12,11 +15,18 @@ from typing import Any
 
 import typer
 
-from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
-from sae_atlas.api.commands.steering_search import command_target
-from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, read_user_prompts
+from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+)
+from sae_atlas.api.commands.steering_search import atlas_and_tokens, command_target
+from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES
 from sae_atlas.store.atomic import atomic_write_json, remove_temporaries
-from sae_atlas.store.errors import InvalidInputError
 
 DEFAULT_TARGETS = [" Monday", " Friday", " March", " July", " seven", " three", " red", " dog"]
 ACCEPTANCE_SHARE = 0.75
@@ -33,41 +43,44 @@ def bench_targets(tokens: list[str], concept: list[str], contrast_a: str | None,
 
 @handle_errors
 def steer_bench_command(
-    tokens: list[str] = typer.Argument(None, help="Target tokens, one benchmark target each (default: "
-                                       + ", ".join(repr(t) for t in DEFAULT_TARGETS) + ")."),
-    atlas: Path = typer.Option(..., help="Atlas directory."),
-    sae: list[str] = typer.Option([], help="SAE to search (repeatable); default: every SAE."),
+    atlas: Path | None = atlas_argument(),
+    targets: list[str] = typer.Argument(None, metavar="[TOKEN]...", help="Target tokens, one benchmark target each "
+                                        "(default: " + ", ".join(repr(t) for t in DEFAULT_TARGETS) + ")."),
+    saes: list[str] = typer.Option(None, "--sae", help="SAE to search (repeatable; default: every SAE)."),
     concept: list[str] = typer.Option([], help="Also a concept target: weekdays, months, colours or a JSON file."),
     contrast_a: str = typer.Option(None, help="Also a contrast target: texts A (a .json list or one per line) ..."),
     contrast_b: str = typer.Option(None, help="... against texts B."),
     ratio: float = typer.Option(3.0, help="Probability ratio each arm's calibrated strength must reach."),
     kl_bound: float = typer.Option(1.0, help="Bound on the KL (nats) over the rest of the next-token distribution."),
-    prompts: int = typer.Option(16, min=1, help="Held-out neutral prompts."),
-    candidates: int = typer.Option(24, min=1, help="Candidates screened per SAE for the best feature."),
-    prefix: str = typer.Option("Let's talk about {target}.", help="Prompting arm: text put before each prompt."),
-    confirm_prompts: int = typer.Option(16, min=0, help="Held-out neutral prompts every arm is counted on."),
-    style: list[str] = typer.Option([], help="Prompt style to rank and confirm on (repeatable): "
-                                    + ", ".join(PROMPT_STYLES) + "; default: all."),
-    prompts_file: Path = typer.Option(None, help="Your own prompts (one per line or a JSON list): half rank, "
-                                      "half confirm."),
-    combine: int = typer.Option(3, min=0, help="Features in the fitted combination arm (0: no such arm)."),
+    n_prompts: int = typer.Option(16, "--n-prompts", "--prompts", help="Held-out ranking prompts."),
+    candidates: int = typer.Option(24, help="Candidates screened per SAE for the best feature."),
+    prompt_prefix: str = typer.Option("Let's talk about {target}.", "--prompt-prefix", "--prefix",
+                                      help="Prompting arm: text put before each prompt."),
+    confirm_prompts: int = typer.Option(16, help="Held-out neutral prompts every arm is counted on."),
+    styles: list[str] = typer.Option(list(PROMPT_STYLES), "--style", help="Prompt style to rank and confirm on "
+                                     "(repeatable): " + ", ".join(PROMPT_STYLES) + "."),
+    prompts: Path = typer.Option(None, "--prompts-file", help="Your own prompts (one per line or a JSON list): half "
+                                 "rank, half confirm."),
+    combine: int = typer.Option(3, help="Features in the fitted combination arm (0: no such arm)."),
     out: Path = typer.Option(None, help="Write the results here (JSON)."),
     plot: Path = typer.Option(None, help="Write the ratio-vs-KL plot here (PNG; needs matplotlib)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    old_atlas: Path | None = OLD_ATLAS_OPTION,
 ) -> None:
     """Compare steering directions toward each target at matched norms: each calibrated on
     the ranking prompts, counted on held-out prompts of each style (needs the SAEs'
-    summaries and `sae-atlas steering-scores`)."""
+    summaries and `sae-atlas steering-scores`). The options are
+    `api.operations.steering.SteerBenchParams`, checked there (as `Atlas.steer_bench`)."""
     if plot is not None:
         try:
             import matplotlib  # noqa: F401
         except ImportError as exc:
             raise InvalidInputError("--plot needs matplotlib (pip install matplotlib)") from exc
-    targets = bench_targets(list(tokens or []), list(concept), contrast_a, contrast_b)
-    result = open_atlas(atlas).steer_bench(
-        targets, saes=list(sae) or None, ratio=ratio, kl_bound=kl_bound, n_prompts=prompts, candidates=candidates,
-        prompt_prefix=prefix, confirm_prompts=confirm_prompts, styles=tuple(style) or PROMPT_STYLES,  # type: ignore[arg-type]
-        prompts=read_user_prompts(prompts_file) if prompts_file is not None else (), combine=combine)
+    root, tokens = atlas_and_tokens(atlas, old_atlas, targets)
+    result = open_atlas(root).steer_bench(
+        bench_targets(tokens, list(concept), contrast_a, contrast_b), saes=saes or None, ratio=ratio,
+        kl_bound=kl_bound, n_prompts=n_prompts, candidates=candidates, prompt_prefix=prompt_prefix,
+        confirm_prompts=confirm_prompts, styles=styles, prompts=prompts or (), combine=combine)  # type: ignore[arg-type]
     if out is not None:  # atomically, first removing what a killed write of it left (as the plot does)
         remove_temporaries(out)
         atomic_write_json(out, json.loads(json.dumps(result.to_dict())))

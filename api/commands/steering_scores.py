@@ -8,15 +8,18 @@ from pathlib import Path
 import typer
 
 from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
     chosen_saes,
     console,
     handle_errors,
     print_json,
     print_table,
+    the_atlas,
 )
 from sae_atlas.api.commands.device_options import device_option
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.intervene.steering_params import SteeringParams
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.layout import AtlasLayout
 
 DEFAULTS = SteeringParams()
@@ -24,7 +27,7 @@ DEFAULTS = SteeringParams()
 
 @handle_errors
 def steering_scores_command(
-    atlas: Path = typer.Option(..., help="Atlas directory."),
+    atlas: Path | None = atlas_argument(),
     sae: list[str] = typer.Option([], help="SAE id to score (repeatable); default: every SAE."),
     prompts: int = typer.Option(DEFAULTS.n_prompts, min=1, help="Neutral prompts from the built-in corpus."),
     prompt_tokens: int = typer.Option(DEFAULTS.prompt_tokens, min=2, help="Tokens per prompt (BOS included)."),
@@ -40,6 +43,7 @@ def steering_scores_command(
     force: bool = typer.Option(False, "--force", help="Recompute tables that are current (same parameters and "
                                "weights)."),
     json_out: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
+    old_atlas: Path | None = OLD_ATLAS_OPTION,
 ) -> None:
     """Steer every feature at the last token of neutral prompts and store its output score
     (Arad et al. 2025); a killed run resumes after its last finished chunk, and a current
@@ -51,6 +55,7 @@ def steering_scores_command(
     from sae_atlas.saes.intervene.output_scores import compute_steering_scores
     from sae_atlas.saes.models import load_model
 
+    atlas = the_atlas(atlas, old_atlas)
     where = resolve_device(device)  # a device this machine lacks is refused before anything else
     layout = AtlasLayout(atlas)
     ids = chosen_saes(layout, sae)

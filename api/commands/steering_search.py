@@ -1,4 +1,7 @@
-"""`sae-atlas steering-search --atlas A TARGET`: features ranked by their measured effect
+"""The CLI layer of `steering_search`; its other layers: `sae_atlas.saes.intervene.steering_search`
+(engine).
+
+`sae-atlas steering-search ATLAS TARGET`: features ranked by their measured effect
 toward a token, a set of tokens, a concept or a contrast of two text sets, each with a
 calibrated strength and a ready edit."""
 
@@ -10,14 +13,18 @@ from typing import Any
 
 import typer
 
-from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
-from sae_atlas.api.commands.search import _read_texts
-from sae_atlas.saes.intervene.steering_prompts import (
-    BUILTIN_CATEGORIES,
-    PROMPT_STYLES,
-    read_user_prompts,
+from sae_atlas.api.commands.common import (
+    OLD_ATLAS_OPTION,
+    atlas_argument,
+    handle_errors,
+    open_atlas,
+    print_json,
+    print_table,
+    the_atlas,
 )
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.api.commands.search import _read_texts
+from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes.intervene.steering_prompts import BUILTIN_CATEGORIES, PROMPT_STYLES
 
 
 def _category(spec: str | None) -> Any:
@@ -54,12 +61,20 @@ def command_target(tokens: list[str], as_ids: bool, concept: str | None, contras
     return list(tokens)
 
 
+def atlas_and_tokens(atlas: Path | None, old_atlas: Path | None, tokens: list[str] | None) -> tuple[Path, list[str]]:
+    """The atlas and the TOKEN arguments; with the deprecated `--atlas`, the first argument
+    is a token."""
+    if old_atlas is not None and atlas is not None:
+        return the_atlas(None, old_atlas), [str(atlas), *(tokens or [])]
+    return the_atlas(atlas, old_atlas), list(tokens or [])
+
+
 @handle_errors
 def steering_search_command(
-    tokens: list[str] = typer.Argument(None, help="Target token(s) as written in text, e.g. ' Friday' "
-                                       "(each one vocabulary token), or ids with --id."),
-    atlas: Path = typer.Option(..., help="Atlas directory."),
-    sae: list[str] = typer.Option([], help="SAE to search (repeatable); default: every SAE."),
+    atlas: Path | None = atlas_argument(),
+    target: list[str] = typer.Argument(None, metavar="[TOKEN]...", help="Target token(s) as written in text, e.g. "
+                                       "' Friday' (each one vocabulary token), or ids with --id."),
+    saes: list[str] = typer.Option(None, "--sae", help="SAE to search (repeatable; default: every SAE)."),
     as_ids: bool = typer.Option(False, "--id", help="TOKENS are token ids."),
     concept: str = typer.Option(None, help="Target a concept's values: weekdays, months, colours or a JSON file."),
     contrast_a: str = typer.Option(None, help="Target texts A (a .json list or one text per line) ..."),
@@ -67,33 +82,36 @@ def steering_search_command(
     mode: str = typer.Option("add", help="add (steer with the decoder row) or clamp (set the latent)."),
     ratio: float = typer.Option(3.0, help="Probability ratio of the target the calibrated strength must reach."),
     kl_bound: float = typer.Option(1.0, help="Bound on the KL (nats) over the rest of the next-token distribution."),
-    k: int = typer.Option(10, "-k", "--k", min=1, max=100, help="Features to return."),
-    candidates: int = typer.Option(24, min=1, help="Candidates screened per SAE."),
-    prompts: int = typer.Option(16, min=1, help="Held-out neutral prompts."),
+    k: int = typer.Option(10, "-k", "--k", help="Features to return."),
+    candidates: int = typer.Option(24, help="Candidates screened per SAE."),
+    n_prompts: int = typer.Option(16, "--n-prompts", "--prompts", help="Held-out ranking prompts."),
     seed: int = typer.Option(None, help="Seed of the ranking prompts (default: one past the steering tables')."),
-    confirm_prompts: int = typer.Option(16, min=0, help="Held-out neutral prompts the ranking is confirmed on."),
-    style: list[str] = typer.Option([], help="Prompt style to rank and confirm on (repeatable): "
-                                    + ", ".join(PROMPT_STYLES) + "; default: all."),
-    prompts_file: Path = typer.Option(None, help="Your own prompts (one per line or a JSON list): half rank, "
-                                      "half confirm."),
+    confirm_prompts: int = typer.Option(16, help="Held-out neutral prompts the ranking is confirmed on."),
+    styles: list[str] = typer.Option(list(PROMPT_STYLES), "--style", help="Prompt style to rank and confirm on "
+                                     "(repeatable): " + ", ".join(PROMPT_STYLES) + "."),
+    prompts: Path = typer.Option(None, "--prompts-file", help="Your own prompts (one per line or a JSON list): half "
+                                 "rank, half confirm."),
     category: str = typer.Option(None, help="The target's class for in-context prompts and siblings: "
                                  + ", ".join(BUILTIN_CATEGORIES) + " or a JSON file {name, values, templates, "
                                  "questions} (default: the built-in one listing the token)."),
-    directions: bool = typer.Option(False, "--directions", help="Also rank dead and near-dead latents (below the "
-                                    "density floor), as directions."),
-    combine: int = typer.Option(3, min=0, help="Features in the fitted sparse combination (0: none)."),
+    include_dead: bool = typer.Option(False, "--include-dead", "--directions", help="Also rank dead and near-dead "
+                                      "latents (below the density floor), as directions."),
+    combine: int = typer.Option(3, help="Features in the fitted sparse combination (0: none)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    old_atlas: Path | None = OLD_ATLAS_OPTION,
 ) -> None:
     """Rank features by what steering them does to the target (not by activation): steered
     at the last token of ranking prompts, with the smallest strength reaching --ratio under
     --kl-bound, then ranked by what that edit does on disjoint confirmation prompts of each
-    style. Needs `sae-atlas steering-scores`."""
-    target = command_target(list(tokens or []), as_ids, concept, contrast_a, contrast_b)
-    result = open_atlas(atlas).steering_features(
-        target, saes=list(sae) or None, k=k, mode=mode, ratio=ratio, kl_bound=kl_bound, n_prompts=prompts, seed=seed,
-        candidates=candidates, confirm_prompts=confirm_prompts, styles=tuple(style) or PROMPT_STYLES,  # type: ignore[arg-type]
-        prompts=read_user_prompts(prompts_file) if prompts_file is not None else (),
-        category=_category(category), include_dead=directions, combine=combine)
+    style. Needs `sae-atlas steering-scores`. The options are
+    `api.operations.steering.SteeringSearchParams`, checked there (as
+    `Atlas.steering_features` and `POST /steering/search`)."""
+    root, tokens = atlas_and_tokens(atlas, old_atlas, target)
+    goal = command_target(tokens, as_ids, concept, contrast_a, contrast_b)
+    result = open_atlas(root).steering_features(
+        goal, saes=saes or None, k=k, mode=mode, ratio=ratio, kl_bound=kl_bound, n_prompts=n_prompts,  # type: ignore[arg-type]
+        seed=seed, candidates=candidates, confirm_prompts=confirm_prompts, styles=styles,  # type: ignore[arg-type]
+        prompts=prompts or (), category=_category(category), include_dead=include_dead, combine=combine)
     if json_out:
         print_json(result.to_dict())
         return

@@ -121,11 +121,11 @@ def body_examples(sample: AtlasSample) -> dict[type[BaseModel], list[dict[str, A
         VectorQuery: [{"vector": [1.0] * int(sample.d_in or 1), "saes": [sae], "k": 3}],
         ConceptQuery: [{"concept": "weekdays", "saes": [sae], "max_features": 2}],
         CircularRequest: [{"sae_id": sae, "max_tokens": 256}],
-        RunRequest: [{"text": TEXT, "edits": [steer], "sae_ids": [sae], "k": 3}],
+        RunRequest: [{"text": TEXT, "edits": [steer], "saes": [sae], "k": 3}],
         SteerRequest: [{"text": TEXT, "edits": [steer], "max_new_tokens": 4}],
-        AttributeRequest: [{"text": TEXT, "target": {"kind": "loss"}, "sae_ids": [sae], "top": 5, "verify": 1}],
+        AttributeRequest: [{"text": TEXT, "target": {"kind": "loss"}, "saes": [sae], "top": 5, "verify": 1}],
         GraphRequest: [*examples[GraphRequest], graph | {"saes": [sae]}] if sample.clt else examples[GraphRequest],
-        SteeringQuery: [{"target": sample.token or "the", "sae_ids": [sae], "k": 3, "n_prompts": 4,
+        SteeringQuery: [{"target": sample.token or "the", "saes": [sae], "k": 3, "n_prompts": 4,
                          "candidates": 4}],
     }
 

@@ -4,6 +4,7 @@ walks them); and, named one by one, the operations not converted yet."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from sae_atlas.api.operations.analyses import (
@@ -32,6 +33,7 @@ from sae_atlas.api.operations.depth import DepthParams
 from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
+from sae_atlas.api.operations.interventions import AttributeParams, RunParams, SteerParams
 from sae_atlas.api.operations.pages import (
     CrosscoderLatentParams,
     CrosscoderLatentsParams,
@@ -49,6 +51,10 @@ from sae_atlas.api.operations.search import (
     TokenSearchParams,
     VectorSearchParams,
 )
+from sae_atlas.api.operations.steering import SteerBenchParams, SteeringSearchParams
+
+ROTATE = {"kind": "rotate", "circle": "none"}
+"""An edit that names no SAE (for the examples of steer, which needs one)."""
 
 
 @dataclass(frozen=True)
@@ -186,14 +192,25 @@ OPERATIONS: tuple[Surfaces, ...] = (
              python_only=("crosscoder", "latent"), example={"crosscoder": "none", "latent": 0}),
     Surfaces(DepthParams, "depth_profile", ("analyze", "depth"), None, python_only=("corpus", "progress"),
              cli_only=("model", "corpus", "text_field", "context", "no_bos", "json_out", "device", "model_dtype")),
+    Surfaces(RunParams, "run", None, ("POST", "/run"), example={"text": "the cat sat"}),
+    Surfaces(SteerParams, "steer", ("steer",), ("POST", "/steer"), cli_arguments=("text",),
+             example={"text": "the cat sat", "edits": [ROTATE]}, cli_example=("--edit", json.dumps(ROTATE))),
+    Surfaces(SteerParams, "steer_stream", None, ("POST", "/steer/stream"),
+             example={"text": "the cat sat", "edits": [ROTATE]}),
+    Surfaces(AttributeParams, "attribute", ("attribute",), ("POST", "/attribute"), cli_arguments=("text",),
+             cli_only=("other", "kind", "position", "json_out"), example={"text": "the cat sat", "target": " cat"},
+             cli_example=("--target", " cat")),
+    Surfaces(SteeringSearchParams, "steering_features", ("steering-search",), ("POST", "/steering/search"),
+             cli_arguments=("target",), cli_only=("as_ids", "concept", "contrast_a", "contrast_b", "json_out"),
+             http_narrowed=("target", "n_prompts", "candidates", "confirm_prompts", "prompts", "combine"),
+             example={"target": " cat"}),
+    Surfaces(SteerBenchParams, "steer_bench", ("steer-bench",), None, cli_arguments=("targets",),
+             cli_only=("concept", "contrast_a", "contrast_b", "out", "plot", "json_out"),
+             example={"targets": [" cat"]}),
+    Surfaces(DepthParams, "depth_profile", ("analyze", "depth"), None, python_only=("corpus", "progress"),
+             cli_only=("model", "corpus", "text_field", "context", "no_bos", "json_out", "device", "model_dtype")),
 )
 
 NOT_CONVERTED: dict[str, str] = {
-    "run": "keywords typed in the method, RunRequest over HTTP, options in `steer`",
-    "steer": "keywords typed in the method, SteerRequest over HTTP, options in `steer`",
-    "steer_stream": "keywords typed in the method, SteerRequest over HTTP",
-    "attribute": "keywords typed in the method, AttributeRequest over HTTP, options in `attribute`",
-    "steering_features": "steering (being changed by its own work): SteeringQuery over HTTP",
-    "steer_bench": "steering (being changed by its own work): options in `steer-bench`",
 }
 """Atlas methods that take options but have no parameter object yet: what they have instead."""

@@ -1,4 +1,8 @@
-"""Results of interventions (`Atlas.run`, `Atlas.steer`, `Atlas.attribute`), with HTML for
+"""The typed-result layer of `interventions`; its other layers:
+`sae_atlas.api.http.routers.interventions` (HTTP), `sae_atlas.api.operations.interventions`
+(parameter), `sae_atlas.api.services.interventions` (service).
+
+Results of interventions (`Atlas.run`, `Atlas.steer`, `Atlas.attribute`), with HTML for
 notebooks: the baseline and edited text side by side, and an attribution heatmap over the
 prompt's tokens (red: the token's features push the target up, blue: down)."""
 
@@ -16,12 +20,13 @@ from sae_atlas.api.results.search import TokenActivation
 from sae_atlas.api.results.wire import JsonResult, Number, PythonOnly
 from sae_atlas.saes.encoding.tokens import piece_text
 from sae_atlas.saes.intervene.attribution import Attribution
+from sae_atlas.saes.intervene.edits import edit_dict
 from sae_atlas.saes.intervene.generate import Generation, distribution_shift
 from sae_atlas.saes.intervene.splice import SpliceRun
 
 
 def _edit_dicts(specs: list[Any]) -> list[dict[str, Any]]:
-    return [s.model_dump(mode="json") for s in specs]
+    return [edit_dict(s) for s in specs]
 
 
 class TokenProb(TypedDict):

@@ -1,4 +1,7 @@
-"""A steered generation streamed token by token: the checks and splices of
+"""The service layer of `steer_stream`; its other layers: `sae_atlas.api.results.steer_stream`
+(typed-result).
+
+A steered generation streamed token by token: the checks and splices of
 `api.services.interventions.steer`, then `compare_steps` run one step at a time."""
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from contextlib import closing
 from typing import Any
 
 from sae_atlas.api.context import AtlasContext
+from sae_atlas.api.operations.interventions import SteerParams
 from sae_atlas.api.results.interventions import SteerView
 from sae_atlas.api.results.steer_stream import SteerTokens, TokenPiece
 from sae_atlas.api.sae_view import SaeView
@@ -69,8 +73,6 @@ class SteerStream:
                                   edited=None if edit_id is None else edited.add(edit_id))
 
 
-def steer_stream(ctx: AtlasContext, views: list[SaeView], text: str, edits: Any, *, max_new_tokens: int,
-                 temperature: float, seed: int) -> SteerStream:
+def steer_stream(ctx: AtlasContext, views: list[SaeView], params: SteerParams) -> SteerStream:
     """`steer`'s request checked now (errors raised here) and generated as it is iterated."""
-    return SteerStream(ctx, steer_inputs(ctx, views, text, edits, max_new_tokens=max_new_tokens,
-                                         temperature=temperature, seed=seed))
+    return SteerStream(ctx, steer_inputs(ctx, views, params))

@@ -110,7 +110,7 @@ async function steeringView() {
   if (off) { view.replaceChildren(title, off); return; }
   const all = await saes();
   const list = all.filter((s) => s.steering_table && s.status === "ok");  // what a search can rank from
-  const command = "sae-atlas steering-scores --atlas <atlas> --prompts 1 --prompt-tokens 8";
+  const command = "sae-atlas steering-scores <atlas> --prompts 1 --prompt-tokens 8";
   if (!list.length) {
     view.replaceChildren(title, needs("needs-steering", "No SAE of this atlas has a steering table yet. Screen them with", command));
     return;
@@ -139,7 +139,7 @@ async function steeringView() {
     sessionStorage.setItem("sae-atlas-steering-target", target.value);
     ranked.replaceChildren(el("span", { class: "muted" }, "measuring..."));
     try {
-      const query = `token=${enc(target.value)}&mode=${mode.value}` + (select.value ? `&sae_id=${enc(select.value)}` : "");
+      const query = `token=${enc(target.value)}&mode=${mode.value}` + (select.value ? `&saes=${enc(select.value)}` : "");
       const result = await api(`/steering/search?${query}`);
       const counts = Object.entries(result.prompt_counts.confirm || {}).map(([style, n]) => `${n} ${style}`).join(", ");
       ranked.replaceChildren(el("p", {}, `Features that raise ${result.target} (ratio: mean p steered / clean on the ranking ` +

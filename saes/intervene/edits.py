@@ -11,91 +11,99 @@ prompt positions, or the prompt tokens matching a string) and what it does:
   random-plane / mean-ablation baselines); the plane comes from a stored circular concept
   run and is resolved by the caller into a `CirclePlane`.
 
-Specs are pydantic models (the HTTP layer takes them as request bodies); `compile_edit`
-turns one into a `CompiledEdit` holding tensors, applied by `saes.intervene.splice`.
+Specs are plain frozen dataclasses (`api.operations.interventions` holds their request
+models, which validate a JSON edit and build one); `compile_edit` turns one into a
+`CompiledEdit` holding tensors, applied by `saes.intervene.splice`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-from sae_atlas.store.errors import InvalidInputError
-from sae_atlas.store.layout import ID_PATTERN, MAX_ID_LENGTH
+from sae_atlas.errors import InvalidInputError
 
 
-class TokenMatch(BaseModel):
+@dataclass(frozen=True)
+class TokenMatch:
     """Prompt positions whose token text, stripped of spaces, equals `match` stripped."""
 
-    model_config = ConfigDict(extra="forbid")
-    match: str = Field(min_length=1)
+    match: str
 
 
 Positions = Literal["all", "last"] | list[int] | TokenMatch
-SaeRef = Annotated[str, Field(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="SAE id")]
-"""An SAE id as the atlas accepts one (`store.layout.check_id`), so a schema-valid id is
-never refused as unsafe."""
 
 
-class _Edit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    at: Positions = "all"
-
-
-class _FeatureEdit(_Edit):
-    sae: SaeRef
-    feature: int = Field(ge=0)
-
-
-class SteerEdit(_FeatureEdit):
-    kind: Literal["steer"] = "steer"
+@dataclass(frozen=True, kw_only=True)
+class SteerEdit:
+    sae: str
+    feature: int
     alpha: float
+    at: Positions = "all"
+    kind: Literal["steer"] = "steer"
 
 
-class ClampEdit(_FeatureEdit):
-    kind: Literal["clamp"] = "clamp"
+@dataclass(frozen=True, kw_only=True)
+class ClampEdit:
+    sae: str
+    feature: int
     value: float
+    at: Positions = "all"
+    kind: Literal["clamp"] = "clamp"
 
 
-class ScaleEdit(_FeatureEdit):
-    kind: Literal["scale"] = "scale"
+@dataclass(frozen=True, kw_only=True)
+class ScaleEdit:
+    sae: str
+    feature: int
     factor: float
+    at: Positions = "all"
+    kind: Literal["scale"] = "scale"
 
 
-class AblateEdit(_FeatureEdit):
-    kind: Literal["ablate"] = "ablate"
+@dataclass(frozen=True, kw_only=True)
+class AblateEdit:
+    sae: str
+    feature: int
     to: Literal["zero", "mean"] = "zero"
+    at: Positions = "all"
+    kind: Literal["ablate"] = "ablate"
 
 
-class ProjectOutEdit(_Edit):
+@dataclass(frozen=True, kw_only=True)
+class ProjectOutEdit:
+    sae: str
+    features: list[int]
+    at: Positions = "all"
     kind: Literal["project_out"] = "project_out"
-    sae: SaeRef
-    features: list[int] = Field(min_length=1, max_length=256)
 
 
 RotateBaseline = Literal["circle", "random_plane", "mean_ablation"]
 
 
-class RotateEdit(_Edit):
-    kind: Literal["rotate"] = "rotate"
-    circle: str = Field(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN,
-                        description="a stored `analyze circular concept` run")
-    layer: int | None = Field(default=None, description="probed layer (default: the run's best layer)")
+@dataclass(frozen=True, kw_only=True)
+class RotateEdit:
+    circle: str  # a stored `analyze circular concept` run
+    layer: int | None = None  # probed layer (None: the run's best layer)
     steps: int = 1
     baseline: RotateBaseline = "circle"
     seed: int = 0
+    at: Positions = "all"
+    kind: Literal["rotate"] = "rotate"
 
 
-Edit = Annotated[
-    SteerEdit | ClampEdit | ScaleEdit | AblateEdit | ProjectOutEdit | RotateEdit, Field(discriminator="kind")
-]
+Edit = SteerEdit | ClampEdit | ScaleEdit | AblateEdit | ProjectOutEdit | RotateEdit
 EDIT_KINDS = ("steer", "clamp", "scale", "ablate", "project_out", "rotate")
 FEATURE_KINDS = ("clamp", "scale", "ablate")  # act on the SAE code; the rest on the hook output
+
+
+def edit_dict(spec: Edit) -> dict[str, Any]:
+    """An edit as the JSON object `Atlas.run` / `Atlas.steer` take back."""
+    return asdict(spec)
 
 
 @dataclass

@@ -1,4 +1,7 @@
-"""Steering toward a target: features ranked by their MEASURED effect, not by activation.
+"""The engine layer of `steering_search`; its other layers:
+`sae_atlas.api.commands.steering_search` (CLI).
+
+Steering toward a target: features ranked by their MEASURED effect, not by activation.
 
 Features that detect a concept are often not the ones that promote it (Arad, Mueller and
 Belinkov 2025, "SAEs are good for steering - if you select the right features"), so the
@@ -44,18 +47,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import polars as pl
 import torch
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.encoding.texts import tokenize_texts
 from sae_atlas.saes.encoding.tokens import piece_text
 from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.intervene.concepts import load_concept
-from sae_atlas.saes.intervene.edits import ClampEdit, SteerEdit, compile_edit, resolve_positions
+from sae_atlas.saes.intervene.edits import (
+    ClampEdit,
+    SteerEdit,
+    compile_edit,
+    edit_dict,
+    resolve_positions,
+)
 from sae_atlas.saes.intervene.splice import Splice
 from sae_atlas.saes.intervene.steering_combination import FitParams, fit_combination
 from sae_atlas.saes.intervene.steering_effects import (
@@ -88,7 +97,6 @@ from sae_atlas.saes.intervene.strength import (
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.summary.logits import logit_directions
-from sae_atlas.store.errors import InvalidInputError
 
 MAX_TARGET_TOKENS = 64
 MAX_CONTRAST_TOKENS = 16
@@ -100,49 +108,51 @@ DENSITY_FLOOR = 1e-4
 """Latents firing on fewer tokens than this share are dead or near-dead: directions, not features."""
 
 
-class TokenTarget(BaseModel):
+@dataclass(frozen=True)
+class TokenTarget:
     """Next tokens to raise: token texts (one vocabulary token each) or ids."""
 
-    model_config = ConfigDict(extra="forbid")
+    tokens: list[str | int]
     kind: Literal["tokens"] = "tokens"
-    tokens: list[str | int] = Field(min_length=1, max_length=MAX_TARGET_TOKENS)
 
 
-class ContrastTarget(BaseModel):
+@dataclass(frozen=True)
+class ContrastTarget:
     """Steer toward texts A and away from texts B (rule in the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
+    texts_a: list[str]
+    texts_b: list[str]
     kind: Literal["contrast"] = "contrast"
-    texts_a: list[str] = Field(max_length=MAX_TEXTS)
-    texts_b: list[str] = Field(max_length=MAX_TEXTS)
 
 
-class ConceptTarget(BaseModel):
+@dataclass(frozen=True)
+class ConceptTarget:
     """A concept's values as next tokens: a built-in name or `{values, templates, ...}`."""
 
-    model_config = ConfigDict(extra="forbid")
-    kind: Literal["concept"] = "concept"
     concept: str | dict[str, Any]
+    kind: Literal["concept"] = "concept"
 
 
-SteeringTarget = Annotated[TokenTarget | ContrastTarget | ConceptTarget, Field(discriminator="kind")]
-_TARGET = TypeAdapter(SteeringTarget)
+SteeringTarget = TokenTarget | ContrastTarget | ConceptTarget
+TARGET_KINDS: dict[str, type[SteeringTarget]] = {"tokens": TokenTarget, "contrast": ContrastTarget,
+                                                 "concept": ConceptTarget}
 
 
-def parse_target(target: Any) -> TokenTarget | ContrastTarget | ConceptTarget:
-    """A target from a model, a dict (`{"kind": "tokens" | "contrast" | "concept", ...}`), a
-    token text or id, or a list of them."""
+def parse_target(target: Any) -> SteeringTarget:
+    """A target from a target, a dict (`{"kind": "tokens" | "contrast" | "concept", ...}`), a
+    token text or id, or a list of them (`api.operations.steering` validates JSON targets
+    with their bounds; this is the core's plain reading)."""
     if isinstance(target, (TokenTarget, ContrastTarget, ConceptTarget)):
         return target
     if isinstance(target, (str, int)) and not isinstance(target, bool):
-        target = {"kind": "tokens", "tokens": [target]}
-    elif isinstance(target, (list, tuple)):
-        target = {"kind": "tokens", "tokens": list(target)}
+        return TokenTarget([target])
+    if isinstance(target, (list, tuple)) and target:
+        return TokenTarget(list(target))
+    kind = target.get("kind") if isinstance(target, dict) else None
     try:
-        return _TARGET.validate_python(target)
-    except ValidationError as exc:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
-        raise InvalidInputError(f"invalid steering target ({detail}); give a token, a list of tokens, "
+        return TARGET_KINDS[kind](**{k: v for k, v in target.items() if k != "kind"})  # type: ignore[index, union-attr]
+    except (KeyError, TypeError) as exc:
+        raise InvalidInputError(f"invalid steering target {target!r}; give a token, a list of tokens, "
                                 "{'kind': 'contrast', 'texts_a': [...], 'texts_b': [...]} or "
                                 "{'kind': 'concept', 'concept': 'weekdays'}") from exc
 
@@ -423,8 +433,8 @@ def _candidates(handle: ModelHandle, source: SteeringSource, target: ResolvedTar
 
 def _edit(mode: SteerMode, source: SteeringSource, latent: int, amount: float) -> SteerEdit | ClampEdit:
     if mode == "add":
-        return SteerEdit(sae=source.sae_id, feature=latent, alpha=amount, at="last")
-    return ClampEdit(sae=source.sae_id, feature=latent, value=amount, at="last")
+        return SteerEdit(sae=source.sae_id, feature=int(latent), alpha=float(amount), at="last")
+    return ClampEdit(sae=source.sae_id, feature=int(latent), value=float(amount), at="last")
 
 
 def _scale(source: SteeringSource, latent: int, resid_norm: float) -> StrengthScale:
@@ -614,7 +624,7 @@ def _ranked(mode: SteerMode, source: SteeringSource, row: _Screened, cal: Calibr
     return RankedFeature(
         source.sae_id, source.hook, row.latent, row.why, row.ratio, cal.best_ratio, cal.reached, cal.ratio,
         float(eff.log_gain[0]), p_clean, float(eff.p_steered[0]), float(eff.kl[0]), float(eff.kl_rest[0]),
-        scale.units(amount), _edit(mode, source, row.latent, amount).model_dump(mode="json"), kind=kind,
+        scale.units(amount), edit_dict(_edit(mode, source, row.latent, amount)), kind=kind,
         density=density, sibling_ratio=stats.sibling_ratio, target_rank=stats.target_rank)
 
 
@@ -636,7 +646,7 @@ def _combination(handle: ModelHandle, source: SteeringSource, pool: list[int], r
     weights = (w / size * cal.norm_fraction).tolist()  # norm fractions of each unit row at the calibrated strength
     norms_N = source.sae.W_dec.detach()[fitted.latents].float().norm(dim=-1).cpu().numpy()
     alphas = [wf * resid_norm / float(n) for wf, n in zip(weights, norms_N, strict=True)]
-    edits = [SteerEdit(sae=source.sae_id, feature=latent, alpha=a, at="last").model_dump(mode="json")
+    edits = [edit_dict(SteerEdit(sae=source.sae_id, feature=int(latent), alpha=float(a), at="last"))
              for latent, a in zip(fitted.latents, alphas, strict=True)]
     delta_D = sum(a * source.sae.W_dec.detach()[latent].float().cpu() for latent, a in zip(fitted.latents, alphas,
                                                                                             strict=True))

@@ -34,7 +34,7 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("demo",): lambda root: [str(root / "demo")],
     ("serve",): lambda root: [str(root)],
     ("search", "text"): lambda root: [str(root), "the cat"],
-    ("steering-scores",): lambda root: ["--atlas", str(root)],
+    ("steering-scores",): lambda root: [str(root)],
     ("compare",): lambda root: [f"{root}:s0", f"{root}:s0"],
     ("train-crosscoder",): lambda root: ["--atlas", str(root), "--hook-a", HOOK, "--hook-b", HOOK],
     ("emergence",): lambda root: [f"{root}:s0", f"{root}:s0"],

@@ -319,7 +319,7 @@ def test_targets_the_schema_can_judge_are_422(open_server: LiveServer) -> None:
     token it subtracts break the documented schema, and are refused as such (422 naming the
     target), not as a model-bound 400."""
     spec = httpx.get(open_server.url + "/openapi.json").json()
-    target = spec["components"]["schemas"]["Target"]
+    target = spec["components"]["schemas"]["AttributionTarget"]
     assert target["properties"]["token"]["anyOf"][0]["minLength"] == 1 and len(target["anyOf"]) == 3
     for bad in ("", {"kind": "logit"}, {"kind": "logit_diff", "token": "cat"}, {"kind": "logit", "token": ""}):
         answer = httpx.post(open_server.url + "/attribute", json={"text": "the cat sat", "target": bad}, timeout=60)

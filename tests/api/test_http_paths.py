@@ -61,11 +61,11 @@ def test_http_errors_and_problems_leave_the_server_paths_out(atlas: dict[str, An
     orphan.parent.mkdir(exist_ok=True)
     orphan.write_text("{}")  # a result without its sidecar
     with TestClient(create_app(ServerSettings(root=root, allow_interventions=True))) as http:
-        missing = http.get("/steering/search", params={"token": "cat", "sae_id": first})
+        missing = http.get("/steering/search", params={"token": "cat", "saes": first})
         assert missing.status_code == 404, missing.text
-        assert f"`sae-atlas steering-scores --atlas <atlas> --sae {first}`" in missing.json()["detail"]
+        assert f"`sae-atlas steering-scores <atlas> --sae {first}`" in missing.json()["detail"]
         assert not _leaks(missing, root)
-        with pytest.raises(NotFoundError, match=f"--atlas {root} --sae"):  # Python callers keep the real path
+        with pytest.raises(NotFoundError, match=f"steering-scores {root} --sae"):  # Python callers keep the real path
             read_steering(root, first)
         damaged = http.get(f"/saes/{second}/features/0")
         assert damaged.status_code == 500, damaged.text

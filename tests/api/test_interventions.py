@@ -19,8 +19,8 @@ from sae_atlas.api.analyses.circular import (
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.bounds import MAX_EDITS, MAX_PROMPT_TOKENS
 from sae_atlas.api.cli import app
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.intervene.concepts import weekdays
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from tests.api.conftest import LiveServer
 from tests.api.test_browser import CHROMIUM_ARGS, _chromium
 
@@ -46,13 +46,13 @@ def atlas(atlas_dir: dict[str, Any]) -> Atlas:
 
 def _firing(atlas: Atlas, sae_id: str) -> int:
     """A feature of `sae_id` active at the last token of TEXT."""
-    out = atlas.run(TEXT, sae_ids=[sae_id])
+    out = atlas.run(TEXT, saes=[sae_id])
     return int(out.codes[sae_id][-1].argmax())
 
 
 def test_run_without_edits_matches_the_clean_model(atlas, atlas_dir):
     sid = atlas_dir["sae_ids"][0]
-    out = atlas.run(TEXT, sae_ids=[sid])
+    out = atlas.run(TEXT, saes=[sid])
     assert out.kl == pytest.approx(0.0, abs=1e-9)
     assert all(abs(t["p_edited"] - t["p_clean"]) < 1e-5 for t in out.next_tokens)
     assert out.codes[sid].shape == (len(out.tokens), atlas_dir["d_sae"])
@@ -77,8 +77,8 @@ def test_edits_move_the_prediction_and_ablation_uses_the_mean(atlas, atlas_dir):
 def test_steer_is_seeded_and_shows_both_texts(atlas, atlas_dir):
     sid = atlas_dir["sae_ids"][1]
     f = _firing(atlas, sid)
-    a = atlas.steer(TEXT, sae=sid, feature=f, alpha=30.0, max_new_tokens=5, temperature=1.0, seed=7)
-    b = atlas.steer(TEXT, sae=sid, feature=f, alpha=30.0, max_new_tokens=5, temperature=1.0, seed=7)
+    a = atlas.steer(TEXT, saes=[sid], feature=f, alpha=30.0, max_new_tokens=5, temperature=1.0, seed=7)
+    b = atlas.steer(TEXT, saes=[sid], feature=f, alpha=30.0, max_new_tokens=5, temperature=1.0, seed=7)
     assert a.to_dict() == b.to_dict()
     assert a.kl > 0 and len(a.edited_ids) == 5
     html = a._repr_html_()
@@ -124,14 +124,14 @@ def test_bad_requests_are_named(atlas, atlas_dir):
         atlas.run(TEXT, [{"kind": "steer", "sae": sid, "feature": 10_000, "alpha": 1.0}])
     with pytest.raises(InvalidInputError, match="at most"):
         atlas.run(TEXT, [{"kind": "scale", "sae": sid, "feature": 0, "factor": 1.0}] * (MAX_EDITS + 1))
-    with pytest.raises(InvalidInputError, match="invalid edit"):
+    with pytest.raises(InvalidInputError, match="teleport"):
         atlas.run(TEXT, [{"kind": "teleport", "sae": sid, "feature": 0}])
     with pytest.raises(InvalidInputError, match="maximum is"):
         atlas.run(" ".join(["cat"] * (MAX_PROMPT_TOKENS + 5)))
     with pytest.raises(InvalidInputError, match="no prompt token matches"):
         atlas.run(TEXT, [{"kind": "ablate", "sae": sid, "feature": 0, "at": {"match": "zebra"}}])
     with pytest.raises(InvalidInputError, match="max_new_tokens"):
-        atlas.steer(TEXT, sae=sid, feature=0, max_new_tokens=10_000)
+        atlas.steer(TEXT, saes=[sid], feature=0, max_new_tokens=10_000)
 
 
 def test_cli_steer_and_attribute(atlas, atlas_dir):
@@ -252,10 +252,10 @@ def test_explorer_steer_box_and_attribution_view(browser_page: Any, atlas_dir: d
 
 def test_a_target_missing_its_token_is_named() -> None:
     """A target the model cannot resolve is refused with the rule it breaks, in words."""
-    from sae_atlas.api.services.interventions import parse_target
+    from sae_atlas.api.operations.interventions import AttributeParams
 
-    for target, message in (({"kind": "logit", "token": None}, "invalid target: a logit target needs a token$"),
-                            ({"kind": "logit_diff", "token": "cat"}, "invalid target: a logit_diff target needs 'other'"),
-                            ("", "invalid target: token.*at least 1 character")):
+    for target, message in (({"kind": "logit", "token": None}, "target.*a logit target needs a token"),
+                            ({"kind": "logit_diff", "token": "cat"}, "target.*a logit_diff target needs 'other'"),
+                            ("", "target.*at least 1 character")):
         with pytest.raises(InvalidInputError, match=message):
-            parse_target(target)
+            AttributeParams.of(text=TEXT, target=target)

@@ -188,7 +188,7 @@ def steer_bench_job(root: Path) -> None:
     from sae_atlas.api.cli import app
 
     sae_id = AtlasLayout(root).sae_ids()[0]
-    done = CliRunner().invoke(app, ["steer-bench", "cat", "--atlas", str(root), "--sae", sae_id, "--prompts", "4",
+    done = CliRunner().invoke(app, ["steer-bench", str(root), "cat", "--sae", sae_id, "--prompts", "4",
                                     "--candidates", "4", "--ratio", "1.5", "--out", str(root / BENCH_OUT),
                                     "--plot", str(root / BENCH_PLOT)], catch_exceptions=False)
     assert done.exit_code == 0, done.output

@@ -44,7 +44,7 @@ def live(small_atlas: dict[str, Any]) -> Iterator[LiveServer]:
 def steer_body(small_atlas: dict[str, Any]) -> dict[str, Any]:
     """A greedy steer of a feature that fires at the prompt's last token."""
     sae = small_atlas["sae_ids"][1]
-    feature = int(Atlas(small_atlas["root"]).run(TEXT, sae_ids=[sae]).codes[sae][-1].argmax())
+    feature = int(Atlas(small_atlas["root"]).run(TEXT, saes=[sae]).codes[sae][-1].argmax())
     return {"text": TEXT, "edits": [{"kind": "steer", "sae": sae, "feature": feature, "alpha": 30.0}],
             "max_new_tokens": 12, "temperature": 0.0, "seed": 7}
 

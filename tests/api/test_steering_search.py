@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.cli import app
+from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.saes.intervene.output_scores import SteeringParams, compute_steering_scores
 from sae_atlas.saes.models import tiny_model
-from sae_atlas.store.errors import InvalidInputError, NotFoundError
 from tests.saes.planted import one_thread  # noqa: F401
 
 SMALL = {"k": 2, "n_prompts": 4, "candidates": 4}
@@ -36,7 +36,7 @@ def scored(small_atlas: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 def test_a_search_ranks_features_with_a_ready_edit(scored: dict[str, Any]) -> None:
     atlas = Atlas(scored["root"])
     sae_id = scored["sae_ids"][0]
-    with pytest.raises(NotFoundError, match=f"sae-atlas steering-scores --atlas {scored['root']} --sae"):
+    with pytest.raises(NotFoundError, match=f"sae-atlas steering-scores {scored['root']} --sae"):
         atlas.steering_features("cat", **SMALL)  # the second SAE has no steering table
     result = atlas.steering_features("cat", saes=[sae_id], **SMALL)
     payload = json.loads(json.dumps(result.to_dict()))
@@ -67,19 +67,19 @@ def test_an_sae_without_summaries_is_named(scored: dict[str, Any], tmp_path: Pat
 
 def test_the_verbs_print_tables_json_and_files(scored: dict[str, Any], tmp_path: Path) -> None:
     root, sae_id = str(scored["root"]), scored["sae_ids"][0]
-    common = ["--atlas", root, "--sae", sae_id, "--prompts", "4", "--candidates", "4"]
-    result = CliRunner().invoke(app, ["steering-search", "cat", *common, "-k", "2", "--json"])
+    common = ["--sae", sae_id, "--n-prompts", "4", "--candidates", "4"]
+    result = CliRunner().invoke(app, ["steering-search", root, "cat", *common, "-k", "2", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["features"][0]["edit"]["sae"] == sae_id
-    table = CliRunner().invoke(app, ["steering-search", "--concept", "weekdays", *common, "-k", "1"])
+    table = CliRunner().invoke(app, ["steering-search", root, "--concept", "weekdays", *common, "-k", "1"])
     assert table.exit_code == 0 and "ready edit" in table.output, table.output
     for args, message in [(["zebra"], "not in the model's vocabulary"), ([], "exactly one target"),
                           (["cat", "--concept", "months"], "exactly one target"),
                           (["--contrast-a", str(tmp_path / "missing.txt")], "both --contrast-a")]:
-        bad = CliRunner().invoke(app, ["steering-search", *args, *common])
+        bad = CliRunner().invoke(app, ["steering-search", root, *args, *common])
         assert bad.exit_code == 2 and message in bad.output, bad.output
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
-    bench = CliRunner().invoke(app, ["steer-bench", "cat", *common, "--ratio", "1.5", "--out", str(out),
+    bench = CliRunner().invoke(app, ["steer-bench", root, "cat", *common, "--ratio", "1.5", "--out", str(out),
                                      "--plot", str(plot)])
     assert bench.exit_code == 0, bench.output
     arms = json.loads(out.read_text())["arms"]
@@ -94,12 +94,14 @@ def test_the_verbs_print_tables_json_and_files(scored: dict[str, Any], tmp_path:
     mine, blank = tmp_path / "mine.txt", tmp_path / "blank.txt"
     mine.write_text("the cat sat on the\na dog ran to the\nthe cow sat on a\na cat ran to a\n")
     blank.write_text("\n  \n")
-    user = CliRunner().invoke(app, ["steering-search", "cat", *common, "-k", "1", "--style", "user", "--style",
+    user = CliRunner().invoke(app, ["steering-search", root, "cat", *common, "-k", "1", "--style", "user", "--style",
                                     "neutral", "--prompts-file", str(mine), "--json"])
     assert user.exit_code == 0, user.output
     found = json.loads(user.output)
     assert found["prompt_counts"]["confirm"] == {"neutral": 16, "user": 2}
     assert set(found["features"][0]["confirmed_styles"]) == {"neutral", "user"}
     assert found["features"][0]["density"] is not None and found["density_floor"] > 0
-    bad = CliRunner().invoke(app, ["steering-search", "cat", *common, "--prompts-file", str(blank)])
+    # the deprecated `--atlas` still names the atlas (the first argument is then a token), with a warning
+    bad = CliRunner().invoke(app, ["steering-search", "cat", "--atlas", root, *common, "--prompts-file", str(blank)])
     assert bad.exit_code == 2 and "no usable prompts" in bad.output, bad.output
+    assert "--atlas is deprecated" in bad.output

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from pydantic import ValidationError
 
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.intervene.attribution import Target, attribute
 from sae_atlas.saes.intervene.edits import (
     AblateEdit,
@@ -25,9 +25,8 @@ from sae_atlas.saes.intervene.edits import (
 from sae_atlas.saes.intervene.generate import compare, distribution_shift
 from sae_atlas.saes.intervene.splice import Splice, run_spliced
 from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.architectures import ARCHITECTURES, build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import ARCHITECTURES, build_sae
-from sae_atlas.store.errors import InvalidInputError
 
 TEXT = "the cat sat on the mat and the dog ran"
 
@@ -191,11 +190,11 @@ def test_attribution_rejects_bad_targets(handle, tokens, planted):
     sp = Splice({"p": (hook, sae)})
     with pytest.raises(InvalidInputError, match="exactly one token"):
         attribute(handle, tokens, sp, Target(kind="logit", token="the cat"))
-    with pytest.raises(ValidationError, match="needs 'other'"):
+    with pytest.raises(InvalidInputError, match="needs 'other'"):
         Target(kind="logit_diff", token=5)
-    with pytest.raises(ValidationError, match="logit target needs a token"):
+    with pytest.raises(InvalidInputError, match="logit target needs a token"):
         Target(kind="logit")
-    with pytest.raises(ValidationError, match="at least 1 character"):
+    with pytest.raises(InvalidInputError, match="non-empty string"):
         Target(token="")
     with pytest.raises(InvalidInputError, match="outside"):
         attribute(handle, tokens, sp, Target(kind="logit", token=5, position=99))

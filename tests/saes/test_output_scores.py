@@ -228,7 +228,7 @@ def test_cli_writes_the_table(atlas_root: dict[str, Any], tmp_path: Path) -> Non
     root = tmp_path / "atlas"
     shutil.copytree(atlas_root["root"], root)
     sae_id = atlas_root["sae_ids"][0]
-    result = CliRunner().invoke(app, ["steering-scores", "--atlas", str(root), "--sae", sae_id, "--prompts", "3",
+    result = CliRunner().invoke(app, ["steering-scores", str(root), "--sae", sae_id, "--prompts", "3",
                                       "--prompt-tokens", "6", "--chunk", "32", "--device", "cpu", "--json"])
     assert result.exit_code == 0, result.output
     frame, meta = read_steering(root, sae_id)
@@ -263,7 +263,7 @@ def test_a_current_table_is_kept_unless_forced(atlas_root: dict[str, Any], tmp_p
     root = tmp_path / "atlas"
     shutil.copytree(atlas_root["root"], root)
     sae_id = atlas_root["sae_ids"][0]
-    args = ["steering-scores", "--atlas", str(root), "--sae", sae_id, "--prompts", "3", "--prompt-tokens", "6",
+    args = ["steering-scores", str(root), "--sae", sae_id, "--prompts", "3", "--prompt-tokens", "6",
             "--chunk", "32", "--device", "cpu"]
     assert CliRunner().invoke(app, args).exit_code == 0
     table = root / "saes" / sae_id / STEERING_FILE
@@ -300,11 +300,11 @@ def test_two_torchrun_ranks_write_the_table_of_one_process(atlas_root: dict[str,
     args = ["--sae", sae_id, "--prompts", "4", "--prompt-tokens", "8", "--chunk", "16", "--top-k", "4",
             "--device", "cpu", "--json"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "sae_atlas", "steering-scores", "--atlas", str(solo), *args], cwd=REPO,
+    one = subprocess.run([sys.executable, "-m", "sae_atlas", "steering-scores", str(solo), *args], cwd=REPO,
                          env=env, capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", "sae_atlas", "steering-scores", "--atlas", str(ranks), *args], cwd=REPO, env=env,
+                          "-m", "sae_atlas", "steering-scores", str(ranks), *args], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     [report] = json.loads(two.stdout)  # printed once, by rank 0
