@@ -4,7 +4,7 @@ same tokens, in one run.
     PYTHONPATH=. nice -n 10 python bench/eval_suite.py --atlas /tmp/atlas-demo \
         [--suite core,sparse_probing,absorption,scr,tpp,autointerp,meta,mdl] [--sae ID ...] [--threads 2]
 
-Each (SAE, eval) is one in-process `sae-atlas eval --atlas A --sae ID --suite NAME --force`
+Each (SAE, eval) is one in-process `sae-atlas eval A --sae ID --suite NAME --force`
 (the command's own configs and defaults; the lexical-proxy autointerp back-end). The model
 is loaded once before the runs (the command reuses the loaded handle) and every forward
 the evals make through it is recorded: its tokens and the layer it stopped at.

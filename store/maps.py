@@ -67,7 +67,7 @@ def with_labels(frame: pl.DataFrame, labels: dict[str, np.ndarray]) -> pl.DataFr
 
 
 def _repair(root: str | Path, sae_id: str) -> str:
-    return f"re-run `sae-atlas analyze map --atlas {root} --sae {sae_id}`"
+    return f"re-run `sae-atlas analyze map {root} --sae {sae_id}`"
 
 
 def write_map(root: str | Path, sae_id: str, frame: pl.DataFrame, params: dict[str, Any],

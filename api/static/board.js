@@ -218,7 +218,7 @@ async function boardView() {
   };
   view.replaceChildren(el("h2", {}, "Eval board"),
     rows.length ? "" : el("p", { class: "muted" }, "No SAEs yet."),
-    rows.length && !board.columns.length ? needs("needs-eval", "No eval results yet. Run", "sae-atlas eval --atlas <atlas> --suite core") : "",
+    rows.length && !board.columns.length ? needs("needs-eval", "No eval results yet. Run", "sae-atlas eval <atlas> --suite core") : "",
     el("p", { class: "muted" }, `${rows.length} SAEs · ${board.columns.length} metrics · click a header to sort · `,
       el("label", {}, all, " all metrics")),
     tableBox,

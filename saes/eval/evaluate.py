@@ -128,7 +128,7 @@ def write_eval(sae_dir: str | Path, record: dict[str, Any]) -> Path:
 
 def eval_repair(root: str | Path, sae_id: str) -> str:
     """The command that re-computes an SAE's eval.json."""
-    return f"re-run `sae-atlas eval --atlas {root} --sae {sae_id}`"
+    return f"re-run `sae-atlas eval {root} --sae {sae_id}`"
 
 
 def read_eval(root: str | Path, sae_id: str) -> dict[str, Any]:

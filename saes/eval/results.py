@@ -46,7 +46,7 @@ def result_paths(root: str | Path, sae_id: str, name: EvalName) -> tuple[Path, P
 
 def result_repair(root: str | Path, sae_id: str, name: EvalName) -> str:
     """The command that recomputes one eval result."""
-    return f"re-run `sae-atlas eval --atlas {root} --sae {sae_id} --suite {name}`"
+    return f"re-run `sae-atlas eval {root} --sae {sae_id} --suite {name}`"
 
 
 def saebench_output(spec: EvalSpec[Any], config: Any, outcome: EvalOutcome, sae_cfg_dict: dict[str, Any]) -> dict[str, Any]:

@@ -138,7 +138,7 @@ def test_a_result_without_its_sidecar_is_named_for_every_eval(evaluated, tmp_pat
                 "problem"]
             with pytest.raises(IntegrityError, match=f"evals/{name}.json: has no sidecar") as refused:
                 atlas.eval_result("unevaluated", name)
-            assert f"sae-atlas eval --atlas {root} --sae unevaluated --suite {name}" in str(refused.value)
+            assert f"sae-atlas eval {root} --sae unevaluated --suite {name}" in str(refused.value)
             with pytest.raises(IntegrityError, match="has no sidecar"):
                 read_result(root, "unevaluated", name)
             answer = httpx.get(f"{live.url}/saes/unevaluated/evals/{name}", timeout=30)

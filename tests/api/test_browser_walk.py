@@ -177,7 +177,7 @@ def test_without_the_flag_pages_say_what_they_need(browser: Any, server: Any, sm
     text = _open(page, server.url, "#/graph", "#needs-graph")
     assert "--store" in text and page.locator("#graph-build").count() == 0
     assert "sae-atlas serve <atlas> --allow-interventions" in page.inner_text("#needs-interventions")
-    assert "sae-atlas eval --atlas <atlas> --suite core" in _open(page, server.url, "#/board", "#needs-eval")
+    assert "sae-atlas eval <atlas> --suite core" in _open(page, server.url, "#/board", "#needs-eval")
     _open(page, server.url, f"#/saes/{small_atlas['sae_ids'][0]}/features/3", "#examples")
     assert page.locator("#steer-box").count() == 0
     assert not page.errors, page.errors

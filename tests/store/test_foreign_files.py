@@ -66,7 +66,7 @@ def test_a_map_of_another_sae_is_refused(atlas_copy: Path) -> None:
     _copy_from_healthy(atlas_copy, MAP_FILES)
     with pytest.raises(IntegrityError) as info:
         Atlas(atlas_copy).map(SAE1)
-    _stale(info, atlas_copy, "map.parquet", f"sae-atlas analyze map --atlas {atlas_copy} --sae {SAE1}")
+    _stale(info, atlas_copy, "map.parquet", f"sae-atlas analyze map {atlas_copy} --sae {SAE1}")
 
 
 def test_labels_of_another_sae_are_refused_but_a_rebuild_can_keep_their_imports(atlas_copy: Path) -> None:
@@ -126,7 +126,7 @@ def test_eval_results_are_checked_against_their_weights_and_activations(atlas_co
     _copy_from_healthy(atlas_copy, ("eval.json",))
     with pytest.raises(IntegrityError) as info:
         read_eval(atlas_copy, SAE1)
-    _stale(info, atlas_copy, "eval.json", f"sae-atlas eval --atlas {atlas_copy} --sae {SAE1}")
+    _stale(info, atlas_copy, "eval.json", f"sae-atlas eval {atlas_copy} --sae {SAE1}")
     manifest = AtlasLayout(atlas_copy).activation_dir(HOOKS[0]) / "manifest.json"
     recorded = json.loads(manifest.read_text())
     manifest.write_text(json.dumps({**recorded, "note": "re-cached"}))  # another cache of the same hook
