@@ -1,4 +1,6 @@
-"""FAISS indexes over unit-normalised SAE decoder rows: one per SAE and one model-wide.
+"""The persistence layer of `index`; its other layers: `sae_atlas.api.commands.index` (CLI).
+
+FAISS indexes over unit-normalised SAE decoder rows: one per SAE and one model-wide.
 
 Below `approx_threshold` rows an index is exact (`IndexFlatIP`). Above it, an inverted-file
 index with 4-bit product-quantized codes (`IndexIVFPQFastScan`) proposes candidates and
@@ -28,6 +30,7 @@ import faiss
 import numpy as np
 
 from sae_atlas.errors import IntegrityError, InvalidInputError
+from sae_atlas.geometry.vectors import unit_rows
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from sae_atlas.store.hooks import cfg_hook_name, hook_layer
 from sae_atlas.store.index_params import APPROX_THRESHOLD
@@ -44,7 +47,6 @@ from sae_atlas.store.layout import AtlasLayout, created_with
 from sae_atlas.store.locks import file_lock
 from sae_atlas.store.neighbour_tables import build_tables
 from sae_atlas.store.safetensors_io import MappedSafetensors
-from sae_atlas.store.vectors import unit_rows
 
 INT8_SCAN_THRESHOLD = 4096
 SearchIndex = faiss.Index | Int8Scan  # what `load_index` returns: both have ntotal, d, search

@@ -17,7 +17,7 @@ metrics; an imported one also has `source` (kind, SOURCE, format) and `suspect` 
 `--force` despite the misload guard). An SAE folder that atlas.json does not list (a train
 or import killed before it registered the SAE, or an atlas.json restored from elsewhere) is
 *unregistered*: readers still find its files, listings report it, and `sae-atlas register`
-records it again (`saes.registry`).
+records it again (`saes.atlas_records`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Registering again what is on disk but not listed: SAE folders atlas.json lacks
-(`saes.registry.register_sae`) and analysis runs their kind's runs.json lacks
-(`geometry.results.register_run`), each after its files are checked."""
+"""The service layer of `registration`; its other layers: `sae_atlas.api.results.registration`
+(typed-result).
+
+Registering again what is on disk but not listed: SAE folders atlas.json lacks
+(`saes.atlas_records.register_sae`) and analysis runs their kind's runs.json lacks
+(`store.analysis_runs.register_run`), each after its files are checked."""
 
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.importing import RegisterParams
 from sae_atlas.api.results.registration import Registration
 from sae_atlas.errors import AtlasError, InvalidInputError
-from sae_atlas.geometry.results import analysis_kinds, register_run, unregistered_runs
-from sae_atlas.saes.registry import register_sae
+from sae_atlas.saes.atlas_records import register_sae
+from sae_atlas.store.analysis_runs import analysis_kinds, register_run, unregistered_runs
 
 
 def run_name(text: str) -> tuple[str, str]:
