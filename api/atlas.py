@@ -25,6 +25,9 @@ atlas.comparison(run); atlas.compared_feature(run, "b", 7)   # a stored comparis
 atlas.crosscoder_latents(cc, latent_class="b_only"); atlas.crosscoder_latent(cc, 3)   # model diffing
 atlas.eval(suite="core,mdl")         # the evaluation suite (`sae-atlas eval`), results in SAEBench's layout
 atlas.run_circular(sae_id); atlas.analyze_lobes(sae_id); atlas.build_maps()   # the `analyze` verbs
+new = Atlas.create("my-atlas", model="smollm2-135m")   # a folder that is not an atlas yet
+new.cache(layers=3, tokens=131_072); new.summarize(); new.index()   # `sae-atlas cache / summarize / index`
+atlas.add_sae(source); atlas.register(); Atlas.create("atlas-demo").demo()   # `import`, `register`, `demo`
 ```
 
 Every method is a short delegation to a service (`api.services`), over one
@@ -36,7 +39,7 @@ Jupyter and, where a picture helps, `.plot()` draws them.
 Reading never writes. These methods write, and say so: `add_sae`, `build_labels`,
 `import_explanations`, `rebuild_geometry`, `concept_search(save=...)`, `run_circular`,
 `compare_circle` and `emergence`, `eval`, `latent_scaling`, `circle_concept`, the
-`analyze_*` methods and `build_maps`.
+`analyze_*` methods and `build_maps`, `cache`, `summarize`, `index`, `register` and `demo`.
 """
 
 from __future__ import annotations
