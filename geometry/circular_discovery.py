@@ -5,7 +5,7 @@ cluster's part of the activations on the tokens where it fires,
 `r(t) = sum_{i in C} f_i(t) d_i` (no bias), take its top principal components, and score
 irreducibility over consecutive PC pairs (`geometry.irreducibility`). The ranked table has
 one row per cluster with its scores, size, top tokens and a 2-D projection (PC1, PC2) of a
-seeded sample of its tokens; `write_circular_run` stores it as
+seeded sample of its tokens; `api.analyses.circular.write_circular_run` stores it as
 `analyses/circular/<run>.parquet` + `<run>.json`.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -23,7 +22,6 @@ import scipy.sparse as sp
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.clusters import graph_clusters, spectral_clusters
 from sae_atlas.geometry.irreducibility import irreducibility
-from sae_atlas.store import analysis_runs
 
 ANALYSIS_KIND = "circular"
 ClusterMethod = Literal["graph", "spectral"]
@@ -215,19 +213,3 @@ def _schema(with_strs: bool) -> dict[str, pl.DataType]:
 
 def _empty(with_strs: bool) -> pl.DataFrame:
     return pl.DataFrame(schema=_schema(with_strs))
-
-
-def run_paths(root: str | Path, run: str) -> tuple[Path, Path]:
-    """`(parquet, json)` paths of a run under `analyses/circular/`."""
-    return analysis_runs.run_paths(root, ANALYSIS_KIND, run)
-
-
-def write_circular_run(
-    root: str | Path, run: str, result: DiscoveryResult, extra: dict[str, Any] | None = None
-) -> tuple[Path, Path]:
-    """Store a run with `geometry.analysis_runs.write_analysis` (table, then the JSON with
-    parameters, summary, checksums and `extra`); returns `(parquet, json)`."""
-    js = analysis_runs.write_analysis(root, ANALYSIS_KIND, run, parameters=result.params.to_dict(),
-                                summary=result.summary, tables={analysis_runs.MAIN: result.table}, extra=extra)
-    return run_paths(root, run)[0], js
-

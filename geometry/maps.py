@@ -22,14 +22,12 @@ from typing import Any
 
 import faiss
 import numpy as np
-import polars as pl
 import scipy.sparse as sp
 
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.clusters import knn_cosine
 from sae_atlas.geometry.lobes import cooccurrence_knn
 from sae_atlas.geometry.vectors import unit_rows
-from sae_atlas.store.maps import COOC_COLUMNS, with_labels
 
 
 def umap_coords(
@@ -178,29 +176,6 @@ def basis_maps(
         "metric": f"cooccurrence-{measure}", "method": "umap-precomputed-knn"}, kept_neighbours(dec_nbrs, coords))
     decoder.other_overlap_F = kept_neighbours(cooc_nbrs, decoder.coords_F2)
     return {"decoder": decoder, "cooccurrence": cooc}
-
-
-def map_frame(fmap: FeatureMap, labels: dict[str, np.ndarray] | None = None, *,
-              cooccurrence: FeatureMap | None = None) -> pl.DataFrame:
-    """The per-feature map table: latent, x, y, knn_overlap, the co-occurrence map's
-    cooc_x, cooc_y, cooc_knn_overlap when given, then one column per label set."""
-    n = len(fmap.coords_F2)
-    columns = {"latent": np.arange(n, dtype=np.int32), "x": fmap.coords_F2[:, 0], "y": fmap.coords_F2[:, 1],
-               "knn_overlap": fmap.overlap_F.astype(np.float32)}
-    if cooccurrence is not None:
-        columns |= dict(zip(COOC_COLUMNS, (cooccurrence.coords_F2[:, 0], cooccurrence.coords_F2[:, 1],
-                                           cooccurrence.overlap_F.astype(np.float32)), strict=True))
-    frame = pl.DataFrame(columns).with_columns(pl.col(pl.Float32).fill_nan(None))  # no score: null, not NaN
-    return with_labels(frame, labels or {})
-
-
-def stored_summary(maps: dict[str, FeatureMap]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Parameters and summary for `map.json`: the decoder map's at the top level, the
-    co-occurrence map's (when built) under "cooccurrence"."""
-    params, summary = dict(maps["decoder"].params), dict(maps["decoder"].summary)
-    if "cooccurrence" in maps:
-        params["cooccurrence"], summary["cooccurrence"] = maps["cooccurrence"].params, maps["cooccurrence"].summary
-    return params, summary
 
 
 def labels_from_clusters(clusters: list[np.ndarray], n_features: int) -> np.ndarray:

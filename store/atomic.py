@@ -1,4 +1,5 @@
-"""Atomic file writes (temporary file, fsync, rename), the versions they give a file, and checksums."""
+"""Atomic file writes (temporary file, fsync, rename; PNG figures too), the versions they
+give a file, and checksums."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -61,6 +65,15 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """Write `obj` as indented JSON to `path` atomically."""
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def save_png(fig: Figure, path: str | os.PathLike[str], dpi: int = 110) -> Path:
+    """Write `fig` as a PNG atomically (first removing what a killed write of it left) and
+    return the path."""
+    remove_temporaries(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    return Path(path)
 
 
 def file_version(path: str | os.PathLike[str]) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
+from sae_atlas.geometry.maps import FeatureMap
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
 from sae_atlas.store.integrity import check_weights_record, weights_record
 from sae_atlas.store.layout import AtlasLayout, created_with
@@ -29,6 +30,29 @@ COOC_COLUMNS = ("cooc_x", "cooc_y", "cooc_knn_overlap")
 Basis = Literal["decoder", "cooccurrence"]
 BASIS_COLUMNS: dict[str, tuple[str, str, str]] = {"decoder": BASE_COLUMNS[1:], "cooccurrence": COOC_COLUMNS}
 RESERVED_COLUMNS = BASE_COLUMNS + COOC_COLUMNS
+
+
+def map_frame(fmap: FeatureMap, labels: dict[str, np.ndarray] | None = None, *,
+              cooccurrence: FeatureMap | None = None) -> pl.DataFrame:
+    """The per-feature map table: latent, x, y, knn_overlap, the co-occurrence map's
+    cooc_x, cooc_y, cooc_knn_overlap when given, then one column per label set."""
+    n = len(fmap.coords_F2)
+    columns = {"latent": np.arange(n, dtype=np.int32), "x": fmap.coords_F2[:, 0], "y": fmap.coords_F2[:, 1],
+               "knn_overlap": fmap.overlap_F.astype(np.float32)}
+    if cooccurrence is not None:
+        columns |= dict(zip(COOC_COLUMNS, (cooccurrence.coords_F2[:, 0], cooccurrence.coords_F2[:, 1],
+                                           cooccurrence.overlap_F.astype(np.float32)), strict=True))
+    frame = pl.DataFrame(columns).with_columns(pl.col(pl.Float32).fill_nan(None))  # no score: null, not NaN
+    return with_labels(frame, labels or {})
+
+
+def stored_summary(maps: dict[str, FeatureMap]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Parameters and summary for `map.json`: the decoder map's at the top level, the
+    co-occurrence map's (when built) under "cooccurrence"."""
+    params, summary = dict(maps["decoder"].params), dict(maps["decoder"].summary)
+    if "cooccurrence" in maps:
+        params["cooccurrence"], summary["cooccurrence"] = maps["cooccurrence"].params, maps["cooccurrence"].summary
+    return params, summary
 
 
 def basis_frame(frame: pl.DataFrame, basis: Basis) -> pl.DataFrame:

@@ -24,7 +24,6 @@ import polars as pl
 import torch
 
 from sae_atlas.errors import InvalidInputError, NotFoundError
-from sae_atlas.geometry.canvas import save_png
 from sae_atlas.geometry.circle import (
     TWO_PI,
     CircleProbe,
@@ -38,8 +37,6 @@ from sae_atlas.geometry.circular_discovery import (
     DiscoveryParams,
     DiscoveryResult,
     discover_circular,
-    run_paths,
-    write_circular_run,
 )
 from sae_atlas.geometry.figures_circular import (
     circle_probe_figure,
@@ -61,8 +58,26 @@ from sae_atlas.saes.intervene.concepts import (
 from sae_atlas.saes.intervene.edits import CirclePlane
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.sae.base import SAE
+from sae_atlas.store import analysis_runs
 from sae_atlas.store.activations import ActivationReader, Split
 from sae_atlas.store.analysis_runs import MAIN, read_analysis, write_analysis
+from sae_atlas.store.atomic import save_png
+
+
+def run_paths(root: str | Path, run: str) -> tuple[Path, Path]:
+    """`(parquet, json)` paths of a run under `analyses/circular/`."""
+    return analysis_runs.run_paths(root, ANALYSIS_KIND, run)
+
+
+def write_circular_run(
+    root: str | Path, run: str, result: DiscoveryResult, extra: dict[str, Any] | None = None
+) -> tuple[Path, Path]:
+    """Store a run with `store.analysis_runs.write_analysis` (table, then the JSON with
+    parameters, summary, checksums and `extra`); returns `(parquet, json)`."""
+    js = write_analysis(root, ANALYSIS_KIND, run, parameters=result.params.to_dict(), summary=result.summary,
+                        tables={MAIN: result.table}, extra=extra)
+    return run_paths(root, run)[0], js
+
 
 # --------------------------------------------------------------------------- discovery
 

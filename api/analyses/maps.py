@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from sae_atlas.errors import IntegrityError
-from sae_atlas.geometry.canvas import save_png
 from sae_atlas.geometry.figures import map_figure
-from sae_atlas.geometry.maps import basis_maps, feature_map, map_frame, stored_summary
+from sae_atlas.geometry.maps import basis_maps, feature_map
 from sae_atlas.saes.atlas_saes import load_atlas_sae
+from sae_atlas.store.atomic import save_png
 from sae_atlas.store.layout import AtlasLayout
-from sae_atlas.store.maps import MAP_META, read_map, write_map
+from sae_atlas.store.maps import MAP_META, map_frame, read_map, stored_summary, write_map
 from sae_atlas.store.tables import OCCURRENCE_FILE, load_occurrence
 
 

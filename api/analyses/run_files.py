@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sae_atlas.geometry.canvas import save_png
 from sae_atlas.store.analysis_runs import run_paths
+from sae_atlas.store.atomic import save_png
 
 
 def encoder_of(tokenizer: Any) -> Any:

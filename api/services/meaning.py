@@ -30,12 +30,12 @@ from sae_atlas.geometry.contrast import (
     duplicate_groups,
     ranked,
 )
-from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
 from sae_atlas.saes.encoding.texts import pooled_feature_acts
 from sae_atlas.saes.intervene.concept_codes import concept_feature_acts
 from sae_atlas.saes.intervene.concepts import CategoryConcept, load_concept
 from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.feature_records import geometry_mask
+from sae_atlas.store.geometry_records import rebuild_geometry_records
 
 CONCEPT_KIND = "concept_search"
 CONTRAST_COLUMNS = ["rank", "sae_id", "hook", "latent", "mean_a", "mean_b", "diff", "auroc", "effect_size",

@@ -1,7 +1,7 @@
 """Supernodes: groups of feature nodes collapsed into one node with summed edges.
 
 A group names latents of the graph's dictionaries, e.g. the features of a stored circle,
-concept span or co-occurrence lobe (`geometry.feature_geometry` records, read by the api
+concept span or co-occurrence lobe (`store.geometry_records` records, read by the api
 layer); every active node of those latents joins the supernode, at every position or one
 supernode per position. Edges into and out of a supernode are the sums of its members'
 edges; edges between members disappear (as circuit-tracer's frontend draws them).

@@ -277,7 +277,7 @@ def plot_bench(rows: Sequence[dict[str, Any]], path: Any, kl_bound: float) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sae_atlas.geometry.canvas import save_png
+    from sae_atlas.store.atomic import save_png
 
     targets = list(dict.fromkeys(r["target"] for r in rows))
     fig, axes = plt.subplots(1, len(targets), figsize=(4 * len(targets), 3.6), squeeze=False)

@@ -88,11 +88,9 @@ def write_planted_map(root: str | Path, sae_id: str) -> pl.DataFrame:
         cooccurrence_neighbours,
         decoder_neighbours,
         kept_neighbours,
-        map_frame,
-        stored_summary,
     )
     from sae_atlas.saes.formats import load_any
-    from sae_atlas.store.maps import write_map
+    from sae_atlas.store.maps import map_frame, stored_summary, write_map
     from sae_atlas.store.tables import load_occurrence
 
     W = load_any(AtlasLayout(root).require_sae(sae_id)).W_dec.detach().numpy()

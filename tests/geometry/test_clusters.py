@@ -6,12 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sae_atlas.api.analyses.circular import write_circular_run
 from sae_atlas.errors import InvalidInputError, NotFoundError
-from sae_atlas.geometry.circular_discovery import (
-    DiscoveryParams,
-    discover_circular,
-    write_circular_run,
-)
+from sae_atlas.geometry.circular_discovery import DiscoveryParams, discover_circular
 from sae_atlas.geometry.clusters import (
     graph_clusters,
     knn_cosine,

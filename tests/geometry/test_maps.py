@@ -7,16 +7,17 @@ import pytest
 import scipy.sparse as sp
 
 from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
-from sae_atlas.geometry.maps import (
-    basis_maps,
-    feature_map,
-    knn_overlap,
-    labels_from_clusters,
-    map_frame,
-    stored_summary,
-)
+from sae_atlas.geometry.maps import basis_maps, feature_map, knn_overlap, labels_from_clusters
 from sae_atlas.store.analysis_runs import list_runs, read_analysis, write_analysis
-from sae_atlas.store.maps import attach_labels, basis_frame, map_scores, read_map, write_map
+from sae_atlas.store.maps import (
+    attach_labels,
+    basis_frame,
+    map_frame,
+    map_scores,
+    read_map,
+    stored_summary,
+    write_map,
+)
 from tests.store.sae_folders import write_sae
 
 

@@ -8,9 +8,9 @@ import pytest
 from sae_atlas.api.results.meaning import ConceptResult
 from sae_atlas.api.services.meaning import save_concept_run
 from sae_atlas.errors import IntegrityError
-from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
 from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.feature_records import read_records, record_paths
+from sae_atlas.store.geometry_records import rebuild_geometry_records
 from sae_atlas.store.index import build_atlas_indexes
 from sae_atlas.store.search import FeatureSearch, Filters
 from tests.store.sae_folders import write_sae
