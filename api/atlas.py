@@ -99,6 +99,7 @@ from sae_atlas.api.operations.search import (
     VectorSearchParams,
 )
 from sae_atlas.api.operations.steering import SteerBenchParams, SteeringSearchParams, user_prompts
+from sae_atlas.api.operations.train import Architecture, DictDtype, TrainParams
 from sae_atlas.api.results.analysis import (
     AnalysisResult,
     AnalysisRunFiles,
@@ -154,6 +155,7 @@ from sae_atlas.api.services import evals as evals_service
 from sae_atlas.api.services import graph as graph_service
 from sae_atlas.api.services import steering as steering_service
 from sae_atlas.api.services.steer_stream import SteerStream, steer_stream
+from sae_atlas.api.services.train import run_train
 from sae_atlas.geometry.causal import Metric as CausalMetric
 from sae_atlas.geometry.circular_discovery import ClusterMethod
 from sae_atlas.geometry.concept_vectors import Estimator
@@ -329,6 +331,31 @@ class Atlas:
         return registration.register(self.ctx, RegisterParams.of(saes=saes, analyses=analyses))
 
     # building (writes; the model is this atlas's, see `Atlas.create`) ---------------------
+    def train(self, hooks: list[str] | None = None, *, arch: Architecture | None = None, d_sae: int | None = None,
+              expansion: int | None = None, k: int | None = None, tokens: int | None = None,
+              batch_size: int | None = None, lr: float | None = None, seed: int | None = None,
+              transcode: bool = False, skip: bool = False, cross_layer: bool = False,
+              crosscoders: list[tuple[str, str]] | None = None, from_model: bool = False,
+              dict_dtype: DictDtype = TrainParams.default("dict_dtype"),
+              batch_blocks: int = TrainParams.default("batch_blocks"), buffer_tokens: int | None = None,
+              heldout_tokens: int | None = None, checkpoint_every: int | None = None,
+              distribute_modules: bool = False, overwrite: bool = False, config: dict[str, Any] | None = None,
+              corpus: CorpusSpec | None = None, device: str | None = None,
+              progress: bool = True) -> dict[str, dict[str, Any]]:
+        """Writes: SAEs at `hooks` (transcoders with `transcode`, one cross-layer transcoder
+        with `cross_layer`) from this atlas's caches, or with `from_model` from one streamed
+        forward of its model over `corpus` (default the builtin text), creating the atlas if
+        needed, every pair of `crosscoders` trained as a crosscoder in the same forward;
+        resumable after kill -9. Returns the records: SAEs by hook, crosscoders and a CLT by
+        id. The parameters are `api.operations.train.TrainParams`."""
+        params = TrainParams.of(hooks=hooks, arch=arch, d_sae=d_sae, expansion=expansion, k=k, tokens=tokens,
+                                batch_size=batch_size, lr=lr, seed=seed, transcode=transcode, skip=skip,
+                                cross_layer=cross_layer, crosscoders=crosscoders, from_model=from_model,
+                                dict_dtype=dict_dtype, batch_blocks=batch_blocks, buffer_tokens=buffer_tokens,
+                                heldout_tokens=heldout_tokens, checkpoint_every=checkpoint_every,
+                                distribute_modules=distribute_modules, overwrite=overwrite, config=config)
+        return run_train(self.ctx, params, corpus=corpus, device=device, progress=progress)
+
     def cache(self, hooks: list[str] | None = None, *, layers: int = CacheParams.default("layers"),
               tokens: int = CacheParams.default("tokens"), dtype: StoredDtype = CacheParams.default("dtype"),
               batch_blocks: int = CacheParams.default("batch_blocks"),

@@ -30,10 +30,10 @@ from pathlib import Path
 import torch
 
 from sae_atlas.saes.corpus import CorpusSpec
-from sae_atlas.saes.eval.reconstruction import reconstruction_stats
 from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.saes.models import load_model
 from sae_atlas.saes.streaming import stream_activations
+from sae_atlas.saes.train.reconstruction import reconstruction_stats
 from sae_atlas.saes.train.stream_source import plan_stream
 from sae_atlas.store.activations import ActivationReader
 
@@ -66,7 +66,7 @@ def main() -> None:
     if args.cache_tokens:
         run(["cache", "--atlas", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.cache_tokens), "--device",
              "cpu"], log)
-    run(["train", "--atlas", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.tokens), *SHAPE], log)
+    run(["train", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.tokens), *SHAPE], log)
     cached_sae = cached_atlas / "saes" / f"{HOOK}-topk-{D_SAE}"
     streamed_sae = args.streamed_sae
     if streamed_sae is None:

@@ -47,11 +47,11 @@ from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.models import load_model
 from sae_atlas.saes.sae.base import SAEConfig
 from sae_atlas.saes.streaming import stream_activations
-from sae_atlas.saes.train.atlas import hook_seed
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.loop import train_dictionaries
 from sae_atlas.saes.train.sources import CachedSource
 from sae_atlas.saes.train.stream_source import StreamSource
+from sae_atlas.saes.train.train_saes import hook_seed
 from sae_atlas.saes.train.trainer import SAEDictionary
 from sae_atlas.store.activations import ActivationReader
 
@@ -108,14 +108,14 @@ def loop_rate(source, hooks: tuple[str, ...], n_tokens: int, device: str) -> tup
 
 
 def streamed_run(work: Path, hooks: tuple[str, ...], tokens: int, buffer_tokens: int, heldout_tokens: int,
-                 device: str, corpus: str) -> dict[str, float]:
+                 device: str, corpus: str, d_sae: int = D_SAE) -> dict[str, float]:
     """`sae-atlas train --from-model` of the SAEs in a child process: its peak RSS (MiB),
     wall seconds, last reported forward share and the middle hook's held-out FVU."""
     atlas = work / f"stream-{tokens}"
     shutil.rmtree(atlas, ignore_errors=True)
     log = work / f"stream-{tokens}.log"
-    cmd = [sys.executable, "-m", "sae_atlas", "train", "--atlas", str(atlas), "--from-model",
-           *[a for hook in hooks for a in ("--hook", hook)], "--arch", "topk", "--d-sae", str(D_SAE), "--k", str(K),
+    cmd = [sys.executable, "-m", "sae_atlas", "train", str(atlas), "--from-model",
+           *[a for hook in hooks for a in ("--hook", hook)], "--arch", "topk", "--d-sae", str(d_sae), "--k", str(K),
            "--tokens", str(tokens), "--batch-size", str(BATCH), "--seed", "0", "--buffer-tokens", str(buffer_tokens),
            "--heldout-tokens", str(heldout_tokens), "--device", device, "--corpus", corpus]
     started = time.perf_counter()
@@ -125,7 +125,7 @@ def streamed_run(work: Path, hooks: tuple[str, ...], tokens: int, buffer_tokens:
     if status != 0:
         raise SystemExit(f"{' '.join(cmd)} failed; see {log}")
     middle = hooks[len(hooks) // 2]
-    record = json.loads((atlas / "saes" / f"{middle}-topk-{D_SAE}" / "training.json").read_text())
+    record = json.loads((atlas / "saes" / f"{middle}-topk-{d_sae}" / "training.json").read_text())
     final = record["final_metrics"]
     shares = re.findall(r"forward (\d+)%", log.read_text())
     return {"tokens": final["tokens"], "child_seconds": time.perf_counter() - started,
@@ -171,6 +171,7 @@ def main() -> None:
     ap.add_argument("--hook", action="append", help="hooks of the SAEs (repeatable; default the demo's three)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--rss-only", action="store_true", help="only the --rss-tokens children (no in-process rates)")
+    ap.add_argument("--rss-d-sae", type=int, default=D_SAE, help="latents of the --rss-tokens children's SAEs")
     ap.add_argument("--stream-tokens", type=int, default=16384, help="tokens of the in-process streamed run")
     ap.add_argument("--rss-tokens", type=int, action="append",
                     help="tokens of a `train --from-model` child whose peak RSS is recorded (repeatable)")
@@ -187,7 +188,8 @@ def main() -> None:
     result = {} if args.rss_only else rates(args, hooks, context)
     runs = []
     for n in args.rss_tokens or []:
-        run = streamed_run(args.work, hooks, n, args.buffer_tokens, args.heldout_tokens, args.device, args.corpus)
+        run = streamed_run(args.work, hooks, n, args.buffer_tokens, args.heldout_tokens, args.device, args.corpus,
+                           args.rss_d_sae)
         runs.append(run)
         print(f"`train --from-model`, {run['tokens']:,} tokens: peak RSS {run['peak_rss_mib']:,.0f} MiB, "
               f"child {run['child_seconds']:.0f} s, held-out FVU {run['hook']} {run['heldout_fvu']:.4f}", flush=True)

@@ -4,9 +4,10 @@ graph of the same prompts.
 
     PYTHONPATH=. python bench/transcoder_set.py --atlas /tmp/trainbench/tc-atlas \
         [--residual-atlas /tmp/democlone/atlas-demo] [--tokens 61440] [--d-sae 2304] [--k 32] \
-        [--batch-size 1024] [--buffer-tokens 16384] [--ce-blocks 8] [--out result.json]
+        [--batch-size 1024] [--buffer-tokens 16384] [--ce-blocks 8] [--out result.json] \
+        [--device cuda] [--prompts 3]
 
-1. Training (`saes.train.from_model.train_from_model`, what `sae-atlas train --from-model
+1. Training (`saes.train_from_model.train_from_model`, what `sae-atlas train --from-model
    --transcode --skip` runs): one transcoder per layer reading `blocks.L.ln2.hook_normalized`
    and predicting `blocks.L.hook_mlp_out`, all 30 stepped on each batch of one forward; the
    `--atlas` is the atlas they are trained into (a finished set with the same configuration
@@ -20,7 +21,9 @@ graph of the same prompts.
    target's demeaned logit change when the graph's 5 most influential feature nodes are
    ablated vs 5 density-matched random active feature nodes (seeded). `Atlas.graph` itself
    is called last on the first prompt and its dictionaries and scores printed.
-Target: pruned replacement >= 0.6 on the bench prompt.
+Target: pruned replacement >= 0.6 on the bench prompt. `--device cuda` runs the model, the
+training and the graphs on the GPU; `--prompts N` keeps the first N prompts (0: no graphs, a
+dry run's size).
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ from safetensors.torch import load_file
 
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.services.graph import graph_saes
-from sae_atlas.saes.circuits.build import build_graph
+from sae_atlas.saes.circuits.adjacency import build_graph
 from sae_atlas.saes.circuits.graph import Graph
-from sae_atlas.saes.circuits.interventions import (
+from sae_atlas.saes.circuits.node_interventions import (
     NodeEdit,
     density_matched,
     influence_ranked,
@@ -47,13 +50,14 @@ from sae_atlas.saes.circuits.interventions import (
 )
 from sae_atlas.saes.circuits.prune import prune, scores
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
+from sae_atlas.saes.devices import use_by_default
 from sae_atlas.saes.eval.transcoder import replacement_metrics
 from sae_atlas.saes.models import ModelHandle, load_model
 from sae_atlas.saes.streaming import special_ids
-from sae_atlas.saes.train.atlas import HELDOUT_EVAL_TOKENS
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.from_model import StreamOptions, train_from_model
 from sae_atlas.saes.train.stream_source import plan_stream
+from sae_atlas.saes.train.train_saes import HELDOUT_EVAL_TOKENS
+from sae_atlas.saes.train_from_model import StreamOptions, train_from_model
 from sae_atlas.store.activations import excluded_positions
 
 PROMPTS = (
@@ -69,7 +73,8 @@ def train(handle: ModelHandle, args: argparse.Namespace) -> dict[str, dict[str, 
     started = time.perf_counter()
     records = train_from_model(handle, args.atlas, hooks, architecture="topk", d_sae=args.d_sae, k=args.k,
                                sae_options={"skip": True}, transcode=True,
-                               train_cfg=TrainConfig(total_tokens=args.tokens, batch_size=args.batch_size),
+                               train_cfg=TrainConfig(total_tokens=args.tokens, batch_size=args.batch_size,
+                                                     device=args.device),
                                stream=StreamOptions(buffer_tokens=args.buffer_tokens))
     print(f"trained or reused {len(records)} transcoders in {time.perf_counter() - started:.0f} s", flush=True)
     return records
@@ -87,7 +92,7 @@ def heldout_token_batches(handle: ModelHandle, args: argparse.Namespace, skip: i
             continue
         excluded = excluded_positions(batch.token_ids, torch.arange(T).expand(n, T), prepend_bos=True,
                                       special_ids=special)
-        yield batch.token_ids, excluded
+        yield batch.token_ids.to(handle.device), excluded.to(handle.device)
 
 
 def density_of(atlas: Atlas, sae_id: str) -> torch.Tensor:
@@ -137,8 +142,11 @@ def main() -> None:
     ap.add_argument("--ce-blocks", type=int, default=8)
     ap.add_argument("--graph-batch", type=int, default=128)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the model, training, CE and graphs)")
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help="graphs of the first N prompts (0: none)")
     args = ap.parse_args()
-    handle = load_model("smollm2-135m", device="cpu")
+    device = str(use_by_default(args.device, None))  # what the atlas's dictionaries load on too
+    handle = load_model("smollm2-135m", device=device)
     records = train(handle, args)
     result: dict[str, Any] = {"tokens": args.tokens, "d_sae": args.d_sae, "k": args.k, "per_layer": {}}
     for hook, r in sorted(records.items(), key=lambda kv: handle.hook_layer(kv[0])):
@@ -166,7 +174,9 @@ def main() -> None:
 
     residual = Atlas(args.residual_atlas)
     result["graphs"] = []
-    for prompt, target in PROMPTS:
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    for prompt, target in PROMPTS[:args.prompts]:
         for name, where in (("transcoders", atlas), ("residual SAEs", residual)):
             row = {"prompt": prompt, "target": target, "over": name,
                    **graph_row(where, handle, prompt, target, args.graph_batch)}
@@ -177,13 +187,19 @@ def main() -> None:
                   f"{row['pruned_completeness']:.3f}; ablating the top 5 nodes moves the target logit "
                   f"{row['top5_change']:+.3f}, 5 density-matched random active features {row['random5_change']:+.3f} "
                   f"(clean {row['clean_logit']:.3f})", flush=True)
+    if args.prompts:
+        _atlas_graph(atlas, args, result)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+def _atlas_graph(atlas: Atlas, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """`Atlas.graph` itself on the first prompt: the dictionaries it chose and its scores."""
     view = atlas.graph(PROMPTS[0][0], targets=PROMPTS[0][1])
     print(f"Atlas.graph on {args.atlas}: {len(view.dictionaries)} dictionaries ({view.dictionaries[0]} ...), "
           f"replacement {view.scores['replacement']:.3f} (pruned {view.pruned_scores['replacement']:.3f})", flush=True)
     result["atlas_graph"] = {"dictionaries": view.dictionaries, "scores": view.scores,
                              "pruned_scores": view.pruned_scores}
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

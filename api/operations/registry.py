@@ -52,6 +52,7 @@ from sae_atlas.api.operations.search import (
     VectorSearchParams,
 )
 from sae_atlas.api.operations.steering import SteerBenchParams, SteeringSearchParams
+from sae_atlas.api.operations.train import TrainParams
 
 ROTATE = {"kind": "rotate", "circle": "none"}
 """An edit that names no SAE (for the examples of steer, which needs one)."""
@@ -117,6 +118,9 @@ OPERATIONS: tuple[Surfaces, ...] = (
              python_only=("corpus", "device", "progress"),
              cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"), cli_atlas="--atlas",
              example={"hook_a": "x", "hook_b": "y"}, cli_example=("--hook-a", "x", "--hook-b", "y")),
+    Surfaces(TrainParams, "train", ("train",), None, python_only=("corpus", "device", "progress"),
+             cli_only=("model", "corpus", "text_field", "context", "no_bos", "corpus_seed", "json_out", "device",
+                       "model_dtype")),
     Surfaces(CacheParams, "cache", ("cache",), None, python_only=("corpus", "device", "progress"),
              cli_only=("model", "corpus", "text_field", "context", "no_bos", "seed", "json_out", "device",
                        "model_dtype")),

@@ -1,4 +1,8 @@
-"""Training a crosscoder on two models (or two hooks of one model) streamed at the same
+"""The service layer of `crosscoder`; its other layers: `sae_atlas.api.operations.crosscoder`
+(parameter), `sae_atlas.api.results.crosscoder` (typed-result),
+`sae_atlas.saes.compare.crosscoder` (engine).
+
+Training a crosscoder on two models (or two hooks of one model) streamed at the same
 tokens, stored in atlas A: the weights in `crosscoders/<id>/` (SAELens layout + its
 `crosscoder.json`, resumable after a kill) and each latent's relative decoder norm as the
 analysis run `analyses/crosscoder/<id>`; Latent Scaling of its latents
@@ -19,9 +23,11 @@ from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.crosscoder import CrosscoderParams, LatentScalingParams
 from sae_atlas.api.results.analysis import CrosscoderRun
 from sae_atlas.api.services.analyses import analysis_as, analysis_run
-from sae_atlas.geometry.results import write_analysis
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.crosscoder import (
     SideScales,
+    crosscoder_dir,
+    default_crosscoder_id,
     paired_batches,
     read_crosscoder_sides,
     relative_norms,
@@ -34,17 +40,12 @@ from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.saes.models import normalize_spec
 from sae_atlas.saes.sae.base import SAE
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.store.errors import InvalidInputError
-from sae_atlas.store.layout import AtlasLayout, check_id
+from sae_atlas.store.analysis_runs import write_analysis
+from sae_atlas.store.layout import check_id
 
 KIND = "crosscoder"
 SCALING_COLUMNS = ("beta_error_a", "beta_error_b", "beta_recon_a", "beta_recon_b", "nu_error", "nu_recon",
                    "scaling_active_tokens")
-
-
-def crosscoder_dir(root: str | Path, cc_id: str) -> Path:
-    """Where crosscoder `cc_id` of the atlas lives: `crosscoders/<id>/`."""
-    return AtlasLayout(root).root / "crosscoders" / check_id(cc_id, "crosscoder id")
 
 
 def _model_b_spec(model_b: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
@@ -121,7 +122,7 @@ def run_train_crosscoder(ctx: AtlasContext, params: CrosscoderParams, *, corpus:
     if scaling_tokens:
         _check_scalable(a, b)
     corpus = corpus or CorpusSpec()
-    cc_id = check_id(cc_id or f"{hook_a}--{hook_b}-{d_sae}", "crosscoder id")
+    cc_id = check_id(cc_id, "crosscoder id") if cc_id else default_crosscoder_id(hook_a, hook_b, d_sae)
 
     def one_pass(epoch: int) -> Iterator[torch.Tensor]:
         return paired_batches(_rows(a, b, corpus, pass_tokens or n_tokens, batch_blocks), batch_size,
@@ -136,20 +137,27 @@ def run_train_crosscoder(ctx: AtlasContext, params: CrosscoderParams, *, corpus:
     with ctx.model_lock:
         result, scales = train_crosscoder(paired, a.handle.d_model, b.handle.d_model, d_sae=d_sae, k=k,
                                           train_cfg=cfg, out_dir=crosscoder_dir(root, cc_id), sides=sides)
-    norms = relative_norms(result.sae, a.handle.d_model)
-    table = pl.DataFrame({"latent": np.arange(d_sae, dtype=np.int32), "norm_a": norms.norm_a, "norm_b": norms.norm_b,
-                          "relative_norm": norms.relative, "latent_class": norms.latent_class})
-    counts = {c: int((norms.latent_class == c).sum()) for c in ("a_only", "shared", "b_only")}
-    summary = {**counts, "scale_a": scales.scale_a, "scale_b": scales.scale_b,
-               **{k_: v for k_, v in result.final_metrics.items() if isinstance(v, float | int)}}
     params = {**sides, "d_sae": d_sae, "k": k, "n_tokens": n_tokens, "pass_tokens": pass_tokens or n_tokens,
               "batch_size": batch_size, "corpus": corpus.__dict__, "seed": seed, "folder": f"crosscoders/{cc_id}"}
+    table, summary = relative_norm_table(result.sae, scales, result.final_metrics)
     if scaling_tokens:
         scaled, params["latent_scaling"], scaling_summary = _scaling(ctx, result.sae, scales, a, b, corpus,
                                                                      scaling_tokens, batch_blocks, table)
         table, summary = _with_scaling(table, scaled), {**summary, **scaling_summary}
     write_analysis(root, KIND, cc_id, parameters=params, summary=summary, tables={"main": table})
     return analysis_as(CrosscoderRun, Path(root), KIND, cc_id)
+
+
+def relative_norm_table(sae: SAE, scales: SideScales, final_metrics: dict[str, Any]
+                        ) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """A trained crosscoder's analysis table (each latent's side norms, relative norm and
+    class) and summary (the classes' counts, the side scales, the final training metrics)."""
+    norms = relative_norms(sae, scales.d_a)
+    table = pl.DataFrame({"latent": np.arange(sae.cfg.d_sae, dtype=np.int32), "norm_a": norms.norm_a,
+                          "norm_b": norms.norm_b, "relative_norm": norms.relative, "latent_class": norms.latent_class})
+    counts = {c: int((norms.latent_class == c).sum()) for c in ("a_only", "shared", "b_only")}
+    return table, {**counts, "scale_a": scales.scale_a, "scale_b": scales.scale_b,
+                   **{k_: v for k_, v in final_metrics.items() if isinstance(v, float | int)}}
 
 
 def run_latent_scaling(ctx: AtlasContext, params: LatentScalingParams, *, corpus: CorpusSpec | None = None,

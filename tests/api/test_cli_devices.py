@@ -28,7 +28,7 @@ MISSING_GPU = "cuda:99" if torch.cuda.is_available() else "cuda"
 # the arguments that take each verb up to its device check, given an atlas with a cache and an SAE
 VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("cache",): lambda root: [str(root / "new"), "--model", '{"kind": "tiny"}', "--tokens", "256"],
-    ("train",): lambda root: ["--atlas", str(root), "--tokens", "128", "--batch-size", "64"],
+    ("train",): lambda root: [str(root), "--tokens", "128", "--batch-size", "64"],
     ("eval",): lambda root: [str(root)],
     ("summarize",): lambda root: [str(root)],
     ("demo",): lambda root: [str(root / "demo")],
@@ -93,7 +93,7 @@ def test_train_resolves_auto(atlas: Path, tmp_path: Path) -> None:
     """`--device auto` (a name torch does not know) trains on the device it resolves to."""
     root = tmp_path / "atlas"
     write_planted_atlas(root, [HOOK], d_in=16, n_atoms=32, n_blocks=20, context=32)
-    result = CliRunner().invoke(app, ["train", "--atlas", str(root), "--tokens", "128", "--batch-size", "64",
+    result = CliRunner().invoke(app, ["train", str(root), "--tokens", "128", "--batch-size", "64",
                                       "--d-sae", "32", "--k", "4", "--json", "--device", "auto"])
     assert result.exit_code == 0, result.output
     record = json.loads((AtlasLayout(root).sae_dir(f"{HOOK}-topk-32") / "training.json").read_text())

@@ -12,16 +12,19 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from sae_atlas import Atlas
 from sae_atlas.api.cli import app
+from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes import train_from_model as from_model
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.models import load_model
-from sae_atlas.saes.train import from_model, stream_source
-from sae_atlas.saes.train.atlas import run_dir
+from sae_atlas.saes.train import stream_source
 from sae_atlas.saes.train.checkpoint import load_latest_checkpoint, save_checkpoint
 from sae_atlas.saes.train.config import TrainConfig
-from sae_atlas.saes.train.from_model import StreamOptions, train_from_model
+from sae_atlas.saes.train.train_saes import run_dir
+from sae_atlas.saes.train_from_model import StreamOptions, train_from_model
 from sae_atlas.store.layout import AtlasLayout
 
 MODEL = json.dumps({"kind": "tiny", "n_layers": 2, "d_model": 16, "n_heads": 2, "d_mlp": 32})
@@ -31,7 +34,7 @@ SIZES = ["--d-sae", "32", "--k", "4", "--tokens", "320", "--batch-size", "32", "
 
 
 def _train(root: Path, *args: str) -> object:
-    return CliRunner().invoke(app, ["train", "--atlas", str(root), "--from-model", "--model", MODEL, *SIZES,
+    return CliRunner().invoke(app, ["train", str(root), "--from-model", "--model", MODEL, *SIZES,
                                     "--json", *args])
 
 
@@ -54,7 +57,7 @@ def test_streamed_saes_are_saved_and_registered_like_cached_ones(tmp_path: Path)
     cached = tmp_path / "cached"  # the same SAE trained from a cache of the same tokens
     assert CliRunner().invoke(app, ["cache", str(cached), "--model", MODEL, "--hook", HOOKS[0],
                                     "--tokens", "640", "--context", "16", "--json"]).exit_code == 0
-    done = CliRunner().invoke(app, ["train", "--atlas", str(cached), "--hook", HOOKS[0], *SIZES[:-4], "--json"])
+    done = CliRunner().invoke(app, ["train", str(cached), "--hook", HOOKS[0], *SIZES[:-4], "--json"])
     assert done.exit_code == 0, done.output
     reference = json.loads(done.output)[HOOKS[0]]
     meta = AtlasLayout(root).read_meta()
@@ -100,7 +103,7 @@ def test_a_corpus_shorter_than_the_tokens(tmp_path: Path, monkeypatch: pytest.Mo
 def test_more_ranks_than_dictionaries_for_module_sharding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # rank 0 of two, as torchrun would start it; the refusal comes before any collective
     monkeypatch.setattr(from_model, "init_distributed", lambda: DistContext(0, 2, 0))
-    monkeypatch.setattr("sae_atlas.saes.train.atlas.barrier", lambda ctx: None)
+    monkeypatch.setattr("sae_atlas.saes.train.train_saes.barrier", lambda ctx: None)
     result = _train(tmp_path / "a", *_hooks(HOOKS[:1]), "--distribute-modules")
     _refused(result, tmp_path / "a", "--distribute-modules over 2 ranks needs at least 2 dictionaries")
 
@@ -123,7 +126,7 @@ def test_a_cached_runs_checkpoint_is_not_mixed_with_the_stream(tmp_path: Path) -
 
 def test_an_unknown_dict_dtype(tmp_path: Path) -> None:
     _refused(_train(tmp_path / "a", *_hooks(HOOKS), "--dict-dtype", "float8"), tmp_path / "a",
-             "dict dtype must be one of float32, bfloat16, float16")
+             "dict_dtype", "'float32', 'bfloat16' or 'float16'")
 
 
 def test_bfloat16_dictionaries_train(tmp_path: Path) -> None:
@@ -143,10 +146,48 @@ def test_a_streamed_cross_layer_transcoder_is_saved_and_registered_like_a_cached
     outs = [f"blocks.{layer}.hook_mlp_out" for layer in range(2)]
     assert CliRunner().invoke(app, ["cache", str(cached), "--model", MODEL, *_hooks(ins + outs),
                                     "--tokens", "640", "--context", "16", "--json"]).exit_code == 0
-    done = CliRunner().invoke(app, ["train", "--atlas", str(cached), *clt, *SIZES[:-4], "--json"])
+    done = CliRunner().invoke(app, ["train", str(cached), *clt, *SIZES[:-4], "--json"])
     assert done.exit_code == 0, done.output
     reference = json.loads(done.output)
     assert set(record) == set(reference) and record["clt_id"] == reference["clt_id"]
     assert record["fvu"] < 1 and AtlasLayout(root).read_meta()["clts"][record["clt_id"]]["fvu"] == record["fvu"]
     folders = [layout.clt_dir(record["clt_id"]) for layout in (AtlasLayout(root), AtlasLayout(cached))]
     assert sorted(p.name for p in folders[0].iterdir()) == sorted(p.name for p in folders[1].iterdir())
+
+
+def test_a_crosscoder_of_two_layers_trains_in_the_same_forward_and_is_stored_like_train_crosscoders(
+        tmp_path: Path) -> None:
+    root = tmp_path / "a"
+    result = _train(root, *_hooks(HOOKS[:1]), "--crosscoder", f"{HOOKS[0]},{HOOKS[1]}")
+    assert result.exit_code == 0, (result.output, result.exception)
+    records = json.loads(result.output)
+    cc_id = f"{HOOKS[0]}--{HOOKS[1]}-32"
+    assert set(records) == {HOOKS[0], cc_id} and records[cc_id]["kind"] == "crosscoder"
+    atlas = Atlas(root)
+    (row,) = atlas.crosscoders()  # read as the explorer reads a train-crosscoder run
+    assert (row["crosscoder"], row["hook_a"], row["hook_b"], row["d_sae"]) == (cc_id, HOOKS[0], HOOKS[1], 32)
+    run = atlas.analysis("crosscoder", cc_id)
+    assert run.n_rows == 32 and {"relative_norm", "latent_class"} <= set(run.columns or [])
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["--crosscoder", f"{HOOKS[0]},{HOOKS[1]}"], ("--crosscoder trains from the model's stream", "--from-model")),
+    (["--from-model", "--crosscoder", HOOKS[0]], ("--crosscoder takes two hooks", "HOOK_A,HOOK_B")),
+    (["--from-model", "--crosscoder", f"{HOOKS[0]},{HOOKS[0]}"], ("a crosscoder pairs two hooks",)),
+])
+def test_a_bad_crosscoder_request_is_refused(tmp_path: Path, args: list[str], needles: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "a"), "--model", MODEL, *SIZES, *args])
+    _refused(result, tmp_path / "a", *needles)
+
+
+def test_atlas_train_runs_the_facades_model_and_never_loads_another(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = load_model(json.loads(MODEL))
+    monkeypatch.setattr("sae_atlas.saes.models.load_model", lambda *a, **k: pytest.fail("a second model loaded"))
+    monkeypatch.setattr("sae_atlas.api.context.load_model", lambda *a, **k: pytest.fail("a second model loaded"))
+    atlas = Atlas.create(tmp_path / "a", model=handle)
+    records = atlas.train(HOOKS[:1], d_sae=32, k=4, tokens=320, batch_size=32, from_model=True, batch_blocks=2,
+                          buffer_tokens=128, corpus=CorpusSpec(context_size=16), progress=False)
+    assert records[HOOKS[0]]["sae_id"] in atlas.sae_ids and atlas.meta["saes"]
+    with pytest.raises(InvalidInputError, match="tokens"):
+        atlas.train(HOOKS[:1], tokens=0, from_model=True)

@@ -118,13 +118,13 @@ def test_cli_and_bad_hooks(atlas):
 
     from sae_atlas.api.cli import app
 
-    args = ["train", "--atlas", str(atlas), "--hook", INS[0], "--hook", INS[1], "--transcode", "--cross-layer",
+    args = ["train", str(atlas), "--hook", INS[0], "--hook", INS[1], "--transcode", "--cross-layer",
             "--arch", "topk", "--d-sae", "32", "--k", "4", "--tokens", "2560", "--batch-size", "256", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)
     assert record["clt_id"] == "clt-ln2.hook_normalized-topk-32" and record["hooks_in"] == INS
-    refused = CliRunner().invoke(app, ["train", "--atlas", str(atlas), "--hook", INS[0], "--cross-layer"])
+    refused = CliRunner().invoke(app, ["train", str(atlas), "--hook", INS[0], "--cross-layer"])
     assert refused.exit_code != 0 and "add --transcode" in refused.output
     skip = CliRunner().invoke(app, [*args[:-1], "--skip"])
     assert skip.exit_code != 0 and "do not apply to a cross-layer transcoder" in skip.output

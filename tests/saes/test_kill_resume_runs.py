@@ -86,7 +86,7 @@ def test_a_two_rank_training_run_killed_resumes_to_the_files_of_an_uninterrupted
     base, work = tmp_path / "base", tmp_path / "work"
     write_planted_atlas(base, [HOOK], d_in=16, n_atoms=48, n_blocks=40, context=32)
     (tmp_path / "train.toml").write_text("progress = false\nlog_every_steps = 1\n")
-    train = ["train", "--atlas", str(work), "--hook", HOOK, "--arch", "topk", "--d-sae", "64", "--k", "4",
+    train = ["train", str(work), "--hook", HOOK, "--arch", "topk", "--d-sae", "64", "--k", "4",
              "--tokens", str(64 * 12), "--batch-size", "64", "--config", str(tmp_path / "train.toml"), "--json"]
     timed = {TRAIN_RECORD: ("final_metrics.wall_seconds",)}
     fresh_copy(base, work)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes.sae.architectures import ARCHITECTURES, build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import ARCHITECTURES, build_sae
 from sae_atlas.saes.train.config import (
     LONG_RUN_STEPS,
     MAX_SHORT_RUN_MULTIPLIER,
@@ -198,7 +198,7 @@ def test_cli_trains_every_cached_hook_and_records_the_saes(tmp_path: Path) -> No
     register(app)
     app.command("noop")(lambda: None)  # keep `train` a subcommand
     runner = CliRunner()
-    args = ["train", "--atlas", str(tmp_path), "--config", str(config), "--d-sae", "64",
+    args = ["train", str(tmp_path), "--config", str(config), "--d-sae", "64",
             "--tokens", "640", "--json"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
@@ -215,15 +215,15 @@ def test_cli_trains_every_cached_hook_and_records_the_saes(tmp_path: Path) -> No
     assert again.exit_code == 0 and json.loads(again.output) == results
 
     config.write_text("learning_rate = 1\n")
-    bad = runner.invoke(app, ["train", "--atlas", str(tmp_path), "--config", str(config)])
+    bad = runner.invoke(app, ["train", str(tmp_path), "--config", str(config)])
     assert bad.exit_code == 2 and "unknown key 'learning_rate'" in bad.output
-    bad = runner.invoke(app, ["train", "--atlas", str(tmp_path), "--hook", "blocks.9.hook_resid_post"])
+    bad = runner.invoke(app, ["train", str(tmp_path), "--hook", "blocks.9.hook_resid_post"])
     assert bad.exit_code == 2 and "not cached" in bad.output
 
 
 def test_existing_sae_with_other_config_is_not_silently_replaced(tmp_path: Path) -> None:
     pytest.importorskip("sae_atlas.saes.formats.saelens")
-    from sae_atlas.saes.train.atlas import train_saes
+    from sae_atlas.saes.train.train_saes import train_saes
 
     hook = "blocks.0.hook_resid_post"
     write_planted_atlas(tmp_path, [hook], n_blocks=20)

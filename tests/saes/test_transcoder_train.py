@@ -15,11 +15,11 @@ from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.formats import load_saelens
 from sae_atlas.saes.models import tiny_model
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.train.atlas import train_saes
 from sae_atlas.saes.train.config import TrainConfig
+from sae_atlas.saes.train.paired_rows import PairedReader
+from sae_atlas.saes.train.train_saes import train_saes
 from sae_atlas.saes.train.trainer import train_sae
 from sae_atlas.saes.transcoders.clt_atlas import train_atlas_clt
-from sae_atlas.saes.transcoders.pairs import PairedReader
 from sae_atlas.saes.transcoders.sites import mlp_output_hook
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.planted import one_thread  # noqa: F401
@@ -107,13 +107,13 @@ def test_cli_train_transcode(atlas):
 
     from sae_atlas.api.cli import app
 
-    args = ["train", "--atlas", str(atlas), "--hook", INS[1], "--transcode", "--skip", "--arch", "topk",
+    args = ["train", str(atlas), "--hook", INS[1], "--transcode", "--skip", "--arch", "topk",
             "--d-sae", "32", "--k", "8", "--tokens", "2560", "--batch-size", "256", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)[INS[1]]
     assert (record["hook"], record["hook_out"], record["skip"]) == (INS[1], OUTS[1], True)
-    refused = CliRunner().invoke(app, ["train", "--atlas", str(atlas), "--transcode"])
+    refused = CliRunner().invoke(app, ["train", str(atlas), "--transcode"])
     assert refused.exit_code != 0 and "--transcode needs the MLP inputs" in refused.output
 
 
@@ -139,7 +139,7 @@ def test_cli_train_transcode_refuses_a_hook_after_the_mlp_before_training(atlas)
     from sae_atlas.api.cli import app
 
     before = sorted(p.name for p in (atlas / "saes").iterdir()) if (atlas / "saes").is_dir() else []
-    result = CliRunner().invoke(app, ["train", "--atlas", str(atlas), "--hook", "blocks.0.hook_resid_post",
+    result = CliRunner().invoke(app, ["train", str(atlas), "--hook", "blocks.0.hook_resid_post",
                                       "--transcode", "--arch", "topk", "--d-sae", "64", "--k", "4", "--tokens", "8192"])
     assert result.exit_code != 0
     assert "'blocks.0.hook_resid_post' lies after the MLP of block 0" in result.output
