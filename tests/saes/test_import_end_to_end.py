@@ -119,3 +119,7 @@ def test_cli_import_and_its_errors(imported: dict[str, Any], tmp_path: Path) -> 
     assert refused.exit_code == 2 and "threshold" in refused.output
     unknown = runner.invoke(app, ["import", root, "no-such-release/x"])
     assert unknown.exit_code == 2 and "unknown release" in unknown.output
+    old = runner.invoke(app, ["import", "no-such-release/x", "--atlas", root])  # the old spelling: still SOURCE
+    assert old.exit_code == 2 and "unknown release" in old.output and "--atlas is deprecated" in old.output
+    missing = runner.invoke(app, ["import", str(tmp_path / "no-atlas"), "no-such-release/x"])
+    assert missing.exit_code == 2 and "not an atlas" in missing.output
