@@ -54,3 +54,23 @@ def test_summaries_indexes_and_labels_run_over_one_context(small_atlas: dict[str
     assert {info.get("sae_id") for info in atlas.index(rebuild=True)} == {a, b, None}
     assert set(atlas.build_labels([a])) == {a}
     assert len(loads) == 1  # one model for the logit effects, the stream and nothing else
+
+
+@pytest.mark.parametrize(("verb", "bad"), [("cache", ["--layers", "0"]), ("summarize", ["--top-k", "0"]),
+                                           ("index", ["--approx-threshold", "0"]), ("demo", ["--tokens", "10"]),
+                                           ("register", ["--sae", "no-such-sae"])])
+def test_the_old_atlas_option_still_names_the_atlas(verb: str, bad: list[str], small_atlas: dict[str, Any]) -> None:
+    """`--atlas A` (hidden, deprecated) reaches the same atlas as the first argument: each call
+    is refused by that atlas's operation, so nothing is written."""
+    from typer.testing import CliRunner
+
+    from sae_atlas.api.cli import app
+
+    root = str(small_atlas["root"])
+    old = CliRunner().invoke(app, [verb, "--atlas", root, *bad])
+    new = CliRunner().invoke(app, [verb, root, *bad])
+    assert old.exit_code == new.exit_code == 2, (old.output, new.output)
+    assert "--atlas is deprecated" in old.output and "--atlas is deprecated" not in new.output
+    assert old.output.splitlines()[-1] == new.output.splitlines()[-1]  # the same refusal
+    both = CliRunner().invoke(app, [verb, root, "--atlas", root + "-other", *bad])
+    assert both.exit_code == 2 and "two atlases given" in both.output
