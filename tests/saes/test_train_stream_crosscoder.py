@@ -87,3 +87,15 @@ def test_a_bad_pair_is_refused_before_training(handle: ModelHandle, tmp_path: Pa
     with pytest.raises(AtlasError, match=needle):
         train_from_model(handle, tmp_path, [], d_sae=24, k=4, train_cfg=TRAIN, stream=STREAM, crosscoders=[pair])
     assert not (tmp_path / "crosscoders").exists()
+
+
+def test_progress_shows_the_rate_the_forwards_share_and_each_dictionarys_metrics(
+        handle: ModelHandle, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train = TrainConfig(total_tokens=32 * 10, batch_size=32, seed=0, progress=True, log_every_steps=5)
+    train_from_model(handle, tmp_path, [A], d_sae=24, k=4, train_cfg=train, stream=STREAM, crosscoders=[(A, B)])
+    out = capsys.readouterr()
+    shown = out.out + out.err
+    assert "tok/s" in shown and "forward " in shown
+    for name in (f"{A}-topk-24", f"{A}--{B}-24"):  # every dictionary at each log step
+        lines = [line for line in shown.splitlines() if f" {name}: " in line]
+        assert len(lines) == 2 and all("FVU" in x and "L0" in x and "dead" in x for x in lines), shown[-2000:]
