@@ -61,7 +61,7 @@ def _check_model_matches(layout: AtlasLayout, spec: Any) -> None:
         if cached is not None and cached != spec:
             raise InvalidInputError(
                 f"{layout.atlas_json} belongs to model {cached!r}, not {spec!r}; "
-                "use another --atlas directory"
+                "use another atlas directory"
             )
 
 
@@ -170,7 +170,7 @@ def cache_activations(
         if done - {target_blocks}:
             raise InvalidInputError(
                 f"hooks are already cached with {sorted(done)} blocks, not {target_blocks}; "
-                "use another --atlas directory to cache a different amount"
+                "use another atlas directory to cache a different amount"
             )
         pending = {hook: writer for hook, writer in writers.items() if not writer.complete}
         if not pending:
