@@ -253,7 +253,7 @@ function steerBox(sae, index, maxAct) {
   const run = async () => {
     out.replaceChildren(el("span", { class: "muted" }, "generating..."));
     try {
-      const r = await api("/steer", { text: prompt.value, max_new_tokens: Number(tokens.value),
+      const r = await api("/steer", { text: prompt.value, saes: [sae], max_new_tokens: Number(tokens.value),
         edits: [{ kind: "steer", sae, feature: index, alpha: Number(alpha.value) }] });
       out.replaceChildren(
         table(["", "continuation"], [{ "": "baseline", continuation: r.baseline_text }, { "": "edited", continuation: r.edited_text }]),
@@ -292,7 +292,7 @@ async function attributeView() {
     sessionStorage.setItem("sae-atlas-attr-target", target.value);
     out.replaceChildren(el("span", { class: "muted" }, "attributing..."));
     try {
-      const r = await api("/attribute", { text: text.value, target: target.value, sae_ids: select.value ? [select.value] : null });
+      const r = await api("/attribute", { text: text.value, target: target.value, saes: select.value ? [select.value] : null });
       out.replaceChildren(
         el("p", {}, `logit of "${target.value}" = ${fmt(r.total)} · `, el("b", { id: "attr-complete" },
           r.complete ? "complete" : "incomplete"), ` (parts sum to the total within ${r.tolerance.atol} + ${r.tolerance.rtol}·|total|)`),

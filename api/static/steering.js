@@ -162,7 +162,7 @@ async function steeringView() {
     try {
       const parsed = JSON.parse(edit.value);
       const edits = Array.isArray(parsed) ? parsed : [parsed];
-      await streamSteer({ text: prompt.value, edits, max_new_tokens: Number(tokens.value) }, (name, data) => {
+      await streamSteer({ text: prompt.value, edits, saes: [...new Set(edits.map((e) => e.sae).filter(Boolean))], max_new_tokens: Number(tokens.value) }, (name, data) => {
         if (name === "token") {
           if (data.baseline) sides.baseline.append(data.baseline.text);
           if (data.edited) sides.edited.append(data.edited.text);

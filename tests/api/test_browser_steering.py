@@ -45,7 +45,7 @@ def test_steer_toward_a_token(browser: Any, steering_server: LiveServer,  # noqa
     def _fmt(x: float | None) -> str:  # a number as the page writes it (app.js's fmt)
         return str(page.evaluate("(x) => fmt(x)", x))
 
-    found = httpx.get(url + "/steering/search", params={"token": "cat", "sae_id": sae, "mode": "add"}, timeout=60).json()
+    found = httpx.get(url + "/steering/search", params={"token": "cat", "saes": sae, "mode": "add"}, timeout=60).json()
     ranked, combination = found["features"], found["combination"]
     rows = page.locator("#steering-results > table tr")
     assert rows.count() == 1 + len(ranked) and len(ranked) == 10

@@ -162,9 +162,13 @@ def live(atlas_dir: dict[str, Any]):
 def test_http_run_steer_attribute(live, atlas, atlas_dir):
     sid = atlas_dir["sae_ids"][1]
     f = _firing(atlas, sid)
-    r = httpx.post(live.url + "/run", json={"text": TEXT, "sae_ids": [sid]}, timeout=60)
+    r = httpx.post(live.url + "/run", json={"text": TEXT, "saes": [sid]}, timeout=60)
     assert r.status_code == 200, r.text
-    assert r.json()["kl"] == pytest.approx(0.0, abs=1e-9)
+    assert r.json()["kl"] == pytest.approx(0.0, abs=1e-9) and set(r.json()["features"]) == {sid}
+    every = httpx.post(live.url + "/run", json={"text": TEXT}, timeout=60).json()  # saes' default: every SAE
+    assert set(every["features"]) == set(atlas_dir["sae_ids"])
+    old = httpx.post(live.url + "/run", json={"text": TEXT, "sae_ids": [sid]}, timeout=60)  # the old name, still taken
+    assert old.status_code == 200 and set(old.json()["features"]) == {sid}
     r = httpx.post(live.url + "/steer", json={"text": TEXT, "max_new_tokens": 3,
                                               "edits": [{"kind": "steer", "sae": sid, "feature": f, "alpha": 30}]},
                    timeout=60)

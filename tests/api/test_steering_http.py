@@ -206,16 +206,23 @@ def test_search_answers_what_the_facade_ranks_and_its_edit_streams(steering_live
     sae = steering_atlas["sae_ids"][1]
     expected = Atlas(steering_atlas["root"]).steering_features("cat", saes=[sae], **SEARCH).to_dict()
     got = httpx.post(steering_live.url + "/steering/search", timeout=60,
-                     json={"target": {"kind": "tokens", "tokens": ["cat"]}, "sae_ids": [sae], **SEARCH})
+                     json={"target": {"kind": "tokens", "tokens": ["cat"]}, "saes": [sae], **SEARCH})
     assert got.status_code == 200, got.text
     assert got.json() == expected
     assert [f["rank"] for f in expected["features"]] == [1, 2, 3] and expected["tokens"] == ["cat"]
     keys = [(f["confirmed"]["share_specific"], f["confirmed"]["score"]) for f in expected["features"]]
     assert keys == sorted(keys, reverse=True)  # ranked on the held-out confirmation prompts
     by_get = httpx.get(steering_live.url + "/steering/search", timeout=60,
-                       params={"token": "cat", "sae_id": sae, "k": 3})  # the default search: more prompts
+                       params={"token": "cat", "sae_id": sae, "k": 3})  # the default search (the old `sae_id`)
     assert by_get.status_code == 200, by_get.text
     assert by_get.json()["n_prompts"] == 16 and len(by_get.json()["features"]) == 3
+    options = {**SEARCH, "styles": ["neutral", "question"], "combine": 0, "ratio": 2.0}  # every option as in Python
+    narrow = Atlas(steering_atlas["root"]).steering_features("cat", saes=[sae], **options).to_dict()
+    by_query = httpx.get(steering_live.url + "/steering/search", timeout=60,
+                         params={"token": "cat", "saes": [sae], **options})
+    assert by_query.status_code == 200, by_query.text
+    assert by_query.json() == narrow and narrow["combination"] is None
+    assert set(narrow["prompt_counts"]["confirm"]) == {"neutral", "question"}
     best = expected["features"][0]["edit"]  # the explorer's click: the ranked edit, generated and streamed
     body = {"text": TEXT, "edits": [best], "max_new_tokens": 4}
     with httpx.stream("POST", steering_live.url + "/steer/stream", json=body, timeout=60) as answer:
@@ -226,8 +233,8 @@ def test_search_answers_what_the_facade_ranks_and_its_edit_streams(steering_live
 @pytest.mark.parametrize("method,request_args,status,needle", [
     ("GET", {"params": {"token": "zzzz-not-a-token"}}, 400, "vocabulary"),
     ("POST", {"json": {"target": {"kind": "tokens", "tokens": [10**6]}}}, 400, "outside the vocabulary"),
-    ("GET", {"params": {"token": "cat", "sae_id": "SAE0"}}, 404, "steering-scores"),
-    ("GET", {"params": {"token": "cat", "sae_id": "nope"}}, 404, "nope"),
+    ("GET", {"params": {"token": "cat", "saes": "SAE0"}}, 404, "steering-scores"),
+    ("GET", {"params": {"token": "cat", "saes": "nope"}}, 404, "nope"),
     ("GET", {"params": {"token": "cat", "k": 0}}, 422, "k"),
     ("GET", {"params": {"token": "cat", "ratio": 1}}, 422, "ratio"),
     ("GET", {"params": {"token": "cat", "mode": "multiply"}}, 422, "mode"),
@@ -248,9 +255,9 @@ def test_bad_searches_are_named(steering_live: LiveServer, steering_atlas: dict[
     args = json.loads(json.dumps(request_args).replace("SAE0", steering_atlas["sae_ids"][0]))
     served = steering_atlas["sae_ids"][1]  # the SAE with a steering table, unless the case names another
     if method == "POST":
-        args["json"] = {"sae_ids": [served], **args["json"]}
+        args["json"] = {"saes": [served], **args["json"]}
     else:
-        args["params"] = {"sae_id": served, **args["params"]}
+        args["params"] = {"saes": served, **args["params"]}
     answer = httpx.request(method, steering_live.url + "/steering/search", timeout=60, **args)
     assert answer.status_code == status, answer.text
     assert needle in answer.json()["detail"]
