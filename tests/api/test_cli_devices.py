@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from sae_atlas.api.cli import app
 from sae_atlas.saes.devices import ENV_DEVICE, resolve_device
 from sae_atlas.saes.formats.saelens import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import AtlasLayout
 from tests.saes.kill_points import tree_hashes
 from tests.saes.planted import write_planted_atlas
@@ -40,7 +40,7 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("emergence",): lambda root: [f"{root}:s0", f"{root}:s0"],
     ("compare-circle",): lambda root: [f"{root}:s0", "--circle", "circular/none"],
     ("latent-scaling",): lambda root: [str(root), "--id", "cc"],
-    ("analyze", "depth"): lambda root: ["--atlas", str(root), "--model", '{"kind": "tiny"}'],
+    ("analyze", "depth"): lambda root: [str(root), "--model", '{"kind": "tiny"}'],
 }
 
 
