@@ -242,6 +242,7 @@ class AttributeParams(Operation):
         default="linearized", description="linearized: parts sum to the target; gradient: the model's own gradient")
 
     def core_target(self) -> core_attribution.Target:
+        """The target as the core's (a token: its logit at the last position)."""
         if isinstance(self.target, AttributionTarget):
             return self.target.core()
         return core_attribution.Target("logit", self.target)

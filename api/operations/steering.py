@@ -61,6 +61,7 @@ class SteeringTokens(Operation):
     tokens: list[Token] = Field(min_length=1, max_length=MAX_TARGET_TOKENS, description="token texts or ids")
 
     def core(self) -> SteeringTarget:
+        """The core's target."""
         return TokenTarget(list(self.tokens))
 
 
@@ -72,6 +73,7 @@ class SteeringConcept(Operation):
                                                       "concept of your own (values, templates)")
 
     def core(self) -> SteeringTarget:
+        """The core's target."""
         return ConceptTarget(self.concept)
 
 
@@ -83,6 +85,7 @@ class SteeringContrast(Operation):
     texts_b: list[Text] = Field(min_length=1, max_length=MAX_TEXTS)
 
     def core(self) -> SteeringTarget:
+        """The core's target."""
         return ContrastTarget(list(self.texts_a), list(self.texts_b))
 
 
@@ -168,6 +171,7 @@ class SteeringSearchParams(SteeringOptions):
                                        "contrast")
 
     def core_target(self) -> SteeringTarget:
+        """The target as the core's dataclass."""
         return core_target(self.target)
 
 
@@ -179,6 +183,7 @@ class SteerBenchParams(SteeringMeasure):
                                description="prompting arm: text put before each prompt ({target}: the target)")
 
     def core_targets(self) -> list[SteeringTarget]:
+        """The targets as the core's dataclasses."""
         return [core_target(t) for t in self.targets]
 
 

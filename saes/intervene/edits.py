@@ -40,6 +40,8 @@ Positions = Literal["all", "last"] | list[int] | TokenMatch
 
 @dataclass(frozen=True, kw_only=True)
 class SteerEdit:
+    """Add `alpha * W_dec[feature]` to the hook's output."""
+
     sae: str
     feature: int
     alpha: float
@@ -49,6 +51,8 @@ class SteerEdit:
 
 @dataclass(frozen=True, kw_only=True)
 class ClampEdit:
+    """Set the feature's activation to `value`."""
+
     sae: str
     feature: int
     value: float
@@ -58,6 +62,8 @@ class ClampEdit:
 
 @dataclass(frozen=True, kw_only=True)
 class ScaleEdit:
+    """Multiply the feature's activation by `factor`."""
+
     sae: str
     feature: int
     factor: float
@@ -67,6 +73,8 @@ class ScaleEdit:
 
 @dataclass(frozen=True, kw_only=True)
 class AblateEdit:
+    """Set the feature's activation to zero, or to its mean over the atlas's tokens."""
+
     sae: str
     feature: int
     to: Literal["zero", "mean"] = "zero"
@@ -76,6 +84,8 @@ class AblateEdit:
 
 @dataclass(frozen=True, kw_only=True)
 class ProjectOutEdit:
+    """Remove the span of several features' decoder rows from the hook's output."""
+
     sae: str
     features: list[int]
     at: Positions = "all"
@@ -87,6 +97,8 @@ RotateBaseline = Literal["circle", "random_plane", "mean_ablation"]
 
 @dataclass(frozen=True, kw_only=True)
 class RotateEdit:
+    """Move the representation `steps` values along a fitted circle (or a baseline)."""
+
     circle: str  # a stored `analyze circular concept` run
     layer: int | None = None  # probed layer (None: the run's best layer)
     steps: int = 1
