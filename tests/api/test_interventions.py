@@ -263,3 +263,20 @@ def test_a_target_missing_its_token_is_named() -> None:
                             ("", "target.*at least 1 character")):
         with pytest.raises(InvalidInputError, match=message):
             AttributeParams.of(text=TEXT, target=target)
+
+
+def test_steer_parameters_name_what_is_wrong_and_take_the_old_names() -> None:
+    """A feature steers with exactly one SAE of `saes`; a steer needs an edit or a feature; the
+    old `sae` (one id) is still taken, with a warning, and becomes the feature's steer."""
+    from sae_atlas.api.operations.interventions import RunParams, SteerParams
+    from sae_atlas.saes.intervene.edits import ClampEdit, SteerEdit, TokenMatch
+
+    with pytest.raises(InvalidInputError, match="feature: a feature steers with the one SAE in saes"):
+        SteerParams.of(text=TEXT, feature=1, saes=["a", "b"])
+    with pytest.raises(InvalidInputError, match="edits: steer needs at least one edit"):
+        SteerParams.of(text=TEXT)
+    with pytest.warns(DeprecationWarning, match="'sae' is deprecated, use 'saes'"):
+        params = SteerParams.of(text=TEXT, sae=["x"], feature=2, at="last")
+    assert params.core_edits() == [SteerEdit(sae="x", feature=2, alpha=4.0, at="last")]
+    core = ClampEdit(sae="x", feature=1, value=2.0, at=TokenMatch("cat"))  # the core's edits are taken as they are
+    assert RunParams.of(text=TEXT, edits=[core]).core_edits() == [core]
