@@ -15,7 +15,8 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from sae_atlas.api.results.html import escape, highlight_tokens, rows_table
-from sae_atlas.api.results.wire import FrameRows, JsonResult, Number
+from sae_atlas.api.results.rows import Rows
+from sae_atlas.api.results.wire import JsonResult, Number
 
 
 class TokenActivation(TypedDict):
@@ -92,8 +93,8 @@ class TokenFeatures(JsonResult):
 
     token: str | None
     token_id: int
-    centred: Annotated[pl.DataFrame, FrameRows(CentredLatent)]
-    promoting: Annotated[pl.DataFrame, FrameRows(PromotingLatent)]
+    centred: Rows[CentredLatent]
+    promoting: Rows[PromotingLatent]
 
     def _repr_html_(self) -> str:
         return (f"<b>token {escape(self.token)} (id {self.token_id})</b>"

@@ -18,6 +18,8 @@ from pydantic import Field, GetCoreSchemaHandler, PlainSerializer, TypeAdapter, 
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import core_schema
 
+from sae_atlas.api.results.rows import Rows
+
 T = TypeVar("T")
 
 Number = float | None
@@ -95,6 +97,8 @@ def _short(value: Any, limit: int = 60) -> str:
     collections and frames as their size."""
     if isinstance(value, pl.DataFrame):
         return f"<{value.height}x{value.width} frame>"
+    if isinstance(value, Rows):
+        return f"<{len(value)} {value.row_type.__name__} rows>"
     if isinstance(value, (list, tuple)):
         return f"[{len(value)} items]"
     if isinstance(value, dict):

@@ -14,7 +14,7 @@ from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.search import TextSearchParams
 from sae_atlas.api.results.feature import Match as MatchRow
 from sae_atlas.api.results.rows import Rows
-from sae_atlas.api.results.search import TextSearch, TokenFeatures
+from sae_atlas.api.results.search import CentredLatent, PromotingLatent, TextSearch, TokenFeatures
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services import saes
 from sae_atlas.api.services.labels import labelled_token_features, with_labels
@@ -94,8 +94,8 @@ def search_token(ctx: AtlasContext, token: str | int, views: list[SaeView], k: i
 
     return TokenFeatures(
         token=token_str, token_id=token_id,
-        centred=labelled(pl.concat(centred).sort("n_examples", "max_act", descending=True).head(k)),
-        promoting=labelled(pl.concat(promoting).sort("logit", descending=True).head(k)),
+        centred=Rows(CentredLatent, labelled(pl.concat(centred).sort("n_examples", "max_act", descending=True).head(k))),
+        promoting=Rows(PromotingLatent, labelled(pl.concat(promoting).sort("logit", descending=True).head(k))),
     )
 
 

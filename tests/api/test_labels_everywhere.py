@@ -107,7 +107,7 @@ def test_token_search_rows_carry_their_labels(small_atlas: dict[str, Any]) -> No
     centre = examples.filter((pl.col("latent") == 3) & (pl.col("kind") == "top")).sort("act")["token_id"][-1]
     for token_id, frame in ((centre, "centred"), (atlas.feature(sae, 3).top_logits[0]["token_id"], "promoting")):
         rows = getattr(atlas.search_token(int(token_id), sae_id=sae, k=100), frame)
-        assert rows.height and 3 in rows["latent"].to_list()
+        assert len(rows) and 3 in rows["latent"].to_list()
         assert rows["label"].to_list() == [labels.get(latent) for latent in rows["latent"]]
 
 

@@ -47,11 +47,17 @@ def test_every_result_type_has_the_short_repr() -> None:
 
 
 def test_frames_show_their_shape() -> None:
-    from sae_atlas.api.results.search import TokenFeatures
+    from sae_atlas.api.results.rows import Rows
+    from sae_atlas.api.results.search import CentredLatent, PromotingLatent, TokenFeatures
 
-    frame = pl.DataFrame({"latent": list(range(300)), "n_examples": [1] * 300})
-    text = repr(TokenFeatures(token=" cat", token_id=5, centred=frame, promoting=frame.head(2)))
-    assert text == "TokenFeatures(token=' cat', token_id=5, centred=<300x2 frame>, promoting=<2x2 frame>)"
+    frame = pl.DataFrame({"latent": list(range(300)), "n_examples": [1] * 300, "max_act": [1.0] * 300,
+                          "sae_id": ["s"] * 300, "label": [None] * 300})
+    promoting = frame.head(2).drop("n_examples", "max_act").with_columns(logit=pl.lit(0.5))
+    text = repr(TokenFeatures(token=" cat", token_id=5, centred=Rows(CentredLatent, frame),
+                              promoting=Rows(PromotingLatent, promoting)))
+    assert text == ("TokenFeatures(token=' cat', token_id=5, centred=<300 CentredLatent rows>, "
+                    "promoting=<2 PromotingLatent rows>)")
+    assert repr(TokenFeatures(token=None, token_id=1, centred=frame, promoting=frame)).endswith("<300x5 frame>)")
 
 
 def test_table_results_show_their_row_type_and_first_rows() -> None:
