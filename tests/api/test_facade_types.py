@@ -15,8 +15,12 @@ import polars as pl
 
 from sae_atlas import Atlas
 
-ALLOWED: dict[str, str] = {}
-"""Method name -> why its signature may still break the rule (empty: every method is typed)."""
+ALLOWED: dict[str, str] = {
+    "train": "returns each trained dictionary's atlas.json record (dict[str, dict[str, Any]]), whose keys differ "
+             "by kind (SAE, transcoder, crosscoder, cross-layer transcoder); landed untyped at 01:25 by the train "
+             "operation (api/services/train.py), to be typed by its owner (asked in coord/results-note.md)",
+}
+"""Method name -> why its signature may still break the rule."""
 
 
 def _public_methods() -> Iterator[tuple[str, Callable[..., Any]]]:
