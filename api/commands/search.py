@@ -263,16 +263,19 @@ def labels_command(
 def crosscoder_command(
     atlas: Path = ATLAS,
     crosscoder: str = typer.Argument(None, help="Crosscoder id (default: list the stored crosscoders)."),
-    only: str = typer.Option(None, "--only", help="Only latents of this class: a_only, shared or b_only."),
+    latent_class: str = typer.Option(None, "--latent-class", "--only",
+                                     help="Only latents of this class: a_only, shared or b_only."),
     sort: str = typer.Option("relative_norm", help="Column to sort by: relative_norm, norm_a, norm_b, latent, "
                                                    "or a Latent Scaling column."),
-    ascending: bool = typer.Option(False, "--ascending", help="Smallest first."),
-    k: int = typer.Option(20, "-k", "--k", min=1, max=1000, help="Latents to show."),
+    descending: bool = typer.Option(True, "--descending/--ascending", help="Largest first (--ascending: smallest)."),
+    offset: int = typer.Option(0, help="First latent of the page (0..2**31-1)."),
+    limit: int = typer.Option(100, "--limit", "-k", "--k", help="Latents to show (1..1000)."),
     latent: int = typer.Option(None, min=0, help="Show this latent's card: both decoder norms and the "
                                                  "nearest atlas features per side."),
     json_out: bool = JSON,
 ) -> None:
-    """Crosscoder latents by class (e.g. only in B: --only b_only), or one latent's card."""
+    """Crosscoder latents by class (e.g. only in B: --latent-class b_only), or one latent's card.
+    The page's options are `api.operations.pages.CrosscoderLatentsParams`, checked there."""
     handle = open_atlas(atlas)
     if crosscoder is None:
         rows = handle.crosscoders()
@@ -298,12 +301,13 @@ def crosscoder_command(
         for note in card.notes:
             typer.echo(note, err=True)
         return
-    page = handle.crosscoder_latents(crosscoder, latent_class=only, sort=sort, descending=not ascending, limit=k)
+    page = handle.crosscoder_latents(crosscoder, latent_class=latent_class, sort=sort, descending=descending,
+                                     offset=offset, limit=limit)
     if json_out:
         print_json(page.to_dict())
         return
     extra = list(page.rows[0]["scaling"]) if page.rows else []
-    print_table(f"{crosscoder}: {page.total} {only or 'all'} latents by {sort}",
+    print_table(f"{crosscoder}: {page.total} {latent_class or 'all'} latents by {sort}",
                 ["latent", "norm_a", "norm_b", "relative_norm", "latent_class", *extra],
                 ([r["latent"], r["norm_a"], r["norm_b"], r["relative_norm"], r["latent_class"],
                   *r["scaling"].values()] for r in page.rows))

@@ -24,7 +24,7 @@ from sae_atlas.api.bounds import (
     MAX_TEXTS,
     MAX_VECTOR,
 )
-from sae_atlas.api.operations.fields import JsonInt, SafeId, Text
+from sae_atlas.api.operations.fields import JsonInt, SafeId, Text, integral
 from sae_atlas.api.operations.operation import WHICH_SAES, Lookup, Operation
 from sae_atlas.geometry.contrast import MAX_PERMUTATIONS
 
@@ -68,7 +68,9 @@ Saes = Annotated[Annotated[list[SafeId], Field(max_length=MAX_SAES_PER_QUERY)] |
 """`saes` of the lookups; a single id (from the old `sae_id`) is a list of one."""
 InCircle = Annotated[bool | None, Field(description="in a circle (true) or in none (false)")]
 Period = Annotated[float | None, Field(gt=0, le=100_000, description="fitted period of the circle (within 0.5)")]
-Lobe = Annotated[JsonInt | None, Field(ge=0, le=2**31 - 1, description="co-occurrence lobe")]
+Lobe = Annotated[Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(integral)] | None,
+                 Field(description="co-occurrence lobe")]
+"""A lobe id (the bounds before the JSON-integer validator, so that the schema states them)."""
 
 
 def _as_list(value: Any) -> Any:

@@ -43,10 +43,18 @@ def _default(params: type[Operation], name: str) -> Any:
     return None if field.is_required() else _empty(params.default(name))
 
 
+def _numeric(prop: dict[str, Any]) -> dict[str, Any]:
+    """A property's schema, or its number branch when it is a number or None."""
+    branches = prop.get("anyOf", [])
+    numbers = [p for p in branches if p.get("type") in ("integer", "number")]
+    return numbers[0] if len(numbers) == 1 and len(branches) == 2 and {"type": "null"} in branches else prop
+
+
 def _bounds(params: type[Operation]) -> dict[str, tuple[float | None, bool, float | None, bool]]:
-    """Numeric parameters -> (low, low exclusive, high, high exclusive), from the schema."""
+    """Numeric parameters (optional ones too) -> (low, low exclusive, high, high exclusive), from the schema."""
     out = {}
-    for name, prop in params.model_json_schema()["properties"].items():
+    for name, whole in params.model_json_schema()["properties"].items():
+        prop = _numeric(whole)
         lo, lo_x = (prop["exclusiveMinimum"], True) if "exclusiveMinimum" in prop else (prop.get("minimum"), False)
         hi, hi_x = (prop["exclusiveMaximum"], True) if "exclusiveMaximum" in prop else (prop.get("maximum"), False)
         if lo is not None or hi is not None:
@@ -65,7 +73,7 @@ def _outside(params: type[Operation], name: str) -> list[Any]:
     if name in _choices(params):
         return ["no-such-choice"]
     lo, lo_x, hi, hi_x = _bounds(params)[name]
-    integer = params.model_json_schema()["properties"][name].get("type") == "integer"
+    integer = _numeric(params.model_json_schema()["properties"][name]).get("type") == "integer"
     step = 1 if integer else 0.5
     values = []
     if lo is not None:

@@ -1,21 +1,20 @@
-"""Path and query parameters shared by the routers, with the limits that show in
-`/openapi.json`, and the error statuses each route documents."""
+"""Path parameters shared by the routers, with the limits that show in `/openapi.json`
+(a route's query parameters are its operation's object, `api.operations`), and the error
+statuses each route documents."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Path, Query
+from fastapi import Path
 
-from sae_atlas.api.bounds import MAX_INDEX, MAX_K
+from sae_atlas.api.bounds import MAX_INDEX
 from sae_atlas.api.http.protocol import MAX_URL_BYTES
 from sae_atlas.api.http.schemas import ErrorBody
 from sae_atlas.store.layout import ID_PATTERN, MAX_ID_LENGTH
 
 SaeId = Path(description="SAE id, e.g. blocks.6.hook_resid_post-topk-4608", max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)
-OneSae = Query(None, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="one SAE (default: all)")
 Index = Path(ge=0, le=MAX_INDEX, description="latent index")
-K = Query(10, ge=1, le=MAX_K, description=f"number of results (1..{MAX_K})")
 Kind = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="analysis kind, e.g. circular")
 Run = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="run name")
 Comparison = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="name of a stored comparison run")
