@@ -98,7 +98,12 @@ from sae_atlas.api.operations.search import (
     TokenSearchParams,
     VectorSearchParams,
 )
-from sae_atlas.api.operations.steering import SteerBenchParams, SteeringSearchParams, user_prompts
+from sae_atlas.api.operations.steering import (
+    SteerBenchParams,
+    SteeringScoresParams,
+    SteeringSearchParams,
+    user_prompts,
+)
 from sae_atlas.api.operations.train import Architecture, DictDtype, TrainParams
 from sae_atlas.api.results.analysis import (
     AnalysisResult,
@@ -166,11 +171,13 @@ from sae_atlas.geometry.trajectories import TrajectorySpace
 from sae_atlas.saes.cache import CacheSummary
 from sae_atlas.saes.compare.crosscoder import LatentClass
 from sae_atlas.saes.corpus import CorpusSpec
+from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.encoding.texts import Pool
 from sae_atlas.saes.eval.autointerp import NegativesSource
 from sae_atlas.saes.eval.autointerp_backends import BackendName
 from sae_atlas.saes.eval.names import EvalName
 from sae_atlas.saes.intervene.attribution import AttributionMode
+from sae_atlas.saes.intervene.output_scores import SteeringReport
 from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
 from sae_atlas.saes.intervene.steering_search import SteerMode
 from sae_atlas.saes.models import ModelHandle
@@ -693,6 +700,28 @@ class Atlas:
                                      confirm_prompts=confirm_prompts, styles=list(styles),
                                      prompts=user_prompts(prompts), combine=combine)
         return steering_service.steer_bench(self.ctx, self._views(params.saes), params)
+
+    def steering_scores(self, saes: list[str] | None = None, *,
+                        n_prompts: int = SteeringScoresParams.default("n_prompts"),
+                        prompt_tokens: int = SteeringScoresParams.default("prompt_tokens"),
+                        strength: float = SteeringScoresParams.default("strength"),
+                        seed: int = SteeringScoresParams.default("seed"),
+                        top_k: int = SteeringScoresParams.default("top_k"),
+                        chunk: int = SteeringScoresParams.default("chunk"),
+                        lens_z: float = SteeringScoresParams.default("lens_z"),
+                        force: bool = SteeringScoresParams.default("force"), progress: bool = False,
+                        dist: DistContext | None = None) -> list[SteeringReport]:
+        """Writes: each SAE's steering table (default: every SAE; each needs its summaries): per
+        feature, what adding its decoder row (`strength` x its mean active value) at the last
+        token of `n_prompts` neutral prompts does to the next token; what `steering_features`
+        reads. Resumable after a kill; a current table is kept unless `force`; under torchrun
+        (`dist`) the ranks take the chunks in turn. The parameters are
+        `api.operations.steering.SteeringScoresParams`."""
+        params = SteeringScoresParams.of(saes=saes, n_prompts=n_prompts, prompt_tokens=prompt_tokens,
+                                         strength=strength, seed=seed, top_k=top_k, chunk=chunk, lens_z=lens_z,
+                                         force=force)
+        return steering_service.steering_scores(self.ctx, self._views(params.saes), params, progress=progress,
+                                                dist=dist)
 
     def model(self) -> ModelHandle:
         """The atlas's model handle (loaded on first call, then kept)."""

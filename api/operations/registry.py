@@ -17,7 +17,6 @@ from sae_atlas.api.operations.analyses import (
     MapBuildParams,
     ProbeParams,
 )
-from sae_atlas.api.operations.base import Operation
 from sae_atlas.api.operations.build import (
     CacheParams,
     DemoParams,
@@ -34,6 +33,7 @@ from sae_atlas.api.operations.evals import EvalParams
 from sae_atlas.api.operations.graph import GraphParams
 from sae_atlas.api.operations.importing import ExplanationsParams, ImportParams, RegisterParams
 from sae_atlas.api.operations.interventions import AttributeParams, RunParams, SteerParams
+from sae_atlas.api.operations.operation import Operation
 from sae_atlas.api.operations.pages import (
     CrosscoderLatentParams,
     CrosscoderLatentsParams,
@@ -51,7 +51,11 @@ from sae_atlas.api.operations.search import (
     TokenSearchParams,
     VectorSearchParams,
 )
-from sae_atlas.api.operations.steering import SteerBenchParams, SteeringSearchParams
+from sae_atlas.api.operations.steering import (
+    SteerBenchParams,
+    SteeringScoresParams,
+    SteeringSearchParams,
+)
 from sae_atlas.api.operations.train import TrainParams
 
 ROTATE = {"kind": "rotate", "circle": "none"}
@@ -118,37 +122,6 @@ OPERATIONS: tuple[Surfaces, ...] = (
              python_only=("corpus", "device", "progress"),
              cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"), cli_atlas="--atlas",
              example={"hook_a": "x", "hook_b": "y"}, cli_example=("--hook-a", "x", "--hook-b", "y")),
-    Surfaces(TrainParams, "train", ("train",), None, python_only=("corpus", "device", "progress"),
-             cli_only=("model", "corpus", "text_field", "context", "no_bos", "corpus_seed", "json_out", "device",
-                       "model_dtype")),
-    Surfaces(CacheParams, "cache", ("cache",), None, python_only=("corpus", "device", "progress"),
-             cli_only=("model", "corpus", "text_field", "context", "no_bos", "seed", "json_out", "device",
-                       "model_dtype")),
-    Surfaces(SummarizeParams, "summarize", ("summarize",), None, python_only=("corpus", "device", "progress"),
-             cli_only=("corpus", "text_field", "context", "no_bos", "corpus_seed", "json_out", "device",
-                       "model_dtype")),
-    Surfaces(IndexParams, "index", ("index",), None),
-    Surfaces(LabelsParams, "build_labels", None, None),
-    Surfaces(ImportParams, "add_sae", ("import",), None, cli_arguments=("source",), example={"source": "x"}),
-    Surfaces(RegisterParams, "register", ("register",), None),
-    Surfaces(ExplanationsParams, "import_explanations", None, None, example={"sae_id": "x", "path": "x.csv"}),
-    Surfaces(DemoParams, "demo", ("demo",), None, python_only=("device", "report"),
-             cli_only=("model", "json_out", "device", "model_dtype")),
-    Surfaces(RunParams, "run", None, ("POST", "/run"), example={"text": "the cat sat"}),
-    Surfaces(SteerParams, "steer", ("steer",), ("POST", "/steer"), cli_arguments=("text",),
-             example={"text": "the cat sat", "edits": [ROTATE]}, cli_example=("--edit", json.dumps(ROTATE))),
-    Surfaces(SteerParams, "steer_stream", None, ("POST", "/steer/stream"),
-             example={"text": "the cat sat", "edits": [ROTATE]}),
-    Surfaces(AttributeParams, "attribute", ("attribute",), ("POST", "/attribute"), cli_arguments=("text",),
-             cli_only=("other", "kind", "position", "json_out"), example={"text": "the cat sat", "target": " cat"},
-             cli_example=("--target", " cat")),
-    Surfaces(SteeringSearchParams, "steering_features", ("steering-search",), ("POST", "/steering/search"),
-             cli_arguments=("target",), cli_only=("as_ids", "concept", "contrast_a", "contrast_b", "json_out"),
-             http_narrowed=("target", "n_prompts", "candidates", "confirm_prompts", "prompts", "combine"),
-             example={"target": " cat"}),
-    Surfaces(SteerBenchParams, "steer_bench", ("steer-bench",), None, cli_arguments=("targets",),
-             cli_only=("concept", "contrast_a", "contrast_b", "out", "plot", "json_out"),
-             example={"targets": [" cat"]}),
     Surfaces(LatentScalingParams, "latent_scaling", ("latent-scaling",), None, python_only=("corpus", "device"),
              cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"),
              example={"cc_id": "x"}, cli_example=("--id", "x")),
@@ -195,8 +168,22 @@ OPERATIONS: tuple[Surfaces, ...] = (
              cli_only=("crosscoder", "latent", "json_out"), example={"crosscoder": "none"}, cli_example=("none",)),
     Surfaces(CrosscoderLatentParams, "crosscoder_latent", None, ("GET", "/crosscoders/{crosscoder}/latents/{index}"),
              python_only=("crosscoder", "latent"), example={"crosscoder": "none", "latent": 0}),
-    Surfaces(DepthParams, "depth_profile", ("analyze", "depth"), None, python_only=("corpus", "progress"),
-             cli_only=("model", "corpus", "text_field", "context", "no_bos", "json_out", "device", "model_dtype")),
+    Surfaces(TrainParams, "train", ("train",), None, python_only=("corpus", "device", "progress"),
+             cli_only=("model", "corpus", "text_field", "context", "no_bos", "corpus_seed", "json_out", "device",
+                       "model_dtype")),
+    Surfaces(CacheParams, "cache", ("cache",), None, python_only=("corpus", "device", "progress"),
+             cli_only=("model", "corpus", "text_field", "context", "no_bos", "seed", "json_out", "device",
+                       "model_dtype")),
+    Surfaces(SummarizeParams, "summarize", ("summarize",), None, python_only=("corpus", "device", "progress"),
+             cli_only=("corpus", "text_field", "context", "no_bos", "corpus_seed", "json_out", "device",
+                       "model_dtype")),
+    Surfaces(IndexParams, "index", ("index",), None),
+    Surfaces(LabelsParams, "build_labels", None, None),
+    Surfaces(ImportParams, "add_sae", ("import",), None, cli_arguments=("source",), example={"source": "x"}),
+    Surfaces(RegisterParams, "register", ("register",), None),
+    Surfaces(ExplanationsParams, "import_explanations", None, None, example={"sae_id": "x", "path": "x.csv"}),
+    Surfaces(DemoParams, "demo", ("demo",), None, python_only=("device", "report"),
+             cli_only=("model", "json_out", "device", "model_dtype")),
     Surfaces(RunParams, "run", None, ("POST", "/run"), example={"text": "the cat sat"}),
     Surfaces(SteerParams, "steer", ("steer",), ("POST", "/steer"), cli_arguments=("text",),
              example={"text": "the cat sat", "edits": [ROTATE]}, cli_example=("--edit", json.dumps(ROTATE))),
@@ -212,6 +199,8 @@ OPERATIONS: tuple[Surfaces, ...] = (
     Surfaces(SteerBenchParams, "steer_bench", ("steer-bench",), None, cli_arguments=("targets",),
              cli_only=("concept", "contrast_a", "contrast_b", "out", "plot", "json_out"),
              example={"targets": [" cat"]}),
+    Surfaces(SteeringScoresParams, "steering_scores", ("steering-scores",), None, python_only=("progress", "dist"),
+             cli_only=("device", "json_out")),
     Surfaces(DepthParams, "depth_profile", ("analyze", "depth"), None, python_only=("corpus", "progress"),
              cli_only=("model", "corpus", "text_field", "context", "no_bos", "json_out", "device", "model_dtype")),
 )

@@ -5,7 +5,8 @@
 The parameters of aimed steering: features ranked by their measured effect toward a
 target (`Atlas.steering_features`, `POST /steering/search`, `GET /steering/search`,
 `sae-atlas steering-search`) and the AxBench-style benchmark of steering directions
-(`Atlas.steer_bench`, `sae-atlas steer-bench`).
+(`Atlas.steer_bench`, `sae-atlas steer-bench`), and the steering tables both read
+(`Atlas.steering_scores`, `sae-atlas steering-scores`).
 
 The defaults of the measurement (ratio, KL bound, prompts, candidates, combination) have
 their one home in the core's `SearchParams` (`saes.intervene.steering_search`), read here;
@@ -22,6 +23,7 @@ from sae_atlas.api.bounds import MAX_K, MAX_SAES_PER_QUERY
 from sae_atlas.api.operations.fields import PY_WHITESPACE, Index, JsonInt, SafeId, Text
 from sae_atlas.api.operations.operation import WHICH_SAES, Operation
 from sae_atlas.saes.intervene.steer_bench import BenchParams
+from sae_atlas.saes.intervene.steering_params import SteeringParams
 from sae_atlas.saes.intervene.steering_prompts import (
     BUILTIN_CATEGORIES,
     MAX_PROMPT_CHARS,
@@ -190,3 +192,34 @@ class SteerBenchParams(SteeringMeasure):
 def user_prompts(prompts: Any) -> Any:
     """The user's prompts as Python and the CLI give them: a file (read) or a list (as is)."""
     return read_user_prompts(prompts) if isinstance(prompts, (str, Path)) else prompts
+
+
+SCORES = SteeringParams()
+"""The steering table's defaults (their one home: the core's `SteeringParams`)."""
+
+
+class SteeringScoresParams(Operation):
+    """Writes: per feature of each SAE, what steering with it at the last token of neutral
+    prompts does to the next token (`saes/<id>/steering.parquet`, what a search reads)."""
+
+    saes: list[SafeId] | None = Field(default=None, max_length=MAX_SAES_PER_QUERY,
+                                      description=f"{WHICH_SAES}: each needs its summaries")
+    n_prompts: JsonInt = Field(default=SCORES.n_prompts, ge=1, le=4096, description="neutral prompts from the "
+                                                                                    "built-in corpus")
+    prompt_tokens: JsonInt = Field(default=SCORES.prompt_tokens, ge=2, le=1024,
+                                   description="tokens per prompt (BOS included)")
+    strength: float = Field(default=SCORES.strength, ge=-1e4, le=1e4, allow_inf_nan=False,
+                            description="steering strength: alpha = strength x the feature's mean active value")
+    seed: JsonInt = Field(default=SCORES.seed, ge=0, le=2**31 - 1, description="seed of the prompt draw")
+    top_k: JsonInt = Field(default=SCORES.top_k, ge=1, le=1000, description="promoted and suppressed tokens kept "
+                                                                            "per feature")
+    chunk: JsonInt = Field(default=SCORES.chunk, ge=1, le=65536, description="features per batch and per "
+                                                                             "resumable chunk")
+    lens_z: float = Field(default=SCORES.lens_z, ge=0, le=1000, description="measure only live features whose "
+                          "decoder's logit-lens peak has this z-score over the vocabulary (0: every feature)")
+    force: bool = Field(default=False, description="recompute tables that are current (same parameters and weights)")
+
+    def core(self) -> SteeringParams:
+        """The core's parameters of a table."""
+        return SteeringParams(n_prompts=self.n_prompts, prompt_tokens=self.prompt_tokens, seed=self.seed,
+                              strength=self.strength, top_k=self.top_k, chunk=self.chunk, lens_z=self.lens_z)

@@ -15,11 +15,18 @@ from dataclasses import asdict
 import polars as pl
 
 from sae_atlas.api.context import AtlasContext
-from sae_atlas.api.operations.steering import CategorySpec, SteerBenchParams, SteeringSearchParams
+from sae_atlas.api.operations.steering import (
+    CategorySpec,
+    SteerBenchParams,
+    SteeringScoresParams,
+    SteeringSearchParams,
+)
 from sae_atlas.api.results.steering import SteerBench, SteeringSearch
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.labels import with_labels
 from sae_atlas.errors import InvalidInputError
+from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.intervene.output_scores import SteeringReport, compute_steering_scores
 from sae_atlas.saes.intervene.steer_bench import BenchParams, share_table
 from sae_atlas.saes.intervene.steer_bench import steer_bench as run_bench
 from sae_atlas.saes.intervene.steering_search import SteeringSource, rank_features
@@ -87,3 +94,13 @@ def steer_bench(ctx: AtlasContext, views: list[SaeView], options: SteerBenchPara
                                                                 prompts=prompts))]
     return SteerBench(search.ratio, search.kl_bound, search.n_prompts, options.prompt_prefix, rows,
                       share_table(rows), list(search.styles))  # type: ignore[arg-type]
+
+
+def steering_scores(ctx: AtlasContext, views: list[SaeView], params: SteeringScoresParams, *, progress: bool = False,
+                    dist: DistContext | None = None) -> list[SteeringReport]:
+    """Writes: each SAE's steering table (`saes.intervene.output_scores`), with the atlas's
+    model; resumable, a current table kept unless `force`; under torchrun (`dist`) the ranks
+    take the chunks in turn and rank 0 writes."""
+    handle = ctx.model()
+    return [compute_steering_scores(handle, ctx.root, view.sae_id, params.core(), progress=progress, ctx=dist,
+                                    force=params.force) for view in views]
