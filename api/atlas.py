@@ -51,7 +51,6 @@ from typing import Any, Literal, cast
 
 import polars as pl
 
-from sae_atlas.api.analyses.hierarchy import Match as ConceptMatch
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.analyses import (
     CircleConceptParams,
@@ -64,6 +63,7 @@ from sae_atlas.api.operations.analyses import (
     Measure,
     ProbeParams,
 )
+from sae_atlas.api.operations.analyses import Match as ConceptMatch
 from sae_atlas.api.operations.build import (
     CacheParams,
     DemoParams,
@@ -161,21 +161,18 @@ from sae_atlas.api.services import graph as graph_service
 from sae_atlas.api.services import steering as steering_service
 from sae_atlas.api.services.steer_stream import SteerStream, steer_stream
 from sae_atlas.api.services.train import run_train
+from sae_atlas.errors import IntegrityError, NotFoundError
 from sae_atlas.geometry.causal import Metric as CausalMetric
 from sae_atlas.geometry.circular_discovery import ClusterMethod
 from sae_atlas.geometry.concept_vectors import Estimator
 from sae_atlas.geometry.emergence_options import Metric
-from sae_atlas.geometry.feature_geometry import rebuild_geometry_records
-from sae_atlas.geometry.maps import Basis
 from sae_atlas.geometry.trajectories import TrajectorySpace
 from sae_atlas.saes.cache import CacheSummary
 from sae_atlas.saes.compare.crosscoder import LatentClass
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext
 from sae_atlas.saes.encoding.texts import Pool
-from sae_atlas.saes.eval.autointerp import NegativesSource
-from sae_atlas.saes.eval.autointerp_backends import BackendName
-from sae_atlas.saes.eval.names import EvalName
+from sae_atlas.saes.eval.names import BackendName, EvalName, NegativesSource
 from sae_atlas.saes.intervene.attribution import AttributionMode
 from sae_atlas.saes.intervene.output_scores import SteeringReport
 from sae_atlas.saes.intervene.steering_prompts import PROMPT_STYLES, PromptStyle
@@ -183,8 +180,9 @@ from sae_atlas.saes.intervene.steering_search import SteerMode
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.summary.run import SummaryReport
 from sae_atlas.store.activations import Split
-from sae_atlas.store.errors import IntegrityError, NotFoundError
+from sae_atlas.store.geometry_records import rebuild_geometry_records
 from sae_atlas.store.layout import AtlasLayout
+from sae_atlas.store.maps import Basis
 from sae_atlas.store.search import Filters
 
 
@@ -403,7 +401,6 @@ class Atlas:
         (re)written. The parameters are `api.operations.build.IndexParams`."""
         return build.index(self.ctx, IndexParams.of(saes=saes, rebuild=rebuild, approx_threshold=approx_threshold,
                                                     seed=seed))
-
 
     def demo(self, *, tokens: int = DemoParams.default("tokens"),
              train_tokens: int = DemoParams.default("train_tokens"), layers: int = DemoParams.default("layers"),
@@ -740,7 +737,7 @@ class Atlas:
 
     def map_scores(self, sae_id: str) -> MapScores:
         """Per built map basis: mean kNN overlap on its own neighbours, the chance level, and
-        the share of the other basis' neighbours it keeps (`geometry.maps.map_scores`)."""
+        the share of the other basis' neighbours it keeps (`store.maps.map_scores`)."""
         return self.sae(sae_id).map_scores()
 
     def analyses(self) -> Rows[AnalysisRunFiles]:

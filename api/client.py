@@ -14,10 +14,10 @@ from urllib.parse import quote
 import httpx
 import polars as pl
 
-from sae_atlas.store.errors import AtlasError
+from sae_atlas.errors import AtlasError
 
 if TYPE_CHECKING:
-    from sae_atlas.geometry.maps import Basis
+    from sae_atlas.store.maps import Basis
 
 
 class AtlasHTTPError(AtlasError):

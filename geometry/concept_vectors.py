@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 import numpy as np
-from sklearn.covariance import LedoitWolf
 
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.splits import split_rows
@@ -34,6 +33,9 @@ def concept_vector(g_ND: np.ndarray, *, estimator: Estimator = "lda") -> np.ndar
     gbar = g.mean(axis=0)
     if estimator == "mean":
         return gbar
+    # imported here: sklearn loads rich, which importing the facade must not
+    from sklearn.covariance import LedoitWolf
+
     sigma = LedoitWolf().fit(g).covariance_
     try:  # Ledoit-Wolf shrinkage makes Sigma positive definite: solve == pinv, and faster
         direction = np.linalg.solve(sigma, gbar)

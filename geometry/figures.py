@@ -4,14 +4,18 @@ writes one atomically."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
 from sae_atlas.geometry.canvas import new_figure
-from sae_atlas.geometry.crystals import CrystalResult
-from sae_atlas.geometry.galaxy import PowerLaw
-from sae_atlas.geometry.lobes import ClusterComparison
+
+if TYPE_CHECKING:  # annotations only: the analyses' modules load sklearn
+    from sae_atlas.geometry.crystals import CrystalResult
+    from sae_atlas.geometry.galaxy import PowerLaw
+    from sae_atlas.geometry.lobes import ClusterComparison
 
 
 def hierarchy_figure(edges: pl.DataFrame, title: str = "hierarchy") -> Figure:

@@ -1,4 +1,8 @@
-"""An SAE's steering table: `saes/<id>/steering.parquet` and its sidecar `steering.json`.
+"""The persistence layer of `steering`; its other layers: `sae_atlas.api.http.routers.steering`
+(HTTP), `sae_atlas.api.operations.steering` (parameter), `sae_atlas.api.results.steering`
+(typed-result), `sae_atlas.api.services.steering` (service).
+
+An SAE's steering table: `saes/<id>/steering.parquet` and its sidecar `steering.json`.
 
 One row per latent: the steering strength used, the output score, KL(clean || steered) and
 the tokens whose next-token log-probability rose or fell most (schema in `STEERING_SCHEMA`,
@@ -19,8 +23,8 @@ from typing import Any
 
 import polars as pl
 
+from sae_atlas.errors import IntegrityError, NotFoundError
 from sae_atlas.store.atomic import atomic_path, atomic_write_json, read_json, sha256_file
-from sae_atlas.store.errors import IntegrityError, NotFoundError
 from sae_atlas.store.frames import conform
 from sae_atlas.store.integrity import check_weights_record, weights_record
 from sae_atlas.store.layout import AtlasLayout, created_with

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 
 from sae_atlas.api.analyses.run_files import encoder_of, run_figure
+from sae_atlas.api.operations.analyses import Match
 from sae_atlas.errors import InvalidInputError, NotFoundError
 from sae_atlas.geometry.causal import Metric, causal_basis, unembedding_rows
 from sae_atlas.geometry.concept_vectors import Estimator, concept_vector
@@ -40,7 +41,6 @@ from sae_atlas.store.activations import ActivationReader, Split
 from sae_atlas.store.analysis_runs import write_analysis
 
 TREES = ("curated", "wordnet")
-Match = Literal["decoder", "activation"]  # how a concept finds its SAE latent
 
 
 def load_tree(spec: str | Path = "curated", *, wordnet_root: str = "entity.n.01") -> ConceptTree:

@@ -1,4 +1,8 @@
-"""`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow,
+"""The CLI layer of `search`; its other layers: `sae_atlas.api.http.routers.search` (HTTP),
+`sae_atlas.api.operations.search` (parameter), `sae_atlas.api.results.search` (typed-result),
+`sae_atlas.api.services.search` (service), `sae_atlas.store.search` (persistence).
+
+`sae-atlas search ...`: SAEs, similar features, by vector, by text, by token, cross-layer flow,
 contrast of two text sets, concept search, geometry records, labels, crosscoder latents."""
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import typer
 from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
 from sae_atlas.api.commands.device_options import device_option, model_dtype_option
 from sae_atlas.api.results.rows import Rows
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 if TYPE_CHECKING:
     import polars as pl

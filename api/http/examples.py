@@ -19,8 +19,8 @@ from sae_atlas.api.http.routers.steering import SteeringQuery
 from sae_atlas.api.http.schemas import CircularRequest, TextQuery, VectorQuery
 from sae_atlas.api.http.schemas_meaning import ConceptQuery, ContrastQuery
 from sae_atlas.api.services.graphs import stored_graphs
+from sae_atlas.errors import AtlasError
 from sae_atlas.saes.eval.results import stored_evals
-from sae_atlas.store.errors import AtlasError
 
 TEXT = "the cat sat on the mat"
 

@@ -11,13 +11,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from sae_atlas.api.analyses.hierarchy import Match
 from sae_atlas.api.operations.fields import JsonInt, SafeId
 from sae_atlas.api.operations.operation import WHICH_SAES, Operation
 from sae_atlas.geometry.causal import Metric
 from sae_atlas.geometry.circular_discovery import ClusterMethod
 from sae_atlas.geometry.concept_vectors import Estimator
 from sae_atlas.store.activations import Split
+
+Match = Literal["decoder", "activation"]
+"""How a concept finds its SAE latent: by decoder direction or by activations."""
 
 Measure = Literal["jaccard", "dice", "overlap", "phi"]
 """How co-occurrence is scored between two features (`geometry.lobes`)."""

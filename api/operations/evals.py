@@ -14,9 +14,14 @@ from pydantic import Field, field_validator
 from sae_atlas.api.operations.fields import JsonInt, SafeId
 from sae_atlas.api.operations.operation import WHICH_SAES, Operation
 from sae_atlas.errors import InvalidInputError
-from sae_atlas.saes.eval.autointerp import NegativesSource
-from sae_atlas.saes.eval.autointerp_backends import BackendName
-from sae_atlas.saes.eval.names import DEFAULT_CE_BLOCKS, DEFAULT_TOKENS, EVAL_NAMES, EvalName
+from sae_atlas.saes.eval.names import (
+    DEFAULT_CE_BLOCKS,
+    DEFAULT_TOKENS,
+    EVAL_NAMES,
+    BackendName,
+    EvalName,
+    NegativesSource,
+)
 
 
 class EvalParams(Operation):

@@ -1,4 +1,7 @@
-"""Stored geometry results (`analyses/<kind>/<run>.*`): the listing with each run's
+"""The service layer of `analyses`; its other layers: `sae_atlas.api.http.routers.analyses` (HTTP),
+`sae_atlas.api.operations.analyses` (parameter).
+
+Stored geometry results (`analyses/<kind>/<run>.*`): the listing with each run's
 status (ok, damaged or unregistered), one run with its table and figures, figure files
 checked against their run, and circular-feature discovery on one SAE."""
 
@@ -22,9 +25,21 @@ from sae_atlas.api.results.analysis import (
 from sae_atlas.api.results.sae import Status
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.labels import with_labels
-from sae_atlas.geometry import results
+from sae_atlas.errors import IntegrityError, NotFoundError
 from sae_atlas.geometry.circular_discovery import DiscoveryParams
-from sae_atlas.store.errors import IntegrityError, NotFoundError
+from sae_atlas.store.analysis_runs import (
+    MAIN,
+    RUNS_FILE,
+    analysis_kinds,
+    figure_names,
+    figure_owner,
+    list_runs,
+    read_analysis,
+    unregistered_run,
+    unregistered_runs,
+    verify_run,
+    verify_run_files,
+)
 from sae_atlas.store.layout import AtlasLayout, check_id
 
 
@@ -43,23 +58,23 @@ def run_states(root: Path, kind: str) -> list[RunState]:
     """Every run of one kind, sorted, with its status: "ok"; "damaged" (a file of the run, or
     the kind's runs.json, fails verification); or "unregistered", a run on disk that the
     kind's runs.json does not list, its problem naming the command that registers it again.
-    Every file of every run is verified (`geometry.results.verify_run`, hashes cached per
+    Every file of every run is verified (`store.analysis_runs.verify_run`, hashes cached per
     file version), so a deleted or changed file shows instead of a run going missing."""
     kind_dir = AtlasLayout(root).analysis_dir(kind)
     try:
-        registered, unregistered = results.list_runs(root, kind), results.unregistered_runs(root, kind)
+        registered, unregistered = list_runs(root, kind), unregistered_runs(root, kind)
     except IntegrityError as exc:  # the kind's runs.json itself is damaged
         return [RunState(p.stem, None, "damaged", exc) for p in sorted(kind_dir.glob("*.json"))
-                if p.name != results.RUNS_FILE]
+                if p.name != RUNS_FILE]
     states = []
     for run in sorted(registered + unregistered):
-        verify = results.verify_run_files if run in unregistered else results.verify_run
+        verify = verify_run_files if run in unregistered else verify_run
         try:
             meta = verify(root, kind, run)
         except IntegrityError as exc:
             states.append(RunState(run, None, "damaged", exc))
             continue
-        states.append(RunState(run, meta, "unregistered", results.unregistered_run(root, kind, run))
+        states.append(RunState(run, meta, "unregistered", unregistered_run(root, kind, run))
                       if run in unregistered else RunState(run, meta, "ok", None))
     return states
 
@@ -69,15 +84,15 @@ def analysis_runs(root: Path) -> list[AnalysisRunFiles]:
     and `problem` as `run_states` gives them (the problem: the file, what is wrong and the
     repair, or the command that registers the run again)."""
     return [_run_row(AtlasLayout(root).analysis_dir(kind), state.run, state.meta, state.status, state.problem)
-            for kind in results.analysis_kinds(root) for state in run_states(root, kind)]
+            for kind in analysis_kinds(root) for state in run_states(root, kind)]
 
 
 def _run_row(kind_dir: Path, run: str, meta: dict[str, Any] | None, state: Status,
              problem: IntegrityError | None) -> AnalysisRunFiles:
     """A listing row; the files come from the verified JSON, or by name for a damaged run or
     one written before figures were recorded."""
-    main = ((meta or {}).get("tables") or {}).get(results.MAIN)
-    figures = results.figure_names(meta or {})
+    main = ((meta or {}).get("tables") or {}).get(MAIN)
+    figures = figure_names(meta or {})
     if meta is None or "figure_sha256" not in meta:
         figures = sorted(p.name for p in kind_dir.glob("*.png") if p.name == f"{run}.png"
                          or p.name.startswith(f"{run}."))
@@ -87,11 +102,11 @@ def _run_row(kind_dir: Path, run: str, meta: dict[str, Any] | None, state: Statu
 
 
 def analysis_run(root: Path, kind: str, run: str) -> tuple[AnalysisRunFiles, dict[str, Any], pl.DataFrame | None]:
-    """`(files, meta, table)` of one run, every file verified (`geometry.results.read_analysis`);
+    """`(files, meta, table)` of one run, every file verified (`store.analysis_runs.read_analysis`);
     NotFoundError names the runs of that kind and the kinds."""
     kind_dir = AtlasLayout(root).analysis_dir(kind)
     try:
-        stored = results.read_analysis(root, kind, check_id(run, "run name"))
+        stored = read_analysis(root, kind, check_id(run, "run name"))
     except NotFoundError as exc:
         kinds = sorted({r["kind"] for r in analysis_runs(root)})
         raise NotFoundError(f"{exc}; kinds: {', '.join(kinds) or '(none)'}") from exc
@@ -105,7 +120,7 @@ def figure_path(root: Path, kind: str, name: str) -> Path:
     kind_dir = AtlasLayout(root).analysis_dir(kind)
     path = kind_dir / check_id(name, "figure name")
     if name.endswith(".png"):
-        owner = results.figure_owner(root, kind, name)  # verifies the owner's files, this one included
+        owner = figure_owner(root, kind, name)  # verifies the owner's files, this one included
         if owner is not None and name in owner[1].get("figure_sha256", {}):
             return path
         if path.is_file() and any(name == f"{run}.png" or name.startswith(f"{run}.")
@@ -115,8 +130,8 @@ def figure_path(root: Path, kind: str, name: str) -> Path:
 
 
 def _runs_without_figure_checksums(root: Path, kind: str) -> list[str]:
-    return [run for run in results.list_runs(root, kind)
-            if "figure_sha256" not in results.verify_run(root, kind, run)]
+    return [run for run in list_runs(root, kind)
+            if "figure_sha256" not in verify_run(root, kind, run)]
 
 
 A = TypeVar("A", bound=AnalysisResult)

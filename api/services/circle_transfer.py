@@ -1,4 +1,7 @@
-"""Does a circle of atlas A exist in B? Read the concept of a stored circle run of A
+"""The service layer of `circle_transfer`; its other layers: `sae_atlas.geometry.circle_transfer`
+(maths).
+
+Does a circle of atlas A exist in B? Read the concept of a stored circle run of A
 (`circular/<run>`, a concept run of `analyze circular concept`, or `concept_search/<run>` of
 an ordered concept), render its prompts in A's and B's models, fit the circle again on both
 sides (`geometry.circle_transfer`) and store the run as `analyses/circle_transfer/<run>` in
@@ -16,12 +19,12 @@ from sae_atlas.api.results.analysis import CircleTransferResult
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services import analyses
 from sae_atlas.api.services.concept_sides import ConceptSide, atlas_side, concept_acts, model_side
-from sae_atlas.geometry import results
-from sae_atlas.geometry.canvas import save_png
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.circle_transfer import SideActivations, circle_transfer
 from sae_atlas.geometry.figures_circular import circle_transfer_figure
 from sae_atlas.saes.intervene.concepts import CategoryConcept, OrderedConcept, load_concept
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store import analysis_runs
+from sae_atlas.store.atomic import save_png
 from sae_atlas.store.layout import AtlasLayout, check_id
 
 KIND = "circle_transfer"
@@ -41,7 +44,7 @@ def reference_concept(root: Path, ref: str) -> tuple[OrderedConcept, dict[str, A
     kind, _, run = ref.partition("/")
     if kind not in REFERENCE_KINDS or not run:
         raise InvalidInputError(f"name the circle as KIND/RUN with KIND one of {', '.join(REFERENCE_KINDS)}; got {ref!r}")
-    stored = results.read_analysis(root, kind, check_id(run, "run name"))
+    stored = analysis_runs.read_analysis(root, kind, check_id(run, "run name"))
     if kind == "circular":
         if stored.meta.get("type") != "concept":
             raise InvalidInputError(f"circular/{run} is a discovery run; name a concept run "
@@ -85,6 +88,6 @@ def run_circle_transfer(side_a: SaeView, side_b: SaeView | None, params: CircleT
     rows = {f"{r['side']}_{r['space']}": r for r in fit.table.iter_rows(named=True)}
     save_png(circle_transfer_figure(fit.outputs, values, concept.values, rows,
                                     title=f"{concept.name}: {a.label} in {b.label}"), figure)
-    results.write_analysis(a.root, KIND, run, parameters=parameters, summary=fit.summary, tables={"main": fit.table},
+    analysis_runs.write_analysis(a.root, KIND, run, parameters=parameters, summary=fit.summary, tables={"main": fit.table},
                            extra={"figures": [figure.name]})
     return analyses.analysis_as(CircleTransferResult, a.root, KIND, run)

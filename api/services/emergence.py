@@ -1,4 +1,7 @@
-"""The emergence table: over a series of SAEs (`ATLAS[:SAE]` each: checkpoints, layers or
+"""The service layer of `emergence`; its other layers: `sae_atlas.api.commands.emergence` (CLI),
+`sae_atlas.geometry.emergence` (maths).
+
+The emergence table: over a series of SAEs (`ATLAS[:SAE]` each: checkpoints, layers or
 sizes, in the order given), per concept and member the best single-latent selectivity and
 the probe accuracies of the concept's prompts against control prompts (the same templates
 with other words in the value's place, `saes.intervene.concepts.control_concept`), the
@@ -19,8 +22,7 @@ from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services import analyses
 from sae_atlas.api.services.circle_transfer import safe_name
 from sae_atlas.api.services.concept_sides import atlas_side, concept_acts
-from sae_atlas.geometry import results
-from sae_atlas.geometry.canvas import save_png
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.geometry.emergence import (
     SCORE_SCHEMA,
     emergence_tables,
@@ -28,7 +30,8 @@ from sae_atlas.geometry.emergence import (
 )
 from sae_atlas.geometry.figures_emergence import emergence_figure
 from sae_atlas.saes.intervene.concepts import control_concept, load_concept
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.store import analysis_runs
+from sae_atlas.store.atomic import save_png
 from sae_atlas.store.layout import AtlasLayout, check_id
 
 KIND = "emergence"
@@ -74,6 +77,6 @@ def run_emergence(members: Sequence[SaeView], params: EmergenceParams, *, device
                   "controls": {c.name: control_concept(c).values for c in loaded}, "metric": metric,
                   "threshold": threshold, "test_frac": test_frac, "seed": seed}
     summary = {"metric": metric, "threshold": threshold, "members": labels, "onsets": onset.to_dicts()}
-    results.write_analysis(root, KIND, run, parameters=parameters, summary=summary,
+    analysis_runs.write_analysis(root, KIND, run, parameters=parameters, summary=summary,
                            tables={"main": scored, "onsets": onset}, extra={"figures": [figure.name]})
     return analyses.analysis_as(EmergenceResult, root, KIND, run)

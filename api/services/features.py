@@ -1,4 +1,6 @@
-"""Feature pages and the per-latent tables of one SAE."""
+"""The service layer of `features`; its other layers: `sae_atlas.api.http.routers.features` (HTTP).
+
+Feature pages and the per-latent tables of one SAE."""
 
 from __future__ import annotations
 

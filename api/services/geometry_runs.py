@@ -7,12 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sae_atlas.api.analyses.crystals import run_crystals
 from sae_atlas.api.analyses.galaxy import run_galaxy
 from sae_atlas.api.analyses.hierarchy import load_tree, run_feature_hierarchy, run_hierarchy
 from sae_atlas.api.analyses.lobes import run_lobes
 from sae_atlas.api.analyses.maps import run_map
-from sae_atlas.api.analyses.probes import run_probe
 from sae_atlas.api.analyses.run_files import encoder_of
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.analyses import (
@@ -57,6 +55,8 @@ def hierarchy(handle: ModelHandle, params: HierarchyParams, root: Path | None) -
 def probe(ctx: AtlasContext, params: ProbeParams) -> AnalysisResult:
     """Writes: linear probes per cached hook of the position, or of a curated concept (its
     tokens in the tokenizer of `params.model`, default the atlas's)."""
+    from sae_atlas.api.analyses.probes import run_probe  # sklearn: loaded when a probe runs
+
     token_ids = None
     if params.target != "position":
         handle = ctx.model_of(params.model) if params.model else ctx.model()
@@ -73,6 +73,8 @@ def probe(ctx: AtlasContext, params: ProbeParams) -> AnalysisResult:
 def crystals(handle: ModelHandle, params: CrystalsParams, root: Path | None) -> AnalysisResult:
     """Writes (with `root`): the crystal quality of the built-in word-pair relations on
     `handle`'s embeddings (or the residual at `params.hook`)."""
+    from sae_atlas.api.analyses.crystals import run_crystals  # sklearn: loaded when crystals run
+
     result, stored = run_crystals(handle, hook=params.hook, n_null=params.n_null, seed=params.seed, atlas=root,
                                   run=params.run)
     if root is None:

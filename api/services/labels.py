@@ -1,4 +1,6 @@
-"""Feature labels: the offline labels computed from the summaries and imported
+"""The service layer of `labels`; its other layers: `sae_atlas.saes.labels` (engine).
+
+Feature labels: the offline labels computed from the summaries and imported
 explanations, stored per SAE (`store.feature_records`), searched with BM25 and joined onto
 any table of features."""
 

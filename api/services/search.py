@@ -1,4 +1,8 @@
-"""Feature searches: decoder-direction neighbours, nearest to a vector and cross-layer
+"""The service layer of `search`; its other layers: `sae_atlas.api.commands.search` (CLI),
+`sae_atlas.api.http.routers.search` (HTTP), `sae_atlas.api.operations.search` (parameter),
+`sae_atlas.api.results.search` (typed-result), `sae_atlas.store.search` (persistence).
+
+Feature searches: decoder-direction neighbours, nearest to a vector and cross-layer
 flow over the FAISS indexes (`store.search.FeatureSearch`), features tied to a token from
 the summaries, and features firing on a text (runs the model)."""
 

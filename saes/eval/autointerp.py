@@ -30,7 +30,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, cast, get_args
 
 import numpy as np
 import polars as pl
@@ -39,7 +39,6 @@ from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.eval.autointerp_backends import (
     KEY_ENV,
     AutointerpBackend,
-    BackendName,
     HuggingFaceBackend,
     LexicalBackend,
     OpenAIBackend,
@@ -53,6 +52,7 @@ from sae_atlas.saes.eval.autointerp_scoring import (
     latent_examples,
     scorer_samples,
 )
+from sae_atlas.saes.eval.names import BackendName, NegativesSource
 from sae_atlas.saes.eval.results import read_result, result_paths, result_repair
 from sae_atlas.saes.eval.spec import EvalInputs, EvalOutcome, EvalSpec
 from sae_atlas.store.search import FeatureSearch
@@ -65,7 +65,6 @@ from sae_atlas.store.tables import (
 )
 
 REPORTED = ("balanced_accuracy", "f1", "auc")
-NegativesSource = Literal["random", "similar"]
 SUMMARY_FILES = (FEATURES_FILE, EXAMPLES_FILE)
 
 

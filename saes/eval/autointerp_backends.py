@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import httpx
 import numpy as np
@@ -32,7 +32,6 @@ from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.eval.autointerp_scoring import Judgement, Sample, ScorerName, Window
 from sae_atlas.saes.labels import auto_labels
 
-BackendName = Literal["lexical", "openai", "hf"]
 LEXICAL_PROXY = "lexical proxy"
 KEY_ENV = "SAE_ATLAS_AUTOINTERP_KEY"
 

@@ -8,5 +8,10 @@ from typing import Literal, get_args
 EvalName = Literal["core", "sparse_probing", "meta", "mdl", "ground_truth", "absorption", "autointerp", "scr",
                    "tpp"]
 EVAL_NAMES: tuple[EvalName, ...] = get_args(EvalName)
+NegativesSource = Literal["random", "similar"]
+"""Where autointerp's negative examples come from: random latents' or similar latents'."""
+BackendName = Literal["lexical", "openai", "hf"]
+"""The autointerp judges: a lexical proxy, an OpenAI-compatible server, a local HF model."""
+
 DEFAULT_TOKENS = 65536
 DEFAULT_CE_BLOCKS = 8

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.http import ServerSettings, create_app
-from sae_atlas.geometry.results import write_analysis
+from sae_atlas.store.analysis_runs import write_analysis
 from sae_atlas.store.layout import AtlasLayout
 
 
@@ -84,8 +84,8 @@ def test_compare_decoder_with_different_d_model_is_refused_before_loading(tmp_pa
     import sae_atlas.api.sae_view as sae_view
     from sae_atlas.api.cli import app
     from sae_atlas.saes.formats.saelens import save_saelens
+    from sae_atlas.saes.sae.architectures import build_sae
     from sae_atlas.saes.sae.base import SAEConfig
-    from sae_atlas.saes.sae.registry import build_sae
 
     sides = []
     for name, width in (("a", 32), ("b", 16)):

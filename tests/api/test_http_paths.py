@@ -1,6 +1,6 @@
 """Answers over HTTP never carry the server's paths: files are named relative to the atlas
 and the atlas itself is `<atlas>` in repair commands, in error bodies and in the problems
-that listings show (`store.errors.without_root`, applied where errors become answers)."""
+that listings show (`sae_atlas.errors.without_root`, applied where errors become answers)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from sae_atlas.api.http import ServerSettings, create_app
+from sae_atlas.errors import IntegrityError, NotFoundError, without_root
 from sae_atlas.saes.eval.results import result_paths
-from sae_atlas.store.errors import IntegrityError, NotFoundError, without_root
 from sae_atlas.store.steering import read_steering
 from tests.api.small_atlas import PLANTED_KIND, PLANTED_RUN
 

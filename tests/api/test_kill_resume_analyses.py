@@ -6,8 +6,8 @@ Each killed run is a child process that SIGKILLs itself at a monkeypatched call
 fork): while the verb computes (nothing written yet), and where it writes: half-way through
 the temporary file of a table or figure (the rename never happens; the re-run removes it),
 or after the run's JSON is written but before `runs.json` registers it (the re-run writes
-both again). The write points are shared by every verb (`geometry.results.write_analysis`,
-`geometry.canvas.save_png`), so they run once, on `compare` and `compare-circle`; the other
+both again). The write points are shared by every verb (`store.analysis_runs.write_analysis`,
+`store.atomic.save_png`), so they run once, on `compare` and `compare-circle`; the other
 verbs are killed while they compute (kept few: each case runs the verb about twice). Every run of a verb uses one atlas path, so
 the paths the runs record agree. Fields that legitimately differ are dropped where named:
 a crosscoder's training wall time (`training.json` final_metrics.wall_seconds, repeated in
@@ -42,7 +42,7 @@ CC_TIMED = {f"crosscoders/{CC}/training.json": ("final_metrics.wall_seconds",),
             "analyses/crosscoder/runs.json": (f"runs.{CC}.sha256",)}
 
 MID_TABLE_WRITE = KillPoint("polars.DataFrame.write_parquet", 1, "mid_write")  # half a temporary table
-BEFORE_REGISTRATION = KillPoint("sae_atlas.geometry.results._record_run", 1)  # JSON written, runs.json not
+BEFORE_REGISTRATION = KillPoint("sae_atlas.store.analysis_runs._record_run", 1)  # JSON written, runs.json not
 MID_FIGURE_WRITE = KillPoint("matplotlib.figure.Figure.savefig", 1, "mid_write")  # half a temporary figure
 
 

@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from sae_atlas import Atlas
+from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.labels import DEAD, auto_labels
-from sae_atlas.store.errors import InvalidInputError
 from sae_atlas.store.feature_records import read_records, record_paths
 from sae_atlas.store.tables import FeatureTables
 
@@ -170,7 +170,7 @@ def test_summarize_builds_labels_and_search_says_when_there_are_none(small_atlas
     from typer.testing import CliRunner
 
     from sae_atlas.api.cli import app
-    from sae_atlas.store.errors import NotFoundError
+    from sae_atlas.errors import NotFoundError
 
     root = tmp_path / "atlas"
     shutil.copytree(small_atlas["root"], root)

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.cli import app
 from sae_atlas.api.http import ServerSettings, create_app
-from sae_atlas.api.operations.base import Operation
+from sae_atlas.api.operations.operation import Operation
 from sae_atlas.api.operations.registry import NOT_CONVERTED, OPERATIONS, Surfaces
-from sae_atlas.store.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError
 
 IDS = [s.python for s in OPERATIONS]
 BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems",

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from sae_atlas.api.atlas import Atlas
 from sae_atlas.api.cli import app
 from sae_atlas.errors import IntegrityError
-from sae_atlas.geometry.results import RUNS_FILE
+from sae_atlas.store.analysis_runs import RUNS_FILE
 from tests.api.conftest import LiveServer
 from tests.api.small_atlas import PLANTED_KIND, PLANTED_RUN
 
@@ -28,7 +28,7 @@ KIND, RUN = "circular", "weekday-run"
 
 def _circular_run(root: Path) -> None:
     """A circular run with a table and a figure (the planted run's, under another kind)."""
-    from sae_atlas.geometry.results import read_analysis, write_analysis
+    from sae_atlas.store.analysis_runs import read_analysis, write_analysis
 
     planted = read_analysis(root, PLANTED_KIND, PLANTED_RUN)
     folder = root / "analyses" / KIND

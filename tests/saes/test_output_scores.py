@@ -22,6 +22,7 @@ import torch
 from typer.testing import CliRunner
 
 import sae_atlas.saes.intervene.output_scores as output_scores
+from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.saes.atlas_saes import load_atlas_sae
 from sae_atlas.saes.intervene.edits import SteerEdit, compile_edit, resolve_positions
 from sae_atlas.saes.intervene.output_scores import (
@@ -36,9 +37,8 @@ from sae_atlas.saes.intervene.output_scores import (
 )
 from sae_atlas.saes.intervene.splice import Splice, run_spliced
 from sae_atlas.saes.models import tiny_model
+from sae_atlas.saes.sae.architectures import build_sae
 from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
-from sae_atlas.store.errors import IntegrityError, InvalidInputError, NotFoundError
 from sae_atlas.store.steering import (
     CHUNKS_DIR,
     STEERING_FILE,

@@ -11,7 +11,11 @@ import polars as pl
 import pytest
 
 from sae_atlas.errors import IntegrityError, InvalidInputError, NotFoundError
-from sae_atlas.geometry.results import (
+from sae_atlas.saes.atlas_records import SOURCE_FILE, TRAINING_FILE, register_sae
+from sae_atlas.saes.formats.saelens import save_saelens
+from sae_atlas.saes.sae.architectures import build_sae
+from sae_atlas.saes.sae.base import SAEConfig
+from sae_atlas.store.analysis_runs import (
     RUNS_FILE,
     analysis_kinds,
     figure_owner,
@@ -21,10 +25,6 @@ from sae_atlas.geometry.results import (
     verify_run,
     write_analysis,
 )
-from sae_atlas.saes.formats.saelens import save_saelens
-from sae_atlas.saes.registry import SOURCE_FILE, TRAINING_FILE, register_sae
-from sae_atlas.saes.sae.base import SAEConfig
-from sae_atlas.saes.sae.registry import build_sae
 from sae_atlas.store.layout import MAX_ID_LENGTH, AtlasLayout, check_id
 
 HOOK = "blocks.0.hook_resid_post"
