@@ -172,12 +172,11 @@ def main() -> None:
           f"{a['ce_clean']:.3f}, zero-ablated {a['ce_zero_ablated']:.3f}; CE recovered {a['ce_recovered']:.3f}; "
           f"KL {a['kl_replaced']:.3f} (zero-ablated {a['kl_zero_ablated']:.3f})", flush=True)
 
-    residual = Atlas(args.residual_atlas)
     result["graphs"] = []
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     for prompt, target in PROMPTS[:args.prompts]:
-        for name, where in (("transcoders", atlas), ("residual SAEs", residual)):
+        for name, where in (("transcoders", atlas), ("residual SAEs", Atlas(args.residual_atlas))):
             row = {"prompt": prompt, "target": target, "over": name,
                    **graph_row(where, handle, prompt, target, args.graph_batch)}
             result["graphs"].append(row)
