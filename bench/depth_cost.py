@@ -40,7 +40,7 @@ from sae_atlas.geometry.trajectories import trajectory_geometry
 from sae_atlas.saes import streaming
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.depth import capture as stream_module
-from sae_atlas.saes.depth.lens import TunedLensFitter
+from sae_atlas.saes.depth.lens import TunedLens, TunedLensFitter
 from sae_atlas.saes.models import load_model, normalize_spec
 from sae_atlas.saes.streaming import whole_blocks
 
@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--max-points", type=int, default=4000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--id-only", action="store_true", help="make the CKA sums and the lenses no-ops: only the "
+                        "capture, the subsample and the estimators run (the ID/LID/trajectories path)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     handle = load_model(normalize_spec(args.model), device=args.device)
@@ -82,6 +84,11 @@ def main() -> None:
     bare = time.perf_counter() - start
 
     real_score = stream_module.score_lenses
+    if args.id_only:
+        CKAAccumulator.update = lambda self, rows: None  # type: ignore[method-assign]
+        TunedLensFitter.update = lambda self, states, final: None  # type: ignore[method-assign]
+        TunedLensFitter.fit = lambda self, ridge=0.0: TunedLens({}, {}, 0, ridge)  # type: ignore[method-assign]
+        real_score = lambda *args: None  # noqa: E731
 
     def score(handle: Any, rows: dict[int, torch.Tensor], next_ids: torch.Tensor, *rest: Any) -> None:
         n = len(next_ids)
@@ -114,15 +121,17 @@ def main() -> None:
     trajectory_geometry(s.states)
     estimators = time.perf_counter() - start
     start = time.perf_counter()
-    s.cka.result()
+    if not args.id_only:
+        s.cka.result()
     cka_result = time.perf_counter() - start
 
     held_out = SCORED[0] + int(SPENT.get("lens rows skipped", 0))
     lens_full = parts.get("lens scores", 0.0) * held_out / max(SCORED[0], 1)
     cka_bytes = sum(a.nbytes for a in [*s.cka._sum, *s.cka._cross.values(), *s.cka._a.values()])
     print(f"model {handle.name}, {handle.n_layers} layers, d_model {handle.d_model}, {tokens} tokens, device "
-          f"{args.device}, {args.threads} threads, subsample {len(s.states)}; lens scores on {SCORED[0]} of "
-          f"{held_out} held-out tokens")
+          f"{args.device}, {args.threads} threads, subsample {len(s.states)}; " +
+          ("CKA sums and lenses skipped" if args.id_only else f"lens scores on {SCORED[0]} of {held_out} held-out "
+                                                               "tokens"))
     rows = [("bare forward", bare, tokens),
             ("capture + subsample", capture, tokens),
             ("... capturing forward", SPENT["capturing forward"], tokens),
@@ -134,11 +143,15 @@ def main() -> None:
             ("tuned-lens sums + fit", parts.get("tuned-lens sums", 0.0) + parts.get("tuned-lens fit", 0.0), tokens),
             ("lens scores", parts.get("lens scores", 0.0), SCORED[0]),
             ("ID/LID/trajectories", capture + estimators, tokens),
+            ("... less the lens rows", capture - SPENT["lens rows"] + estimators, tokens),
             ("... + CKA", capture + estimators + parts.get("CKA sums", 0.0) + cka_result, tokens),
             ("full analysis" + (" (lens extrapolated)" if args.lens_tokens else ""),
              capture + estimators + cka_result + sum(v for k, v in parts.items() if k != "lens scores") + lens_full,
              tokens)]
     bare_rate = tokens / bare
+    if args.id_only:
+        skipped = ("CKA sums + result", "tuned-lens sums + fit", "lens scores", "... + CKA")
+        rows = [row for row in rows if row[0] not in skipped and not row[0].startswith("full analysis")]
     for name, seconds, n in rows:
         rate = n / seconds if seconds > 0 else float("inf")
         print(f"{name:>36}: {seconds:8.2f} s  {rate:9.0f} tok/s  ratio to bare {rate / bare_rate:6.3f}x")

@@ -191,7 +191,7 @@ function corpusRun(r) {
     el("div", { class: "plots" },
       depthPlot("depth-cosines", layers, [
         { key: "to-final", name: "cosine to the final state", values: column(p, "cosine_to_final"), colour: "#1f77b4" },
-        { key: "consecutive", name: "cosine to the previous state", values: column(p, "consecutive_cosine"), colour: "#17becf" }],
+        { key: "consecutive", name: "cosine to the previous state", values: column(p, "consecutive_cosine"), colour: "#2ca02c" }],
       "cosine", [Math.min(0, ...column(p, "cosine_to_final").filter(finite)), 1]),
       depthPlot("depth-steps", layers, [
         { key: "curvature", name: "turning angle into the layer (rad)", values: column(p, "curvature"), colour: "#8c564b", dots: true }],

@@ -5,8 +5,8 @@ ending at the same character for two, as `compare` pairs them).
 Kept in bounded memory: debiased linear CKA sums between every layer of A and every layer of
 B over all paired tokens (`geometry.cka.CKAAccumulator` with `split`: no pair within a
 model), and a seeded uniform subsample of the paired tokens' states at every layer of both
-(random keys drawn per batch, the `max_points` smallest kept: `saes.depth.reservoir`), for the per-layer ID and LID
-shift (`geometry.depth_shift`). One process (no torchrun ranks).
+(random keys drawn per batch, the `max_points` smallest kept: `saes.depth.reservoir`), for
+the per-layer ID and LID shift (`geometry.depth_shift`). One process (no torchrun ranks).
 """
 
 from __future__ import annotations
