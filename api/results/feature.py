@@ -61,8 +61,8 @@ class StoredExample(ExampleContext):
     token_ids: list[int]
 
 
-class FeatureRow(TypedDict):
-    """One row of the per-latent table as its pages send it (`GET /saes/{id}/features`)."""
+class LatentStats(TypedDict):
+    """A latent's activation statistics over the summarized tokens (`sae-atlas summarize`)."""
 
     latent: int
     n_active: int
@@ -70,20 +70,19 @@ class FeatureRow(TypedDict):
     mean_act: Number
     mean_active_act: Number
     max_act: Number
+
+
+class FeatureRow(LatentStats):
+    """One row of the per-latent table as its pages send it (`GET /saes/{id}/features`)."""
+
     label: Annotated[str | None, Field(description="the latent's offline label")]
 
 
-class LatentSummary(TypedDict):
+class LatentSummary(LatentStats):
     """One latent's row of an SAE's summary table (`features.parquet`, `sae-atlas summarize`):
     activation statistics, quantiles at the table's levels, the histogram's top edge and
     counts, the decoder norm and the tokens its decoder direction most promotes / suppresses."""
 
-    latent: int
-    n_active: int
-    density: Number
-    mean_act: Number
-    mean_active_act: Number
-    max_act: Number
     quantiles: list[Number] | None
     hist_top: Number
     hist_counts: list[int] | None
