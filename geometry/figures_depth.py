@@ -17,6 +17,8 @@ def depth_profile_figure(main: pl.DataFrame, title: str = "depth profile") -> Fi
     fig, (a, b, c) = new_figure(13, 4, 3)
     x = main["layer"].to_numpy()
     a.plot(x, main["twonn"].to_numpy(), marker="o", label="TwoNN")
+    if "twonn_low" in main.columns:  # runs stored before TwoNN had an interval have none
+        a.fill_between(x, main["twonn_low"].to_numpy(), main["twonn_high"].to_numpy(), alpha=0.25, color="C0")
     a.plot(x, main["mle"].to_numpy(), marker="s", label="MLE")
     a.fill_between(x, main["mle_low"].to_numpy(), main["mle_high"].to_numpy(), alpha=0.25, color="C1")
     a.plot(x, main["lid_q50"].to_numpy(), marker="^", label="local ID (median)")

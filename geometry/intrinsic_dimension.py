@@ -55,15 +55,28 @@ class TwoNN:
     dimension: float
     n_points: int
     n_used: int  # after dropping duplicates and the discarded tail
+    low: float | None = None  # bootstrap interval over points (None without resamples)
+    high: float | None = None
+    confidence: float | None = None
+
+
+def _twonn_slope(mu_sorted: np.ndarray, keep: int) -> float:
+    """The TwoNN fit through the origin of `-log(1 - F(mu))` on `log mu`, over the `keep`
+    smallest of the sorted ratios."""
+    F = np.arange(1, len(mu_sorted) + 1) / len(mu_sorted)
+    x, y = np.log(mu_sorted[:keep]), -np.log(1 - F[:keep])
+    return float((x @ y) / max(float(x @ x), 1e-300))
 
 
 def twonn_dimension(
-    X_ND: np.ndarray, *, discard_fraction: float = 0.1, max_points: int = 20000, seed: int = 0
+    X_ND: np.ndarray, *, discard_fraction: float = 0.1, max_points: int = 20000, seed: int = 0,
+    n_boot: int = 0, confidence: float = 0.9,
 ) -> TwoNN:
     """TwoNN: with `mu = r2 / r1` (second over first neighbour distance), the empirical
     `-log(1 - F(mu))` is linear in `log mu` with slope equal to the dimension; fit through
     the origin after discarding the largest `discard_fraction` of mu. At most
-    `max_points` rows (a seeded subsample) are used."""
+    `max_points` rows (a seeded subsample) are used. With `n_boot` > 0, a `confidence`
+    bootstrap interval: the points' ratios resampled with replacement and refitted."""
     X = _subsample(_checked_cloud(X_ND, "TwoNN", 10), max_points, seed)
     d = neighbour_distances(X, 2)
     # a point with a duplicate has r1 = 0 and is dropped
@@ -74,10 +87,14 @@ def twonn_dimension(
     keep = int(np.floor(n * (1 - discard_fraction)))
     if keep < 5:
         raise InvalidInputError("too few distinct points for TwoNN")
-    F = np.arange(1, n + 1) / n
-    x, y = np.log(mu[:keep]), -np.log(1 - F[:keep])
-    dim = float((x @ y) / max(float(x @ x), 1e-300))
-    return TwoNN(dim, int(X_ND.shape[0]), keep)
+    result = TwoNN(_twonn_slope(mu, keep), int(X_ND.shape[0]), keep)
+    if n_boot > 0:
+        draws = np.sort(mu[np.random.default_rng(seed + 1).integers(0, n, size=(n_boot, n))], axis=1)
+        boots = [_twonn_slope(draw, keep) for draw in draws]
+        tail = (1.0 - confidence) / 2
+        result.low, result.high = (float(v) for v in np.quantile(boots, [tail, 1.0 - tail]))
+        result.confidence = confidence
+    return result
 
 
 def _distinct(X_ND: np.ndarray) -> np.ndarray:

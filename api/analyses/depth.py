@@ -87,11 +87,12 @@ def depth_tables(stream: DepthStream, *, k: int, mle_k: int, n_boot: int, seed: 
     rows, lid_docs, lid_by_layer = [], [], {}
     for i, layer in enumerate(stream.layers):
         X = stream.states[:, i]
-        two, mle, lid = twonn_dimension(X, seed=seed), mle_dimension(X, k=mle_k, n_boot=n_boot, seed=seed), \
+        two, mle, lid = twonn_dimension(X, n_boot=n_boot, seed=seed), mle_dimension(X, k=mle_k, n_boot=n_boot, seed=seed), \
             local_dimension(X, k=k)
         lid_by_layer[layer] = lid
         row: dict[str, Any] = {
-            "layer": layer, "twonn": two.dimension, "mle": mle.dimension, "mle_low": mle.low, "mle_high": mle.high,
+            "layer": layer, "twonn": two.dimension, "twonn_low": two.low, "twonn_high": two.high,
+            "mle": mle.dimension, "mle_low": mle.low, "mle_high": mle.high,
             "lid_mean": float(lid.mean()), **{f"lid_q{q}": float(np.quantile(lid, q / 100)) for q in (10, 50, 90)},
             "step_length": float(traj.step_length[:, i - 1].mean()) if i else None,
             "curvature": float(np.nanmean(traj.curvature[:, i - 2])) if i >= 2 else None,

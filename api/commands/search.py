@@ -15,11 +15,12 @@ import typer
 
 from sae_atlas.api.commands.common import handle_errors, open_atlas, print_json, print_table
 from sae_atlas.api.commands.device_options import device_option, model_dtype_option
-from sae_atlas.api.results.rows import Rows
 from sae_atlas.errors import InvalidInputError
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from sae_atlas.api.results.rows import Rows
 
 search_app = typer.Typer(help="Search the features of an atlas.", no_args_is_help=True)
 ATLAS = typer.Argument(..., help="Atlas directory.")
@@ -32,6 +33,8 @@ LOBE = typer.Option(None, help="In this co-occurrence lobe.")
 
 
 def _show(title: str, table: pl.DataFrame | Rows[Any], json_out: bool) -> None:
+    from sae_atlas.api.results.rows import Rows  # polars: loaded when a result is shown
+
     frame = table.frame if isinstance(table, Rows) else table
     if json_out:
         print_json(frame.to_dicts())

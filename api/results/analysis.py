@@ -13,6 +13,7 @@ import polars as pl
 from pydantic import Field, computed_field
 from typing_extensions import NotRequired, TypedDict
 
+from sae_atlas.api.results.depth import DepthLayer
 from sae_atlas.api.results.html import escape
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import Status
@@ -197,32 +198,6 @@ class CrosscoderNorms(TypedDict):
     nu_recon: NotRequired[Number]
     scaling_active_tokens: NotRequired[int | None]
     label: NotRequired[str | None]
-
-
-class DepthLayer(TypedDict):
-    """One layer of a depth profile: intrinsic dimension (TwoNN, MLE with its interval),
-    local dimension quantiles, trajectory geometry and the logit / tuned lenses."""
-
-    layer: int
-    twonn: Number
-    mle: Number
-    mle_low: Number
-    mle_high: Number
-    lid_mean: Number
-    lid_q10: Number
-    lid_q50: Number
-    lid_q90: Number
-    step_length: Number
-    curvature: Number
-    consecutive_cosine: Number
-    cosine_to_final: Number
-    tuned_fit_loss: Number
-    logit_top1: Number
-    logit_kl: Number
-    logit_median_rank: Number
-    tuned_top1: Number
-    tuned_kl: Number
-    tuned_median_rank: Number
 
 
 @dataclass

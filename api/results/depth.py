@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, with_config
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from sae_atlas.api.results.html import escape, format_value
 from sae_atlas.api.results.sae import Status
@@ -52,6 +52,10 @@ class DepthLayer(TypedDict):
 
     layer: int
     twonn: Annotated[Number, Field(description="TwoNN intrinsic dimension of the token cloud")]
+    twonn_low: NotRequired[Annotated[Number, Field(description="bootstrap interval of the TwoNN dimension, low "
+                                                               "end (runs stored before it have none)")]]
+    twonn_high: NotRequired[Annotated[Number, Field(description="bootstrap interval of the TwoNN dimension, "
+                                                                "high end")]]
     mle: Annotated[Number, Field(description="Levina-Bickel MLE dimension")]
     mle_low: Annotated[Number, Field(description="bootstrap interval of the MLE dimension, low end")]
     mle_high: Annotated[Number, Field(description="bootstrap interval of the MLE dimension, high end")]

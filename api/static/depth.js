@@ -1,6 +1,6 @@
 // Depth page (#/depth): the stored depth runs (GET /depth) and one run (#/depth/<run>, GET
-// /depth/<run>), picked from a list. A corpus run shows the intrinsic dimension (TwoNN, MLE with
-// its bootstrap interval) and the local dimension (median with its 10-90% band) against depth,
+// /depth/<run>), picked from a list. A corpus run shows the intrinsic dimension (TwoNN and MLE with
+// their bootstrap intervals) and the local dimension (median with its 10-90% band) against depth,
 // the logit and tuned lenses' top-1 agreement and KL against depth, the CKA heat map between
 // layers, the trajectory means per layer and the distributions of per-token trajectory metrics,
 // the tokens with extreme trajectories (a click opens the Text page on the token's context, where
@@ -173,7 +173,8 @@ function corpusRun(r) {
       el("b", {}, fmt(lens("logit"))), " (logit lens) and ", el("b", {}, fmt(lens("tuned"))), " (tuned lens)."),
     el("div", { class: "plots" },
       el("div", {}, el("h3", {}, "Intrinsic dimension against depth"), depthPlot("depth-id", layers, [
-        { key: "twonn", name: "TwoNN", values: column(p, "twonn"), colour: "#1f77b4", dots: true },
+        { key: "twonn", name: "TwoNN (bootstrap interval)", values: column(p, "twonn"), colour: "#1f77b4", dots: true,
+          band: [column(p, "twonn_low"), column(p, "twonn_high")] },
         { key: "mle", name: "MLE (bootstrap interval)", values: column(p, "mle"), colour: "#ff7f0e",
           band: [column(p, "mle_low"), column(p, "mle_high")] },
         { key: "lid", name: "local ID median (10–90%)", values: column(p, "lid_q50"), colour: "#2ca02c",

@@ -267,7 +267,7 @@ def test_depth_page_in_chromium(browser: Any, depth_atlas: dict[str, Any], clien
 
         # ID and local ID against depth, with their intervals; the lenses; CKA; trajectories
         assert page.get_attribute("#depth-id .series-twonn", "data-points") == "4"
-        assert page.locator("#depth-id path.band").count() == 2  # the MLE interval and the local ID band
+        assert page.locator("#depth-id path.band").count() == 3  # the TwoNN and MLE intervals and the local ID band
         for plot in ("#depth-lens-top1", "#depth-lens-kl"):
             assert [page.get_attribute(f"{plot} .series-{k}", "data-points") for k in ("logit", "tuned")] == ["4", "4"]
         assert page.get_attribute("#depth-cka", "data-cells") == "16" and page.locator(".cka-cell").count() == 16

@@ -76,7 +76,7 @@ def test_http_errors_and_problems_leave_the_server_paths_out(atlas: dict[str, An
         board = http.get("/board")
         assert board.status_code == 200 and not _leaks(board, root)
         [row] = [r for r in board.json()["rows"] if r["sae_id"] == first]
-        assert row["status"] == "damaged" and f"--atlas <atlas> --sae {first} --suite core" in row["problem"]
+        assert row["status"] == "damaged" and f"eval <atlas> --sae {first} --suite core" in row["problem"]
         listing = http.get("/saes")
         assert listing.status_code == 200 and not _leaks(listing, root)
         assert "summarize <atlas>" in str(listing.json())

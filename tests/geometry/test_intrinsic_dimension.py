@@ -24,6 +24,15 @@ def test_twonn_and_mle_recover_planted_dimension(d):
     assert mle == mle_dimension(X, k=10, seed=3)  # seeded
 
 
+def test_twonn_bootstrap_interval_covers_the_planted_dimension_and_narrows_with_points():
+    small, large = (twonn_dimension(embedded(5, n=n, seed=1), n_boot=200, seed=2) for n in (400, 4000))
+    for est in (small, large):
+        assert est.low < est.dimension < est.high and 0.9 * est.low <= 5 <= 1.1 * est.high  # TwoNN's bias < 10%
+    assert large.high - large.low < 0.6 * (small.high - small.low)  # ~1/sqrt(10) of the width, with slack
+    assert twonn_dimension(embedded(5, n=400, seed=1)).low is None  # no resamples, no interval
+    assert twonn_dimension(embedded(5, n=400, seed=1), n_boot=200, seed=2) == small  # seeded
+
+
 def test_mle_subsample_and_duplicates():
     X = embedded(5, n=2000)
     dup = np.concatenate([X, X[:300]])  # exact duplicates are dropped, not fatal

@@ -26,6 +26,7 @@ def layered(tmp_path):
         rows[latent] = direction * (layer + 1) + 0.05 * rng.standard_normal(16)
         write_sae(tmp_path, sae_id, rows, f"blocks.{[0, 2, 5][layer]}.hook_resid_post")
     write_sae(tmp_path, "attn", rng.standard_normal((40, 8)).astype(np.float32), "blocks.1.attn.hook_z")
+    (tmp_path / "atlas.json").write_text(json.dumps({"model": "planted"}))  # what `cache` writes first
     build_atlas_indexes(tmp_path)
     return tmp_path, planted
 
@@ -109,16 +110,16 @@ def test_index_cli_keeps_current_and_repairs_corrupt(layered):
 
     root, _ = layered
     runner = CliRunner()
-    first = runner.invoke(app, ["index", "--atlas", str(root), "--json"])
+    first = runner.invoke(app, ["index", str(root), "--json"])
     assert first.exit_code == 0, first.output
     assert not any(info["rebuilt"] for info in json.loads(first.output))
     path = sae_index_path(root, "l2")
     path.write_bytes(path.read_bytes()[:100])
-    broken = runner.invoke(app, ["index", "--atlas", str(root), "--sae", "l2", "--json"])
+    broken = runner.invoke(app, ["index", str(root), "--sae", "l2", "--json"])
     assert [(i.get("sae_id", "model"), i["rebuilt"]) for i in json.loads(broken.output)] == [("l2", True), ("model", False)]
     repaired = FeatureSearch(root)
     assert repaired.by_vector(repaired.decoder_row("l2", 4), k=1, sae_id="l2")[0].latent == 4
-    again = runner.invoke(app, ["index", "--atlas", str(root), "--rebuild", "--approx-threshold", "50", "--json"])
+    again = runner.invoke(app, ["index", str(root), "--rebuild", "--approx-threshold", "50", "--json"])
     infos = json.loads(again.output)
     assert all(i["rebuilt"] for i in infos)
     assert {i.get("sae_id", "model"): i["type"] for i in infos} == {
