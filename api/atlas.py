@@ -970,19 +970,19 @@ class Atlas:
 
     def train_crosscoder(self, hook_a: str, hook_b: str, *, model_b: str | dict[str, Any] | None = None,
                          d_sae: int = CrosscoderParams.default("d_sae"), k: int = CrosscoderParams.default("k"),
-                         n_tokens: int = CrosscoderParams.default("n_tokens"), pass_tokens: int | None = None,
+                         tokens: int = CrosscoderParams.default("tokens"), pass_tokens: int | None = None,
                          batch_size: int = CrosscoderParams.default("batch_size"),
                          batch_blocks: int = CrosscoderParams.default("batch_blocks"),
                          seed: int = CrosscoderParams.default("seed"), cc_id: str | None = None,
                          scaling_tokens: int = CrosscoderParams.default("scaling_tokens"),
                          corpus: CorpusSpec | None = None, device: str = "cpu",
-                         progress: bool = True) -> CrosscoderRun:
+                         progress: bool = True, n_tokens: int | None = None) -> CrosscoderRun:
         """Writes: a crosscoder between `hook_a` of this atlas's model and `hook_b` of `model_b`
         (default the same model) in `crosscoders/<id>/`, its relative decoder norms (and with
         `scaling_tokens` > 0 its Latent Scaling) as `analyses/crosscoder/<id>`. The parameters
-        are `api.operations.crosscoder.CrosscoderParams`."""
+        are `api.operations.crosscoder.CrosscoderParams` (`n_tokens`: the deprecated old name of `tokens`)."""
         params = CrosscoderParams.of(hook_a=hook_a, hook_b=hook_b, model_b=model_b, d_sae=d_sae, k=k,
-                                     n_tokens=n_tokens, pass_tokens=pass_tokens, batch_size=batch_size,
+                                     tokens=tokens, n_tokens=n_tokens, pass_tokens=pass_tokens, batch_size=batch_size,
                                      batch_blocks=batch_blocks, seed=seed, cc_id=cc_id, scaling_tokens=scaling_tokens)
         return crosscoder_service.run_train_crosscoder(self.ctx, params, corpus=corpus, device=device,
                                                        progress=progress)

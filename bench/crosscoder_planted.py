@@ -6,7 +6,7 @@ relative decoder norm and after Latent Scaling?
 Three steps (the middle one is the project's own CLI):
 
     PYTHONPATH=. python bench/crosscoder_planted.py corpus --out /tmp/diff/planted-corpus.jsonl
-    PYTHONPATH=. python -m sae_atlas train-crosscoder --atlas /tmp/diff/atlas-planted \\
+    PYTHONPATH=. python -m sae_atlas train-crosscoder /tmp/diff/atlas-planted \\
         --hook-a blocks.12.hook_resid_post --hook-b blocks.12.hook_resid_post --model-b /tmp/smollm2-planted \\
         --corpus /tmp/diff/planted-corpus.jsonl --d-sae 1024 --k 16 --tokens 100000 --batch-size 512 \\
         --latent-scaling-tokens 30000 --id planted

@@ -107,15 +107,15 @@ def compare_command(
 
 @handle_errors
 def train_crosscoder_command(
-    atlas: Path = typer.Option(..., help="Atlas directory (side A is its model; the crosscoder is stored there)."),
+    atlas: Path = atlas_argument(help="Atlas directory (side A is its model; the crosscoder is stored there)."),
     hook_a: str = typer.Option(..., help="Hook of model A."),
     hook_b: str = typer.Option(..., help="Hook of model B (another layer, or the same layer of --model-b)."),
     model_b: str = typer.Option(None, help="Model B (smollm2-135m, a Hugging Face id or folder, a .gguf, tiny "
                                            "JSON); default: the atlas's model."),
     d_sae: int = typer.Option(4096, help="Crosscoder latents (at least 1)."),
     k: int = typer.Option(32, help="Mean active latents per token (BatchTopK; at least 1)."),
-    n_tokens: int = typer.Option(200_000, "--n-tokens", "--tokens", help="Training tokens (at least 1)."),
-    pass_tokens: int = typer.Option(None, help="Corpus tokens per pass (default --n-tokens; passes repeat)."),
+    tokens: int = typer.Option(200_000, "--tokens", "--n-tokens", help="Training tokens (at least 1)."),
+    pass_tokens: int = typer.Option(None, help="Corpus tokens per pass (default --tokens; passes repeat)."),
     batch_size: int = typer.Option(1024, help="Rows per training step (at least 1)."),
     corpus: str = corpus_option(),
     text_field: str = text_field_option(),
@@ -129,6 +129,7 @@ def train_crosscoder_command(
     json_out: bool = typer.Option(False, "--json", help="Print the stored run as JSON."),
     device: str = device_option(),
     model_dtype: str = model_dtype_option(),
+    old_atlas: Path = OLD_ATLAS_OPTION,
 ) -> None:
     """Train an acausal BatchTopK crosscoder on paired activations of two models (or two
     hooks of one model) at the same tokens; store it in crosscoders/<id>/ and each latent's
@@ -140,7 +141,8 @@ def train_crosscoder_command(
     from sae_atlas.saes.corpus import CorpusSpec
     from sae_atlas.saes.devices import use_by_default
 
-    params = CrosscoderParams.of(hook_a=hook_a, hook_b=hook_b, model_b=model_b, d_sae=d_sae, k=k, n_tokens=n_tokens,
+    atlas = the_atlas(atlas, old_atlas)
+    params = CrosscoderParams.of(hook_a=hook_a, hook_b=hook_b, model_b=model_b, d_sae=d_sae, k=k, tokens=tokens,
                                  pass_tokens=pass_tokens, batch_size=batch_size, batch_blocks=batch_blocks,
                                  seed=seed, cc_id=cc_id, scaling_tokens=scaling_tokens)
     where = use_by_default(device, model_dtype)

@@ -18,6 +18,8 @@ from sae_atlas.api.operations.operation import Operation
 class CrosscoderParams(Operation):
     """A crosscoder between `hook_a` of the atlas's model and `hook_b` of `model_b`."""
 
+    renamed = {"n_tokens": "tokens"}
+
     hook_a: str = Field(min_length=1, max_length=200, description="hook of model A (the atlas's model)")
     hook_b: str = Field(min_length=1, max_length=200, description="hook of model B (another layer, or the same "
                                                                   "layer of model_b)")
@@ -25,8 +27,8 @@ class CrosscoderParams(Operation):
                                                    "tiny spec); default the atlas's model")
     d_sae: JsonInt = Field(default=4096, ge=1, description="crosscoder latents")
     k: JsonInt = Field(default=32, ge=1, description="mean active latents per token (BatchTopK)")
-    n_tokens: JsonInt = Field(default=200_000, ge=1, description="training tokens")
-    pass_tokens: JsonInt | None = Field(default=None, ge=2, description="corpus tokens per pass (default n_tokens; "
+    tokens: JsonInt = Field(default=200_000, ge=1, description="training tokens")
+    pass_tokens: JsonInt | None = Field(default=None, ge=2, description="corpus tokens per pass (default tokens; "
                                                                         "passes repeat)")
     batch_size: JsonInt = Field(default=1024, ge=1, description="rows per training step")
     batch_blocks: JsonInt = Field(default=8, ge=1, description="blocks per forward pass")

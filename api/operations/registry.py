@@ -120,7 +120,7 @@ OPERATIONS: tuple[Surfaces, ...] = (
              example={"circle": "circular/none"}, cli_example=("--circle", "circular/none")),
     Surfaces(CrosscoderParams, "train_crosscoder", ("train-crosscoder",), None,
              python_only=("corpus", "device", "progress"),
-             cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"), cli_atlas="--atlas",
+             cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"),
              example={"hook_a": "x", "hook_b": "y"}, cli_example=("--hook-a", "x", "--hook-b", "y")),
     Surfaces(LatentScalingParams, "latent_scaling", ("latent-scaling",), None, python_only=("corpus", "device"),
              cli_only=("corpus", "text_field", "context", "json_out", "device", "model_dtype"),

@@ -113,7 +113,7 @@ def run_train_crosscoder(ctx: AtlasContext, params: CrosscoderParams, *, corpus:
     with `scaling_tokens` > 0 also the Latent Scaling of its latents over that many corpus
     tokens."""
     hook_a, hook_b, model_b, d_sae, k = params.hook_a, params.hook_b, params.model_b, params.d_sae, params.k
-    n_tokens, pass_tokens, batch_size, batch_blocks = (params.n_tokens, params.pass_tokens, params.batch_size,
+    n_tokens, pass_tokens, batch_size, batch_blocks = (params.tokens, params.pass_tokens, params.batch_size,
                                                        params.batch_blocks)
     cc_id, seed, scaling_tokens = params.cc_id, params.seed, params.scaling_tokens
     model_b = _model_b_spec(model_b)

@@ -36,7 +36,7 @@ VERB_ARGS: dict[tuple[str, ...], Any] = {
     ("search", "text"): lambda root: [str(root), "the cat"],
     ("steering-scores",): lambda root: [str(root)],
     ("compare",): lambda root: [f"{root}:s0", f"{root}:s0"],
-    ("train-crosscoder",): lambda root: ["--atlas", str(root), "--hook-a", HOOK, "--hook-b", HOOK],
+    ("train-crosscoder",): lambda root: [str(root), "--hook-a", HOOK, "--hook-b", HOOK],
     ("emergence",): lambda root: [f"{root}:s0", f"{root}:s0"],
     ("compare-circle",): lambda root: [f"{root}:s0", "--circle", "circular/none"],
     ("latent-scaling",): lambda root: [str(root), "--id", "cc"],

@@ -19,7 +19,7 @@ def test_train_crosscoder_stores_the_weights_and_the_relative_norms(tmp_path):
     root = tmp_path / "atlas"
     AtlasLayout(root).update_meta(model=MODEL)
     other = json.dumps({**MODEL, "d_model": 48, "seed": 1})
-    out = CliRunner().invoke(app, ["train-crosscoder", "--atlas", str(root), "--hook-a", "blocks.1.hook_resid_post",
+    out = CliRunner().invoke(app, ["train-crosscoder", str(root), "--hook-a", "blocks.1.hook_resid_post",
                                    "--hook-b", "blocks.1.hook_resid_post", "--model-b", other, "--d-sae", "16",
                                    "--k", "2", "--tokens", "2048", "--pass-tokens", "1024", "--batch-size", "256",
                                    "--context", "32", "--id", "pair", "--json"])
@@ -37,7 +37,7 @@ def test_train_crosscoder_stores_the_weights_and_the_relative_norms(tmp_path):
 def test_one_hook_of_one_model_twice_is_refused(tmp_path):
     root = tmp_path / "atlas"
     AtlasLayout(root).update_meta(model=MODEL)
-    out = CliRunner().invoke(app, ["train-crosscoder", "--atlas", str(root), "--hook-a", "blocks.1.hook_resid_post",
+    out = CliRunner().invoke(app, ["train-crosscoder", str(root), "--hook-a", "blocks.1.hook_resid_post",
                                    "--hook-b", "blocks.1.hook_resid_post"])
     assert out.exit_code == 2 and "name two hooks or a second model" in out.output
 
@@ -46,7 +46,7 @@ def test_latent_scaling_adds_its_columns_to_the_crosscoder_table_and_reruns_alik
     root = tmp_path / "atlas"
     AtlasLayout(root).update_meta(model=MODEL)
     other = json.dumps({**MODEL, "seed": 1})  # the same width: one space for both sides
-    out = CliRunner().invoke(app, ["train-crosscoder", "--atlas", str(root), "--hook-a", "blocks.1.hook_resid_post",
+    out = CliRunner().invoke(app, ["train-crosscoder", str(root), "--hook-a", "blocks.1.hook_resid_post",
                                    "--hook-b", "blocks.1.hook_resid_post", "--model-b", other, "--d-sae", "16",
                                    "--k", "2", "--tokens", "1024", "--batch-size", "256", "--context", "32",
                                    "--id", "pair", "--latent-scaling-tokens", "512", "--json"])
@@ -68,7 +68,7 @@ def test_latent_scaling_adds_its_columns_to_the_crosscoder_table_and_reruns_alik
 def test_latent_scaling_of_two_widths_is_refused_before_training(tmp_path):
     root = tmp_path / "atlas"
     AtlasLayout(root).update_meta(model=MODEL)
-    out = CliRunner().invoke(app, ["train-crosscoder", "--atlas", str(root), "--hook-a", "blocks.1.hook_resid_post",
+    out = CliRunner().invoke(app, ["train-crosscoder", str(root), "--hook-a", "blocks.1.hook_resid_post",
                                    "--hook-b", "blocks.1.hook_resid_post", "--model-b",
                                    json.dumps({**MODEL, "d_model": 48}), "--latent-scaling-tokens", "64"])
     assert out.exit_code == 2 and "one space" in out.output
