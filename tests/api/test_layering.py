@@ -13,6 +13,7 @@ import pytest
 
 from sae_atlas import Atlas
 from sae_atlas.store.layout import AtlasLayout
+from tests.import_graph import assert_no_cycle
 
 API = Path(__file__).resolve().parents[2] / "api"
 
@@ -83,24 +84,7 @@ def _api_imports() -> dict[str, set[str]]:
 
 def test_api_modules_import_without_cycles() -> None:
     graph = _api_imports()
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(name: str) -> None:
-        state[name] = 1
-        stack.append(name)
-        for target in sorted(graph[name]):
-            if state.get(target) == 1:
-                cycle = stack[stack.index(target):] + [target]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if target not in state:
-                visit(target)
-        stack.pop()
-        state[name] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name)
+    assert_no_cycle(graph, "import cycle")
 
 
 def test_services_never_import_the_facade() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.import_graph import assert_no_cycle
+
 SAES = Path(__file__).resolve().parents[2] / "saes"
 
 
@@ -31,24 +33,7 @@ def _subpackage_imports() -> dict[str, set[str]]:
 def test_saes_subpackages_import_without_cycles() -> None:
     graph = _subpackage_imports()
     assert {"train", "eval", "transcoders"} <= graph.keys() and "sae" in graph["train"]
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(name: str) -> None:
-        state[name] = 1
-        stack.append(name)
-        for target in sorted(graph[name]):
-            if state.get(target) == 1:
-                cycle = stack[stack.index(target):] + [target]
-                raise AssertionError("saes subpackages import in a cycle: " + " -> ".join(cycle))
-            if target not in state:
-                visit(target)
-        stack.pop()
-        state[name] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name)
+    assert_no_cycle(graph, "saes subpackages import in a cycle")
 
 
 def test_the_lower_subpackages_do_not_import_the_higher() -> None:
