@@ -340,8 +340,8 @@ class Atlas:
               expansion: int | None = None, k: int | None = None, tokens: int | None = None,
               batch_size: int | None = None, lr: float | None = None, seed: int | None = None,
               transcode: bool = False, skip: bool = False, cross_layer: bool = False,
-              crosscoders: list[tuple[str, str]] | None = None, from_model: bool = False,
-              dict_dtype: DictDtype = TrainParams.default("dict_dtype"),
+              crosscoders: list[tuple[str, str]] | None = None, model_b: str | dict[str, Any] | None = None,
+              from_model: bool = False, dict_dtype: DictDtype = TrainParams.default("dict_dtype"),
               batch_blocks: int = TrainParams.default("batch_blocks"), buffer_tokens: int | None = None,
               heldout_tokens: int | None = None, checkpoint_every: int | None = None,
               distribute_modules: bool = False, overwrite: bool = False, config: dict[str, Any] | None = None,
@@ -350,12 +350,13 @@ class Atlas:
         """Writes: SAEs at `hooks` (transcoders with `transcode`, one cross-layer transcoder
         with `cross_layer`) from this atlas's caches, or with `from_model` from one streamed
         forward of its model over `corpus` (default the builtin text), creating the atlas if
-        needed, every pair of `crosscoders` trained as a crosscoder in the same forward;
-        resumable after kill -9. Returns the records: SAEs by hook, crosscoders and a CLT by
+        needed, every pair of `crosscoders` trained as a crosscoder in the same forward
+        (HOOK_B of `model_b` when given, run on the same tokens); resumable after kill -9. Returns the records: SAEs by hook, crosscoders and a CLT by
         id. The parameters are `api.operations.train.TrainParams`."""
         params = TrainParams.of(hooks=hooks, arch=arch, d_sae=d_sae, expansion=expansion, k=k, tokens=tokens,
                                 batch_size=batch_size, lr=lr, seed=seed, transcode=transcode, skip=skip,
-                                cross_layer=cross_layer, crosscoders=crosscoders, from_model=from_model,
+                                cross_layer=cross_layer, crosscoders=crosscoders, model_b=model_b,
+                                from_model=from_model,
                                 dict_dtype=dict_dtype, batch_blocks=batch_blocks, buffer_tokens=buffer_tokens,
                                 heldout_tokens=heldout_tokens, checkpoint_every=checkpoint_every,
                                 distribute_modules=distribute_modules, overwrite=overwrite, config=config)

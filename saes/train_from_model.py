@@ -5,13 +5,17 @@ after the deepest (`saes.train.stream_source.StreamSource`), and steps every dic
 each mixed batch in one loop (`saes.train.loop.train_dictionaries`): SAEs at any number of
 hooks, or per-layer transcoders (each MLP input paired with its MLP output,
 `saes.transcoders.sites`), and crosscoders of two hooks of the model (`crosscoders`; the
-same dictionary `train-crosscoder` steps, `saes.compare.crosscoder`). The SAEs are saved,
+same dictionary `train-crosscoder` steps, `saes.compare.crosscoder`), or with `model_b` of
+two models: each pair's side B is then model B's hook, B runs on the same token blocks
+(stopped after its deepest requested hook; the same tokenizer is required, else
+`train-crosscoder --model-b` aligns texts across tokenizers) and its rows join A's before the
+mixing buffer (`saes.train.stream_source.model_b_hook`), while A's forward alone feeds the
+SAEs and transcoders. The SAEs are saved,
 registered in `atlas.json` and checkpointed exactly as cached training does it
 (`saes.train.train_saes`), so summarize / index / eval take them like any other; a crosscoder is
 saved in `crosscoders/<id>/` as `train-crosscoder` saves it. Held-out metrics come from the
 blocks right after the training blocks. `train_clt_from_model` does the same for a
-cross-layer transcoder (`saes.transcoders.clt_atlas`). A crosscoder of two models is not
-streamed here (one forward is one model's): `train-crosscoder --model-b` pairs two models.
+cross-layer transcoder (`saes.transcoders.clt_atlas`).
 
 A killed run resumes from its checkpoint to the same final weights: the checkpoint holds
 the number of batches streamed, and the current mixing window is recomputed by re-running
@@ -29,15 +33,18 @@ from typing import Any, Literal, get_args
 import torch
 from tqdm.auto import tqdm
 
-from sae_atlas.errors import InvalidInputError
+from sae_atlas.errors import InvalidInputError, UnknownHookError
 from sae_atlas.saes.atlas_records import trained_record
 from sae_atlas.saes.compare.crosscoder import (
+    CROSSCODER_FILE,
     CrosscoderDictionary,
     crosscoder_config,
     crosscoder_dir,
     default_crosscoder_id,
+    read_crosscoder_sides,
     write_crosscoder_sides,
 )
+from sae_atlas.saes.compare.pairs import same_tokenizer
 from sae_atlas.saes.corpus import CorpusSpec
 from sae_atlas.saes.distributed import DistContext, barrier, init_distributed
 from sae_atlas.saes.forward import run_hooks
@@ -46,7 +53,7 @@ from sae_atlas.saes.sae.base import SAEConfig, architecture_class
 from sae_atlas.saes.train.config import TrainConfig
 from sae_atlas.saes.train.dictionary import Dictionary
 from sae_atlas.saes.train.loop import Distribute, LoopRun, train_dictionaries
-from sae_atlas.saes.train.stream_source import StreamSource
+from sae_atlas.saes.train.stream_source import StreamSource, model_b_hook
 from sae_atlas.saes.train.train_saes import (
     DEFAULT_EXPANSION,
     HELDOUT_EVAL_TOKENS,
@@ -134,8 +141,9 @@ def _plan(layout: AtlasLayout, handle: ModelHandle, hooks: Sequence[str], transc
 
 @dataclasses.dataclass(frozen=True)
 class PlannedCrosscoder:
-    """One crosscoder of a streamed run: the two hooks it reads, its BatchTopK config over
-    the joined rows, its id and folder (named as `to_train` reads a `Planned`)."""
+    """One crosscoder of a streamed run: the two hooks it reads (side B of `model_b` when
+    given, else of the run's model), its BatchTopK config over the joined rows, its id and
+    folder (named as `to_train` reads a `Planned`)."""
 
     hook_a: str
     hook_b: str
@@ -143,26 +151,69 @@ class PlannedCrosscoder:
     sae_cfg: SAEConfig
     sae_id: str
     sae_dir: Path
+    model_b: ModelHandle | None = None
+
+    @property
+    def key_b(self) -> str:
+        """Side B's key in the streamed batches."""
+        return self.hook_b if self.model_b is None else model_b_hook(self.hook_b)
 
     def sides(self, model: str) -> dict[str, Any]:
         """What A and B are, as `train-crosscoder` records them in `crosscoder.json`."""
-        return {"model_a": model, "hook_a": self.hook_a, "model_b": model, "hook_b": self.hook_b, "spec_b": None}
+        b = self.model_b
+        return {"model_a": model, "hook_a": self.hook_a, "model_b": model if b is None else b.name,
+                "hook_b": self.hook_b, "spec_b": None if b is None else b.spec}
+
+
+def _check_model_b(handle: ModelHandle, model_b: ModelHandle | None, pairs: Sequence[tuple[str, str]],
+                   distribute: Distribute, ctx: DistContext | None) -> None:
+    """InvalidInputError for a model B the stream cannot pair: no crosscoder to read it,
+    another tokenizer (token ids differ), module sharding or several ranks."""
+    if model_b is None:
+        return
+    if not pairs:
+        raise InvalidInputError("--model-b is side B of crosscoders: add --crosscoder HOOK_A,HOOK_B (HOOK_B of "
+                                "model B)")
+    if not same_tokenizer(handle, model_b):
+        raise InvalidInputError(
+            f"model B ({model_b.name}) has another tokenizer than the atlas's model ({handle.name}); a streamed "
+            "crosscoder pairs identical token ids: train it with `sae-atlas train-crosscoder --model-b`, which "
+            "aligns the texts across the two tokenizers")
+    if distribute == "modules" or (ctx is not None and ctx.world_size > 1):
+        raise InvalidInputError("--model-b runs in one process: drop --distribute-modules and torchrun (or train "
+                                "the crosscoder with `sae-atlas train-crosscoder --model-b`)")
 
 
 def _plan_crosscoders(layout: AtlasLayout, handle: ModelHandle, pairs: Sequence[tuple[str, str]], d_sae: int | None,
-                      expansion: int | None, k: int | None) -> list[PlannedCrosscoder]:
-    """One crosscoder per pair of hooks (both checked; InvalidInputError for a hook paired
-    with itself), `d_sae` latents (default `expansion` x side A's width) and `k`."""
+                      expansion: int | None, k: int | None, model_b: ModelHandle | None = None,
+                      overwrite: bool = False) -> list[PlannedCrosscoder]:
+    """One crosscoder per pair of hooks (HOOK_B of `model_b` when given; both checked;
+    InvalidInputError for a hook paired with itself, or for a crosscoder saved with other
+    sides unless `overwrite`), `d_sae` latents (default `expansion` x side A's width) and `k`."""
     planned = []
     for hook_a, hook_b in pairs:
-        if handle.check_hook(hook_a) == handle.check_hook(hook_b):
+        handle.check_hook(hook_a)
+        if model_b is None and handle.check_hook(hook_b) == hook_a:
             raise InvalidInputError(f"a crosscoder pairs two hooks; both sides read {hook_a!r}")
-        widths = hook_widths(handle, [hook_a, hook_b])
-        width = d_sae or (expansion or DEFAULT_EXPANSION) * widths[hook_a]
-        cfg = crosscoder_config(widths[hook_a], widths[hook_b], width, k or 32, hook_name=hook_a,
-                                model_name=handle.name)
+        if model_b is None:
+            widths = hook_widths(handle, [hook_a, hook_b])
+            d_a, d_b = widths[hook_a], widths[hook_b]
+        else:
+            try:
+                model_b.check_hook(hook_b)
+            except UnknownHookError as exc:
+                raise UnknownHookError(f"model B: {exc}") from exc
+            d_a, d_b = hook_widths(handle, [hook_a])[hook_a], hook_widths(model_b, [hook_b])[hook_b]
+        width = d_sae or (expansion or DEFAULT_EXPANSION) * d_a
+        cfg = crosscoder_config(d_a, d_b, width, k or 32, hook_name=hook_a, model_name=handle.name)
         cc_id = default_crosscoder_id(hook_a, hook_b, width)
-        planned.append(PlannedCrosscoder(hook_a, hook_b, widths[hook_a], cfg, cc_id, crosscoder_dir(layout.root, cc_id)))
+        plan = PlannedCrosscoder(hook_a, hook_b, d_a, cfg, cc_id, crosscoder_dir(layout.root, cc_id), model_b)
+        if not overwrite and (plan.sae_dir / CROSSCODER_FILE).exists():
+            stored = read_crosscoder_sides(plan.sae_dir)["sides"]
+            if stored != plan.sides(handle.name):
+                raise InvalidInputError(f"crosscoder {cc_id!r} already exists between other sides ({stored}); "
+                                        "pass overwrite=True (`--overwrite`) to replace it")
+        planned.append(plan)
     if len({p.sae_id for p in planned}) < len(planned):
         raise InvalidInputError(f"the same crosscoder is asked for twice: {[list(pair) for pair in pairs]}")
     return planned
@@ -175,7 +226,7 @@ def _crosscoder_dictionaries(todo: list[PlannedCrosscoder], train_cfg: TrainConf
     for p in todo:
         resolved = train_cfg.resolve(p.sae_cfg.d_in, p.sae_cfg.d_sae)
         torch.manual_seed(resolved.seed)
-        dictionaries.append(CrosscoderDictionary(p.sae_cfg, resolved, device, hook_a=p.hook_a, hook_b=p.hook_b,
+        dictionaries.append(CrosscoderDictionary(p.sae_cfg, resolved, device, hook_a=p.hook_a, hook_b=p.key_b,
                                                  d_a=p.d_a, name=p.sae_id))
     return dictionaries
 
@@ -230,20 +281,23 @@ def train_from_model(
     stream: StreamOptions | None = None,
     transcode: bool = False,
     crosscoders: Sequence[tuple[str, str]] = (),
+    model_b: ModelHandle | None = None,
     distribute: Distribute = "data",
     overwrite: bool = False,
     stop_after_steps: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train one SAE per hook (with `transcode`, one transcoder per MLP input hook) and one
     crosscoder per pair of `crosscoders` (BatchTopK over both hooks' joined rows, `d_sae`
-    latents or `expansion` x side A's width, `k` per token on average) from
+    latents or `expansion` x side A's width, `k` per token on average; with `model_b`,
+    every pair's HOOK_B is model B's, streamed on the same tokens) from
     `train_cfg.total_tokens` tokens streamed through `handle`, all stepped in one loop;
     save the SAEs in the atlas and record them in atlas.json, each crosscoder in
     `crosscoders/<id>/`. Returns `{hook: record}` of the SAEs as `train_saes` does, and
     `{crosscoder id: record}` of the crosscoders (`kind` "crosscoder"). Bad input (an
     unknown hook, a hook a transcoder cannot read, a buffer too large for memory, a corpus
     too short, module sharding over more ranks than dictionaries, a checkpoint of a cached
-    run) is refused before any training. `stop_after_steps` ends early after a checkpoint."""
+    run, a model B without crosscoders, with another tokenizer, module sharding or several
+    ranks) is refused before any training. `stop_after_steps` ends early after a checkpoint."""
     layout = AtlasLayout(atlas_root)
     train_cfg = train_cfg or TrainConfig()
     stream = stream or StreamOptions()
@@ -252,17 +306,20 @@ def train_from_model(
     if not hooks and not crosscoders:
         raise InvalidInputError("--from-model needs the hooks to train on: --hook blocks.L.hook_resid_post ... "
                                 "(or --crosscoder HOOK_A,HOOK_B)")
+    ctx = init_distributed()
+    _check_model_b(handle, model_b, crosscoders, distribute, ctx)
+    model_b = None if model_b is handle else model_b  # the atlas's own model: one forward
     planned = _plan(layout, handle, list(dict.fromkeys(hooks)), transcode, architecture, d_sae, expansion, k,
                     dict(sae_options or {}), stream.corpus, train_cfg.seed)
-    coders = _plan_crosscoders(layout, handle, crosscoders, d_sae, expansion, k)
-    ctx = init_distributed()
+    coders = _plan_crosscoders(layout, handle, crosscoders, d_sae, expansion, k, model_b, overwrite)
     if ctx is None or ctx.is_main:
         _check_model(layout, handle)
     ids = [p.sae_id for p in [*planned, *coders]]
     folder = coders[0].sae_dir if not planned and len(coders) == 1 else run_dir(layout, ids)
     todo, todo_cc = to_train(planned, train_cfg, overwrite, ctx), to_train(coders, train_cfg, overwrite, ctx)
     if todo or todo_cc:
-        _train_streamed(handle, todo, todo_cc, train_cfg, stream, folder, distribute, ctx, stop_after_steps)
+        _train_streamed(handle, todo, todo_cc, train_cfg, stream, folder, distribute, ctx, stop_after_steps,
+                        model_b)
     barrier(ctx)
     if stop_after_steps is not None and stop_after_steps < train_cfg.total_steps:
         return {}
@@ -284,14 +341,17 @@ def _crosscoder_records(coders: list[PlannedCrosscoder], train_cfg: TrainConfig)
 
 def _stream_and_train(handle: ModelHandle, dictionaries: list[Dictionary], train_cfg: TrainConfig,
                       stream: StreamOptions, folder: Path, distribute: Distribute, ctx: DistContext | None,
-                      stop_after_steps: int | None) -> tuple[LoopRun, StreamSource]:
-    """Stream the hooks the dictionaries read and train them in one loop (checkpoints in `folder`)."""
+                      stop_after_steps: int | None, model_b: ModelHandle | None = None
+                      ) -> tuple[LoopRun, StreamSource]:
+    """Stream the hooks the dictionaries read (model B's too) and train them in one loop
+    (checkpoints in `folder`)."""
     heldout = (stream.heldout_tokens if stream.heldout_tokens is not None
                else min(HELDOUT_EVAL_TOKENS, max(stream.corpus.context_size, train_cfg.total_tokens // 10)))
     hooks = list(dict.fromkeys(h for d in dictionaries for h in d.hooks))
     source = StreamSource(handle, stream.corpus, hooks, batch_size=train_cfg.batch_size, steps=train_cfg.total_steps,
                           batch_blocks=stream.batch_blocks, buffer_tokens=stream.buffer_tokens,
-                          heldout_tokens=heldout, lanes=stream.lanes, seed=train_cfg.seed, ctx=ctx)
+                          heldout_tokens=heldout, lanes=stream.lanes, seed=train_cfg.seed, ctx=ctx,
+                          model_b=model_b)
     progress = _Progress(source, dictionaries, train_cfg.total_steps, train_cfg.progress and (ctx is None or ctx.is_main))
     device_type = torch.device(dictionaries[0].device).type
     autocast = torch.autocast(device_type, dtype=getattr(torch, stream.dict_dtype), enabled=stream.dict_dtype != "float32")
@@ -306,13 +366,13 @@ def _stream_and_train(handle: ModelHandle, dictionaries: list[Dictionary], train
 
 def _train_streamed(handle: ModelHandle, todo: list[Planned], todo_cc: list[PlannedCrosscoder], train_cfg: TrainConfig,
                     stream: StreamOptions, folder: Path, distribute: Distribute, ctx: DistContext | None,
-                    stop_after_steps: int | None) -> None:
+                    stop_after_steps: int | None, model_b: ModelHandle | None) -> None:
     """Stream, train the SAEs of `todo` and the crosscoders of `todo_cc` in one loop and save each."""
     device = train_cfg.device if ctx is None else ctx.device(train_cfg.device)
     dictionaries: list[Dictionary] = [*sae_dictionaries(todo, train_cfg, device),
                                       *_crosscoder_dictionaries(todo_cc, train_cfg, device)]
     run, source = _stream_and_train(handle, dictionaries, train_cfg, stream, folder, distribute, ctx,
-                                    stop_after_steps)
+                                    stop_after_steps, model_b)
     if not run.finished:
         return
     main = ctx is None or ctx.is_main
@@ -333,7 +393,7 @@ def _train_streamed(handle: ModelHandle, todo: list[Planned], todo_cc: list[Plan
         if write:  # before the weights: a folder with complete weights always has its sides
             p.sae_dir.mkdir(parents=True, exist_ok=True)
             write_crosscoder_sides(p.sae_dir, p.d_a, p.sae_cfg.d_in - p.d_a, d.sides, p.sides(handle.name))
-        held = [d.sides.apply(torch.cat([rows[p.hook_a], rows[p.hook_b]], 1))] if rows else None
+        held = [d.sides.apply(torch.cat([rows[p.hook_a], rows[p.key_b]], 1))] if rows else None
         d.finish(p.sae_dir, held, wall_seconds=run.wall_seconds, world_size=world, write=write)
 
 

@@ -95,7 +95,10 @@ def train_command(
                                      "blocks.L.hook_mlp_out; --arch jumprelu (default) or topk."),
     crosscoders: list[str] = typer.Option([], "--crosscoder", metavar="HOOK_A,HOOK_B",
                                           help=f"{_FROM_MODEL}: a crosscoder of two hooks of the model, trained in "
-                                          "the same forward (repeatable; two models: `train-crosscoder`)."),
+                                          "the same forward (repeatable; HOOK_B of --model-b when given)."),
+    model_b: str = typer.Option(None, help=f"{_FROM_MODEL} and --crosscoder: model B (smollm2-135m, a Hugging Face "
+                                "id or folder, a .gguf, tiny JSON), run on the same tokens; every HOOK_B is its "
+                                "hook. Same tokenizer needed (else `train-crosscoder --model-b`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     from_model: bool = typer.Option(False, "--from-model", help="Stream the tokens through the model (one forward "
                                     "for every --hook, no cache) instead of reading cached activations."),
@@ -139,9 +142,9 @@ def train_command(
     records = Atlas.create(the_atlas(atlas, old_atlas, DEFAULT_ATLAS), model=model or None).train(
         list(hooks) or None, arch=arch, d_sae=d_sae, expansion=expansion, k=k, tokens=tokens, batch_size=batch_size,
         lr=lr, seed=seed, transcode=transcode, skip=skip, cross_layer=cross_layer, crosscoders=_pairs(crosscoders),
-        from_model=from_model, dict_dtype=dict_dtype, batch_blocks=batch_blocks, buffer_tokens=buffer_tokens,
-        heldout_tokens=heldout_tokens, checkpoint_every=checkpoint_every, distribute_modules=distribute_modules,
-        overwrite=overwrite, config=settings,
+        model_b=model_b, from_model=from_model, dict_dtype=dict_dtype, batch_blocks=batch_blocks,
+        buffer_tokens=buffer_tokens, heldout_tokens=heldout_tokens, checkpoint_every=checkpoint_every,
+        distribute_modules=distribute_modules, overwrite=overwrite, config=settings,
         corpus=CorpusSpec(source=corpus, text_field=text_field, context_size=context, prepend_bos=not no_bos,
                           seed=corpus_seed),
         device=where, progress=not json_out)

@@ -4,7 +4,8 @@
 Training's parameters (`Atlas.train`, `sae-atlas train`; writes, so no HTTP route): SAEs,
 per-layer transcoders or a cross-layer transcoder from the atlas's cached activations, or
 (`from_model`) every requested dictionary, crosscoders of two hooks included, from one
-streamed forward of the atlas's model."""
+streamed forward of the atlas's model (with `model_b`, crosscoders of two models: model B
+runs on the same tokens)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,10 @@ class TrainParams(Operation):
                                                          "MLP output")
     crosscoders: list[HookPair] | None = Field(default=None, description=f"{FROM_MODEL}: a crosscoder per pair "
                                                "[hook_a, hook_b] of two hooks of the model, trained in the same "
-                                               "forward (two models: train_crosscoder)")
+                                               "forward (hook_b of model_b when given)")
+    model_b: Any = Field(default=None, description=f"{FROM_MODEL} and crosscoders: model B, whose hook_b each "
+                                                   "crosscoder reads, run on the same tokens (same tokenizer; "
+                                                   "smollm2-135m, a Hugging Face id or folder, a .gguf, a tiny spec)")
     from_model: bool = Field(default=False, description="stream the tokens through the atlas's model (one forward "
                                                         "for every hook, no cache) instead of reading caches")
     dict_dtype: DictDtype = Field(default="float32", description=f"{FROM_MODEL}: autocast of the dictionaries' "

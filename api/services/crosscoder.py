@@ -48,7 +48,7 @@ SCALING_COLUMNS = ("beta_error_a", "beta_error_b", "beta_recon_a", "beta_recon_b
                    "scaling_active_tokens")
 
 
-def _model_b_spec(model_b: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+def model_b_spec(model_b: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
     """Model B's spec as recorded: JSON parsed, a local folder or file made absolute (so a
     later `latent-scaling` from another directory finds it)."""
     spec = normalize_spec(model_b) if model_b else None
@@ -116,7 +116,7 @@ def run_train_crosscoder(ctx: AtlasContext, params: CrosscoderParams, *, corpus:
     n_tokens, pass_tokens, batch_size, batch_blocks = (params.tokens, params.pass_tokens, params.batch_size,
                                                        params.batch_blocks)
     cc_id, seed, scaling_tokens = params.cc_id, params.seed, params.scaling_tokens
-    model_b = _model_b_spec(model_b)
+    model_b = model_b_spec(model_b)
     root = ctx.root
     a, b = _sides(ctx, hook_a, hook_b, model_b, device)
     if scaling_tokens:

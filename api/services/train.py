@@ -4,7 +4,8 @@
 Training over an atlas's context (`Atlas.train`, `sae-atlas train`): SAEs, per-layer
 transcoders or a cross-layer transcoder from the atlas's caches (`saes.train.train_saes`,
 `saes.transcoders.clt_atlas`), or with `from_model` every requested dictionary from one
-streamed forward of the context's model (`saes.train_from_model`), whose crosscoders are
+streamed forward of the context's model (`saes.train_from_model`; with `model_b`, model B
+loaded as `train-crosscoder --model-b` loads it runs on the same tokens), whose crosscoders are
 then stored as `train-crosscoder` stores one (relative decoder norms under
 `analyses/crosscoder/<id>`)."""
 
@@ -19,7 +20,7 @@ from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.train import TrainParams
 from sae_atlas.api.services.build import run_model
 from sae_atlas.api.services.crosscoder import KIND as CROSSCODER_KIND
-from sae_atlas.api.services.crosscoder import relative_norm_table
+from sae_atlas.api.services.crosscoder import model_b_spec, relative_norm_table
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.compare.crosscoder import SideScales, crosscoder_dir, read_crosscoder_sides
 from sae_atlas.saes.corpus import CorpusSpec
@@ -87,6 +88,9 @@ def _check(params: TrainParams, options: dict[str, Any]) -> None:
     if params.crosscoders and not params.from_model:
         raise InvalidInputError("--crosscoder trains from the model's stream: add --from-model (`train-crosscoder` "
                                 "trains one on its own)")
+    if params.model_b is not None and not params.crosscoders:
+        raise InvalidInputError("--model-b is side B of crosscoders: add --crosscoder HOOK_A,HOOK_B (HOOK_B of "
+                                "model B) and --from-model")
     if params.crosscoders and params.cross_layer:
         raise InvalidInputError("a cross-layer transcoder trains alone: train the --crosscoder pairs in another run")
     if params.distribute_modules and not params.from_model:
@@ -154,11 +158,12 @@ def _train_streamed(ctx: AtlasContext, params: TrainParams, options: dict[str, A
     run = _pop_dictionary(options, "topk")
     run["train"].setdefault("progress", progress)
     handle, _ = run_model(ctx, run["train"]["device"])
+    model_b = ctx.model_of(model_b_spec(params.model_b), str(handle.device)) if params.model_b is not None else None
     stream = _stream(params, corpus)
     records = ctx.run_locked(lambda: train_from_model(
         handle, ctx.root, hooks, architecture=run["architecture"], d_sae=run["d_sae"], expansion=run["expansion"],
         k=run["k"], sae_options=options, train_cfg=TrainConfig(**run["train"]), stream=stream,
-        transcode=params.transcode, crosscoders=[tuple(pair) for pair in params.crosscoders or []],
+        transcode=params.transcode, crosscoders=[tuple(pair) for pair in params.crosscoders or []], model_b=model_b,
         distribute="modules" if params.distribute_modules else "data", overwrite=params.overwrite))
     dist = init_distributed()
     if dist is None or dist.is_main:

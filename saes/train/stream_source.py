@@ -14,6 +14,10 @@ torchrun each rank streams its own lanes (`L` is a multiple of the ranks, by def
 so one process with `lanes=R` trains on exactly the batches of R ranks. Rows of different
 hooks at one index are one token.
 
+A second model (`model_b`, the same tokenizer) can run on the same token ids, stopped
+after its deepest requested hook; its rows join model A's in the batches under the keys
+`model_b_hook(hook)` ("model_b:<hook>"), so they are mixed, handed out and resumed with A's.
+
 Everything is a function of `(seed, corpus, position)`: a tokenizer-only pass over the
 corpus (`plan_stream`, before any forward) counts the batches each window gives, so a
 checkpoint needs only the number of global batches handed out (`{"batches": n}`, the same on
@@ -40,6 +44,7 @@ import torch
 from sae_atlas.errors import InvalidInputError
 from sae_atlas.saes.corpus import CorpusSpec, iter_blocks
 from sae_atlas.saes.distributed import DistContext, rank_and_world
+from sae_atlas.saes.forward import run_hooks
 from sae_atlas.saes.models import ModelHandle
 from sae_atlas.saes.streaming import StreamedBatch, special_ids, stream_activations
 from sae_atlas.saes.train.sources import ran_out
@@ -48,6 +53,12 @@ from sae_atlas.store.activations import excluded_positions
 DEFAULT_BUFFER_TOKENS = 262_144  # the cached reader's mixing buffer
 DEFAULT_MEMORY_SHARE = 0.25  # the default buffer takes at most this share of free memory
 MAX_MEMORY_SHARE = 0.8  # a requested buffer larger than this share of free memory is refused
+MODEL_B = "model_b:"  # the prefix of model B's hooks in a streamed batch
+
+
+def model_b_hook(hook: str) -> str:
+    """The key of model B's `hook` in a streamed batch (beside model A's own hook names)."""
+    return MODEL_B + hook
 
 
 def available_memory(device: torch.device) -> int:
@@ -62,21 +73,24 @@ def available_memory(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def buffer_bytes_per_token(handle: ModelHandle, hooks: list[str]) -> int:
-    """Bytes one buffered token takes: every hook's row in the model's dtype."""
-    element = next(handle.bridge.parameters()).element_size()
-    return element * handle.d_model * len(hooks)
+def buffer_bytes_per_token(handle: ModelHandle, hooks: list[str], model_b: ModelHandle | None = None) -> int:
+    """Bytes one buffered token takes: every hook's row in its model's dtype (model B's
+    hooks, `model_b_hook` keys, in B's)."""
+    def row(model: ModelHandle) -> int:
+        return next(model.bridge.parameters()).element_size() * model.d_model
+
+    return sum(row(model_b if model_b is not None and h.startswith(MODEL_B) else handle) for h in hooks)
 
 
 def resolve_buffer_tokens(requested: int | None, handle: ModelHandle, hooks: list[str], batch_size: int,
-                          windows: int = 1, run_tokens: int | None = None) -> int:
+                          windows: int = 1, run_tokens: int | None = None, model_b: ModelHandle | None = None) -> int:
     """The mixing buffer's size in tokens: `requested`, or by default the cached reader's
     buffer (262,144 tokens) capped at a quarter of the free memory and at what one lane's
     share of the run needs (`run_tokens`, plus a sixteenth for the BOS and separators left
     out, so a short run forwards one window, not a whole default one), at least two batches.
     InvalidInputError when it holds less than one batch or when the `windows` this process
     holds at once (one per lane it streams) need more than 80% of the free memory."""
-    per_token = buffer_bytes_per_token(handle, hooks) * windows
+    per_token = buffer_bytes_per_token(handle, hooks, model_b) * windows
     free = available_memory(handle.device)
     if requested is None:
         run_cap = DEFAULT_BUFFER_TOKENS if run_tokens is None else run_tokens + run_tokens // 16
@@ -183,12 +197,23 @@ class StreamSource:
     module docstring). The corpus' windows are dealt round-robin to `lanes` lanes (default:
     one per rank); a global batch is `batch_size // lanes` rows of each lane, in lane order,
     and each rank streams its own lanes, so one process with `lanes=R` gets exactly the
-    batches R ranks get together. `next_batch` gives this rank's share."""
+    batches R ranks get together. `next_batch` gives this rank's share. With `model_b` the
+    hooks named `model_b_hook(hook)` are `model_b`'s, run on the same token ids."""
 
     def __init__(self, handle: ModelHandle, corpus: CorpusSpec, hooks: list[str], *, batch_size: int,
                  steps: int, batch_blocks: int = 8, buffer_tokens: int | None = None, heldout_tokens: int = 0,
-                 lanes: int | None = None, seed: int = 0, ctx: DistContext | None = None) -> None:
-        self.hooks = tuple(sorted({handle.check_hook(h) for h in hooks}, key=handle.hook_layer))
+                 lanes: int | None = None, seed: int = 0, ctx: DistContext | None = None,
+                 model_b: ModelHandle | None = None) -> None:
+        named_b = [h.removeprefix(MODEL_B) for h in hooks if h.startswith(MODEL_B)]
+        if named_b and model_b is None:
+            raise InvalidInputError(f"hooks {named_b} are model B's but no model B is given")
+        self.model_b = model_b
+        self.hooks_a = tuple(sorted({handle.check_hook(h) for h in hooks if not h.startswith(MODEL_B)},
+                                    key=handle.hook_layer))
+        self.hooks_b = tuple(sorted({model_b.check_hook(h) for h in named_b}, key=model_b.hook_layer)) if model_b else ()
+        if not self.hooks_a:
+            raise InvalidInputError("a stream reads at least one hook of its own model (model A)")
+        self.hooks = (*self.hooks_a, *map(model_b_hook, self.hooks_b))
         rank, world = rank_and_world(ctx)
         self.lanes = lanes or world
         if self.lanes % world or batch_size % self.lanes:
@@ -203,18 +228,31 @@ class StreamSource:
         self._lanes = [_Lane(lane) for lane in range(rank * per_rank, (rank + 1) * per_rank)]
         self.device = handle.device
         self.buffer_tokens = resolve_buffer_tokens(buffer_tokens, handle, list(self.hooks), batch_size, per_rank,
-                                                   run_tokens=steps * self.lane_rows)
+                                                   run_tokens=steps * self.lane_rows, model_b=model_b)
         self.plan = plan_stream(handle, corpus, steps=steps, batch_size=batch_size, batch_blocks=batch_blocks,
                                 buffer_tokens=self.buffer_tokens, heldout_tokens=heldout_tokens, lanes=self.lanes)
         self.batches = 0  # global batches handed out
         self.forward_seconds = 0.0  # time spent streaming (tokenizing and forwards)
 
+    def _with_model_b(self, stream: Iterator[StreamedBatch]) -> Iterator[StreamedBatch]:
+        """`stream`'s batches with model B's hooks added (`model_b_hook` keys), from B's
+        forward over the same token ids, stopped after B's deepest hook."""
+        if self.model_b is None:
+            yield from stream
+            return
+        try:
+            for batch in stream:
+                acts_b = run_hooks(self.model_b, batch.token_ids, list(self.hooks_b))
+                yield dataclasses.replace(batch, acts={**batch.acts, **{model_b_hook(h): a for h, a in acts_b.items()}})
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+
     def _open(self, lane: int, window: int) -> Iterator[StreamedBatch]:
         """A lane's stream positioned at the start of its window `window`."""
-        return stream_activations(self.handle, self.corpus, self.hooks, n_blocks=self.plan.n_blocks,
-                                  batch_blocks=self.batch_blocks, shard_batches=self.plan.window_batches,
-                                  resume_blocks=window * self.plan.window_batches * self.batch_blocks,
-                                  progress=False, ctx=DistContext(lane, self.lanes, 0))
+        return self._with_model_b(stream_activations(
+            self.handle, self.corpus, self.hooks_a, n_blocks=self.plan.n_blocks, batch_blocks=self.batch_blocks,
+            shard_batches=self.plan.window_batches, resume_blocks=window * self.plan.window_batches * self.batch_blocks,
+            progress=False, ctx=DistContext(lane, self.lanes, 0)))
 
     def _refill(self, lane: _Lane, window: int, tail_only: bool = False) -> None:
         """Stream the lane's window `window`, permute its kept rows (seeded by the seed and the
@@ -271,10 +309,9 @@ class StreamSource:
         corpus order, on one process (float32 on the model's device)."""
         if not self.plan.heldout_blocks:
             return
-        stream = stream_activations(self.handle, self.corpus, self.hooks,
-                                    n_blocks=self.plan.n_blocks + self.plan.heldout_blocks,
-                                    batch_blocks=self.batch_blocks, resume_blocks=self.plan.n_blocks,
-                                    progress=False)
+        stream = self._with_model_b(stream_activations(
+            self.handle, self.corpus, self.hooks_a, n_blocks=self.plan.n_blocks + self.plan.heldout_blocks,
+            batch_blocks=self.batch_blocks, resume_blocks=self.plan.n_blocks, progress=False))
         pending: dict[str, list[torch.Tensor]] = {hook: [] for hook in self.hooks}
         for batch in stream:
             keep = ~batch.excluded.reshape(-1).to(self.device)
@@ -309,7 +346,8 @@ class StreamSource:
         self.batches = int(state["batches"])
 
     def fingerprint(self) -> dict[str, Any]:
-        """What the streamed rows depend on (besides the model)."""
+        """What the streamed rows depend on (besides the model; model B's spec when there is one)."""
         return {"corpus": dataclasses.asdict(self.corpus), "hooks": list(self.hooks), "seed": self.seed,
                 "batch_size": self.batch_size, "batch_blocks": self.batch_blocks,
-                "window_batches": self.plan.window_batches, "lanes": self.lanes, "tails": "carried"}
+                "window_batches": self.plan.window_batches, "lanes": self.lanes, "tails": "carried",
+                **({"model_b": self.model_b.spec} if self.model_b is not None else {})}
