@@ -168,7 +168,8 @@ class PlannedCrosscoder:
 def _check_model_b(handle: ModelHandle, model_b: ModelHandle | None, pairs: Sequence[tuple[str, str]],
                    distribute: Distribute, ctx: DistContext | None) -> None:
     """InvalidInputError for a model B the stream cannot pair: no crosscoder to read it,
-    another tokenizer (token ids differ), module sharding or several ranks."""
+    another tokenizer (token ids differ), several data-parallel ranks (module sharding is
+    exact: every rank runs both models over its own lanes, the dictionaries see whole batches)."""
     if model_b is None:
         return
     if not pairs:
@@ -179,9 +180,9 @@ def _check_model_b(handle: ModelHandle, model_b: ModelHandle | None, pairs: Sequ
             f"model B ({model_b.name}) has another tokenizer than the atlas's model ({handle.name}); a streamed "
             "crosscoder pairs identical token ids: train it with `sae-atlas train-crosscoder --model-b`, which "
             "aligns the texts across the two tokenizers")
-    if distribute == "modules" or (ctx is not None and ctx.world_size > 1):
-        raise InvalidInputError("--model-b runs in one process: drop --distribute-modules and torchrun (or train "
-                                "the crosscoder with `sae-atlas train-crosscoder --model-b`)")
+    if ctx is not None and ctx.world_size > 1 and distribute != "modules":
+        raise InvalidInputError("--model-b under torchrun trains with --distribute-modules (each rank owns whole "
+                                "dictionaries, as one process trains them); data-parallel is not supported with it")
 
 
 def _plan_crosscoders(layout: AtlasLayout, handle: ModelHandle, pairs: Sequence[tuple[str, str]], d_sae: int | None,

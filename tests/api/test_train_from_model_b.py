@@ -53,8 +53,6 @@ def test_a_crosscoder_of_two_models_is_stored_like_train_crosscoders_and_read_al
     (["--hook", HOOKS[0], "--model-b", json.dumps(SPEC_B)], ("--model-b", "--crosscoder HOOK_A,HOOK_B")),
     (["--crosscoder", f"{HOOKS[0]},blocks.4.hook_resid_post", "--model-b", json.dumps(SPEC_B)],
      ("model B", "blocks.4.hook_resid_post")),
-    (["--crosscoder", f"{HOOKS[0]},{HOOKS[1]}", "--model-b", json.dumps(SPEC_B), "--distribute-modules"],
-     ("--model-b", "--distribute-modules")),
 ])
 def test_a_bad_model_b_request_is_refused_before_training(tmp_path: Path, args: list[str],
                                                           needles: tuple[str, ...]) -> None:

@@ -2,12 +2,15 @@
 model_b=...)`): model B runs on the same token blocks and its rows join model A's before the
 mixing buffer. Its weights are byte-identical to `train_crosscoder` fed the same batches,
 model B does not perturb the SAEs model A's forward feeds, a model B identical to A pairs
-exactly A's own rows (planted), a kill -9 resumes exactly, and bad input is refused before
-any training."""
+exactly A's own rows (planted), two module-sharded torchrun ranks give the weights of one
+process, a kill -9 resumes exactly, and bad input is refused before any training."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ from sae_atlas.saes.compare.crosscoder import (
     train_crosscoder,
 )
 from sae_atlas.saes.corpus import CorpusSpec
-from sae_atlas.saes.distributed import DistContext
+from sae_atlas.saes.distributed import DistContext, init_distributed
 from sae_atlas.saes.formats.saelens import load_saelens
 from sae_atlas.saes.models import TINY_WORDS, ModelHandle, _tiny_tokenizer, load_model, tiny_model
 from sae_atlas.saes.train.config import TrainConfig
@@ -101,6 +104,30 @@ def test_a_model_b_identical_to_a_pairs_exactly_as_rows_of_a(handle: ModelHandle
     assert _same(*(_weights(crosscoder_dir(tmp_path / r, CC_ID)) for r in ("models", "layers")))
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sharded(root: str | Path, lanes: int | None) -> None:
+    """The SAE at A and the two-model crosscoder, module-sharded (under torchrun: one each per
+    rank, lanes=None: one lane per rank)."""
+    train_from_model(load_model(SPEC_A, device="cpu", dtype="float32"), root, [A], d_sae=24, k=4, train_cfg=TRAIN,
+                     stream=dataclasses.replace(STREAM, lanes=lanes), crosscoders=[(A, B)],
+                     model_b=load_model(SPEC_B, device="cpu", dtype="float32"), distribute="modules")
+
+
+def test_two_module_sharded_ranks_equal_one_process_streaming_both_lanes(tmp_path: Path) -> None:
+    solo, dist = tmp_path / "solo", tmp_path / "dist"
+    _sharded(solo, lanes=2)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "tests.saes.test_train_stream_crosscoder_models", str(dist)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for folder in (crosscoder_dir(dist, CC_ID), AtlasLayout(dist).sae_dir(f"{A}-topk-24")):
+        assert _same(_weights(folder), _weights(solo / folder.relative_to(dist)))
+    assert read_crosscoder_sides(crosscoder_dir(dist, CC_ID)) == read_crosscoder_sides(crosscoder_dir(solo, CC_ID))
+
+
 KILL_TRAIN = TrainConfig(total_tokens=32 * 12, batch_size=32, scale_batches=2, checkpoint_every_tokens=32 * 5,
                          log_every_steps=3, progress=False)
 TIMED = {f"saes/{A}-topk-24/training.json": ["final_metrics.wall_seconds"],
@@ -134,8 +161,7 @@ def _other_tokenizer(model: ModelHandle) -> ModelHandle:
     ("hook", ("model B", "blocks.5.hook_resid_post")),
     ("no-crosscoder", ("--model-b", "--crosscoder")),
     ("tokenizer", ("another tokenizer", "train-crosscoder --model-b")),
-    ("modules", ("--model-b", "--distribute-modules", "torchrun")),
-    ("torchrun", ("--model-b", "torchrun")),
+    ("torchrun", ("--model-b under torchrun", "--distribute-modules")),
 ])
 def test_bad_model_b_input_is_refused_before_training(case: str, needles: tuple[str, ...], handle: ModelHandle,
                                                        model_b: ModelHandle, tmp_path: Path,
@@ -147,9 +173,7 @@ def test_bad_model_b_input_is_refused_before_training(case: str, needles: tuple[
         args["crosscoders"] = []
     elif case == "tokenizer":
         args["model_b"] = _other_tokenizer(model_b)
-    elif case == "modules":
-        args["distribute"] = "modules"
-    else:  # rank 0 of two, as torchrun starts it: refused before any collective
+    else:  # rank 0 of two data-parallel, as torchrun starts it: refused before any collective
         monkeypatch.setattr(from_model, "init_distributed", lambda: DistContext(0, 2, 0))
     with pytest.raises(AtlasError) as refused:
         train_from_model(handle, tmp_path, [A], d_sae=24, k=4, train_cfg=TRAIN, stream=STREAM, **args)
@@ -164,3 +188,8 @@ def test_a_crosscoder_saved_between_other_sides_is_not_taken_for_this_one(handle
     with pytest.raises(AtlasError, match="already exists between other sides"):
         train_from_model(handle, tmp_path, [], d_sae=24, k=4, train_cfg=TRAIN, stream=STREAM, crosscoders=[(A, B)],
                          model_b=twin)
+
+
+if __name__ == "__main__":  # the torchrun worker of the module-sharded test
+    assert (ctx := init_distributed()) is not None and ctx.world_size == 2
+    _sharded(sys.argv[1], lanes=None)
