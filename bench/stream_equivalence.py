@@ -1,7 +1,7 @@
 """Streamed vs cached training of the same SAE: held-out FVU on the same unseen tokens.
 
     PYTHONPATH=. python bench/stream_equivalence.py [--tokens 61440] [--cache-tokens 73728] \
-        [--work /tmp/trainbench/equiv] [--streamed-sae DIR]
+        [--corpus builtin|FILE.jsonl] [--work /tmp/trainbench/equiv] [--streamed-sae DIR]
 
 On the demo model's blocks.15.hook_resid_post, a TopK SAE of the demo's shape (4608
 latents, k 32, batches of 4096, seed 0, the same `--tokens`) is trained twice:
@@ -13,7 +13,9 @@ latents, k 32, batches of 4096, seed 0, the same `--tokens`) is trained twice:
   SAE of an earlier streamed run of the same configuration given with `--streamed-sae` (a
   multi-hook streamed run trains each SAE on the same batches as a one-hook run).
 
-Both are then evaluated on the same `--eval-tokens` corpus tokens that neither saw: the
+Both read the same `--corpus` (the built-in text holds about 448k tokens; a 1M-token run
+needs a local .jsonl of natural text). Both are then evaluated on the same `--eval-tokens`
+corpus tokens that neither saw: the
 blocks after the cache's last block and after the stream's training blocks. Printed: both
 FVUs, the relative gap |streamed - cached| / cached (target <= 3%), and each run's own
 held-out FVU from its training.json.
@@ -56,6 +58,7 @@ def main() -> None:
     ap.add_argument("--cache-tokens", type=int, default=73728, help="0: use --cached-atlas's cache as it is")
     ap.add_argument("--buffer-tokens", type=int, default=65536)
     ap.add_argument("--eval-tokens", type=int, default=8192)
+    ap.add_argument("--corpus", default="builtin", help="builtin, or a local .txt/.jsonl/.parquet file or folder")
     ap.add_argument("--work", type=Path, default=Path("/tmp/trainbench/equiv"))
     ap.add_argument("--cached-atlas", type=Path, default=None, help="default: <work>/cached")
     ap.add_argument("--streamed-sae", type=Path, default=None, help="layer-15 SAE of an earlier streamed run")
@@ -64,15 +67,16 @@ def main() -> None:
     log = args.work / "steps.log"
     cached_atlas = args.cached_atlas or args.work / "cached"
     if args.cache_tokens:
-        run(["cache", "--atlas", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.cache_tokens), "--device",
-             "cpu"], log)
+        run(["cache", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.cache_tokens), "--corpus", args.corpus,
+             "--device", "cpu"], log)
     run(["train", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.tokens), *SHAPE], log)
     cached_sae = cached_atlas / "saes" / f"{HOOK}-topk-{D_SAE}"
     streamed_sae = args.streamed_sae
     if streamed_sae is None:
         streamed_atlas = args.work / "streamed"
-        run(["train", "--from-model", "--atlas", str(streamed_atlas), "--hook", HOOK, "--tokens", str(args.tokens),
-             "--buffer-tokens", str(args.buffer_tokens), "--heldout-tokens", str(args.eval_tokens), *SHAPE], log)
+        run(["train", str(streamed_atlas), "--from-model", "--hook", HOOK, "--tokens", str(args.tokens),
+             "--corpus", args.corpus, "--buffer-tokens", str(args.buffer_tokens),
+             "--heldout-tokens", str(args.eval_tokens), *SHAPE], log)
         streamed_sae = streamed_atlas / "saes" / f"{HOOK}-topk-{D_SAE}"
     records = {name: json.loads((folder / "training.json").read_text())
                for name, folder in (("cached", cached_sae), ("streamed", streamed_sae))}
@@ -83,7 +87,7 @@ def main() -> None:
             raise SystemExit(f"the {name} SAE was trained with {got}, not {wanted}")
 
     handle = load_model("smollm2-135m", device="cpu")
-    corpus = CorpusSpec()
+    corpus = CorpusSpec(source=args.corpus)
     cache_blocks = ActivationReader(cached_atlas, HOOK).n_blocks
     stream_blocks = plan_stream(handle, corpus, steps=args.tokens // BATCH, batch_size=BATCH, batch_blocks=8,
                                 buffer_tokens=args.buffer_tokens, heldout_tokens=0, lanes=1).n_blocks
@@ -101,7 +105,8 @@ def main() -> None:
           f"(cache ends at block {cache_blocks}, the stream's training blocks at {stream_blocks})")
     for name in ("cached", "streamed"):
         own = records[name]["heldout_metrics"]
-        print(f"  {name:8s} FVU {fvu[name]:.4f} (its own held-out: FVU {own['fvu']:.4f} on {own['n_tokens']:,} "
+        own_fvu = f"FVU {own['fvu']:.4f}" if "fvu" in own else "none held out"
+        print(f"  {name:8s} FVU {fvu[name]:.4f} (its own held-out: {own_fvu} on {own['n_tokens']:,} "
               f"tokens; train FVU {records[name]['final_metrics']['fvu']:.4f})")
     print(f"relative gap |streamed - cached| / cached = {gap:.2%} (target <= 3%)")
     print(json.dumps({"tokens": args.tokens, "eval_tokens": len(x), "eval_start_block": start, "fvu": fvu,
