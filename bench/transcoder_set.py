@@ -5,7 +5,7 @@ graph of the same prompts.
     PYTHONPATH=. python bench/transcoder_set.py --atlas /tmp/trainbench/tc-atlas \
         [--residual-atlas /tmp/democlone/atlas-demo] [--tokens 61440] [--d-sae 2304] [--k 32] \
         [--batch-size 1024] [--buffer-tokens 16384] [--ce-blocks 8] [--out result.json] \
-        [--device cuda] [--prompts 3]
+        [--device cuda] [--prompts 3] [--corpus builtin|FILE_OR_FOLDER]
 
 1. Training (`saes.train_from_model.train_from_model`, what `sae-atlas train --from-model
    --transcode --skip` runs): one transcoder per layer reading `blocks.L.ln2.hook_normalized`
@@ -21,6 +21,8 @@ graph of the same prompts.
    target's demeaned logit change when the graph's 5 most influential feature nodes are
    ablated vs 5 density-matched random active feature nodes (seeded). `Atlas.graph` itself
    is called last on the first prompt and its dictionaries and scores printed.
+Training, held-out and CE tokens come from `--corpus` (default the built-in text, about
+448k tokens; a longer run needs a local .jsonl / .txt / .parquet file or folder).
 Target: pruned replacement >= 0.6 on the bench prompt. `--device cuda` runs the model, the
 training and the graphs on the GPU; `--prompts N` keeps the first N prompts (0: no graphs, a
 dry run's size).
@@ -75,14 +77,15 @@ def train(handle: ModelHandle, args: argparse.Namespace) -> dict[str, dict[str, 
                                sae_options={"skip": True}, transcode=True,
                                train_cfg=TrainConfig(total_tokens=args.tokens, batch_size=args.batch_size,
                                                      device=args.device),
-                               stream=StreamOptions(buffer_tokens=args.buffer_tokens))
+                               stream=StreamOptions(corpus=CorpusSpec(source=args.corpus),
+                                                    buffer_tokens=args.buffer_tokens))
     print(f"trained or reused {len(records)} transcoders in {time.perf_counter() - started:.0f} s", flush=True)
     return records
 
 
 def heldout_token_batches(handle: ModelHandle, args: argparse.Namespace, skip: int):
     """`(token_ids, is_bos)` of `--ce-blocks` blocks after the first `skip` blocks, 4 at a time."""
-    corpus = CorpusSpec()
+    corpus = CorpusSpec(source=args.corpus)
     special = special_ids(handle)
     seen = 0
     for batch in iter_blocks(handle.tokenizer, corpus, max_blocks=skip + args.ce_blocks, batch_blocks=4):
@@ -142,13 +145,15 @@ def main() -> None:
     ap.add_argument("--ce-blocks", type=int, default=8)
     ap.add_argument("--graph-batch", type=int, default=128)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--corpus", default="builtin", help="builtin, or a local .jsonl/.txt/.parquet file or folder")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the model, training, CE and graphs)")
     ap.add_argument("--prompts", type=int, default=len(PROMPTS), help="graphs of the first N prompts (0: none)")
     args = ap.parse_args()
     device = str(use_by_default(args.device, None))  # what the atlas's dictionaries load on too
     handle = load_model("smollm2-135m", device=device)
     records = train(handle, args)
-    result: dict[str, Any] = {"tokens": args.tokens, "d_sae": args.d_sae, "k": args.k, "per_layer": {}}
+    result: dict[str, Any] = {"tokens": args.tokens, "d_sae": args.d_sae, "k": args.k, "corpus": args.corpus,
+                              "per_layer": {}}
     for hook, r in sorted(records.items(), key=lambda kv: handle.hook_layer(kv[0])):
         result["per_layer"][handle.hook_layer(hook)] = {"sae_id": r["sae_id"], "fvu": r["fvu"], "l0": r["l0"],
                                                         "dead": r["dead_fraction"]}
@@ -158,7 +163,7 @@ def main() -> None:
 
     atlas = Atlas(args.atlas)
     transcoders = [atlas.sae(r["sae_id"]).module() for r in records.values()]
-    plan = plan_stream(handle, CorpusSpec(), steps=args.tokens // args.batch_size, batch_size=args.batch_size,
+    plan = plan_stream(handle, CorpusSpec(source=args.corpus), steps=args.tokens // args.batch_size, batch_size=args.batch_size,
                        batch_blocks=8, buffer_tokens=args.buffer_tokens, heldout_tokens=0, lanes=1)
     heldout = min(HELDOUT_EVAL_TOKENS, max(128, args.tokens // 10))  # train_from_model's default
     skip = plan.n_blocks + -(-heldout // 128)  # CE blocks after the held-out blocks
