@@ -1,8 +1,9 @@
 """`AtlasClient(url, token=None)`: the Atlas calls over HTTP (httpx).
 
-Methods mirror `api.Atlas` and return the same JSON data the service sends (dicts), with
-tabular results as polars frames. A 4xx/5xx answer raises `AtlasHTTPError` carrying the
-status and the server's message.
+Methods mirror `api.Atlas`, with its parameter names (which SAEs: `saes`; the old `sae_id`
+keyword still works, with a DeprecationWarning), and return the same JSON data the service
+sends (dicts), with tabular results as polars frames. A 4xx/5xx answer raises
+`AtlasHTTPError` carrying the status and the server's message.
 """
 
 from __future__ import annotations
@@ -14,10 +15,23 @@ from urllib.parse import quote
 import httpx
 import polars as pl
 
+from sae_atlas.api.operations.operation import take_old_names
 from sae_atlas.errors import AtlasError
 
 if TYPE_CHECKING:
     from sae_atlas.store.maps import Basis
+
+
+def _which(method: str, saes: list[str] | str | None, sae_id: str | None) -> list[str] | None:
+    """The SAEs a lookup names: `saes` (one id is a list of one), or the deprecated `sae_id`."""
+    given = take_old_names(f"AtlasClient.{method}", {"sae_id": "saes"}, {"saes": saes, "sae_id": sae_id},
+                           {"saes": None}, stacklevel=4)["saes"]
+    return [given] if isinstance(given, str) else given
+
+
+def _present(params: dict[str, Any]) -> dict[str, Any]:
+    """Query parameters without the ones not given (None)."""
+    return {name: value for name, value in params.items() if value is not None}
 
 
 class AtlasHTTPError(AtlasError):
@@ -103,9 +117,13 @@ class AtlasClient:
         return pl.DataFrame(self._call("GET", f"/saes/{self._sae(sae_id)}/features/{int(index)}/flow",
                                        params={"k": k}))
 
-    def search_vector(self, vector: Sequence[float], *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
-        """Features nearest to a direction."""
-        body = {"vector": [float(v) for v in vector], "saes": [sae_id] if sae_id else None, "k": k}
+    def search_vector(self, vector: Sequence[float], *, saes: list[str] | None = None, k: int = 10,
+                      in_circle: bool | None = None, period: float | None = None, lobe: int | None = None,
+                      sae_id: str | None = None) -> pl.DataFrame:
+        """Features nearest to a direction, in the SAEs `saes` (default all) of its width,
+        optionally only those of matching geometry records."""
+        body = {"vector": [float(v) for v in vector], "saes": _which("search_vector", saes, sae_id), "k": k,
+                "in_circle": in_circle, "period": period, "lobe": lobe}
         return pl.DataFrame(self._call("POST", "/search/vector", json=body))
 
     def search_text(self, text: str, *, saes: list[str] | None = None, k: int = 5,
@@ -115,11 +133,10 @@ class AtlasClient:
         return self._call("POST", "/search/text", json={"text": text, "saes": saes, "k": k,
                                                          "include_special": include_special})
 
-    def search_token(self, token: str | int, *, sae_id: str | None = None, k: int = 10) -> dict[str, Any]:
-        """Features centred on / promoting a token (string or id)."""
-        params: dict[str, Any] = {"k": k}
-        if sae_id:
-            params["saes"] = [sae_id]
+    def search_token(self, token: str | int, *, saes: list[str] | None = None, k: int = 10,
+                     sae_id: str | None = None) -> dict[str, Any]:
+        """Features centred on / promoting a token (string or id), in the SAEs `saes` (default all)."""
+        params = _present({"k": k, "saes": _which("search_token", saes, sae_id)})
         if isinstance(token, int):
             return self._call("GET", f"/search/token/{token}", params=params)
         return self._call("GET", "/search/token", params={**params, "token": token})
@@ -137,14 +154,19 @@ class AtlasClient:
         a built-in name or a spec with kind, values, templates)."""
         return self._call("POST", "/search/concept", json={"concept": concept, "saes": saes, **options})
 
-    def geometry_features(self, sae_id: str | None = None, **filters: Any) -> pl.DataFrame:
-        """Features by the geometry results they belong to (in_circle, period, lobe, kind)."""
-        params = {k: v for k, v in {"saes": [sae_id] if sae_id else None, **filters}.items() if v is not None}
+    def geometry_features(self, saes: list[str] | str | None = None, *, in_circle: bool | None = None,
+                          period: float | None = None, lobe: int | None = None, kind: str | None = None,
+                          sae_id: str | None = None) -> pl.DataFrame:
+        """Features of `saes` (default all; one id is a list of one) by the geometry records
+        they belong to."""
+        params = _present({"saes": _which("geometry_features", saes, sae_id), "in_circle": in_circle,
+                           "period": period, "lobe": lobe, "kind": kind})
         return pl.DataFrame(self._call("GET", "/search/geometry", params=params))
 
-    def search_labels(self, query: str, *, sae_id: str | None = None, k: int = 10) -> pl.DataFrame:
-        """Features whose labels or explanations match `query`."""
-        params: dict[str, Any] = {"query": query, "k": k, **({"saes": [sae_id]} if sae_id else {})}
+    def search_labels(self, query: str, *, saes: list[str] | None = None, k: int = 10,
+                      sae_id: str | None = None) -> pl.DataFrame:
+        """Features of `saes` (default all) whose labels or explanations match `query`."""
+        params = _present({"query": query, "k": k, "saes": _which("search_labels", saes, sae_id)})
         return pl.DataFrame(self._call("GET", "/search/labels", params=params))
 
     def map(self, sae_id: str, basis: Basis = "decoder") -> pl.DataFrame:

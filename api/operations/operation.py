@@ -20,6 +20,7 @@ defaults, bounds and descriptions. From it come
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -47,6 +48,24 @@ def problems(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'parameters'}: {what(e)}" for e in exc.errors())
 
 
+def take_old_names(owner: str, renamed: Mapping[str, str], data: Mapping[str, Any],
+                   defaults: Mapping[str, Any], *, stacklevel: int = 3) -> dict[str, Any]:
+    """`data` with each old name of `renamed` (old -> new) given a value moved to its new
+    name, with a DeprecationWarning naming `owner` (and the frame `stacklevel` up); an old
+    name given as None is dropped; InvalidInputError where the new name is given too and is
+    not at its default (`defaults`)."""
+    data = dict(data)
+    for old, new in renamed.items():
+        value = data.pop(old, None)
+        if value is None:
+            continue
+        if data.get(new) is not None and data[new] != defaults.get(new):
+            raise InvalidInputError(f"{old!r} is the old name of {new!r}; give only {new!r}")
+        warnings.warn(f"{owner}: {old!r} is deprecated, use {new!r}", DeprecationWarning, stacklevel=stacklevel)
+        data[new] = value
+    return data
+
+
 Params = TypeVar("Params", bound="Operation")
 
 
@@ -64,16 +83,7 @@ class Operation(BaseModel):
     def _old_names(cls, data: Any) -> Any:
         if not isinstance(data, dict) or not any(old in data for old in cls.renamed):
             return data
-        data = dict(data)
-        for old, new in cls.renamed.items():
-            value = data.pop(old, None)
-            if value is None:
-                continue
-            if data.get(new) is not None and data[new] != cls.model_fields[new].get_default(call_default_factory=True):
-                raise ValueError(f"{old!r} is the old name of {new!r}; give only {new!r}")
-            warnings.warn(f"{cls.__name__}: {old!r} is deprecated, use {new!r}", DeprecationWarning, stacklevel=2)
-            data[new] = value
-        return data
+        return take_old_names(cls.__name__, cls.renamed, data, {new: cls.default(new) for new in cls.renamed.values()})
 
     @classmethod
     def of(cls: type[Params], **values: Any) -> Params:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Any
 
 import pytest
 
 from sae_atlas import Atlas
 from sae_atlas.api.client import AtlasClient, AtlasHTTPError
+from sae_atlas.api.operations.registry import OPERATIONS, Surfaces
+from sae_atlas.errors import InvalidInputError
 from tests.api.conftest import TOKEN
+
+MIRRORED = [op for op in OPERATIONS if op.http and hasattr(AtlasClient, op.python)]
 
 
 def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
@@ -42,6 +48,40 @@ def test_client_mirrors_atlas(server: Any, small_atlas: dict[str, Any]) -> None:
         with pytest.raises(AtlasHTTPError) as info:
             client.similar(a, 0, k=10_000)
         assert info.value.http_status == 422
+
+
+@pytest.mark.parametrize("op", MIRRORED, ids=[op.python for op in MIRRORED])
+def test_the_client_takes_the_operations_names_and_defaults(op: Surfaces) -> None:
+    client = inspect.signature(getattr(AtlasClient, op.python)).parameters
+    atlas = inspect.signature(getattr(Atlas, op.python)).parameters
+    for name, parameter in client.items():
+        if name == "self" or parameter.kind is parameter.VAR_KEYWORD:  # **options: the server names them
+            continue
+        assert name in atlas, f"AtlasClient.{op.python} takes {name!r}, which Atlas.{op.python} does not"
+        if name in op.params.renamed:
+            new = op.params.renamed[name]
+            assert new in client and parameter.default is None, (
+                f"AtlasClient.{op.python} takes the old name {name!r} but not {new!r}")
+        elif parameter.default is not parameter.empty:
+            assert parameter.default == atlas[name].default, f"AtlasClient.{op.python}({name}=...)"
+
+
+def test_the_client_takes_the_old_sae_id_with_a_deprecation(server: Any, small_atlas: dict[str, Any]) -> None:
+    atlas = Atlas(small_atlas["root"])
+    b = small_atlas["sae_ids"][1]
+    vec = [0.1 * i for i in range(32)]
+    with AtlasClient(server.url) as client:
+        with pytest.warns(DeprecationWarning, match="AtlasClient.search_vector: 'sae_id' is deprecated, use 'saes'"):
+            old = client.search_vector(vec, sae_id=b, k=4)
+        assert old.equals(client.search_vector(vec, saes=[b], k=4))
+        assert set(old["sae_id"].to_list()) == {b}
+        with pytest.warns(DeprecationWarning, match="'sae_id' is deprecated"):
+            assert client.search_token("dog", sae_id=b, k=3) == atlas.search_token("dog", saes=[b], k=3).to_dict()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert client.geometry_features(b).height == len(atlas.geometry_features(b))
+        with pytest.raises(InvalidInputError, match="'sae_id' is the old name of 'saes'"):
+            client.search_labels("dog", saes=[b], sae_id=small_atlas["sae_ids"][0])
 
 
 def test_client_token(token_server: Any, small_atlas: dict[str, Any]) -> None:
