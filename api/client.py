@@ -9,7 +9,7 @@ sends (dicts), with tabular results as polars frames. A 4xx/5xx answer raises
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import httpx
@@ -155,7 +155,8 @@ class AtlasClient:
         return self._call("POST", "/search/concept", json={"concept": concept, "saes": saes, **options})
 
     def geometry_features(self, saes: list[str] | str | None = None, *, in_circle: bool | None = None,
-                          period: float | None = None, lobe: int | None = None, kind: str | None = None,
+                          period: float | None = None, lobe: int | None = None,
+                          kind: Literal["circle", "concept", "hierarchy", "lobe"] | None = None,
                           sae_id: str | None = None) -> pl.DataFrame:
         """Features of `saes` (default all; one id is a list of one) by the geometry records
         they belong to."""
