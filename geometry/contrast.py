@@ -49,6 +49,7 @@ class ContrastStats:
     tested_F: np.ndarray  # bool: active in at least one text
     n_permutations: int
 
+    @property
     def frame(self) -> pl.DataFrame:
         """One row per tested feature: latent, mean_a, mean_b, diff, auroc, effect_size,
         p_value, q_value."""

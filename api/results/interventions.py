@@ -157,6 +157,7 @@ class AttributionView(JsonResult):
         return cls(text, tokens, a.target, a.total, a.features.to_dicts(), a.token_attr, a.token_error, a.parts,
                    a.complete, a.tolerance, a.verification, a.agreement, a.mode)
 
+    @property
     def frame(self) -> pl.DataFrame:
         """The top features: sae_id, feature, attribution, max_act, top_position."""
         return pl.DataFrame(self.features)

@@ -40,6 +40,7 @@ class TextSearch(JsonResult):
                                                      "(all false unless include_special)")]
     features: dict[str, list[list[TokenActivation]]]  # sae_id -> per token -> [{latent, act, label}]
 
+    @property
     def frame(self) -> pl.DataFrame:
         """Long table: sae_id, pos (in the model's input), token, rank, latent, act, label."""
         rows = [

@@ -59,7 +59,7 @@ def contrast(ctx: AtlasContext, views: list[SaeView], params: ContrastParams) ->
     for sid, acts_NF in acts.items():
         stats = contrast_stats(acts_NF[:n_a], acts_NF[n_a:], n_permutations=n_permutations, seed=params.seed)
         n_tested[sid] = int(stats.tested_F.sum())
-        frames.append(stats.frame().with_columns(pl.lit(sid).alias("sae_id"), pl.lit(hooks[sid]).alias("hook")))
+        frames.append(stats.frame.with_columns(pl.lit(sid).alias("sae_id"), pl.lit(hooks[sid]).alias("hook")))
     table = pl.concat(frames)
     table = table.with_columns(pl.Series("q_value", benjamini_hochberg(table["p_value"].to_numpy())))
     top = ranked(table, params.k, alpha=alpha)

@@ -88,7 +88,7 @@ def test_search_text_matches_direct_encoding(atlas: Atlas, small_atlas: dict[str
     for pos, feats in zip(result.positions, result.features[sae], strict=True):
         assert feats[0]["latent"] == int(f[pos].argmax())
         assert feats[0]["act"] == pytest.approx(float(f[pos].max()), rel=1e-4)
-    frame = result.frame()
+    frame = result.frame
     assert frame.height == sum(len(x) for x in result.features[sae])
     assert "cat" in result._repr_html_()
     with pytest.raises(InvalidInputError, match="text: String should have at most 2000 characters"):

@@ -90,3 +90,20 @@ def test_the_walk_catches_each_untyped_form() -> None:
         "frame": ["frame: returns pl.DataFrame"], "mapping": ["mapping: returns dict[str, Any]"],
         "nested": ["nested: returns dict[str, Any]"], "anything": ["anything: returns Any"],
         "forwards": ["forwards: forwards **options"], "bare": ["bare: no return annotation"], "typed": []}
+
+
+def test_every_result_gives_its_table_as_a_frame_property() -> None:
+    """One convention for "this result as a polars frame": `.frame`, a property (as on `Rows`)."""
+    import importlib
+    import pkgutil
+
+    import sae_atlas.api.results as results
+
+    methods = []
+    for info in pkgutil.iter_modules(results.__path__):
+        module = importlib.import_module(f"{results.__name__}.{info.name}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and "frame" in vars(cls) and not isinstance(vars(cls)["frame"],
+                                                                                             property):
+                methods.append(f"{module.__name__}.{name}.frame")
+    assert not methods, f"a method, not a property: {methods}"

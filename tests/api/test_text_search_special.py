@@ -24,7 +24,7 @@ def test_a_loud_bos_is_left_out_unless_asked_for(small_atlas: dict[str, Any]) ->
     sae = small_atlas["sae_ids"][1]
     text = "the cat sat on the mat </s> the dog"  # an EOS in the middle is special too
     everything = atlas.search_text(text, saes=[sae], k=3, include_special=True)
-    frame = everything.frame().sort("act", descending=True)
+    frame = everything.frame.sort("act", descending=True)
     assert frame["token"][0] == "<s>" and frame["pos"][0] == 0  # the plant: BOS fires hardest of all
     assert frame["act"][0] > 5 * frame.filter(frame["token"] != "<s>")["act"].max()
     assert everything.special[0] and everything.special.count(True) == 2
@@ -32,7 +32,7 @@ def test_a_loud_bos_is_left_out_unless_asked_for(small_atlas: dict[str, Any]) ->
     found = atlas.search_text(text, saes=[sae], k=3)
     assert "<s>" not in found.tokens and "</s>" not in found.tokens and not any(found.special)
     assert found.positions[0] == 1 and len(found.positions) == len(everything.positions) - 2
-    top = found.frame().sort("act", descending=True)
+    top = found.frame.sort("act", descending=True)
     assert top["token"][0] not in ("<s>", "</s>") and top["pos"][0] != 0
     labels = top["label"].drop_nulls()
     assert labels.len() == top.height and all(isinstance(x, str) and x for x in labels)

@@ -40,7 +40,7 @@ def test_planted_features_are_found_and_controls_are_not():
     print(f"contrast planted: precision {precision:.3f} recall {recall:.3f} ({len(found)} found)")
     assert recall == 1.0 and precision >= 0.9
     assert (np.sign(stats.diff_F[: PLANTED // 2]) > 0).all() and (stats.diff_F[PLANTED // 2 : PLANTED] < 0).all()
-    top = ranked(stats.frame(), PLANTED)
+    top = ranked(stats.frame, PLANTED)
     assert set(top["latent"].to_list()) == true and top["rank"].to_list() == list(range(PLANTED))
 
 
@@ -68,7 +68,7 @@ def test_inactive_features_are_not_tested():
     b[:, 50] = 0
     stats = contrast_stats(a, b, n_permutations=50)
     assert not stats.tested_F[50] and stats.p_value_F[50] == 1.0 and stats.auroc_F[50] == 0.5
-    assert 50 not in stats.frame()["latent"].to_list()
+    assert 50 not in stats.frame["latent"].to_list()
 
 
 def test_benjamini_hochberg_known_values():
