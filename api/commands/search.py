@@ -265,9 +265,16 @@ def labels_command(
         _show(f"labels matching {query!r}", handle.search_labels(query, saes=saes or None, k=k), json_out)
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option `name` was on the command line (typer's own click names the source)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
 @search_app.command("crosscoder")
 @handle_errors
 def crosscoder_command(
+    ctx: typer.Context,
     atlas: Path = ATLAS,
     crosscoder: str = typer.Argument(None, help="Crosscoder id (default: list the stored crosscoders)."),
     latent_class: str = typer.Option(None, "--latent-class", "--only",
@@ -276,13 +283,21 @@ def crosscoder_command(
                                                    "or a Latent Scaling column."),
     descending: bool = typer.Option(True, "--descending/--ascending", help="Largest first (--ascending: smallest)."),
     offset: int = typer.Option(0, help="First latent of the page (0..2**31-1)."),
-    limit: int = typer.Option(100, "--limit", "-k", "--k", help="Latents to show (1..1000)."),
+    limit: int = typer.Option(100, "--limit", help="Latents to show (1..1000)."),
     latent: int = typer.Option(None, min=0, help="Show this latent's card: both decoder norms and the "
                                                  "nearest atlas features per side."),
+    k: int = typer.Option(5, "-k", "--k", help="With --latent: nearest atlas features per side (1..100). "
+                                               "Without it: the deprecated spelling of --limit."),
     json_out: bool = JSON,
 ) -> None:
     """Crosscoder latents by class (e.g. only in B: --latent-class b_only), or one latent's card.
-    The page's options are `api.operations.pages.CrosscoderLatentsParams`, checked there."""
+    The page's options are `api.operations.pages.CrosscoderLatentsParams`, the card's
+    `CrosscoderLatentParams`, checked there."""
+    if latent is None and _given(ctx, "k"):
+        if _given(ctx, "limit"):
+            raise InvalidInputError("-k/--k is the card's option (with --latent); give the page's size as --limit only")
+        typer.secho("warning: -k/--k for the page's size is deprecated; use --limit", fg="yellow", err=True)
+        limit = k
     handle = open_atlas(atlas)
     if crosscoder is None:
         rows = handle.crosscoders()
@@ -294,7 +309,7 @@ def crosscoder_command(
                           r["a_only"], r["shared"], r["b_only"]] for r in rows))
         return
     if latent is not None:
-        card = handle.crosscoder_latent(crosscoder, latent)
+        card = handle.crosscoder_latent(crosscoder, latent, k=k)
         if json_out:
             print_json(card.to_dict())
             return

@@ -178,10 +178,18 @@ def test_cli_lists_filters_and_shows_a_card(compared: dict[str, Any]) -> None:
     listing = CliRunner().invoke(app, ["search", "crosscoder", root, "--json"])
     assert listing.exit_code == 0, listing.output
     assert json.loads(listing.output)[0]["b_only"] == 4
-    only = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--only", "b_only", "-k", "2", "--json"])
+    only = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--only", "b_only", "--limit", "2", "--json"])
     assert only.exit_code == 0, only.output
     body = json.loads(only.output)
     assert body["total"] == 4 and len(body["rows"]) == 2 and body["latent_class"] == "b_only"
+    old = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--only", "b_only", "-k", "2", "--json"])
+    assert old.exit_code == 0 and "-k/--k for the page's size is deprecated" in old.stderr
+    assert len(json.loads(old.stdout)["rows"]) == 2
+    both = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--limit", "3", "-k", "2"])
+    assert both.exit_code == 2 and "give the page's size as --limit only" in both.output
+    near = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--latent", "5", "--k", "1", "--json"])
+    assert near.exit_code == 0, near.output
+    assert len(json.loads(near.stdout)["nearest_a"]) == 1 and len(json.loads(near.stdout)["nearest_b"]) == 1
     table = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--only", "a_only"])
     assert table.exit_code == 0 and "4 a_only latents" in table.output and "nu_error" in table.output
     card = CliRunner().invoke(app, ["search", "crosscoder", root, CC, "--latent", "0"])
