@@ -99,7 +99,7 @@ def compare_command(
     for note in result.notes:
         console.print(note, markup=False)
     if top:
-        print_table("best matched pairs", result.pairs.columns, result.pairs.head(top).iter_rows())
+        print_table("best matched pairs", result.pairs.columns, result.pairs.frame.head(top).iter_rows())
     if result.groups:
         print_table("per group", list(result.groups[0]), (row.values() for row in result.groups))
     console.print(f"stored analyses/compare/{result.run}.json in {p['atlas_a']}")

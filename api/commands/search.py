@@ -176,7 +176,7 @@ def contrast_command(
     if json_out:
         print_json(result.to_dict())
         return
-    _show(f"contrast: {result.n_significant} features with q <= {alpha}", result.table.select(
+    _show(f"contrast: {result.n_significant} features with q <= {alpha}", result.table.frame.select(
         "rank", "sae_id", "latent", "label", "diff", "auroc", "effect_size", "q_value", "group"), False)
 
 
@@ -206,7 +206,7 @@ def concept_command(
                 ["sae_id", "span", "explained", "score", "fit"],
                 [(sid, s["span"], s["explained"][-1] if s["explained"] else 0.0, s["score"],
                   _fit_line(s["fit"])) for sid, s in result.per_sae.items()])
-    _show("concept features", result.features.head(30), False)
+    _show("concept features", result.features[:30], False)
 
 
 def _fit_line(fit: dict) -> str:

@@ -15,8 +15,9 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from sae_atlas.api.results.html import escape
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.results.sae import Status
-from sae_atlas.api.results.wire import FrameRows, JsonResult, Number, wire_payload
+from sae_atlas.api.results.wire import JsonResult, Number, wire_payload
 
 Side = Literal["a", "b"]
 """One side of a comparison or crosscoder."""
@@ -87,7 +88,7 @@ class CompareResult(JsonResult):
     run: str
     parameters: dict[str, Any]
     summary: dict[str, Any]
-    pairs: Annotated[pl.DataFrame, FrameRows(MatchedPair), Field(
+    pairs: Annotated[Rows[MatchedPair], Field(
         description=f"the first {MAX_PAIRS} matched pairs by correlation")]
     spaces: list[SpaceScoreRow]
     groups: Annotated[list[dict[str, Any]], Field(
@@ -106,4 +107,4 @@ class CompareResult(JsonResult):
         head = (f"<b>compare / {escape(self.run)}</b>: MCC {s.get('mcc', float('nan')):.3f} "
                 f"(rotation null {s.get('mcc_null', {}).get('null_mean', float('nan')):.3f}) on "
                 f"{s.get('n_tokens')} tokens")
-        return head + pl.DataFrame(self.spaces)._repr_html_() + self.pairs.head(10)._repr_html_()
+        return head + pl.DataFrame(self.spaces)._repr_html_() + self.pairs.frame.head(10)._repr_html_()

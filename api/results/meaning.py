@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import polars as pl
 from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from sae_atlas.api.results.feature import GeometryRecord
 from sae_atlas.api.results.jsonable import to_jsonable
-from sae_atlas.api.results.wire import FrameRows, JsonResult, Number
+from sae_atlas.api.results.rows import Rows
+from sae_atlas.api.results.wire import JsonResult, Number
 
 
 class GeometryFeature(GeometryRecord):
@@ -58,7 +58,7 @@ class ContrastFeature(TypedDict):
 class ContrastResult(JsonResult):
     """Features that separate text set A from set B, best first (see `Atlas.contrast`).
 
-    `table` (sent as `features`) columns: rank, sae_id, hook, latent, mean_a, mean_b, diff,
+    `table` (sent as `features`): rows of rank, sae_id, hook, latent, mean_a, mean_b, diff,
     auroc, effect_size, p_value, q_value (Benjamini-Hochberg over every tested feature of
     every SAE), significant, group (the rank of the first row of its near-duplicate group)."""
 
@@ -71,11 +71,11 @@ class ContrastResult(JsonResult):
     n_tested: Annotated[dict[str, int], Field(
         description="per SAE: the features active on some text (the ones tested)")]
     n_significant: Annotated[int, Field(description="over all SAEs, the features with q <= alpha")]
-    table: Annotated[pl.DataFrame, FrameRows(ContrastFeature), Field(serialization_alias="features")]
+    table: Annotated[Rows[ContrastFeature], Field(serialization_alias="features")]
 
     def _repr_html_(self) -> str:
         return (f"<b>contrast</b> A: {self.n_a} texts, B: {self.n_b} texts; {self.n_significant} features "
-                f"with q &le; {self.alpha}{self.table._repr_html_()}")
+                f"with q &le; {self.alpha}{self.table.frame._repr_html_()}")
 
 
 class ConceptFeature(TypedDict):
@@ -119,9 +119,9 @@ class ConceptResult(JsonResult):
     kind: str
     per_sae: dict[str, ConceptSaeSummary]
     best: str
-    features: Annotated[pl.DataFrame, FrameRows(ConceptFeature)] = field(default_factory=pl.DataFrame)
+    features: Rows[ConceptFeature] = field(default_factory=lambda: Rows.of(ConceptFeature, []))
 
     def _repr_html_(self) -> str:
         best = self.per_sae[self.best]
         return (f"<b>concept {self.concept.get('name')}</b> ({self.kind}); best SAE {self.best}: "
-                f"span {best['span']} fit {to_jsonable(best['fit'])}{self.features.head(20)._repr_html_()}")
+                f"span {best['span']} fit {to_jsonable(best['fit'])}{self.features.frame.head(20)._repr_html_()}")

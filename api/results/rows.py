@@ -105,6 +105,16 @@ def cast_to(frame: pl.DataFrame, row_type: type) -> pl.DataFrame:
     return frame.cast(casts) if casts else frame  # type: ignore[arg-type]
 
 
+def row_limit(info: core_schema.SerializationInfo) -> int | None:
+    """The most rows a table field sends: the serialization context's `max_rows` (None: all)."""
+    return (info.context or {}).get("max_rows")
+
+
+def _sent(rows: Rows[Any], info: core_schema.SerializationInfo) -> list[Any]:
+    limit = row_limit(info)
+    return (rows if limit is None else rows[:limit]).to_dicts()
+
+
 def _cut(line: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
@@ -186,13 +196,13 @@ class Rows(Generic[RowT]):
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        """`Rows[Row]` in a pydantic model: validated from and sent as `list[Row]`."""
+        """`Rows[Row]` in a pydantic model: validated from and sent as `list[Row]` (at most
+        `max_rows` when the serialization context sets it)."""
         (row_type,) = typing.get_args(source) or (dict[str, Any],)
         rows = handler.generate_schema(list[row_type])  # type: ignore[valid-type]
         from_rows = core_schema.no_info_after_validator_function(lambda value: cls.of(row_type, value), rows)
         return core_schema.json_or_python_schema(
             json_schema=from_rows,
             python_schema=core_schema.union_schema([core_schema.is_instance_schema(cls), from_rows]),
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda value: value.to_dicts(), return_schema=rows),
+            serialization=core_schema.plain_serializer_function_ser_schema(_sent, info_arg=True, return_schema=rows),
         )

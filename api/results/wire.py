@@ -18,7 +18,7 @@ from pydantic import Field, GetCoreSchemaHandler, PlainSerializer, TypeAdapter, 
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import core_schema
 
-from sae_atlas.api.results.rows import Rows
+from sae_atlas.api.results.rows import Rows, row_limit
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ class FrameRows:
 
 
 def _frame_rows(frame: pl.DataFrame, info: core_schema.SerializationInfo) -> list[dict[str, Any]]:
-    limit = (info.context or {}).get("max_rows")
+    limit = row_limit(info)
     return (frame if limit is None else frame.head(limit)).to_dicts()
 
 

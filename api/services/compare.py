@@ -25,8 +25,14 @@ import polars as pl
 
 from sae_atlas.api.context import AtlasContext, models_locked
 from sae_atlas.api.operations.compare import STREAMED, CompareOptions
-from sae_atlas.api.results.compare import CompareResult, CompareRunRow, CorrelationHistogram
+from sae_atlas.api.results.compare import (
+    CompareResult,
+    CompareRunRow,
+    CorrelationHistogram,
+    MatchedPair,
+)
 from sae_atlas.api.results.compare import Side as CompareSide
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.sae_view import SaeView, open_sae
 from sae_atlas.api.services.analyses import run_states
 from sae_atlas.api.services.labels import with_labels
@@ -198,7 +204,7 @@ def compare_result(ctx: AtlasContext, run: str) -> CompareResult:
     summary, parameters = stored.meta.get("summary", {}), stored.meta.get("parameters", {})
     if "a_latent" in pairs.columns:
         pairs = labelled_pairs(ctx, run, parameters, pairs)
-    return CompareResult(run, parameters, summary, pairs,
+    return CompareResult(run, parameters, summary, Rows(MatchedPair, pairs),
                          stored.tables.get("spaces", pl.DataFrame()).to_dicts(),
                          stored.tables.get("groups", pl.DataFrame()).to_dicts(), histogram, p_value_notes(summary))
 

@@ -18,7 +18,13 @@ from sae_atlas.api.bounds import MAX_PROMPTS
 from sae_atlas.api.context import AtlasContext
 from sae_atlas.api.operations.concept import ConceptSearchParams
 from sae_atlas.api.operations.search import ContrastParams
-from sae_atlas.api.results.meaning import ConceptResult, ContrastResult, GeometryFeature
+from sae_atlas.api.results.meaning import (
+    ConceptFeature,
+    ConceptResult,
+    ContrastFeature,
+    ContrastResult,
+    GeometryFeature,
+)
 from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.sae_view import SaeView
 from sae_atlas.api.services.labels import with_labels
@@ -72,7 +78,7 @@ def contrast(ctx: AtlasContext, views: list[SaeView], params: ContrastParams) ->
     return ContrastResult(
         n_a=n_a, n_b=len(texts_b), pool=pool, n_permutations=n_permutations, alpha=alpha,
         duplicate_threshold=duplicate_threshold, n_tested=n_tested,
-        n_significant=int((table["q_value"] <= alpha).sum()), table=labelled.drop("explanations"),
+        n_significant=int((table["q_value"] <= alpha).sum()), table=Rows(ContrastFeature, labelled.drop("explanations")),
     )
 
 
@@ -108,11 +114,13 @@ def concept_search(ctx: AtlasContext, views: list[SaeView], params: ConceptSearc
         ))
     best = max(per_sae, key=lambda s: (_score(per_sae[s]), -len(per_sae[s]["span"])))
     features = pl.concat(frames).select(CONCEPT_COLUMNS).sort(["selective", "selectivity"], descending=[True, True])
-    result = ConceptResult(concept=concept.to_dict(), kind=kind, per_sae=per_sae, best=best, features=features)
+    result = ConceptResult(concept=concept.to_dict(), kind=kind, per_sae=per_sae, best=best,
+                           features=Rows(ConceptFeature, features))
     if params.save is not None:
         save_concept_run(ctx.root, params.save, result, {"saes": list(modules), **options})
         rebuild_geometry_records(ctx.root)
-    result.features = with_labels(ctx, result.features, {view.sae_id: view for view in views}).drop("explanations")
+    labelled = with_labels(ctx, features, {view.sae_id: view for view in views}).drop("explanations")
+    result.features = Rows(ConceptFeature, labelled)
     return result
 
 
@@ -125,7 +133,7 @@ def save_concept_run(root: Path, run: str, result: ConceptResult, parameters: di
     in the JSON, the parameters and per-SAE summaries); returns the JSON path."""
     return write_analysis(root, CONCEPT_KIND, run, parameters={"concept": result.concept, **parameters},
                           summary={"kind": result.kind, "best": result.best, "per_sae": result.per_sae},
-                          tables={"main": result.features})
+                          tables={"main": result.features.frame})
 
 
 def geometry_features(views: list[SaeView], *, in_circle: bool | None, period: float | None, lobe: int | None,

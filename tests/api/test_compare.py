@@ -72,7 +72,7 @@ def stored(atlas: Path):
 
 
 def test_a_permuted_copy_streamed_through_the_model_matches_one_to_one(stored):
-    pairs = stored.pairs
+    pairs = stored.pairs.frame
     alive = pairs.filter(pairs["corr"] > 0.5)
     assert alive.height >= 36 and alive.height == 48 - stored.summary["n_rare_a"]  # latents that fired 10+ times
     assert (PERM[alive["b_latent"].to_numpy()] == alive["a_latent"].to_numpy()).all()

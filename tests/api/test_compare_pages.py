@@ -83,10 +83,10 @@ def test_the_correlation_histogram_counts_every_pair_beside_the_rotation_null(co
     result = compared["layers"]
     h = result.correlations
     assert len(h["edges"]) == len(h["pairs"]) + 1 == len(h["null"]) + 1 and h["edges"][-1] == 1.0
-    assert sum(h["pairs"]) == result.pairs.height == 64  # every pair, not only the ones sent
+    assert sum(h["pairs"]) == len(result.pairs) == 64  # every pair, not only the ones sent
     assert sum(h["null"]) == 64  # one rotation, one Hungarian pair per latent
     copy = compared["copy"].correlations  # an SAE against its own copy: every live pair correlates 1
-    alive = compared["copy"].pairs.filter(pl.col("corr").is_finite() & (pl.col("corr") > 0.5)).height
+    alive = compared["copy"].pairs.frame.filter(pl.col("corr").is_finite() & (pl.col("corr") > 0.5)).height
     assert copy["pairs"][-1] == alive > 40 and copy["null"][-1] < alive
     with TestClient(create_app(ServerSettings(root=compared["root"]))) as http:
         sent = http.get("/compare/layers", params={"pairs": 5}).json()
@@ -96,7 +96,7 @@ def test_the_correlation_histogram_counts_every_pair_beside_the_rotation_null(co
 def test_each_side_card_comes_from_its_own_atlas(compared: dict[str, Any], tmp_path: Path) -> None:
     root, other = compared["root"], compared["other"]
     a, b = compared["sae_ids"]
-    pair = compared["copy"].pairs.row(0, named=True)
+    pair = compared["copy"].pairs[0]
     assert pair["a_latent"] == pair["b_latent"]  # a copy matches each latent to itself
     latent = pair["a_latent"]
     with TestClient(create_app(ServerSettings(root=root))) as http:

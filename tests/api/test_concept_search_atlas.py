@@ -50,7 +50,7 @@ def test_categories_match_direct_encoding_and_are_stored(atlas: Atlas, small_atl
     for i, sae_id in enumerate(small_atlas["sae_ids"]):
         direct = concept_features(_direct_features(atlas, small_atlas, i, concept),
                                   np.array([p.value for p in concept.prompts()]), min_selectivity=0.3)
-        mine = result.features.filter(result.features["sae_id"] == sae_id)
+        mine = result.features.frame.filter(pl.col("sae_id") == sae_id)
         assert sorted(mine["latent"].to_list()) == sorted(direct["latent"].to_list())
         assert set(mine.filter(mine["selective"])["latent"].to_list()) == set(
             direct.filter(direct["selective"])["latent"].to_list())
@@ -60,7 +60,7 @@ def test_categories_match_direct_encoding_and_are_stored(atlas: Atlas, small_atl
         if summary["span"]:
             assert 0 <= summary["fit"]["lda_accuracy"] <= 1 and summary["fit"]["chance"] == 1 / len(concept.values)
     stored = atlas.analysis("concept_search", "colours-test")
-    assert stored.table.height == result.features.height and stored.meta["summary"]["best"] == result.best
+    assert stored.table.height == len(result.features) and stored.meta["summary"]["best"] == result.best
     assert json.dumps(result.to_dict())  # JSON-ready
 
 
@@ -129,7 +129,7 @@ def test_saved_concept_run_becomes_geometry_records(atlas: Atlas, small_atlas: d
 
     sae_id = small_atlas["sae_ids"][1]
     result = atlas.concept_search("weekdays", saes=[sae_id], min_selectivity=0.3, save="week-geom")
-    selective = set(result.features.filter(result.features["selective"])["latent"].to_list())
+    selective = set(result.features.frame.filter(pl.col("selective"))["latent"].to_list())
     assert selective
     records = atlas.geometry_features(sae_id, kind="concept").frame.filter(pl.col("run") == "week-geom")
     assert set(records["latent"].to_list()) == selective

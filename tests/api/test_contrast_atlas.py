@@ -37,8 +37,8 @@ def _max_pooled(atlas: Atlas, small_atlas: dict[str, Any], sae_id: str, hook: st
 def test_contrast_matches_brute_force_and_finds_the_planted_word(atlas: Atlas, small_atlas: dict[str, Any]) -> None:
     result = atlas.contrast(CAT, CHAIR, k=10, n_permutations=2000)
     assert result.n_significant > 0 and result.table["significant"][0]
-    assert result.table["rank"].to_list() == list(range(result.table.height))
-    for row in result.table.iter_rows(named=True):
+    assert result.table["rank"].to_list() == list(range(len(result.table)))
+    for row in result.table:
         hook = small_atlas["hooks"][small_atlas["sae_ids"].index(row["sae_id"])]
         a = _max_pooled(atlas, small_atlas, row["sae_id"], hook, CAT)[:, row["latent"]]
         b = _max_pooled(atlas, small_atlas, row["sae_id"], hook, CHAIR)[:, row["latent"]]

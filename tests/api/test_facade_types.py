@@ -107,3 +107,34 @@ def test_every_result_gives_its_table_as_a_frame_property() -> None:
                                                                                              property):
                 methods.append(f"{module.__name__}.{name}.frame")
     assert not methods, f"a method, not a property: {methods}"
+
+
+FRAME_FIELDS = {"sae_atlas.api.results.analysis.AnalysisResult.table": "its columns vary with the analysis kind"}
+"""Result fields that may still hold a bare polars frame -> why."""
+
+
+def test_result_tables_are_rows_of_a_declared_type() -> None:
+    """A table inside a result is `Rows[Row]` (typed rows, `.frame` for polars), not a frame."""
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import sae_atlas.api.results as results
+
+    frames = []
+    for info in pkgutil.iter_modules(results.__path__):
+        module = importlib.import_module(f"{results.__name__}.{info.name}")
+        for name, cls in inspect.getmembers(module, dataclasses.is_dataclass):
+            if cls.__module__ != module.__name__:
+                continue
+            own = vars(cls).get("__annotations__", {})  # a subclass's inherited table counts once
+            for field, hint in typing.get_type_hints(cls, include_extras=True).items():
+                if field in own and pl.DataFrame in {hint, *_inner_types(hint)}:
+                    frames.append(f"{module.__name__}.{name}.{field}")
+    assert sorted(frames) == sorted(FRAME_FIELDS), f"polars frames in results: {frames}"
+
+
+def _inner_types(hint: Any) -> Iterator[Any]:
+    for arg in typing.get_args(hint):
+        yield arg
+        yield from _inner_types(arg)

@@ -84,14 +84,14 @@ def test_compare_pairs_carry_each_sides_label(compared: dict[str, Any], tmp_path
     labels_a, labels_b = _labels(root, a), _labels(other, b)
     assert "a_label" in compared["output"] and "b_label" in compared["output"]  # the CLI's pairs table
     pairs = Atlas(root).comparison("ab").pairs
-    assert pairs.height == 64 and pairs["a_label"].null_count() < 64
-    for row in pairs.iter_rows(named=True):
+    assert len(pairs) == 64 and pairs["a_label"].null_count() < 64
+    for row in pairs:
         assert row["a_label"] == labels_a.get(row["a_latent"]) and row["b_label"] == labels_b.get(row["b_latent"])
     # B's labels are B's latents' own, not A's labels of the same numbers
-    assert any(labels_a.get(r["b_latent"]) != r["b_label"] for r in pairs.iter_rows(named=True))
+    assert any(labels_a.get(r["b_latent"]) != r["b_label"] for r in pairs)
     with TestClient(create_app(ServerSettings(root=root))) as http:
         sent = http.get("/compare/ab", params={"pairs": 5}).json()["pairs"]
-    assert [(p["a_label"], p["b_label"]) for p in sent] == list(pairs.head(5).select("a_label", "b_label").iter_rows())
+    assert [(p["a_label"], p["b_label"]) for p in sent] == list(pairs.frame.head(5).select("a_label", "b_label").iter_rows())
     other.rename(tmp_path / "moved")  # B's atlas gone: the pairs still read, B's labels empty
     try:
         gone = Atlas(root).comparison("ab").pairs
@@ -122,7 +122,7 @@ def test_cli_contrast_table_has_the_label_column(small_atlas: dict[str, Any], tm
     result = Atlas(small_atlas["root"]).contrast([f"the cat is {w}" for w in words],
                                                  [f"the chair is {w}" for w in words], k=3, n_permutations=200)
     header = next(line for line in out.output.splitlines() if "latent" in line and "auroc" in line)
-    assert "label" in header and result.table["label"].null_count() < result.table.height
+    assert "label" in header and result.table["label"].null_count() < len(result.table)
 
 
 def test_a_spliced_runs_features_carry_their_labels(small_atlas: dict[str, Any]) -> None:
@@ -150,7 +150,7 @@ def test_the_per_latent_table_page_carries_labels(small_atlas: dict[str, Any]) -
 
 def test_the_explorer_shows_labels_beside_pairs_and_latents(compared: dict[str, Any], browser: Any) -> None:  # noqa: F811
     root, (a, _) = compared["root"], compared["sae_ids"]
-    pair = Atlas(root).comparison("ab").pairs.row(0, named=True)
+    pair = Atlas(root).comparison("ab").pairs[0]
     first = open_sae(Atlas(root).ctx, a).tables().features.sort("density", descending=True)["latent"][0]
     with LiveServer(root) as live:
         page = _page(browser, live.url)

@@ -56,7 +56,7 @@ def _sent(result: Any) -> dict[str, Any]:
     if isinstance(result, ConceptResult):
         return {**_fields(result, "features"), "features": result.features.to_dicts()}
     if isinstance(result, CompareResult):
-        return {**_fields(result, "pairs"), "pairs": result.pairs.head(500).to_dicts()}
+        return {**_fields(result, "pairs"), "pairs": result.pairs[:500].to_dicts()}
     return _fields(result, "logits_TV", "codes")
 
 
@@ -108,7 +108,7 @@ def test_feature_and_text_search_send_their_fields_as_they_are(results: dict[typ
 
 def test_python_side_keeps_frames_and_tensors(results: dict[type, Any]) -> None:
     contrast, run, analysis = results[ContrastResult], results[RunView], results[AnalysisResult]
-    assert contrast.table.height == len(contrast.to_dict()["features"]) and "table" not in contrast.to_dict()
+    assert len(contrast.table) == len(contrast.to_dict()["features"]) and "table" not in contrast.to_dict()
     assert run.logits_TV is not None and run.codes and not {"logits_TV", "codes"} & set(run.to_dict())
     short = analysis.to_dict(max_rows=1)
     assert len(short["rows"]) == 1 and short["n_rows"] == analysis.table.height > 1

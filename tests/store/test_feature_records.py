@@ -5,7 +5,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sae_atlas.api.results.meaning import ConceptResult
+from sae_atlas.api.results.meaning import ConceptFeature, ConceptResult
+from sae_atlas.api.results.rows import Rows
 from sae_atlas.api.services.meaning import save_concept_run
 from sae_atlas.errors import IntegrityError
 from sae_atlas.store.analysis_runs import write_analysis
@@ -31,7 +32,7 @@ def _concept(root, run, latents, *, period, cyclic, non_selective=()):
     fit = {"cyclic_order": cyclic, "fitted_period": period, "r2": 0.9}
     result = ConceptResult(concept={"name": run, "values": ["a", "b", "c"]}, kind="ordered",
                            per_sae={SAE: {"hook": "h", "span": list(latents[:2]), "fit": fit, "score": 0.9}},
-                           best=SAE, features=pl.DataFrame(rows))
+                           best=SAE, features=Rows.of(ConceptFeature, rows))
     save_concept_run(root, run, result, {"saes": [SAE]})
 
 
