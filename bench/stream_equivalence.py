@@ -1,7 +1,8 @@
 """Streamed vs cached training of the same SAE: held-out FVU on the same unseen tokens.
 
     PYTHONPATH=. python bench/stream_equivalence.py [--tokens 61440] [--cache-tokens 73728] \
-        [--corpus builtin|FILE.jsonl] [--work /tmp/trainbench/equiv] [--streamed-sae DIR]
+        [--corpus builtin|FILE.jsonl] [--work /tmp/trainbench/equiv] [--streamed-sae DIR] [--cached-sae DIR] \
+        [--eval-chunks 8]
 
 On the demo model's blocks.15.hook_resid_post, a TopK SAE of the demo's shape (4608
 latents, k 32, batches of 4096, seed 0, the same `--tokens`) is trained twice:
@@ -18,7 +19,9 @@ needs a local .jsonl of natural text). Both are then evaluated on the same `--ev
 corpus tokens that neither saw: the
 blocks after the cache's last block and after the stream's training blocks. Printed: both
 FVUs, the relative gap |streamed - cached| / cached (target <= 3%), and each run's own
-held-out FVU from its training.json.
+held-out FVU from its training.json. The evaluation tokens are also cut into `--eval-chunks`
+consecutive chunks, and the signed gap (streamed - cached) / cached of each chunk is printed
+with its range: how much of the whole gap is a property of the evaluation tokens.
 """
 
 from __future__ import annotations
@@ -62,15 +65,20 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/trainbench/equiv"))
     ap.add_argument("--cached-atlas", type=Path, default=None, help="default: <work>/cached")
     ap.add_argument("--streamed-sae", type=Path, default=None, help="layer-15 SAE of an earlier streamed run")
+    ap.add_argument("--cached-sae", type=Path, default=None,
+                    help="layer-15 SAE of an earlier cached run from --cached-atlas's cache (no caching or training)")
+    ap.add_argument("--eval-chunks", type=int, default=8)
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     log = args.work / "steps.log"
     cached_atlas = args.cached_atlas or args.work / "cached"
-    if args.cache_tokens:
-        run(["cache", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.cache_tokens), "--corpus", args.corpus,
-             "--device", "cpu"], log)
-    run(["train", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.tokens), *SHAPE], log)
-    cached_sae = cached_atlas / "saes" / f"{HOOK}-topk-{D_SAE}"
+    cached_sae = args.cached_sae
+    if cached_sae is None:
+        if args.cache_tokens:
+            run(["cache", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.cache_tokens), "--corpus",
+                 args.corpus, "--device", "cpu"], log)
+        run(["train", str(cached_atlas), "--hook", HOOK, "--tokens", str(args.tokens), *SHAPE], log)
+        cached_sae = cached_atlas / "saes" / f"{HOOK}-topk-{D_SAE}"
     streamed_sae = args.streamed_sae
     if streamed_sae is None:
         streamed_atlas = args.work / "streamed"
@@ -98,9 +106,12 @@ def main() -> None:
                                     resume_blocks=start, progress=False):
         rows.append(batch.acts[HOOK].reshape(-1, handle.d_model)[~batch.excluded.reshape(-1)])
     x = torch.cat(rows)
-    fvu = {name: reconstruction_stats(load_saelens(folder), [x]).result()["fvu"]
-           for name, folder in (("cached", cached_sae), ("streamed", streamed_sae))}
+    saes = {name: load_saelens(folder) for name, folder in (("cached", cached_sae), ("streamed", streamed_sae))}
+    fvu = {name: reconstruction_stats(sae, [x]).result()["fvu"] for name, sae in saes.items()}
     gap = abs(fvu["streamed"] - fvu["cached"]) / fvu["cached"]
+    chunks = [[reconstruction_stats(sae, [part]).result()["fvu"] for sae in saes.values()]
+              for part in x.tensor_split(args.eval_chunks)]
+    chunk_gaps = sorted((streamed - cached) / cached for cached, streamed in chunks)
     print(f"{args.tokens:,} training tokens each; evaluated on {len(x):,} tokens of blocks {start}..{start + n_eval} "
           f"(cache ends at block {cache_blocks}, the stream's training blocks at {stream_blocks})")
     for name in ("cached", "streamed"):
@@ -109,8 +120,12 @@ def main() -> None:
         print(f"  {name:8s} FVU {fvu[name]:.4f} (its own held-out: {own_fvu} on {own['n_tokens']:,} "
               f"tokens; train FVU {records[name]['final_metrics']['fvu']:.4f})")
     print(f"relative gap |streamed - cached| / cached = {gap:.2%} (target <= 3%)")
+    print(f"per chunk of {len(x) // args.eval_chunks:,} tokens: FVU cached / streamed "
+          + ", ".join(f"{c:.4f}/{s:.4f}" for c, s in chunks)
+          + f"; signed gap from {chunk_gaps[0]:+.2%} to {chunk_gaps[-1]:+.2%}, median "
+          f"{chunk_gaps[len(chunk_gaps) // 2]:+.2%}")
     print(json.dumps({"tokens": args.tokens, "eval_tokens": len(x), "eval_start_block": start, "fvu": fvu,
-                      "gap": gap}))
+                      "gap": gap, "chunks": chunks}))
 
 
 if __name__ == "__main__":
