@@ -59,7 +59,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=61440)
     ap.add_argument("--cache-tokens", type=int, default=73728, help="0: use --cached-atlas's cache as it is")
-    ap.add_argument("--buffer-tokens", type=int, default=65536)
+    ap.add_argument("--buffer-tokens", type=int, default=262144, help="the stream's default")
     ap.add_argument("--eval-tokens", type=int, default=8192)
     ap.add_argument("--corpus", default="builtin", help="builtin, or a local .txt/.jsonl/.parquet file or folder")
     ap.add_argument("--work", type=Path, default=Path("/tmp/trainbench/equiv"))
